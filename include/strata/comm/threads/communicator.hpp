@@ -1,0 +1,226 @@
+#pragma once
+//! The in-process communicator: what one CPU replica (thread) uses to take
+//! part in collectives with the other replicas of its team. Buffers are any
+//! contiguous range of float, double, int32 or int64 (std::span,
+//! std::vector, strata::Tensor); calls are blocking and every replica must
+//! make the same calls in the same order (checked: see CollectiveMismatch).
+//!   comm.all_reduce(grad, strata::Mean);            // in place, automatic algorithm
+//!   comm.all_reduce(in, out, strata::Sum, strata::Ring{});
+
+#include <algorithm>
+#include <cstddef>
+#include <ranges>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <strata/comm/algorithm/direct.hpp>
+#include <strata/comm/algorithm/ring.hpp>
+#include <strata/comm/reduce_op.hpp>
+#include <strata/comm/threads/team.hpp>
+#include <strata/core/concepts.hpp>
+
+namespace strata {
+
+//! A contiguous buffer of collective-capable elements.
+template <class R>
+concept Buffer = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+                 Element<std::remove_cv_t<std::ranges::range_value_t<R>>>;
+
+//! A buffer whose elements may be written.
+template <class R>
+concept MutableBuffer = Buffer<R> && !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
+
+//! An algorithm a caller may name for one all-reduce.
+template <class A>
+concept AllReduceAlgorithm = std::same_as<A, Ring> || std::same_as<A, Direct> || std::same_as<A, AutoReduce>;
+
+namespace detail {
+template <class R>
+using buffer_element_t = std::remove_cv_t<std::ranges::range_value_t<R>>;
+
+//! The shared-memory ring link: the left neighbour's chunk is read in
+//! place from its buffer once it has completed the previous step.
+template <class T>
+class ThreadRingLink {
+ public:
+  ThreadRingLink(Team& team, int me, std::uint64_t seq, const CallDesc& d, T* mine)
+      : team_(team), me_(me), p_(team.size()), seq_(seq), d_(d), mine_(mine),
+        left_(static_cast<const T*>(team.slot((me + p_ - 1) % p_).out)),
+        base_(team.slot(me).progress.load()) {}
+  [[nodiscard]] int rank() const noexcept { return me_; }
+  [[nodiscard]] int size() const noexcept { return p_; }
+  template <class Fn>
+  void step(std::size_t k, Range /*send*/, Range recv, Fn fn) {
+    // The left neighbour finished step k-1, so its chunk is ready; the right
+    // one finished step k-1 too, so it no longer reads what we overwrite.
+    team_.wait_progress(me_, (me_ + p_ - 1) % p_, (me_ + 1) % p_, base_ + k, seq_, d_);
+    fn(mine_ + recv.begin, left_ + recv.begin, recv.size());
+    team_.publish_progress(me_, base_ + k + 1);
+  }
+
+ private:
+  Team& team_;
+  int me_, p_;
+  std::uint64_t seq_;
+  const CallDesc& d_;
+  T* mine_;
+  const T* left_;
+  std::uint64_t base_;
+};
+}  // namespace detail
+
+//! One replica's handle on its team's collectives.
+class ThreadCommunicator {
+ public:
+  ThreadCommunicator(detail::Team& team, int rank) : team_(&team), rank_(rank) {}
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return team_->size(); }
+
+  //! Every replica waits until all have arrived.
+  void barrier() {
+    const detail::CallDesc d{};
+    team_->leave(rank_, team_->enter(rank_, d, nullptr, nullptr), d);
+  }
+
+  //! In-place all-reduce: afterwards every replica's `data` holds the
+  //! reduction of all replicas' `data`, bitwise identical on each.
+  template <MutableBuffer R, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
+  void all_reduce(R&& data, Op, Algo = {}) {
+    using T = detail::buffer_element_t<R>;
+    detail::check_op<Op, T>();
+    std::span<T> s(std::ranges::data(data), std::ranges::size(data));
+    all_reduce_impl<Op>(s.data(), s.data(), s.size(), s.size(), Algo{});
+  }
+
+  //! Out-of-place all-reduce: `out` (same size as `in`) receives the result.
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
+  void all_reduce(In&& in, Out&& out, Op, Algo = {}) {
+    using T = detail::buffer_element_t<Out>;
+    detail::check_op<Op, T>();
+    all_reduce_impl<Op>(std::ranges::data(in), std::ranges::data(out), std::ranges::size(in),
+                        std::ranges::size(out), Algo{});
+  }
+
+  //! Copies `root`'s `data` into every replica's `data`.
+  template <MutableBuffer R>
+  void broadcast(R&& data, int root) {
+    using T = detail::buffer_element_t<R>;
+    T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    const detail::CallDesc d{.kind = detail::CallKind::broadcast, .dtype = dtype_name<T>(), .in_count = n,
+                             .out_count = n, .root = root, .has_op = false, .algorithm = {}};
+    const auto seq = team_->enter(rank_, d, p, p);
+    if (rank_ != root && n) std::copy_n(static_cast<const T*>(team_->slot(root).in), n, p);
+    team_->leave(rank_, seq, d);
+  }
+
+  //! Reduces `in` (same size everywhere) over the replicas and leaves shard
+  //! `rank()` of the result in `out`, which must hold
+  //! `shard_range(in.size(), size(), rank()).size()` elements.
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
+  void reduce_scatter(In&& in, Out&& out, Op) {
+    using T = detail::buffer_element_t<Out>;
+    detail::check_op<Op, T>();
+    const std::size_t n = std::ranges::size(in);
+    const detail::CallDesc d{.kind = detail::CallKind::reduce_scatter, .op = Op::kind, .dtype = dtype_name<T>(),
+                             .in_count = n, .out_count = std::ranges::size(out), .root = 0, .has_op = true, .algorithm = {}};
+    const auto seq = team_->enter(rank_, d, std::ranges::data(in), std::ranges::data(out));
+    const Range mine = shard_range(n, static_cast<std::size_t>(size()), static_cast<std::size_t>(rank_));
+    std::vector<const T*> ins = inputs<T>(mine.begin);
+    T* o = std::ranges::data(out);
+    detail::reduce_range<Op>(ins.data(), ins.size(), &o, 1, 0, mine.size(), ins.size());
+    team_->leave(rank_, seq, d);
+  }
+
+  //! Concatenates every replica's `in` in replica order into each `out`;
+  //! inputs may differ in size, `out` holds their sum.
+  template <Buffer In, MutableBuffer Out>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
+  void all_gather(In&& in, Out&& out) {
+    using T = detail::buffer_element_t<Out>;
+    const detail::CallDesc d{.kind = detail::CallKind::all_gather, .dtype = dtype_name<T>(),
+                             .in_count = std::ranges::size(in), .out_count = std::ranges::size(out), .root = 0,
+                             .has_op = false, .algorithm = {}};
+    const auto seq = team_->enter(rank_, d, std::ranges::data(in), std::ranges::data(out));
+    T* o = std::ranges::data(out);
+    for (int r = 0; r < size(); ++r) {
+      const detail::Slot& s = team_->slot(r);
+      std::copy_n(static_cast<const T*>(s.in), s.desc.in_count, o);
+      o += s.desc.in_count;
+    }
+    team_->leave(rank_, seq, d);
+  }
+
+  //! Reduces `in` over the replicas into `root`'s `out` only (the central
+  //! copy); every replica reduces a slice, so the work is shared. `out` is
+  //! ignored on the other replicas and may be empty there.
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
+  void reduce_to_one(In&& in, Out&& out, int root, Op) {
+    using T = detail::buffer_element_t<Out>;
+    detail::check_op<Op, T>();
+    const std::size_t n = std::ranges::size(in);
+    const detail::CallDesc d{.kind = detail::CallKind::reduce_to_one, .op = Op::kind, .dtype = dtype_name<T>(),
+                             .in_count = n, .out_count = std::ranges::size(out), .root = root, .has_op = true, .algorithm = {}};
+    const auto seq = team_->enter(rank_, d, std::ranges::data(in), std::ranges::data(out));
+    const Range mine = detail::aligned_range(n, static_cast<std::size_t>(size()), static_cast<std::size_t>(rank_),
+                                             64 / sizeof(T));
+    std::vector<const T*> ins = inputs<T>(0);
+    T* o = static_cast<T*>(team_->slot(root).out);
+    detail::reduce_range<Op>(ins.data(), ins.size(), &o, 1, mine.begin, mine.end, ins.size());
+    team_->leave(rank_, seq, d);
+  }
+
+  //! The algorithm AutoReduce picks for `bytes` per replica.
+  [[nodiscard]] std::string_view auto_choice(std::size_t bytes) const noexcept {
+    const std::size_t t = team_->options().auto_ring_min_bytes;
+    return (t != 0 && bytes >= t && size() > 1) ? Ring::name : Direct::name;
+  }
+
+ private:
+  template <class T>
+  std::vector<const T*> inputs(std::size_t offset) {
+    std::vector<const T*> v(static_cast<std::size_t>(size()));
+    for (int r = 0; r < size(); ++r) v[static_cast<std::size_t>(r)] = static_cast<const T*>(team_->slot(r).in) + offset;
+    return v;
+  }
+
+  template <ReduceOperation Op, class T, class Algo>
+  void all_reduce_impl(const T* in, T* out, std::size_t n, std::size_t out_n, Algo) {
+    if constexpr (std::same_as<Algo, AutoReduce>) {
+      if (auto_choice(n * sizeof(T)) == Ring::name)
+        return all_reduce_impl<Op>(in, out, n, out_n, Ring{});
+      return all_reduce_impl<Op>(in, out, n, out_n, Direct{});
+    } else {
+      const detail::CallDesc d{.kind = detail::CallKind::all_reduce, .op = Op::kind, .dtype = dtype_name<T>(),
+                               .in_count = n, .out_count = out_n, .root = 0, .has_op = true, .algorithm = Algo::name};
+      if constexpr (std::same_as<Algo, Ring>) {
+        // The ring works in place on `out`; neighbours read it from the first
+        // step, so it must hold our input before we announce ourselves.
+        if (in != out && out_n == n && n) std::copy_n(in, n, out);
+        const auto seq = team_->enter(rank_, d, out, out);
+        detail::ThreadRingLink<T> link(*team_, rank_, seq, d, out);
+        detail::ring_all_reduce<Op>(link, out, n, team_->options().ring_chunk_bytes / sizeof(T));
+        team_->leave(rank_, seq, d);
+      } else {
+        const auto seq = team_->enter(rank_, d, in, out);
+        const std::size_t p = static_cast<std::size_t>(size());
+        const Range mine = detail::aligned_range(n, p, static_cast<std::size_t>(rank_), 64 / sizeof(T));
+        std::vector<const T*> ins = inputs<T>(0);
+        std::vector<T*> outs(p);
+        for (std::size_t r = 0; r < p; ++r) outs[r] = static_cast<T*>(team_->slot(static_cast<int>(r)).out);
+        detail::reduce_range<Op>(ins.data(), p, outs.data(), p, mine.begin, mine.end, p);
+        team_->leave(rank_, seq, d);
+      }
+    }
+  }
+
+  detail::Team* team_;
+  int rank_;
+};
+
+}  // namespace strata

@@ -1,0 +1,212 @@
+#pragma once
+//! The shared state of p CPU replicas (threads) in one process: per-replica
+//! counters that act as barriers, the published buffers and call
+//! descriptions, and the waiting discipline (spin briefly, then block with a
+//! deadline) that makes every collective either complete or raise an error
+//! naming the replicas that are missing. Never a silent hang.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/comm/threads/call.hpp>
+#include <strata/comm/threads/options.hpp>
+#include <strata/core/error.hpp>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace strata::detail {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+//! One replica's published state, alone on its cache lines.
+struct alignas(64) Slot {
+  std::atomic<std::uint64_t> arrived{0};   // collectives entered
+  std::atomic<std::uint64_t> left{0};      // collectives completed
+  std::atomic<std::uint64_t> progress{0};  // ring steps completed
+  std::atomic<bool> departed{false};       // returned from its function
+  // Written by the owner before `arrived` is released, read by the others
+  // until they have left the same collective.
+  CallDesc desc;
+  const void* in = nullptr;
+  void* out = nullptr;
+};
+
+class Team {
+ public:
+  Team(int p, CommOptions opts) : p_(p), opts_(opts), slots_(std::make_unique<Slot[]>(static_cast<std::size_t>(p))) {
+    if (p < 1) throw Error("strata: a team needs at least one replica, got " + std::to_string(p));
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    spin_ = opts_.spin >= 0 ? opts_.spin : (static_cast<unsigned>(p) <= cores ? 20000 : 64);
+  }
+
+  [[nodiscard]] int size() const noexcept { return p_; }
+  [[nodiscard]] const CommOptions& options() const noexcept { return opts_; }
+  Slot& slot(int r) noexcept { return slots_[static_cast<std::size_t>(r)]; }
+
+  //! Called while no replica runs: forget the previous run entirely.
+  void reset() {
+    for (int r = 0; r < p_; ++r) {
+      Slot& s = slot(r);
+      s.arrived.store(0);
+      s.left.store(0);
+      s.progress.store(0);
+      s.departed.store(false);
+    }
+    std::lock_guard lk(mu_);
+    aborted_.store(false);
+    abort_reason_.clear();
+  }
+
+  //! Replica `r` failed: every replica waiting in a collective is released
+  //! with CollectiveAborted.
+  void abort(int r, const std::string& why) {
+    {
+      std::lock_guard lk(mu_);
+      if (!aborted_.load()) abort_reason_ = "replica " + std::to_string(r) + " failed: " + why;
+      aborted_.store(true);
+    }
+    cv_.notify_all();
+  }
+  [[nodiscard]] bool aborted() const noexcept { return aborted_.load(); }
+
+  //! Replica `r` returned from its function: a collective it never called
+  //! can no longer complete, and waiters say so at once.
+  void depart(int r) {
+    slot(r).departed.store(true);
+    notify();
+  }
+
+  //! Enters collective call number (arrived + 1): publishes the call and its
+  //! buffers, waits until every replica has entered it and checks that they
+  //! agree. Returns the sequence number.
+  std::uint64_t enter(int me, const CallDesc& d, const void* in, void* out) {
+    Slot& s = slot(me);
+    const std::uint64_t seq = s.arrived.load(std::memory_order_relaxed) + 1;
+    s.desc = d;
+    s.in = in;
+    s.out = out;
+    s.arrived.store(seq);
+    notify();
+    wait(me, seq, d, "enter", [&](int r) { return slot(r).arrived.load() >= seq; });
+    {  // also with one replica: a root must still name a replica
+      std::vector<const CallDesc*> all(static_cast<std::size_t>(p_));
+      for (int r = 0; r < p_; ++r) all[static_cast<std::size_t>(r)] = &slot(r).desc;
+      if (auto why = check_agreement(all); !why.empty()) {
+        std::string msg = "strata: collective #" + std::to_string(seq) + ": " + why + ":";
+        for (int r = 0; r < p_; ++r) msg += "\n  replica " + std::to_string(r) + " called " + slot(r).desc.str();
+        // Every replica sees the same disagreement: leave together so that no
+        // description is overwritten while another replica still reads it.
+        leave(me, seq, d);
+        throw CollectiveMismatch(msg);
+      }
+    }
+    return seq;
+  }
+
+  //! Leaves collective `seq`: waits until every replica is done with the
+  //! buffers of the others, so that none returns while its memory is read.
+  void leave(int me, std::uint64_t seq, const CallDesc& d) {
+    slot(me).left.store(seq);
+    notify();
+    wait(me, seq, d, "finish", [&](int r) { return slot(r).left.load() >= seq; });
+  }
+
+  //! Ring steps: publish that `me` completed `value` steps...
+  void publish_progress(int me, std::uint64_t value) {
+    slot(me).progress.store(value);
+    notify();
+  }
+  //! ...and wait until peers `a` and `b` have completed at least `value`.
+  void wait_progress(int me, int a, int b, std::uint64_t value, std::uint64_t seq, const CallDesc& d) {
+    wait(me, seq, d, "step", [&](int r) { return (r != a && r != b) || slot(r).progress.load() >= value; });
+  }
+
+ private:
+  void notify() {
+    if (sleepers_.load() != 0) {
+      std::lock_guard lk(mu_);
+      cv_.notify_all();
+    }
+  }
+
+  bool all_ready(auto& ready) {
+    for (int r = 0; r < p_; ++r)
+      if (!ready(r)) return false;
+    return true;
+  }
+
+  template <class Ready>
+  void wait(int me, std::uint64_t seq, const CallDesc& d, const char* phase, Ready ready) {
+    for (int i = 0; i < spin_; ++i) {
+      if (all_ready(ready)) return;
+      if (aborted_.load(std::memory_order_relaxed)) break;
+      cpu_relax();
+    }
+    if (all_ready(ready)) return;
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    sleepers_.fetch_add(1);
+    std::unique_lock lk(mu_);
+    struct Guard {
+      std::atomic<int>& n;
+      ~Guard() { n.fetch_sub(1); }
+    } guard{sleepers_};
+    for (;;) {
+      if (all_ready(ready)) return;
+      if (aborted_.load())
+        throw CollectiveAborted("strata: replica " + std::to_string(me) + " abandoned collective #" +
+                                std::to_string(seq) + " " + d.str() + " because " + abort_reason_);
+      std::string departed;
+      for (int r = 0; r < p_; ++r)
+        if (!ready(r) && slot(r).departed.load()) departed += (departed.empty() ? "" : ", ") + std::to_string(r);
+      if (!departed.empty())
+        throw CollectiveTimeout("strata: collective #" + std::to_string(seq) + " " + d.str() + " on replica " +
+                                std::to_string(me) + " can never complete: replica(s) " + departed +
+                                " returned from their function without calling it" + progress_report(ready));
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline)
+        throw CollectiveTimeout("strata: collective #" + std::to_string(seq) + " " + d.str() + " on replica " +
+                                std::to_string(me) + " timed out after " + std::to_string(opts_.timeout.count()) +
+                                " ms waiting for the other replicas to " + phase + progress_report(ready));
+      cv_.wait_for(lk, std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(50)));
+    }
+  }
+
+  //! "; missing: replica 1 (completed 4 collectives, entered 4)".
+  template <class Ready>
+  std::string progress_report(Ready& ready) {
+    std::string s = "; missing:";
+    for (int r = 0; r < p_; ++r)
+      if (!ready(r))
+        s += " replica " + std::to_string(r) + " (completed " + std::to_string(slot(r).left.load()) +
+             " collectives, entered " + std::to_string(slot(r).arrived.load()) + ")";
+    return s;
+  }
+
+  int p_;
+  CommOptions opts_;
+  int spin_;
+  std::unique_ptr<Slot[]> slots_;
+  std::atomic<bool> aborted_{false};
+  std::atomic<int> sleepers_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string abort_reason_;  // guarded by mu_
+};
+
+}  // namespace strata::detail

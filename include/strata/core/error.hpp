@@ -1,0 +1,73 @@
+#pragma once
+//! Typed errors. Every message names what was called, by whom, what was
+//! expected and what arrived, so that a user can act on it.
+
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace strata {
+
+//! Base of every error strata throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+//! A value had the wrong shape, size or type (for example two tensors that
+//! must match do not).
+class ShapeError : public Error {
+ public:
+  using Error::Error;
+};
+
+//! Base of the errors raised by a collective operation.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
+//! Replicas called a collective with arguments that disagree (a different
+//! operation, element count, data type, root). Every replica of the call
+//! raises it, with the same message naming each replica's arguments.
+class CollectiveMismatch : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
+//! A collective could not complete: a replica never arrived within the
+//! timeout, or finished its work without calling the collective at all.
+class CollectiveTimeout : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
+//! Raised inside a replica whose collective was abandoned because another
+//! replica failed; `Strategy::run` reports the original failure instead.
+class CollectiveAborted : public CollectiveError {
+ public:
+  using CollectiveError::CollectiveError;
+};
+
+//! The error `Strategy::run` throws when the function failed on a replica.
+//! `replica()` names the first replica (lowest id) whose failure was not a
+//! consequence of another replica's; `cause()` holds what it threw.
+class ReplicaError : public Error {
+ public:
+  ReplicaError(int replica, int num_replicas, std::exception_ptr cause, const std::string& what)
+      : Error("replica " + std::to_string(replica) + " of " + std::to_string(num_replicas) +
+              " failed in Strategy::run: " + what),
+        replica_(replica),
+        cause_(std::move(cause)) {}
+
+  [[nodiscard]] int replica() const noexcept { return replica_; }
+  [[nodiscard]] std::exception_ptr cause() const noexcept { return cause_; }
+  [[noreturn]] void rethrow_cause() const { std::rethrow_exception(cause_); }
+
+ private:
+  int replica_;
+  std::exception_ptr cause_;
+};
+
+}  // namespace strata

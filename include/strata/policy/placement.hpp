@@ -1,0 +1,33 @@
+#pragma once
+//! PlacementPolicy: where replicas run and where variables live.
+
+#include <concepts>
+#include <string_view>
+
+namespace strata {
+
+//! One replica on one device; variables live on it.
+struct OneDevice {
+  using placement_policy = OneDevice;
+  static constexpr std::string_view name = "one_device";
+};
+
+//! One replica per device; each holds a copy of every variable, kept
+//! identical by applying the same all-reduced update on every copy.
+struct Mirrored {
+  using placement_policy = Mirrored;
+  static constexpr std::string_view name = "mirrored";
+};
+
+//! One replica per device computes; each variable has a single copy on the
+//! host, which replicas read and onto which gradients are reduced.
+struct CentralStorage {
+  using placement_policy = CentralStorage;
+  static constexpr std::string_view name = "central_storage";
+};
+
+//! A type that opts into being a placement policy.
+template <class P>
+concept PlacementPolicy = std::same_as<typename P::placement_policy, P>;
+
+}  // namespace strata

@@ -1,0 +1,16 @@
+#pragma once
+//! The strata core: tensors, policies, strategies and in-process collectives.
+//!   #include <strata/strata.hpp>
+//!   strata::MirroredStrategy strategy{strata::cpu_replicas(4)};
+
+#include <strata/config.hpp>
+#include <strata/core/concepts.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/partition.hpp>
+#include <strata/comm/reduce_op.hpp>
+#include <strata/comm/threads/communicator.hpp>
+#include <strata/policy/placement.hpp>
+#include <strata/policy/reduce.hpp>
+#include <strata/policy/sync.hpp>
+#include <strata/strategy/strategy.hpp>
+#include <strata/tensor/tensor.hpp>

@@ -1,0 +1,227 @@
+#pragma once
+//! Strategy<Sync, Placement, Reduce>: a distribution strategy composed from
+//! policies. It owns its replicas (persistent threads), runs a function on
+//! each, reduces and gathers what they return, and makes variables placed
+//! as its placement policy says. Invalid combinations fail to compile with
+//! a sentence naming the fix.
+//!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
+//!   auto losses = s.run([&](auto& ctx) { return step(ctx); });
+
+#include <concepts>
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/comm/threads/communicator.hpp>
+#include <strata/policy/placement.hpp>
+#include <strata/policy/reduce.hpp>
+#include <strata/policy/sync.hpp>
+#include <strata/strategy/device.hpp>
+#include <strata/strategy/per_replica.hpp>
+#include <strata/strategy/replica_context.hpp>
+#include <strata/strategy/replica_pool.hpp>
+#include <strata/strategy/scope.hpp>
+#include <strata/strategy/variable.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata {
+
+namespace detail {
+template <class Sync, class Placement, class Reduce>
+consteval bool validate_composition() {
+  if constexpr (std::same_as<Placement, OneDevice>) {
+    static_assert(std::same_as<Reduce, NoReduce>,
+                  "strata: OneDevice placement runs a single replica, so there is nothing to reduce: "
+                  "use strata::NoReduce, or Mirrored placement for several replicas");
+  } else if constexpr (std::same_as<Placement, Mirrored>) {
+    static_assert(!std::same_as<Reduce, NoReduce>,
+                  "strata: Mirrored placement keeps a copy of each variable per replica and needs an all-reduce "
+                  "to keep them identical: use strata::AutoReduce, strata::Ring or strata::Direct");
+    static_assert(!std::same_as<Reduce, ReduceToOne>,
+                  "strata: ReduceToOne reduces onto a single central copy, but Mirrored placement keeps a copy per "
+                  "replica: use strata::AutoReduce, strata::Ring or strata::Direct, or CentralStorage placement");
+  } else if constexpr (std::same_as<Placement, CentralStorage>) {
+    static_assert(std::same_as<Reduce, ReduceToOne>,
+                  "strata: CentralStorage placement keeps one host copy of each variable, so gradients are reduced "
+                  "onto it: use strata::ReduceToOne");
+  } else {
+    static_assert(dependent_false<Placement>, "strata: this placement policy has no strategy implementation");
+  }
+  return true;
+}
+}  // namespace detail
+
+template <SyncPolicy Sync, PlacementPolicy Placement, ReducePolicy Reduce>
+class Strategy {
+  static_assert(detail::validate_composition<Sync, Placement, Reduce>());
+
+ public:
+  using sync_policy = Sync;
+  using placement_policy = Placement;
+  using reduce_policy = Reduce;
+  using context_type = ReplicaContext<detail::all_reduce_algorithm_t<Reduce>>;
+
+  //! Replicas on `devices` (one thread each).
+  explicit Strategy(std::vector<Device> devices = default_devices(), CommOptions opts = {})
+      : Strategy(std::move(devices), opts, false) {}
+  //! One replica on `device`.
+  explicit Strategy(Device device, CommOptions opts = {}) : Strategy(std::vector<Device>{device}, opts, false) {}
+
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  [[nodiscard]] int num_replicas_in_sync() const noexcept { return static_cast<int>(devices_.size()); }
+  [[nodiscard]] const std::vector<Device>& devices() const noexcept { return devices_; }
+  [[nodiscard]] const CommOptions& options() const noexcept { return pool_.team().options(); }
+
+  //! Runs `fn(ctx)` on every replica and returns what each returned, as
+  //! PerReplica<R> (nothing when fn returns void). If fn throws on any
+  //! replica, replicas blocked in collectives are released and run throws
+  //! ReplicaError naming the replica and holding its exception.
+  template <std::invocable<context_type&> F>
+  auto run(F&& fn) {
+    using R = std::invoke_result_t<F&, context_type&>;
+    if constexpr (std::is_void_v<R>) {
+      pool_.run([&](int r) {
+        context_type ctx{ThreadCommunicator(pool_.team(), r)};
+        fn(ctx);
+      });
+    } else {
+      std::vector<std::optional<R>> out(devices_.size());
+      pool_.run([&](int r) {
+        context_type ctx{ThreadCommunicator(pool_.team(), r)};
+        out[static_cast<std::size_t>(r)].emplace(fn(ctx));
+      });
+      std::vector<R> values;
+      values.reserve(out.size());
+      for (auto& v : out) values.push_back(std::move(*v));
+      return PerReplica<R>(std::move(values));
+    }
+  }
+
+  //! Reduces per-replica scalars or tensors to one value on the caller, in
+  //! replica order (deterministic).
+  template <ReduceOperation Op, Element T>
+  T reduce(Op, const PerReplica<T>& v) const {
+    detail::check_op<Op, T>();
+    check_count(v.size(), "reduce");
+    T acc = v[0];
+    for (std::size_t r = 1; r < v.size(); ++r) acc = Op::combine(acc, v[r]);
+    detail::finalize<Op>(&acc, 1, v.size());
+    return acc;
+  }
+  template <ReduceOperation Op, Element T>
+  Tensor<T> reduce(Op, const PerReplica<Tensor<T>>& v) const {
+    detail::check_op<Op, T>();
+    check_count(v.size(), "reduce");
+    Tensor<T> acc = v[0];
+    for (std::size_t r = 1; r < v.size(); ++r) {
+      if (v[r].shape() != acc.shape())
+        throw ShapeError("Strategy::reduce: replica " + std::to_string(r) + " returned shape " + v[r].shape().str() +
+                         " but replica 0 returned " + acc.shape().str());
+      detail::combine_into<Op>(acc.data(), v[r].data(), acc.size());
+    }
+    detail::finalize<Op>(acc.data(), acc.size(), v.size());
+    return acc;
+  }
+
+  //! Concatenates per-replica values in replica order: scalars into a 1-D
+  //! tensor of num_replicas elements, tensors along their first axis (the
+  //! other extents must match; the first may differ, as a last partial
+  //! batch does).
+  template <Element T>
+  Tensor<T> gather(const PerReplica<T>& v) const {
+    check_count(v.size(), "gather");
+    return Tensor<T>({v.size()}, v.values());
+  }
+  template <Element T>
+  Tensor<T> gather(const PerReplica<Tensor<T>>& v) const {
+    check_count(v.size(), "gather");
+    const Shape& s0 = v[0].shape();
+    if (s0.rank() == 0) throw ShapeError("Strategy::gather: replica 0 returned a scalar tensor; there is no axis 0");
+    std::vector<std::size_t> dims = s0.dims();
+    dims[0] = 0;
+    for (std::size_t r = 0; r < v.size(); ++r) {
+      const Shape& s = v[r].shape();
+      if (s.rank() != s0.rank() || !std::equal(s.dims().begin() + 1, s.dims().end(), s0.dims().begin() + 1))
+        throw ShapeError("Strategy::gather: replica " + std::to_string(r) + " returned shape " + s.str() +
+                         ", which cannot be concatenated along axis 0 with replica 0's " + s0.str());
+      dims[0] += s[0];
+    }
+    Tensor<T> out{Shape(dims)};
+    T* o = out.data();
+    for (const auto& t : v) o = std::copy_n(t.data(), t.size(), o);
+    return out;
+  }
+
+  //! The per-replica values themselves, indexed by replica id.
+  template <class T>
+  const std::vector<T>& local_results(const PerReplica<T>& v) const { return v.values(); }
+
+  //! Runs `fn()` with this strategy as the current one (see strata::current_scope).
+  template <std::invocable F>
+  decltype(auto) scope(F&& fn) {
+    detail::ScopeGuard g{{Placement::name, num_replicas_in_sync(), this}};
+    return std::forward<F>(fn)();
+  }
+
+  //! A variable placed as the placement policy says, initialised to `init`.
+  template <Element T>
+  auto make_variable(const Tensor<T>& init) const {
+    if constexpr (std::same_as<Placement, CentralStorage>)
+      return CentralVariable<T>(init);
+    else
+      return MirroredVariable<T>(init, num_replicas_in_sync());
+  }
+
+ protected:
+  Strategy(std::vector<Device> devices, CommOptions opts, bool inline_single)
+      : devices_(check_devices(std::move(devices))), pool_(static_cast<int>(devices_.size()), opts, inline_single) {}
+
+ private:
+  static std::vector<Device> default_devices() {
+    if constexpr (std::same_as<Placement, OneDevice>) return {cpu(0)};
+    else return cpu_replicas();
+  }
+  static std::vector<Device> check_devices(std::vector<Device> d) {
+    if (d.empty()) throw Error("strata: a strategy needs at least one device, got none");
+    if (std::same_as<Placement, OneDevice> && d.size() != 1)
+      throw Error("strata: OneDeviceStrategy runs on exactly one device, got " + std::to_string(d.size()) +
+                  "; use MirroredStrategy for several");
+    return d;
+  }
+  void check_count(std::size_t n, const char* what) const {
+    if (n != devices_.size())
+      throw ShapeError(std::string("Strategy::") + what + ": got " + std::to_string(n) + " values for " +
+                       std::to_string(devices_.size()) + " replicas");
+  }
+
+  std::vector<Device> devices_;
+  mutable detail::ReplicaPool pool_;
+};
+
+//! Synchronous replicas in one process, variables mirrored, all-reduce
+//! chosen by size. Deterministic.
+using MirroredStrategy = Strategy<Synchronous, Mirrored, AutoReduce>;
+//! Synchronous replicas computing, variables on the host in one copy.
+using CentralStorageStrategy = Strategy<Synchronous, CentralStorage, ReduceToOne>;
+//! One replica on one device.
+using OneDeviceStrategy = Strategy<Synchronous, OneDevice, NoReduce>;
+
+//! The strategy in force when none was chosen: one replica, run on the
+//! caller's own thread.
+class DefaultStrategy : public OneDeviceStrategy {
+ public:
+  DefaultStrategy() : OneDeviceStrategy({cpu(0)}, CommOptions{}, true) {}
+};
+
+//! The process-wide default strategy.
+inline DefaultStrategy& get_strategy() {
+  static DefaultStrategy s;
+  return s;
+}
+
+}  // namespace strata

@@ -1,0 +1,113 @@
+#pragma once
+//! Variables under a placement: MirroredVariable keeps one copy per replica,
+//! kept identical by identical updates; CentralVariable keeps one copy on the
+//! host that replicas read, with gradients reduced onto it.
+//!   auto w = strategy.make_variable(strata::Tensor<float>{{784, 128}});
+//!   strategy.run([&](auto& ctx) { ...; w.apply_gradient(ctx, grad, sgd); });
+//! An update is elementwise, `update(value_slice, grad_slice, offset)` (or
+//! without the offset), so that it can be applied to any slice in parallel.
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <strata/comm/threads/communicator.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata {
+
+namespace detail {
+template <class F, class T>
+void call_update(F& f, std::span<T> value, std::span<const T> grad, std::size_t offset) {
+  if constexpr (std::invocable<F&, std::span<T>, std::span<const T>, std::size_t>)
+    f(value, grad, offset);
+  else
+    f(value, grad);
+}
+
+template <class T>
+void check_grad_size(std::size_t got, std::size_t want, const char* who) {
+  if (got != want)
+    throw ShapeError(std::string(who) + "::apply_gradient: gradient has " + std::to_string(got) +
+                     " elements but the variable " + std::to_string(want));
+}
+}  // namespace detail
+
+//! One copy of the value per replica.
+template <Element T>
+class MirroredVariable {
+ public:
+  MirroredVariable(const Tensor<T>& init, int replicas) : copies_(static_cast<std::size_t>(replicas), init) {}
+
+  //! The copy of the replica running `ctx`.
+  template <class Ctx>
+  [[nodiscard]] Tensor<T>& local(Ctx& ctx) { return copies_.at(static_cast<std::size_t>(ctx.replica_id_in_sync_group())); }
+  //! The value (replica 0's copy), for use outside Strategy::run.
+  [[nodiscard]] const Tensor<T>& value() const { return copies_.at(0); }
+  [[nodiscard]] const Tensor<T>& copy(int replica) const { return copies_.at(static_cast<std::size_t>(replica)); }
+  [[nodiscard]] int replicas() const noexcept { return static_cast<int>(copies_.size()); }
+
+  //! Reduces `grad` (in place) over the replicas with `op`, then applies
+  //! `update` to this replica's copy: every copy sees the same update.
+  template <class Ctx, MutableBuffer G, class F, ReduceOperation Op = SumOp>
+  void apply_gradient(Ctx& ctx, G&& grad, F&& update, Op op = {}) {
+    auto& mine = local(ctx);
+    detail::check_grad_size<T>(std::ranges::size(grad), mine.size(), "MirroredVariable");
+    ctx.all_reduce(grad, op);
+    detail::call_update(update, mine.span(), std::span<const T>(std::ranges::data(grad), mine.size()), 0);
+  }
+
+  //! Throws strata::Error naming the first replica and element whose copy
+  //! differs from replica 0's by more than `tol` (exact by default). Call
+  //! outside Strategy::run.
+  void check_in_sync(Tolerance tol = {0.0, 0.0}) const {
+    for (std::size_t r = 1; r < copies_.size(); ++r) {
+      std::size_t i = 0;
+      while (i < copies_[r].size() && detail::close(copies_[r][i], copies_[0][i], tol)) ++i;
+      if (i == copies_[r].size()) continue;
+      throw Error("strata: MirroredVariable copies diverged: replica " + std::to_string(r) + " holds " +
+                  std::to_string(copies_[r][i]) + " at element " + std::to_string(i) + " where replica 0 holds " +
+                  std::to_string(copies_[0][i]));
+    }
+  }
+
+ private:
+  std::vector<Tensor<T>> copies_;
+};
+
+//! A single host copy shared by all replicas.
+template <Element T>
+class CentralVariable {
+ public:
+  explicit CentralVariable(const Tensor<T>& init) : value_(init), grad_(init.shape()) {}
+
+  //! The central value; read it freely between updates.
+  template <class Ctx>
+  [[nodiscard]] const Tensor<T>& local(Ctx&) const noexcept { return value_; }
+  [[nodiscard]] const Tensor<T>& value() const noexcept { return value_; }
+
+  //! Reduces every replica's `grad` onto the central gradient (each replica
+  //! reduces a slice), then each replica applies `update` to its slice of
+  //! the central value; returns when the whole update is visible to all.
+  template <class Ctx, Buffer G, class F, ReduceOperation Op = SumOp>
+  void apply_gradient(Ctx& ctx, G&& grad, F&& update, Op op = {}) {
+    detail::check_grad_size<T>(std::ranges::size(grad), value_.size(), "CentralVariable");
+    auto& comm = ctx.communicator();
+    comm.reduce_to_one(grad, grad_.span(), 0, op);
+    const Range mine = detail::aligned_range(value_.size(), static_cast<std::size_t>(comm.size()),
+                                             static_cast<std::size_t>(comm.rank()), 64 / sizeof(T));
+    detail::call_update(update, value_.span().subspan(mine.begin, mine.size()),
+                        std::span<const T>(grad_.span()).subspan(mine.begin, mine.size()), mine.begin);
+    comm.barrier();
+  }
+
+ private:
+  Tensor<T> value_;
+  Tensor<T> grad_;
+};
+
+}  // namespace strata
