@@ -52,7 +52,11 @@ class Team {
   Team(int p, CommOptions opts) : p_(p), opts_(opts), slots_(std::make_unique<Slot[]>(static_cast<std::size_t>(p))) {
     if (p < 1) throw Error("strata: a team needs at least one replica, got " + std::to_string(p));
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    spin_ = opts_.spin >= 0 ? opts_.spin : (static_cast<unsigned>(p) <= cores ? 20000 : 64);
+    // With a core per replica, the awaited replica is running: spin on the
+    // line. With more replicas than cores it may be waiting for our core:
+    // yield it a few times, then block.
+    oversubscribed_ = static_cast<unsigned>(p) > cores;
+    spin_ = opts_.spin >= 0 ? opts_.spin : (oversubscribed_ ? 100 : 20000);
   }
 
   [[nodiscard]] int size() const noexcept { return p_; }
@@ -156,7 +160,8 @@ class Team {
     for (int i = 0; i < spin_; ++i) {
       if (all_ready(ready)) return;
       if (aborted_.load(std::memory_order_relaxed)) break;
-      cpu_relax();
+      if (oversubscribed_) std::this_thread::yield();
+      else cpu_relax();
     }
     if (all_ready(ready)) return;
     const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
@@ -201,6 +206,7 @@ class Team {
   int p_;
   CommOptions opts_;
   int spin_;
+  bool oversubscribed_;
   std::unique_ptr<Slot[]> slots_;
   std::atomic<bool> aborted_{false};
   std::atomic<int> sleepers_{0};

@@ -1,0 +1,86 @@
+#pragma once
+// Shared helpers of the benchmarks: sizes, units, argument parsing, and the
+// measured memory bandwidth that bounds an in-process all-reduce.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace bench {
+
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+//! "64K", "1M", "64M" -> bytes.
+inline std::size_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  switch (end && *end ? *end : ' ') {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<std::size_t>(v);
+}
+
+inline std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> v;
+  for (std::size_t pos = 0; pos <= s.size();) {
+    auto comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    v.push_back(std::atoi(s.substr(pos, comma - pos).c_str()));
+    pos = comma + 1;
+  }
+  return v;
+}
+
+inline std::string human(std::size_t bytes) {
+  char b[32];
+  if (bytes >= (1u << 20)) std::snprintf(b, sizeof b, "%zuM", bytes >> 20);
+  else if (bytes >= 1024) std::snprintf(b, sizeof b, "%zuK", bytes >> 10);
+  else std::snprintf(b, sizeof b, "%zu", bytes);
+  return b;
+}
+
+//! The time (s) for `threads` threads to each read and write its own buffer
+//! of `bytes` once (a[i] += 1): exactly the traffic an ideal all-reduce of
+//! `bytes` per replica causes, from whichever level of the memory hierarchy
+//! holds that working set. Wall time over enough passes, best of 5.
+inline double rw_pass_time(int threads, std::size_t bytes) {
+  const std::size_t n = std::max<std::size_t>(1, bytes / sizeof(float));
+  const int passes = static_cast<int>(std::clamp<double>(256e6 / static_cast<double>(bytes * static_cast<std::size_t>(threads)), 2, 100000));
+  std::vector<std::vector<float>> bufs(static_cast<std::size_t>(threads), std::vector<float>(n, 1.f));
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        float* a = bufs[static_cast<std::size_t>(t)].data();
+        for (std::size_t i = 0; i < n; ++i) a[i] += 1.f;  // warm
+        ready.fetch_add(1);
+        while (!go.load()) std::this_thread::yield();
+        for (int k = 0; k < passes; ++k) {
+          for (std::size_t i = 0; i < n; ++i) a[i] += 1.f;
+          asm volatile("" ::"r"(a) : "memory");
+        }
+      });
+    while (ready.load() < threads) std::this_thread::yield();
+    const double t0 = now_s();
+    go.store(true);
+    for (auto& t : ts) t.join();
+    best = std::min(best, (now_s() - t0) / passes);
+  }
+  return best;
+}
+
+}  // namespace bench
