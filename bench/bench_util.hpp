@@ -50,36 +50,46 @@ inline std::string human(std::size_t bytes) {
   return b;
 }
 
-//! The time (s) for `threads` threads to each read and write its own buffer
-//! of `bytes` once (a[i] += 1): exactly the traffic an ideal all-reduce of
-//! `bytes` per replica causes, from whichever level of the memory hierarchy
-//! holds that working set. Wall time over enough passes, best of 5.
+//! The time (s) for `threads` threads to read and write `threads` buffers of
+//! `bytes` once each (a[i] += 1): exactly the traffic of an ideal all-reduce
+//! of `bytes` per replica, from whichever level of the memory hierarchy
+//! holds that working set. Two access patterns, the faster counts: each
+//! thread streams its own buffer, or each thread streams its slice of every
+//! buffer (the direct algorithm's pattern, without the arithmetic). Wall
+//! time over enough passes, best of 5.
 inline double rw_pass_time(int threads, std::size_t bytes) {
+  const auto p = static_cast<std::size_t>(threads);
   const std::size_t n = std::max<std::size_t>(1, bytes / sizeof(float));
-  const int passes = static_cast<int>(std::clamp<double>(256e6 / static_cast<double>(bytes * static_cast<std::size_t>(threads)), 2, 100000));
-  std::vector<std::vector<float>> bufs(static_cast<std::size_t>(threads), std::vector<float>(n, 1.f));
+  const int passes = static_cast<int>(std::clamp<double>(256e6 / static_cast<double>(bytes * p), 2, 100000));
+  std::vector<std::vector<float>> bufs(p, std::vector<float>(n, 1.f));
+  auto bump = [](float* a, std::size_t b, std::size_t e) {
+    for (std::size_t i = b; i < e; ++i) a[i] += 1.f;
+    asm volatile("" ::"r"(a) : "memory");
+  };
+  auto work = [&](std::size_t t, bool sliced) {
+    if (!sliced) return bump(bufs[t].data(), 0, n);
+    const std::size_t b = n * t / p, e = n * (t + 1) / p;
+    for (std::size_t s = 0; s < p; ++s) bump(bufs[s].data(), b, e);
+  };
   double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    std::vector<std::thread> ts;
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back([&, t] {
-        float* a = bufs[static_cast<std::size_t>(t)].data();
-        for (std::size_t i = 0; i < n; ++i) a[i] += 1.f;  // warm
-        ready.fetch_add(1);
-        while (!go.load()) std::this_thread::yield();
-        for (int k = 0; k < passes; ++k) {
-          for (std::size_t i = 0; i < n; ++i) a[i] += 1.f;
-          asm volatile("" ::"r"(a) : "memory");
-        }
-      });
-    while (ready.load() < threads) std::this_thread::yield();
-    const double t0 = now_s();
-    go.store(true);
-    for (auto& t : ts) t.join();
-    best = std::min(best, (now_s() - t0) / passes);
-  }
+  for (bool sliced : {false, true})
+    for (int rep = 0; rep < 5; ++rep) {
+      std::atomic<int> ready{0};
+      std::atomic<bool> go{false};
+      std::vector<std::thread> ts;
+      for (std::size_t t = 0; t < p; ++t)
+        ts.emplace_back([&, t] {
+          work(t, sliced);  // warm
+          ready.fetch_add(1);
+          while (!go.load()) std::this_thread::yield();
+          for (int k = 0; k < passes; ++k) work(t, sliced);
+        });
+      while (ready.load() < threads) std::this_thread::yield();
+      const double t0 = now_s();
+      go.store(true);
+      for (auto& t : ts) t.join();
+      best = std::min(best, (now_s() - t0) / passes);
+    }
   return best;
 }
 

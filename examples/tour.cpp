@@ -1,0 +1,69 @@
+// The README's tour, compiled: a strategy, replicas, collectives, and a
+// mirrored variable trained by plain SGD to fit y = 3x + 2.
+//   ./build/examples/tour [--strategy mirrored|central_storage|one_device] [--replicas N]
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <strata/strata.hpp>
+#include <vector>
+
+template <class Strategy>
+int train(Strategy& strategy) {
+  const int p = strategy.num_replicas_in_sync();
+  // Parameters [w, b], placed as the strategy says (one copy per replica, or one central copy).
+  auto params = strategy.make_variable(strata::Tensor<double>{{2}, {0.0, 0.0}});
+  const int global_batch = 64;
+  for (int step = 0; step < 300; ++step) {
+    auto losses = strategy.run([&](auto& ctx) {
+      const int r = ctx.replica_id_in_sync_group();
+      const auto& wb = params.local(ctx);
+      // This replica's share of the global batch: x = 0, 1/64, ..., drawn by replica.
+      std::vector<double> grad{0.0, 0.0};
+      double loss = 0;
+      for (int i = r; i < global_batch; i += p) {
+        const double x = i / double(global_batch), y = 3 * x + 2;
+        const double err = wb[0] * x + wb[1] - y;
+        loss += err * err / global_batch;  // scaled by the global batch: sum over replicas = mean loss
+        grad[0] += 2 * err * x / global_batch;
+        grad[1] += 2 * err / global_batch;
+      }
+      ctx.barrier();  // all replicas have read the parameters before they change
+      params.apply_gradient(ctx, grad, [](std::span<double> v, std::span<const double> g) {
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] -= 0.5 * g[i];
+      });
+      return loss;
+    });
+    if (step % 100 == 0 || step == 299)
+      std::printf("step %3d  loss %.6f\n", step, strategy.reduce(strata::Sum, losses));
+  }
+  std::printf("fit: y = %.4f x + %.4f on %d replica(s)\n", params.value()[0], params.value()[1], p);
+  return std::abs(params.value()[0] - 3) < 1e-2 && std::abs(params.value()[1] - 2) < 1e-2 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  std::string which = "mirrored";
+  int replicas = 0;  // 0: one per core
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--strategy")) which = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--replicas")) replicas = std::atoi(argv[i + 1]);
+  }
+  try {
+    if (which == "mirrored") {
+      strata::MirroredStrategy s{strata::cpu_replicas(replicas)};
+      return train(s);
+    }
+    if (which == "central_storage") {
+      strata::CentralStorageStrategy s{strata::cpu_replicas(replicas)};
+      return train(s);
+    }
+    if (which == "one_device") {
+      strata::OneDeviceStrategy s{strata::cpu(0)};
+      return train(s);
+    }
+    std::fprintf(stderr, "tour: unknown strategy '%s' (mirrored, central_storage, one_device)\n", which.c_str());
+    return 2;
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "tour: %s\n", e.what());
+    return 1;
+  }
+}

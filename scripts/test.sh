@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole test suite, three times: a release build with g++ (unit tests,
+# compile-fail tests, packaging test; warnings are errors), then the unit
+# tests under ThreadSanitizer (g++) and under AddressSanitizer+UBSan
+# (clang++). Ends with the line "N passed, M failed"; exits non-zero if any
+# test failed or a build broke.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+passed=0
+failed=0
+count() {  # add the results of one meson test log
+  local log=$1 p f
+  read -r p f < <(python3 - "$log" <<'PY'
+import json, sys
+ok = bad = 0
+for line in open(sys.argv[1], encoding="utf-8"):
+    r = json.loads(line)["result"]
+    if r in ("OK", "EXPECTEDFAIL"):
+        ok += 1
+    elif r != "SKIP":
+        bad += 1
+print(ok, bad)
+PY
+)
+  passed=$((passed + p))
+  failed=$((failed + f))
+}
+
+# suite NAME BUILDDIR COMPILER MESON-TEST-ARGS -- SETUP-ARGS
+suite() {
+  local name=$1 dir=$2 cxx=$3
+  shift 3
+  local test_args=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do test_args+=("$1"); shift; done
+  shift
+  echo "=== $name"
+  if [ ! -f "$dir/build.ninja" ]; then
+    CXX=$cxx meson setup "$dir" -Dwerror=true "$@" > "$dir.setup.log" 2>&1 ||
+      { cat "$dir.setup.log"; failed=$((failed + 1)); return; }
+  fi
+  if ! ninja -C "$dir" > "$dir.build.log" 2>&1; then
+    tail -n 60 "$dir.build.log"
+    echo "$name: build failed"
+    failed=$((failed + 1))
+    return
+  fi
+  rm -f "$dir/meson-logs/testlog.json"
+  meson test -C "$dir" --print-errorlogs "${test_args[@]}" 2>&1 | grep -Ev '^(Ok|Expected Fail|Fail|Unexpected Pass|Skipped|Timeout): '
+  count "$dir/meson-logs/testlog.json"
+}
+
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+suite "release (g++)" build g++ -- --buildtype=release
+suite "ThreadSanitizer (g++)" build-tsan g++ --no-suite compile_fail --no-suite packaging -- \
+  --buildtype=debugoptimized -Db_sanitize=thread -Dbench=false -Dexamples=false
+suite "AddressSanitizer + UBSan (clang++)" build-asan clang++ --no-suite compile_fail --no-suite packaging -- \
+  --buildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbench=false -Dexamples=false
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
