@@ -27,7 +27,6 @@ int train(Strategy& strategy) {
         grad[0] += 2 * err * x / global_batch;
         grad[1] += 2 * err / global_batch;
       }
-      ctx.barrier();  // all replicas have read the parameters before they change
       params.apply_gradient(ctx, grad, [](std::span<double> v, std::span<const double> g) {
         for (std::size_t i = 0; i < v.size(); ++i) v[i] -= 0.5 * g[i];
       });

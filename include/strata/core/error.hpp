@@ -51,8 +51,10 @@ class CollectiveAborted : public CollectiveError {
 };
 
 //! The error `Strategy::run` throws when the function failed on a replica.
-//! `replica()` names the first replica (lowest id) whose failure was not a
-//! consequence of another replica's; `cause()` holds what it threw.
+//! `replica()` names the replica whose failure explains the others (its own
+//! exception before a collective that could not complete, before
+//! CollectiveAborted; the lowest id among equals); `cause()` holds what it
+//! threw.
 class ReplicaError : public Error {
  public:
   ReplicaError(int replica, int num_replicas, std::exception_ptr cause, const std::string& what)

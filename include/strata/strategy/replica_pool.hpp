@@ -102,23 +102,29 @@ class ReplicaPool {
     }
   }
 
-  //! Reports the lowest replica whose failure is its own: replicas that were
-  //! only released by the abort (CollectiveAborted) are consequences.
+  //! Reports the failure that explains the others: a replica's own error
+  //! first, then a collective that could not complete (timeout, departed
+  //! replica), and only then CollectiveAborted, which is always a
+  //! consequence. Among equals, the lowest replica.
   void rethrow_first() {
-    int first = -1;
-    for (int pass = 0; pass < 2 && first < 0; ++pass)
-      for (int r = 0; r < size() && first < 0; ++r) {
-        auto& e = errors_[static_cast<std::size_t>(r)];
-        if (!e) continue;
-        bool secondary = false;
-        try {
-          std::rethrow_exception(e);
-        } catch (const CollectiveAborted&) {
-          secondary = true;
-        } catch (...) {
-        }
-        if (pass == 1 || !secondary) first = r;
+    int first = -1, best = 3;
+    for (int r = 0; r < size(); ++r) {
+      auto& e = errors_[static_cast<std::size_t>(r)];
+      if (!e) continue;
+      int rank = 0;
+      try {
+        std::rethrow_exception(e);
+      } catch (const CollectiveAborted&) {
+        rank = 2;
+      } catch (const CollectiveTimeout&) {
+        rank = 1;
+      } catch (...) {
       }
+      if (rank < best) {
+        best = rank;
+        first = r;
+      }
+    }
     if (first < 0) return;
     auto e = errors_[static_cast<std::size_t>(first)];
     std::string what;

@@ -93,6 +93,9 @@ class CentralVariable {
   //! Reduces every replica's `grad` onto the central gradient (each replica
   //! reduces a slice), then each replica applies `update` to its slice of
   //! the central value; returns when the whole update is visible to all.
+  //! No replica's update starts before every replica has entered the
+  //! reduction, so reads of the value made before apply_gradient (to compute
+  //! the gradient) never see a half-updated value: no extra barrier needed.
   template <class Ctx, Buffer G, class F, ReduceOperation Op = SumOp>
   void apply_gradient(Ctx& ctx, G&& grad, F&& update, Op op = {}) {
     detail::check_grad_size<T>(std::ranges::size(grad), value_.size(), "CentralVariable");
