@@ -83,8 +83,8 @@ void sweep(int p, const Args& a) {
     const double t = res[0].first;
     const double algbw = static_cast<double>(bytes) / t / 1e9;
     const double busbw = algbw * 2.0 * (p - 1) / p;
-    // Bound: each replica's buffer read and written once, measured with the
-    // same working set (p buffers of this size).
+    // Bound: each replica's buffer read and written once, by the fastest of
+    // three streaming kernels on the same working set (p buffers of this size).
     const double bound_busbw = static_cast<double>(bytes) / bench::rw_pass_time(p, bytes) * 2.0 * (p - 1) / p / 1e9;
     std::printf("%10zu %12zu %6s %3d %-7s %10.1f %8.2f %8.2f %8.2f %7.0f%% %6ld\n", bytes, n, "float", p,
                 std::string(Algo::name).c_str(), t * 1e6, algbw, busbw, bound_busbw, 100.0 * busbw / bound_busbw, wrong);

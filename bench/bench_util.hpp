@@ -53,10 +53,13 @@ inline std::string human(std::size_t bytes) {
 //! The time (s) for `threads` threads to read and write `threads` buffers of
 //! `bytes` once each (a[i] += 1): exactly the traffic of an ideal all-reduce
 //! of `bytes` per replica, from whichever level of the memory hierarchy
-//! holds that working set. Two access patterns, the faster counts: each
-//! thread streams its own buffer, or each thread streams its slice of every
-//! buffer (the direct algorithm's pattern, without the arithmetic). Wall
-//! time over enough passes, best of 5.
+//! holds that working set. Three access patterns, the fastest counts: each
+//! thread streams its own buffer; each thread streams its slice of every
+//! buffer; each thread takes its slice of every buffer in 4 KiB blocks, reads
+//! the block of every buffer, then writes it back to every buffer with
+//! memcpy (the direct algorithm's pattern and store width, without its
+//! arithmetic or synchronization). Wall time over
+//! enough passes, best of 5.
 inline double rw_pass_time(int threads, std::size_t bytes) {
   const auto p = static_cast<std::size_t>(threads);
   const std::size_t n = std::max<std::size_t>(1, bytes / sizeof(float));
@@ -66,13 +69,25 @@ inline double rw_pass_time(int threads, std::size_t bytes) {
     for (std::size_t i = b; i < e; ++i) a[i] += 1.f;
     asm volatile("" ::"r"(a) : "memory");
   };
-  auto work = [&](std::size_t t, bool sliced) {
-    if (!sliced) return bump(bufs[t].data(), 0, n);
+  auto blocked = [&](std::size_t b, std::size_t e) {
+    constexpr std::size_t block = 1024;
+    alignas(64) float acc[block];
+    for (std::size_t k = b; k < e; k += block) {
+      const std::size_t m = std::min(block, e - k);
+      // memcpy: the C library's widest loads and stores, as the collectives' copies use.
+      for (std::size_t s = 0; s < p; ++s) std::memcpy(acc, bufs[s].data() + k, m * sizeof(float));
+      for (std::size_t s = 0; s < p; ++s) std::memcpy(bufs[s].data() + k, acc, m * sizeof(float));
+    }
+    asm volatile("" ::"r"(acc) : "memory");
+  };
+  auto work = [&](std::size_t t, int pattern) {
+    if (pattern == 0) return bump(bufs[t].data(), 0, n);
     const std::size_t b = n * t / p, e = n * (t + 1) / p;
+    if (pattern == 2) return blocked(b, e);
     for (std::size_t s = 0; s < p; ++s) bump(bufs[s].data(), b, e);
   };
   double best = 1e30;
-  for (bool sliced : {false, true})
+  for (int sliced : {0, 1, 2})
     for (int rep = 0; rep < 5; ++rep) {
       std::atomic<int> ready{0};
       std::atomic<bool> go{false};
