@@ -29,8 +29,7 @@ void call_update(F& f, std::span<T> value, std::span<const T> grad, std::size_t 
     f(value, grad);
 }
 
-template <class T>
-void check_grad_size(std::size_t got, std::size_t want, const char* who) {
+inline void check_grad_size(std::size_t got, std::size_t want, const char* who) {
   if (got != want)
     throw ShapeError(std::string(who) + "::apply_gradient: gradient has " + std::to_string(got) +
                      " elements but the variable " + std::to_string(want));
@@ -56,7 +55,7 @@ class MirroredVariable {
   template <class Ctx, MutableBuffer G, class F, ReduceOperation Op = SumOp>
   void apply_gradient(Ctx& ctx, G&& grad, F&& update, Op op = {}) {
     auto& mine = local(ctx);
-    detail::check_grad_size<T>(std::ranges::size(grad), mine.size(), "MirroredVariable");
+    detail::check_grad_size(std::ranges::size(grad), mine.size(), "MirroredVariable");
     ctx.all_reduce(grad, op);
     detail::call_update(update, mine.span(), std::span<const T>(std::ranges::data(grad), mine.size()), 0);
   }
@@ -98,7 +97,7 @@ class CentralVariable {
   //! the gradient) never see a half-updated value: no extra barrier needed.
   template <class Ctx, Buffer G, class F, ReduceOperation Op = SumOp>
   void apply_gradient(Ctx& ctx, G&& grad, F&& update, Op op = {}) {
-    detail::check_grad_size<T>(std::ranges::size(grad), value_.size(), "CentralVariable");
+    detail::check_grad_size(std::ranges::size(grad), value_.size(), "CentralVariable");
     auto& comm = ctx.communicator();
     comm.reduce_to_one(grad, grad_.span(), 0, op);
     const Range mine = detail::aligned_range(value_.size(), static_cast<std::size_t>(comm.size()),

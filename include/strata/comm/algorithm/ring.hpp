@@ -28,9 +28,6 @@ struct Ring {
 
 namespace detail {
 
-//! How one ring step combines the incoming chunk into ours.
-enum class RingCombine { reduce, copy };
-
 //! What a backend provides to run the ring: its position, and one step that
 //! (a) makes our `send` range available to the right neighbour and (b)
 //! combines the left neighbour's `recv` range into ours with `fn(dst, src, n)`
