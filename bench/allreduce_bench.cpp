@@ -2,7 +2,6 @@
 // replica count, size from --min to --max (x4 steps), time per call, algbw,
 // busbw, the fraction of the memory-traffic bound, and a correctness check.
 //   allreduce_bench [--replicas 2,4] [--algo ring,direct,auto] [--min 1K] [--max 64M] [--out-of-place]
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <strata/strata.hpp>
@@ -30,16 +29,8 @@ Args parse(int argc, char** argv) {
       return argv[++i];
     };
     if (k == "--replicas") a.replicas = bench::parse_ints(next());
-    else if (k == "--algo") {
-      a.algos.clear();
-      std::string v = next();
-      for (std::size_t p = 0; p <= v.size();) {
-        auto c = v.find(',', p);
-        if (c == std::string::npos) c = v.size();
-        a.algos.push_back(v.substr(p, c - p));
-        p = c + 1;
-      }
-    } else if (k == "--min") a.min_bytes = bench::parse_size(next());
+    else if (k == "--algo") a.algos = bench::split_commas(next());
+    else if (k == "--min") a.min_bytes = bench::parse_size(next());
     else if (k == "--max") a.max_bytes = bench::parse_size(next());
     else if (k == "--out-of-place") a.in_place = false;
     else {
@@ -55,7 +46,7 @@ void sweep(int p, const Args& a) {
   strata::Strategy<strata::Synchronous, strata::Mirrored, Algo> s{strata::cpu_replicas(p)};
   for (std::size_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 4) {
     const std::size_t n = bytes / sizeof(float);
-    const int iters = static_cast<int>(std::clamp<double>(2e9 / static_cast<double>(bytes * static_cast<std::size_t>(p)), 5, 20000));
+    const int iters = bench::iterations_for(bytes, p);
     auto res = s.run([&](auto& ctx) {
       const int r = ctx.replica_id_in_sync_group();
       std::vector<float> in(n, 0.f), out(n, 0.f);

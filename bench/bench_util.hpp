@@ -31,23 +31,27 @@ inline std::size_t parse_size(const std::string& s) {
   return static_cast<std::size_t>(v);
 }
 
-inline std::vector<int> parse_ints(const std::string& s) {
-  std::vector<int> v;
+//! "ring,direct" -> {"ring", "direct"}.
+inline std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> v;
   for (std::size_t pos = 0; pos <= s.size();) {
     auto comma = s.find(',', pos);
     if (comma == std::string::npos) comma = s.size();
-    v.push_back(std::atoi(s.substr(pos, comma - pos).c_str()));
+    v.push_back(s.substr(pos, comma - pos));
     pos = comma + 1;
   }
   return v;
 }
 
-inline std::string human(std::size_t bytes) {
-  char b[32];
-  if (bytes >= (1u << 20)) std::snprintf(b, sizeof b, "%zuM", bytes >> 20);
-  else if (bytes >= 1024) std::snprintf(b, sizeof b, "%zuK", bytes >> 10);
-  else std::snprintf(b, sizeof b, "%zu", bytes);
-  return b;
+inline std::vector<int> parse_ints(const std::string& s) {
+  std::vector<int> v;
+  for (const auto& x : split_commas(s)) v.push_back(std::atoi(x.c_str()));
+  return v;
+}
+
+//! Timed calls per row: about 2 GB of buffer traffic, at least 5, at most 20000.
+inline int iterations_for(std::size_t bytes, int ranks) {
+  return static_cast<int>(std::clamp<double>(2e9 / static_cast<double>(bytes * static_cast<std::size_t>(ranks)), 5, 20000));
 }
 
 //! The time (s) for `threads` threads to read and write `threads` buffers of

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   }
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t n = bytes / sizeof(float);
-    const int iters = static_cast<int>(std::clamp<double>(2e9 / static_cast<double>(bytes * static_cast<std::size_t>(p)), 5, 20000));
+    const int iters = bench::iterations_for(bytes, p);
     std::vector<float> v(n, 0.f);
     for (int i = 0; i < 3; ++i) MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);

@@ -36,13 +36,9 @@ suite() {
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do test_args+=("$1"); shift; done
   shift
   echo "=== $name"
-  if [ -f "$dir/build.ninja" ]; then  # an existing build dir: make sure it has these options
-    meson configure "$dir" -Dwerror=true "$@" > "$dir.setup.log" 2>&1 ||
-      { cat "$dir.setup.log"; failed=$((failed + 1)); return; }
-  else
-    CXX=$cxx meson setup "$dir" -Dwerror=true "$@" > "$dir.setup.log" 2>&1 ||
-      { cat "$dir.setup.log"; failed=$((failed + 1)); return; }
-  fi
+  local setup=(env CXX="$cxx" meson setup "$dir")
+  [ -f "$dir/build.ninja" ] && setup=(meson configure "$dir")  # existing dir: make sure it has these options
+  "${setup[@]}" -Dwerror=true "$@" > "$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; failed=$((failed + 1)); return; }
   if ! ninja -C "$dir" > "$dir.build.log" 2>&1; then
     tail -n 60 "$dir.build.log"
     echo "$name: build failed"
