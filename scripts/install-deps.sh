@@ -3,7 +3,7 @@
 # if something is missing (idempotent). Needs root (or sudo).
 set -euo pipefail
 packages=(meson ninja-build g++ clang libclang-rt-14-dev pkg-config python3 doctest-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin libopenblas-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")

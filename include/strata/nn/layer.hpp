@@ -1,0 +1,106 @@
+#pragma once
+//! The layer interface. A layer is built once for a per-sample input shape
+//! (the batch axis is never part of a built shape), declares its parameters,
+//! and is then cloned once per replica: each clone keeps its own activations
+//! cache and is bound to that replica's view of the parameters (its own copy
+//! under Mirrored placement, the shared one under CentralStorage).
+//!   struct Twice : strata::nn::Layer { ... };   // see nn/relu.hpp for a small one
+//! Tensors passed to forward/backward are [batch, ...per-sample shape];
+//! the batch may be 0 (a replica that got no samples of a short last batch).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/core/error.hpp>
+#include <strata/nn/random.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata::nn {
+
+//! How a parameter starts.
+enum class Init { Zeros, GlorotUniform };
+
+//! A parameter a layer declares after build.
+struct ParamSpec {
+  std::string name;   //!< "kernel", "bias"
+  Shape shape;
+  Init init = Init::Zeros;
+  std::size_t fan_in = 0, fan_out = 0;  //!< for GlorotUniform
+  float l2 = 0.f;                       //!< L2 regularization factor (0: none)
+};
+
+//! Where a bound parameter lives: its value and its gradient, both flat.
+struct ParamRef {
+  std::span<float> value;
+  std::span<float> grad;
+};
+
+//! What a forward pass knows about where it runs.
+struct RunInfo {
+  bool training = false;
+  int replica = 0;
+  std::uint64_t seed = 0;  //!< the model's seed
+  std::uint64_t step = 0;  //!< global step (batches trained so far)
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  //! The kind of layer, as shown by summary(): "Dense", "Conv2D", ...
+  [[nodiscard]] virtual std::string kind() const = 0;
+  //! Checks `input` (per-sample shape) and returns the per-sample output
+  //! shape. Throws ShapeError naming the layer and what it expected.
+  virtual Shape build(const Shape& input) = 0;
+  //! Parameters, in a fixed order (valid after build).
+  [[nodiscard]] virtual std::vector<ParamSpec> params() const { return {}; }
+  //! Binds storage for the parameters, in params() order.
+  virtual void bind(std::span<const ParamRef> /*params*/) {}
+  //! y = layer(x). `y` is resized by the layer as needed (reuse it between calls).
+  virtual void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo& info) = 0;
+  //! Given x, y of the last forward and dL/dy, writes dL/dparams into the
+  //! bound gradients (overwriting them) and, when `dx` is not null, dL/dx.
+  virtual void backward(const Tensor<float>& x, const Tensor<float>& y, const Tensor<float>& dy,
+                        Tensor<float>* dx) = 0;
+  //! A copy of this built layer with its own caches (bindings are not copied meaningfully: rebind).
+  [[nodiscard]] virtual std::unique_ptr<Layer> clone() const = 0;
+};
+
+namespace detail {
+//! Makes `t` have shape [batch, per_sample...], reallocating only when the element count changes.
+inline void resize(Tensor<float>& t, std::size_t batch, const Shape& per_sample) {
+  std::vector<std::size_t> dims;
+  dims.reserve(per_sample.rank() + 1);
+  dims.push_back(batch);
+  dims.insert(dims.end(), per_sample.dims().begin(), per_sample.dims().end());
+  Shape s(std::move(dims));
+  if (t.size() == s.elements()) t.reshape(std::move(s));
+  else t = Tensor<float>(std::move(s));
+}
+
+//! The per-sample shape of a batch tensor (all but the first extent).
+inline Shape sample_shape(const Shape& batch_shape) {
+  if (batch_shape.rank() == 0) throw ShapeError("strata::nn: a batch tensor needs a batch axis, got a scalar");
+  return Shape(std::vector<std::size_t>(batch_shape.dims().begin() + 1, batch_shape.dims().end()));
+}
+
+inline void check_input(const std::string& layer, const Shape& want, const Tensor<float>& x) {
+  if (x.shape().rank() == 0 || sample_shape(x.shape()) != want)
+    throw ShapeError(layer + ": expected input [batch, " + want.str().substr(1) + " but got " + x.shape().str());
+}
+
+//! A CRTP helper: clone() by copy construction.
+template <class Derived>
+class LayerBase : public Layer {
+ public:
+  [[nodiscard]] std::unique_ptr<Layer> clone() const override {
+    return std::make_unique<Derived>(static_cast<const Derived&>(*this));
+  }
+};
+}  // namespace detail
+
+}  // namespace strata::nn
