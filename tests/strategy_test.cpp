@@ -110,10 +110,13 @@ TEST_CASE("scope makes the strategy current on this thread, and nests") {
       CHECK(strata::current_scope()->num_replicas == 3);
       CHECK(strata::current_scope()->placement == "central_storage");
     });
-    CHECK(strata::current_scope()->strategy == &m);
+    CHECK(strata::current_scope()->strategy == &m.any());
+    CHECK(&strata::current_strategy() == &m.any());
+    CHECK(strata::current_strategy().placement() == strata::PlacementKind::Mirrored);
     return strata::current_scope()->num_replicas;
   });
   CHECK(n == 2);
+  CHECK(&strata::current_strategy() == &strata::get_strategy().any());
   CHECK_FALSE(strata::current_scope().has_value());
 }
 

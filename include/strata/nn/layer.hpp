@@ -33,9 +33,10 @@ struct ParamSpec {
   float l2 = 0.f;                       //!< L2 regularization factor (0: none)
 };
 
-//! Where a bound parameter lives: its value and its gradient, both flat.
+//! Where a bound parameter lives: its value (read-only to layers; the
+//! optimizer updates it) and its gradient, both flat.
 struct ParamRef {
-  std::span<float> value;
+  std::span<const float> value;
   std::span<float> grad;
 };
 

@@ -6,9 +6,13 @@
 
 namespace strata {
 
+//! The placement as a value, for code that sees a strategy without its type.
+enum class PlacementKind { OneDevice, Mirrored, CentralStorage };
+
 //! One replica on one device; variables live on it.
 struct OneDevice {
   using placement_policy = OneDevice;
+  static constexpr PlacementKind kind = PlacementKind::OneDevice;
   static constexpr std::string_view name = "one_device";
 };
 
@@ -16,6 +20,7 @@ struct OneDevice {
 //! identical by applying the same all-reduced update on every copy.
 struct Mirrored {
   using placement_policy = Mirrored;
+  static constexpr PlacementKind kind = PlacementKind::Mirrored;
   static constexpr std::string_view name = "mirrored";
 };
 
@@ -23,6 +28,7 @@ struct Mirrored {
 //! host, which replicas read and onto which gradients are reduced.
 struct CentralStorage {
   using placement_policy = CentralStorage;
+  static constexpr PlacementKind kind = PlacementKind::CentralStorage;
   static constexpr std::string_view name = "central_storage";
 };
 

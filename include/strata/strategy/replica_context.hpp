@@ -31,6 +31,10 @@ class ReplicaContext {
   void broadcast(R&& data, int root) { comm_.broadcast(std::forward<R>(data), root); }
   template <Buffer In, MutableBuffer Out, ReduceOperation Op>
   void reduce_scatter(In&& in, Out&& out, Op op) { comm_.reduce_scatter(std::forward<In>(in), std::forward<Out>(out), op); }
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+  void reduce_to_one(In&& in, Out&& out, int root, Op op) {
+    comm_.reduce_to_one(std::forward<In>(in), std::forward<Out>(out), root, op);
+  }
   template <Buffer In, MutableBuffer Out>
   void all_gather(In&& in, Out&& out) { comm_.all_gather(std::forward<In>(in), std::forward<Out>(out)); }
   void barrier() { comm_.barrier(); }

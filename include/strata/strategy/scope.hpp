@@ -5,13 +5,15 @@
 #include <optional>
 #include <string_view>
 
+#include <strata/strategy/any_strategy.hpp>
+
 namespace strata {
 
 //! What code inside `strategy.scope(fn)` can learn about its strategy.
 struct ScopeInfo {
   std::string_view placement;
   int num_replicas = 1;
-  const void* strategy = nullptr;
+  AnyStrategy* strategy = nullptr;  //!< the strategy itself, type-erased
 };
 
 namespace detail {

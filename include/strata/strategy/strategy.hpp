@@ -19,7 +19,9 @@
 #include <strata/policy/placement.hpp>
 #include <strata/policy/reduce.hpp>
 #include <strata/policy/sync.hpp>
+#include <strata/strategy/any_strategy.hpp>
 #include <strata/strategy/device.hpp>
+#include <strata/strategy/distributed.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replica_pool.hpp>
@@ -164,8 +166,22 @@ class Strategy {
   //! Runs `fn()` with this strategy as the current one (see strata::current_scope).
   template <std::invocable F>
   decltype(auto) scope(F&& fn) {
-    detail::ScopeGuard g{{Placement::name, num_replicas_in_sync(), this}};
+    detail::ScopeGuard g{{Placement::name, num_replicas_in_sync(), &any_}};
     return std::forward<F>(fn)();
+  }
+
+  //! This strategy seen without its type (what strata/nn models hold).
+  [[nodiscard]] AnyStrategy& any() noexcept { return any_; }
+
+  //! Marks `dataset` for distribution: a model's fit/evaluate/predict splits
+  //! each global batch of it into num_replicas_in_sync() per-replica batches
+  //! (contiguous, balanced rows; a batch smaller than the replica count
+  //! leaves some replicas an empty batch). The per-example loss is scaled by
+  //! the global batch size, so p replicas train as one would on the same
+  //! global batch.
+  template <class D>
+  [[nodiscard]] Distributed<std::remove_cvref_t<D>> distribute(D&& dataset) {
+    return {std::forward<D>(dataset), &any_};
   }
 
   //! A variable placed as the placement policy says, initialised to `init`.
@@ -201,6 +217,7 @@ class Strategy {
 
   std::vector<Device> devices_;
   mutable detail::ReplicaPool pool_;
+  detail::ErasedStrategy<Strategy> any_{*this};
 };
 
 //! Synchronous replicas in one process, variables mirrored, all-reduce
@@ -222,6 +239,12 @@ class DefaultStrategy : public OneDeviceStrategy {
 inline DefaultStrategy& get_strategy() {
   static DefaultStrategy s;
   return s;
+}
+
+//! The strategy of the innermost scope on this thread, or the default one.
+inline AnyStrategy& current_strategy() {
+  if (auto s = current_scope(); s && s->strategy) return *s->strategy;
+  return get_strategy().any();
 }
 
 }  // namespace strata

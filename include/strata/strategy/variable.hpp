@@ -98,13 +98,12 @@ class CentralVariable {
   template <class Ctx, Buffer G, class F, ReduceOperation Op = SumOp>
   void apply_gradient(Ctx& ctx, G&& grad, F&& update, Op op = {}) {
     detail::check_grad_size(std::ranges::size(grad), value_.size(), "CentralVariable");
-    auto& comm = ctx.communicator();
-    comm.reduce_to_one(grad, grad_.span(), 0, op);
-    const Range mine = detail::aligned_range(value_.size(), static_cast<std::size_t>(comm.size()),
-                                             static_cast<std::size_t>(comm.rank()), 64 / sizeof(T));
+    ctx.reduce_to_one(grad, grad_.span(), 0, op);
+    const Range mine = detail::aligned_range(value_.size(), static_cast<std::size_t>(ctx.num_replicas_in_sync()),
+                                             static_cast<std::size_t>(ctx.replica_id_in_sync_group()), 64 / sizeof(T));
     detail::call_update(update, value_.span().subspan(mine.begin, mine.size()),
                         std::span<const T>(grad_.span()).subspan(mine.begin, mine.size()), mine.begin);
-    comm.barrier();
+    ctx.barrier();
   }
 
  private:
