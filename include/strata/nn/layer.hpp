@@ -46,6 +46,7 @@ struct RunInfo {
   int replica = 0;
   std::uint64_t seed = 0;  //!< the model's seed
   std::uint64_t step = 0;  //!< global step (batches trained so far)
+  std::uint64_t layer = 0; //!< index of the layer in its model (keys per-layer random streams)
 };
 
 class Layer {

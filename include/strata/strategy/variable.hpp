@@ -60,6 +60,11 @@ class MirroredVariable {
     detail::call_update(update, mine.span(), std::span<const T>(std::ranges::data(grad), mine.size()), 0);
   }
 
+  //! Sets every copy to `v` (same shape). Call outside Strategy::run.
+  void assign(const Tensor<T>& v) {
+    for (auto& c : copies_) c.copy_from(v);
+  }
+
   //! Throws strata::Error naming the first replica and element whose copy
   //! differs from replica 0's by more than `tol` (exact by default). Call
   //! outside Strategy::run.
@@ -88,6 +93,8 @@ class CentralVariable {
   template <class Ctx>
   [[nodiscard]] const Tensor<T>& local(Ctx&) const noexcept { return value_; }
   [[nodiscard]] const Tensor<T>& value() const noexcept { return value_; }
+  //! Sets the value to `v` (same shape). Call outside Strategy::run.
+  void assign(const Tensor<T>& v) { value_.copy_from(v); }
 
   //! Reduces every replica's `grad` onto the central gradient (each replica
   //! reduces a slice), then each replica applies `update` to its slice of

@@ -1,0 +1,102 @@
+#pragma once
+//! Dense (fully connected) layer: y = act(x · kernel + bias), kernel
+//! [in, units] glorot-uniform, bias zero, optional L2 on the kernel.
+//!   strata::nn::Dense{128, {.activation = strata::nn::Activation::ReLU}}   // input size inferred
+//!   strata::nn::Dense{784, 128}                                            // input size stated
+
+#include <optional>
+#include <string>
+
+#include <strata/nn/activation.hpp>
+#include <strata/nn/blas.hpp>
+#include <strata/nn/layer.hpp>
+
+namespace strata::nn {
+
+struct DenseOptions {
+  Activation activation = Activation::Linear;
+  bool use_bias = true;
+  float l2 = 0.f;  //!< kernel regularizer: adds l2 * sum(kernel^2) to the loss
+};
+
+class Dense final : public detail::LayerBase<Dense> {
+ public:
+  explicit Dense(std::size_t units, DenseOptions opts = {}) : units_(units), opts_(opts) { check(); }
+  Dense(std::size_t input_dim, std::size_t units, DenseOptions opts = {})
+      : units_(units), input_dim_(input_dim), opts_(opts) { check(); }
+
+  [[nodiscard]] std::string kind() const override { return "Dense"; }
+  [[nodiscard]] std::size_t units() const noexcept { return units_; }
+
+  Shape build(const Shape& input) override {
+    if (input.rank() != 1)
+      throw ShapeError("Dense: expects a per-sample vector, got per-sample shape " + input.str() +
+                       "; put a Flatten before it");
+    if (input_dim_ && *input_dim_ != input[0])
+      throw ShapeError("Dense: was declared with input size " + std::to_string(*input_dim_) + " but receives " +
+                       input.str());
+    in_ = input[0];
+    detail::blas_single_threaded();
+    return Shape{units_};
+  }
+  [[nodiscard]] std::vector<ParamSpec> params() const override {
+    std::vector<ParamSpec> p{{"kernel", Shape{in_, units_}, Init::GlorotUniform, in_, units_, opts_.l2}};
+    if (opts_.use_bias) p.push_back({"bias", Shape{units_}, Init::Zeros, 0, 0, 0.f});
+    return p;
+  }
+  void bind(std::span<const ParamRef> p) override {
+    kernel_ = p[0];
+    if (opts_.use_bias) bias_ = p[1];
+  }
+
+  void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo&) override {
+    detail::check_input("Dense", Shape{in_}, x);
+    const std::size_t b = x.shape()[0];
+    detail::resize(y, b, Shape{units_});
+    if (b == 0) return;
+    float* out = y.data();
+    if (opts_.use_bias)
+      for (std::size_t i = 0; i < b; ++i) std::copy_n(bias_.value.data(), units_, out + i * units_);
+    detail::gemm(false, false, b, units_, in_, 1.f, x.data(), in_, kernel_.value.data(), units_,
+                 opts_.use_bias ? 1.f : 0.f, out, units_);
+    detail::activate(opts_.activation, out, y.size(), units_);
+  }
+
+  void backward(const Tensor<float>& x, const Tensor<float>& y, const Tensor<float>& dy,
+                Tensor<float>* dx) override {
+    const std::size_t b = x.shape()[0];
+    const float* dz = dy.data();
+    if (opts_.activation != Activation::Linear) {
+      dz_.resize(dy.size());
+      detail::activation_backward(opts_.activation, y.data(), dy.data(), dz_.data(), dy.size(), units_);
+      dz = dz_.data();
+    }
+    // dkernel = x^T dz (zero when the batch is empty: gemm with k = 0 clears)
+    detail::gemm(true, false, in_, units_, b, 1.f, x.data(), in_, dz, units_, 0.f, kernel_.grad.data(), units_);
+    if (opts_.use_bias) {
+      float* db = bias_.grad.data();
+      std::fill_n(db, units_, 0.f);
+      for (std::size_t i = 0; i < b; ++i)
+        for (std::size_t j = 0; j < units_; ++j) db[j] += dz[i * units_ + j];
+    }
+    if (dx) {
+      detail::resize(*dx, b, Shape{in_});
+      detail::gemm(false, true, b, in_, units_, 1.f, dz, units_, kernel_.value.data(), units_, 0.f, dx->data(), in_);
+    }
+  }
+
+ private:
+  void check() const {
+    if (units_ == 0) throw Error("Dense: units must be at least 1");
+    if (input_dim_ && *input_dim_ == 0) throw Error("Dense: input size must be at least 1");
+  }
+
+  std::size_t units_;
+  std::optional<std::size_t> input_dim_;
+  DenseOptions opts_;
+  std::size_t in_ = 0;
+  ParamRef kernel_, bias_;
+  std::vector<float> dz_;
+};
+
+}  // namespace strata::nn

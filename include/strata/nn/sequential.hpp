@@ -1,0 +1,622 @@
+#pragma once
+//! Sequential: a stack of layers trained with the strategy in whose scope it
+//! was made (the default strategy otherwise), Keras-style.
+//!   auto model = strategy.scope([] {
+//!     return strata::nn::Sequential{strata::nn::Input{{28, 28}}, strata::nn::Flatten{}, strata::nn::Dense{10}};
+//!   });
+//!   model.compile(strata::nn::Adam{1e-3}, strata::nn::SparseCategoricalCrossentropy{{.from_logits = true}},
+//!                 {strata::nn::Accuracy{}});
+//!   model.fit(strategy.distribute(train), {.epochs = 5});
+//! The model code does not change with the strategy. Under a strategy with p
+//! replicas each global batch is split into p contiguous row ranges; every
+//! replica computes the gradient of (sum of its examples' losses) / (global
+//! batch size), and the gradients are summed: p replicas take the same step
+//! as one replica on the whole batch. Same seed, strategy and replica count
+//! give bitwise-identical weights (all reductions run in a fixed order).
+//! The strategy must outlive the model.
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <strata/core/partition.hpp>
+#include <strata/nn/callbacks.hpp>
+#include <strata/nn/layer.hpp>
+#include <strata/nn/logs.hpp>
+#include <strata/nn/losses.hpp>
+#include <strata/nn/metrics.hpp>
+#include <strata/nn/optimizer.hpp>
+#include <strata/nn/progress.hpp>
+#include <strata/nn/weights_file.hpp>
+#include <strata/strategy/strategy.hpp>
+
+namespace strata::nn {
+
+//! The per-sample input shape, as the first element of a Sequential.
+struct Input {
+  Shape shape;
+};
+
+//! Metrics for compile: `{strata::nn::Accuracy{}, ...}`.
+class MetricList {
+ public:
+  MetricList() = default;
+  template <std::derived_from<Metric>... M>
+  MetricList(M... m) {  // NOLINT: implicit, for brace lists
+    (items_.push_back(std::make_unique<M>(std::move(m))), ...);
+  }
+  MetricList(MetricList&&) = default;
+  MetricList& operator=(MetricList&&) = default;
+  std::vector<std::unique_ptr<Metric>>& items() noexcept { return items_; }
+
+ private:
+  std::vector<std::unique_ptr<Metric>> items_;
+};
+
+struct CompileOptions {
+  std::uint64_t seed = 0;  //!< keys weight initialization and dropout; fixed by default, so runs repeat
+};
+
+struct FitOptions {
+  int epochs = 1;
+  Verbosity verbose = Verbosity::Auto;
+  std::vector<Callback*> callbacks = {};
+  std::size_t steps_per_epoch = 0;  //!< 0: until the dataset ends
+  std::FILE* out = stdout;          //!< where progress goes
+};
+
+struct EvaluateOptions {
+  Verbosity verbose = Verbosity::Silent;
+  std::FILE* out = stdout;
+};
+
+namespace detail {
+
+template <class T>
+struct is_distributed : std::false_type {};
+template <class D>
+struct is_distributed<Distributed<D>> : std::true_type {};
+
+//! A tensor as float: the tensor itself when it already is, else a converted copy.
+template <class T>
+const Tensor<float>& as_float(const Tensor<T>& t, Tensor<float>& holder) {
+  if constexpr (std::same_as<T, float>) {
+    return t;
+  } else {
+    if (holder.shape() != t.shape()) holder = Tensor<float>(t.shape());
+    for (std::size_t i = 0; i < t.size(); ++i) holder[i] = static_cast<float>(t[i]);
+    return holder;
+  }
+}
+
+//! rows [r.begin, r.end) of `src` into `dst`.
+inline void copy_rows(const Tensor<float>& src, Range r, Tensor<float>& dst) {
+  const Shape s = sample_shape(src.shape());
+  resize(dst, r.size(), s);
+  const std::size_t w = s.elements();
+  if (r.size()) std::copy_n(src.data() + r.begin * w, r.size() * w, dst.data());
+}
+
+inline std::string lower_name(const std::string& kind) {
+  std::string s;
+  for (std::size_t i = 0; i < kind.size(); ++i) {
+    const char c = kind[i];
+    if (std::isupper(static_cast<unsigned char>(c))) {
+      if (i && !std::isupper(static_cast<unsigned char>(kind[i - 1])) && kind[i - 1] != '_') s += '_';
+      s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {
+      s += c;
+    }
+  }
+  return s;
+}
+
+inline std::string with_commas(std::size_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
+  return s;
+}
+}  // namespace detail
+
+class Sequential {
+ public:
+  //! Layers in order; an Input{shape} first fixes the per-sample input shape
+  //! (otherwise the first batch does).
+  template <class... L>
+    requires((std::derived_from<std::remove_cvref_t<L>, Layer> || std::same_as<std::remove_cvref_t<L>, Input>) && ...)
+  explicit Sequential(L&&... layers) : strategy_(&current_strategy()) {
+    (add(std::forward<L>(layers)), ...);
+  }
+  Sequential(Sequential&&) = default;
+  Sequential& operator=(Sequential&&) = default;
+
+  //! Appends a layer (before build).
+  template <class L>
+    requires std::derived_from<std::remove_cvref_t<L>, Layer>
+  void add(L&& layer) {
+    if (built()) throw Error("Sequential::add: the model is already built; add layers before fit/build");
+    layers_.push_back(std::make_unique<std::remove_cvref_t<L>>(std::forward<L>(layer)));
+  }
+  void add(Input in) {
+    if (!layers_.empty() || input_) throw Error("Sequential: Input must come first, and once");
+    input_ = std::move(in.shape);
+  }
+
+  [[nodiscard]] bool built() const noexcept { return params_.has_value(); }
+  [[nodiscard]] AnyStrategy& strategy() const noexcept { return *strategy_; }
+  [[nodiscard]] std::size_t count_params() const noexcept { return total_; }
+  [[nodiscard]] std::int64_t iterations() const noexcept { return iterations_; }
+  [[nodiscard]] const std::vector<std::unique_ptr<Layer>>& layers() const noexcept { return layers_; }
+
+  //! Sets the loss, optimizer and metrics. Call before fit/evaluate.
+  template <std::derived_from<Optimizer> O, std::derived_from<Loss> L>
+  void compile(O optimizer, L loss, MetricList metrics = {}, CompileOptions opts = {}) {
+    optimizer_ = std::make_unique<O>(std::move(optimizer));
+    loss_ = std::make_unique<L>(std::move(loss));
+    metrics_ = std::move(metrics.items());
+    for (auto& m : metrics_) m->set_loss(*loss_);
+    seed_ = opts.seed;  // a model built before compile keeps the weights it was built with
+    make_states();
+  }
+
+  //! Builds for a per-sample input shape: infers every layer's shapes,
+  //! initializes the parameters (seeded) and places them as the strategy says.
+  void build(const Shape& input) {
+    if (built()) {
+      if (input != *input_) throw ShapeError("Sequential: built for per-sample input " + input_->str() + ", got " + input.str());
+      return;
+    }
+    if (input_ && *input_ != input)
+      throw ShapeError("Sequential: declared Input " + input_->str() + " but the data has per-sample shape " + input.str());
+    if (layers_.empty()) throw Error("Sequential: the model has no layers");
+    input_ = input;
+    Shape s = input;
+    shapes_.clear();
+    specs_.clear();
+    names_.clear();
+    total_ = 0;
+    std::vector<std::size_t> kind_count;
+    std::vector<std::string> kinds;
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      try {
+        s = layers_[l]->build(s);
+      } catch (const ShapeError& e) {
+        throw ShapeError("Sequential: layer " + std::to_string(l) + " (" + layers_[l]->kind() + "): " + e.what());
+      }
+      shapes_.push_back(s);
+      specs_.push_back(layers_[l]->params());
+      std::string base = detail::lower_name(layers_[l]->kind());
+      std::size_t seen = 0;
+      for (const auto& k : kinds) seen += k == base;
+      kinds.push_back(base);
+      names_.push_back(seen ? base + "_" + std::to_string(seen) : base);
+      for (const auto& p : specs_.back()) total_ += p.shape.elements();
+    }
+    first_trainable_ = layers_.size();
+    for (std::size_t l = 0; l < layers_.size() && first_trainable_ == layers_.size(); ++l)
+      if (!specs_[l].empty()) first_trainable_ = l;
+    Tensor<float> init{Shape{total_}};
+    std::size_t off = 0;
+    for (std::size_t l = 0; l < layers_.size(); ++l)
+      for (std::size_t i = 0; i < specs_[l].size(); ++i) {
+        const ParamSpec& p = specs_[l][i];
+        const std::size_t n = p.shape.elements();
+        if (p.init == Init::GlorotUniform) {
+          const float limit = std::sqrt(6.f / static_cast<float>(std::max<std::size_t>(1, p.fan_in + p.fan_out)));
+          Rng rng{nn::detail::mix(seed_, l, i)};
+          for (std::size_t k = 0; k < n; ++k) init[off + k] = (2.f * rng.uniform() - 1.f) * limit;
+        }
+        off += n;
+      }
+    place(init);
+  }
+
+  //! Trains on `data`: a dataset of (features, labels) batches, or one made
+  //! by strategy.distribute(...). Returns the per-epoch logs.
+  template <class D>
+  History fit(const D& data, FitOptions opts = {}) {
+    return fit_impl(data, opts, static_cast<const D*>(nullptr));
+  }
+  //! As fit, evaluating `validation` after each epoch (logs get val_*).
+  template <class D, class V>
+  History fit(const D& data, FitOptions opts, const V& validation) {
+    return fit_impl(data, opts, &validation);
+  }
+
+  //! Loss and metrics over `data` (batches of (features, labels)).
+  template <class D>
+  Logs evaluate(const D& data, EvaluateOptions opts = {}) {
+    check_compiled("evaluate");
+    const auto& ds = dataset_of(data);
+    Totals t = make_totals();
+    auto it = ds.iterator();
+    std::size_t steps = 0;
+    detail::Progress progress(opts.verbose, opts.out, ds.cardinality());
+    while (auto e = it.next()) {
+      step(*e, Phase::Evaluate, t, nullptr, 0);
+      progress.update(++steps, t.samples, logs_of(t, ""));
+    }
+    Logs logs = logs_of(t, "");
+    progress.finish(steps, t.samples, logs);
+    return logs;
+  }
+
+  //! The model's outputs for every row of `x`, computed `batch_size` rows at a time.
+  template <Element T>
+  Tensor<float> predict(const Tensor<T>& x, std::size_t batch_size = 32) {
+    if (batch_size == 0) throw Error("Sequential::predict: batch_size must be at least 1");
+    Tensor<float> holder;
+    const Tensor<float>& xf = nn::detail::as_float(x, holder);
+    const Shape sample = nn::detail::sample_shape(xf.shape());
+    build(sample);
+    const std::size_t n = xf.shape()[0];
+    Tensor<float> out;
+    nn::detail::resize(out, n, shapes_.back());
+    Totals t = make_totals();
+    Tensor<float> batch;
+    for (std::size_t b = 0; b < n; b += batch_size) {
+      nn::detail::copy_rows(xf, {b, std::min(n, b + batch_size)}, batch);
+      step_tensors(batch, nullptr, Phase::Predict, t, &out, b);
+    }
+    return out;
+  }
+
+  //! A Keras-like table: layers, output shapes, parameter counts. Builds
+  //! the model if its Input is known.
+  [[nodiscard]] std::string summary() {
+    if (!built() && input_) build(*input_);
+    if (!built()) throw Error("Sequential::summary: the model is not built yet; give it an Input or call build()");
+    std::ostringstream os;
+    const std::string rule(65, '_'), dbl(65, '=');
+    char b[160];
+    os << "Model: \"sequential\" (" << strategy_->name() << ", " << strategy_->num_replicas_in_sync()
+       << (strategy_->num_replicas_in_sync() == 1 ? " replica)\n" : " replicas)\n") << rule << "\n";
+    std::snprintf(b, sizeof b, " %-28s%-26s%s\n", "Layer (type)", "Output Shape", "Param #");
+    os << b << dbl << "\n";
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      std::size_t n = 0;
+      for (const auto& p : specs_[l]) n += p.shape.elements();
+      std::string shape = "(None";
+      for (auto d : shapes_[l].dims()) shape += ", " + std::to_string(d);
+      shape += ")";
+      std::snprintf(b, sizeof b, " %-28s%-26s%s\n", (names_[l] + " (" + layers_[l]->kind() + ")").c_str(),
+                    shape.c_str(), detail::with_commas(n).c_str());
+      os << b;
+    }
+    os << dbl << "\nTotal params: " << detail::with_commas(total_) << "\nTrainable params: "
+       << detail::with_commas(total_) << "\nNon-trainable params: 0\n" << rule << "\n";
+    return os.str();
+  }
+
+  //! The parameters, named "<layer>/<param>" (replica 0's copy under Mirrored).
+  [[nodiscard]] std::vector<NamedTensor> get_weights() const {
+    check_built("get_weights");
+    const Tensor<float>& v = value();
+    std::vector<NamedTensor> out;
+    std::size_t off = 0;
+    for (std::size_t l = 0; l < layers_.size(); ++l)
+      for (const auto& p : specs_[l]) {
+        Tensor<float> t{p.shape};
+        std::copy_n(v.data() + off, t.size(), t.data());
+        off += t.size();
+        out.push_back({names_[l] + "/" + p.name, std::move(t)});
+      }
+    return out;
+  }
+  //! Sets every parameter (all copies). Names and shapes must match
+  //! get_weights(); on any mismatch nothing changes.
+  void set_weights(const std::vector<NamedTensor>& ws) {
+    check_built("set_weights");
+    const auto mine = get_weights();
+    if (ws.size() != mine.size())
+      throw ShapeError("set_weights: the model has " + std::to_string(mine.size()) + " parameter tensors, got " +
+                       std::to_string(ws.size()));
+    Tensor<float> flat{Shape{total_}};
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      if (ws[i].name != mine[i].name || ws[i].value.shape() != mine[i].value.shape())
+        throw ShapeError("set_weights: tensor " + std::to_string(i) + " is " + ws[i].name + " " +
+                         ws[i].value.shape().str() + " but the model expects " + mine[i].name + " " +
+                         mine[i].value.shape().str());
+      std::copy_n(ws[i].value.data(), ws[i].value.size(), flat.data() + off);
+      off += ws[i].value.size();
+    }
+    std::visit([&](auto& var) { var.assign(flat); }, *params_);
+  }
+  void save_weights(const std::filesystem::path& path) const { write_weights(path, get_weights()); }
+  //! Loads weights saved by save_weights; a file for another architecture
+  //! or a corrupt file raises an Error and leaves the model unchanged.
+  void load_weights(const std::filesystem::path& path) {
+    auto ws = read_weights(path);
+    try {
+      set_weights(ws);
+    } catch (const ShapeError& e) {
+      throw ShapeError("load_weights: " + path.string() + " does not fit this model: " + e.what());
+    }
+  }
+
+ private:
+  enum class Phase { Train, Evaluate, Predict };
+
+  struct Totals {
+    double loss = 0;
+    std::vector<double> metrics;
+    std::size_t samples = 0;
+  };
+
+  struct Replica {
+    std::vector<std::unique_ptr<Layer>> layers;
+    std::vector<Tensor<float>> acts;
+    Tensor<float> x, y, d[2];
+    Tensor<float> grad;
+    double loss = 0;
+    std::vector<double> metrics;
+  };
+
+  using Params = std::variant<MirroredVariable<float>, CentralVariable<float>>;
+
+  [[nodiscard]] const Tensor<float>& value() const {
+    return std::visit([](const auto& v) -> const Tensor<float>& { return v.value(); }, *params_);
+  }
+
+  void place(const Tensor<float>& init) {
+    const int p = strategy_->num_replicas_in_sync();
+    const bool central = strategy_->placement() == PlacementKind::CentralStorage;
+    if (central) params_.emplace(std::in_place_type<CentralVariable<float>>, init);
+    else params_.emplace(std::in_place_type<MirroredVariable<float>>, init, p);
+    replicas_.clear();
+    replicas_.resize(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r) {
+      Replica& rep = replicas_[static_cast<std::size_t>(r)];
+      rep.grad = Tensor<float>{Shape{total_}};
+      rep.acts.resize(layers_.size());
+      std::span<const float> v = central ? std::get<CentralVariable<float>>(*params_).value().span()
+                                         : std::get<MirroredVariable<float>>(*params_).copy(r).span();
+      std::size_t off = 0;
+      for (std::size_t l = 0; l < layers_.size(); ++l) {
+        rep.layers.push_back(layers_[l]->clone());
+        std::vector<ParamRef> refs;
+        for (const auto& ps : specs_[l]) {
+          const std::size_t n = ps.shape.elements();
+          refs.push_back({v.subspan(off, n), rep.grad.span().subspan(off, n)});
+          off += n;
+        }
+        rep.layers.back()->bind(refs);
+      }
+    }
+    make_states();
+  }
+
+  //! Fresh optimizer state, one per variable copy (Mirrored: per replica; CentralStorage: one).
+  void make_states() {
+    if (!optimizer_ || !built()) return;
+    states_.clear();
+    const bool central = std::holds_alternative<CentralVariable<float>>(*params_);
+    for (std::size_t r = 0; r < (central ? 1 : replicas_.size()); ++r) states_.push_back(optimizer_->make_state(total_));
+  }
+
+  template <class D>
+  const auto& dataset_of(const D& data) const {
+    if constexpr (detail::is_distributed<D>::value) {
+      if (data.strategy != strategy_)
+        throw Error("Sequential: the dataset was distributed by another strategy than the one this model was made "
+                    "under; make the model inside that strategy's scope");
+      return data.dataset;
+    } else {
+      return data;
+    }
+  }
+
+  Totals make_totals() const {
+    Totals t;
+    t.metrics.assign(metrics_.size(), 0.0);
+    return t;
+  }
+
+  Logs logs_of(const Totals& t, const std::string& prefix) const {
+    Logs l;
+    const double n = t.samples ? static_cast<double>(t.samples) : 1.0;
+    l.set(prefix + "loss", t.loss / n + regularization_loss());
+    for (std::size_t m = 0; m < metrics_.size(); ++m) l.set(prefix + metrics_[m]->name(), t.metrics[m] / n);
+    return l;
+  }
+
+  void check_compiled(const char* what) const {
+    if (!optimizer_ || !loss_)
+      throw Error(std::string("Sequential::") + what + ": compile the model first (optimizer and loss)");
+  }
+  void check_built(const char* what) const {
+    if (!built()) throw Error(std::string("Sequential::") + what + ": the model is not built yet");
+  }
+
+  template <class D, class V>
+  History fit_impl(const D& data, const FitOptions& opts, const V* validation) {
+    check_compiled("fit");
+    const auto& ds = dataset_of(data);
+    History history;
+    for (auto* cb : opts.callbacks) cb->on_train_begin();
+    Logs logs;
+    bool stop = false;
+    for (int epoch = 0; epoch < opts.epochs && !stop; ++epoch) {
+      for (auto* cb : opts.callbacks) cb->on_epoch_begin(epoch);
+      if (opts.verbose != Verbosity::Silent) std::fprintf(opts.out, "Epoch %d/%d\n", epoch + 1, opts.epochs);
+      std::optional<std::size_t> total = ds.cardinality();
+      if (opts.steps_per_epoch) total = total ? std::min(*total, opts.steps_per_epoch) : opts.steps_per_epoch;
+      detail::Progress progress(opts.verbose, opts.out, total);
+      Totals t = make_totals();
+      auto it = ds.iterator();
+      std::size_t steps = 0;
+      while (!stop && (!opts.steps_per_epoch || steps < opts.steps_per_epoch)) {
+        auto e = it.next();
+        if (!e) break;
+        for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(steps));
+        step(*e, Phase::Train, t, nullptr, 0);
+        ++steps;
+        const Logs running = logs_of(t, "");
+        progress.update(steps, t.samples, running);
+        for (auto* cb : opts.callbacks) {
+          cb->on_batch_end(static_cast<int>(steps - 1), running);
+          stop = stop || cb->stop_training;
+        }
+      }
+      logs = logs_of(t, "");
+      if (validation)
+        for (const auto& [k, v] : evaluate(*validation).items()) logs.set("val_" + k, v);
+      progress.finish(steps, t.samples, logs);
+      history.append(logs);
+      for (auto* cb : opts.callbacks) {
+        cb->on_epoch_end(epoch, logs);
+        stop = stop || cb->stop_training;
+      }
+    }
+    for (auto* cb : opts.callbacks) cb->on_train_end(logs);
+    return history;
+  }
+
+  //! One global batch (an element of the dataset: (features, labels)).
+  template <class E>
+  void step(const E& e, Phase phase, Totals& t, Tensor<float>* out, std::size_t out_row) {
+    const auto& xs = std::get<0>(e);
+    const auto& ys = std::get<1>(e);
+    const Tensor<float>& x = nn::detail::as_float(xs, x_holder_);
+    const Tensor<float>& y = nn::detail::as_float(ys, y_holder_);
+    if (x.shape().rank() == 0 || y.shape().rank() == 0 || x.shape()[0] != y.shape()[0])
+      throw ShapeError("Sequential: a batch's features " + x.shape().str() + " and labels " + y.shape().str() +
+                       " must have the same first (batch) extent");
+    build(nn::detail::sample_shape(x.shape()));
+    step_tensors(x, &y, phase, t, out, out_row);
+  }
+
+  void step_tensors(const Tensor<float>& x, const Tensor<float>* y, Phase phase, Totals& t, Tensor<float>* out,
+                    std::size_t out_row) {
+    const std::size_t global = x.shape()[0];
+    if (global == 0) return;
+    const std::size_t p = replicas_.size();
+    const float scale = 1.f / static_cast<float>(global);
+    const std::int64_t it = iterations_;
+    strategy_->run([&](AnyReplicaContext& ctx) {
+      const auto r = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
+      Replica& rep = replicas_[r];
+      const Range rows = shard_range(global, p, r);
+      nn::detail::copy_rows(x, rows, rep.x);
+      if (y) nn::detail::copy_rows(*y, rows, rep.y);
+      RunInfo info{phase == Phase::Train, static_cast<int>(r), seed_, static_cast<std::uint64_t>(it), 0};
+      const Tensor<float>* in = &rep.x;
+      for (std::size_t l = 0; l < rep.layers.size(); ++l) {
+        info.layer = l;
+        rep.layers[l]->forward(*in, rep.acts[l], info);
+        in = &rep.acts[l];
+      }
+      const Tensor<float>& pred = *in;
+      if (phase == Phase::Predict) {
+        const std::size_t w = pred.shape()[0] ? pred.size() / pred.shape()[0] : 0;
+        if (pred.size()) std::copy_n(pred.data(), pred.size(), out->data() + (out_row + rows.begin) * w);
+        return;
+      }
+      rep.loss = loss_->compute(pred, rep.y, phase == Phase::Train ? &rep.d[0] : nullptr, scale);
+      rep.metrics.resize(metrics_.size());
+      for (std::size_t m = 0; m < metrics_.size(); ++m) rep.metrics[m] = metrics_[m]->total(pred, rep.y);
+      if (phase != Phase::Train) return;
+      backward(rep, p);
+      apply(ctx, rep, r, it);
+    });
+    for (const Replica& rep : replicas_) {  // replica order: deterministic
+      if (phase == Phase::Predict) break;
+      t.loss += rep.loss;
+      for (std::size_t m = 0; m < metrics_.size(); ++m) t.metrics[m] += rep.metrics[m];
+    }
+    t.samples += global;
+    if (phase == Phase::Train) ++iterations_;
+  }
+
+  void backward(Replica& rep, std::size_t p) {
+    int cur = 0;
+    for (std::size_t l = rep.layers.size(); l-- > 0;) {
+      const Tensor<float>& in = l ? rep.acts[l - 1] : rep.x;
+      const bool need_dx = l > first_trainable_;
+      rep.layers[l]->backward(in, rep.acts[l], rep.d[cur], need_dx ? &rep.d[1 - cur] : nullptr);
+      if (!need_dx) break;
+      cur = 1 - cur;
+    }
+    // L2: every replica adds its 1/p share of the gradient, so the sum adds it once
+    const Tensor<float>& v = replica_value(rep);
+    std::size_t off = 0;
+    for (const auto& layer : specs_)
+      for (const auto& ps : layer) {
+        const std::size_t n = ps.shape.elements();
+        if (ps.l2 > 0.f) {
+          const float k = 2.f * ps.l2 / static_cast<float>(p);
+          for (std::size_t i = off; i < off + n; ++i) rep.grad[i] += k * v[i];
+        }
+        off += n;
+      }
+  }
+
+  //! Sum of l2 * sum(w^2) over the regularized parameters (part of the reported loss, as in Keras).
+  [[nodiscard]] double regularization_loss() const {
+    if (!built()) return 0;
+    const Tensor<float>& v = value();
+    double total = 0;
+    std::size_t off = 0;
+    for (const auto& layer : specs_)
+      for (const auto& ps : layer) {
+        const std::size_t n = ps.shape.elements();
+        if (ps.l2 > 0.f) {
+          double sq = 0;
+          for (std::size_t i = off; i < off + n; ++i) sq += static_cast<double>(v[i]) * v[i];
+          total += ps.l2 * sq;
+        }
+        off += n;
+      }
+    return total;
+  }
+
+  const Tensor<float>& replica_value(const Replica& rep) const {
+    const auto r = static_cast<int>(&rep - replicas_.data());
+    if (auto* m = std::get_if<MirroredVariable<float>>(&*params_)) return m->copy(r);
+    return std::get<CentralVariable<float>>(*params_).value();
+  }
+
+  void apply(AnyReplicaContext& ctx, Replica& rep, std::size_t r, std::int64_t it) {
+    if (auto* m = std::get_if<MirroredVariable<float>>(&*params_)) {
+      OptimizerState& st = states_[r];
+      m->apply_gradient(ctx, rep.grad, [&](std::span<float> w, std::span<const float> g) {
+        optimizer_->apply(w, g, st, 0, it);
+      });
+    } else {
+      OptimizerState& st = states_[0];
+      std::get<CentralVariable<float>>(*params_).apply_gradient(
+          ctx, rep.grad,
+          [&](std::span<float> w, std::span<const float> g, std::size_t off) { optimizer_->apply(w, g, st, off, it); });
+    }
+  }
+
+  AnyStrategy* strategy_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::optional<Shape> input_;
+  std::vector<Shape> shapes_;
+  std::vector<std::vector<ParamSpec>> specs_;
+  std::vector<std::string> names_;
+  std::size_t total_ = 0, first_trainable_ = 0;
+  std::optional<Params> params_;
+  std::vector<Replica> replicas_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Loss> loss_;
+  std::vector<std::unique_ptr<Metric>> metrics_;
+  std::vector<OptimizerState> states_;
+  std::uint64_t seed_ = 0;
+  std::int64_t iterations_ = 0;
+  Tensor<float> x_holder_, y_holder_;
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,52 @@
+#pragma once
+//! Stochastic gradient descent, optionally with (Nesterov) momentum, as Keras:
+//! v = momentum * v - lr * g;  w += v            (classical)
+//! w += momentum * v - lr * g  (after updating v) (Nesterov)
+//!   strata::nn::SGD{0.01};   strata::nn::SGD{0.1, {.momentum = 0.9f, .nesterov = true}};
+
+#include <strata/nn/optimizer.hpp>
+
+namespace strata::nn {
+
+struct SGDOptions {
+  float momentum = 0.f;
+  bool nesterov = false;
+};
+
+class SGD final : public Optimizer {
+ public:
+  explicit SGD(LearningRate lr = 0.01, SGDOptions o = {}) : lr_(std::move(lr)), o_(o) {
+    if (o_.momentum < 0.f || o_.momentum >= 1.f) throw Error("SGD: momentum must be in [0, 1)");
+    if (o_.nesterov && o_.momentum == 0.f) throw Error("SGD: Nesterov needs a momentum > 0");
+  }
+  [[nodiscard]] std::string name() const override { return "SGD"; }
+  [[nodiscard]] std::size_t slot_count() const noexcept override { return o_.momentum > 0.f ? 1 : 0; }
+  void apply(std::span<float> w, std::span<const float> g, OptimizerState& s, std::size_t offset,
+             std::int64_t step) const override {
+    const float lr = lr_(step);
+    const std::size_t n = w.size();
+    if (o_.momentum == 0.f) {
+      for (std::size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+      return;
+    }
+    float* v = s.slots[0].data() + offset;
+    const float m = o_.momentum;
+    if (o_.nesterov)
+      for (std::size_t i = 0; i < n; ++i) {
+        v[i] = m * v[i] - lr * g[i];
+        w[i] += m * v[i] - lr * g[i];
+      }
+    else
+      for (std::size_t i = 0; i < n; ++i) {
+        v[i] = m * v[i] - lr * g[i];
+        w[i] += v[i];
+      }
+  }
+  [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return std::make_unique<SGD>(*this); }
+
+ private:
+  LearningRate lr_;
+  SGDOptions o_;
+};
+
+}  // namespace strata::nn
