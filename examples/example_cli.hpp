@@ -1,0 +1,82 @@
+// Command line shared by the examples: which strategy, how many replicas,
+// and the training knobs. `with_strategy` builds the named strategy and
+// hands it to the same model code, whatever its type.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <strata/strata.hpp>
+
+namespace example {
+
+struct Args {
+  std::string strategy = "mirrored";
+  int replicas = 0;  // 0: one per core
+  int epochs = 5;
+  std::size_t batch = 128;
+  std::string data;  // MNIST directory ("": the default cache)
+  std::uint64_t seed = 0;
+  std::string save;  // weights file to write after training
+  std::size_t train_limit = 0;  // use only the first N training examples (0: all)
+  bool quiet = false;
+};
+
+[[noreturn]] inline void usage(const char* prog, const std::string& why) {
+  std::fprintf(stderr,
+               "%s: %s\nusage: %s [--strategy default|one_device|mirrored|central_storage] [--replicas N]\n"
+               "          [--epochs N] [--batch N] [--data DIR] [--seed N] [--save FILE] [--train-limit N] [--quiet]\n",
+               prog, why.c_str(), prog);
+  std::exit(2);
+}
+
+inline Args parse(int argc, char** argv, Args a = {}) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--quiet") {
+      a.quiet = true;
+      continue;
+    }
+    if (i + 1 >= argc) usage(argv[0], "missing value after " + k);
+    const std::string v = argv[++i];
+    auto num = [&](auto& out) {
+      char* end = nullptr;
+      const long long n = std::strtoll(v.c_str(), &end, 10);
+      if (!end || *end || n < 0) usage(argv[0], "expected a non-negative number after " + k + ", got " + v);
+      out = static_cast<std::remove_reference_t<decltype(out)>>(n);
+    };
+    if (k == "--strategy") a.strategy = v;
+    else if (k == "--replicas") num(a.replicas);
+    else if (k == "--epochs") num(a.epochs);
+    else if (k == "--batch") num(a.batch);
+    else if (k == "--data") a.data = v;
+    else if (k == "--seed") num(a.seed);
+    else if (k == "--save") a.save = v;
+    else if (k == "--train-limit") num(a.train_limit);
+    else usage(argv[0], "unknown option " + k);
+  }
+  if (a.batch == 0) usage(argv[0], "--batch must be at least 1");
+  return a;
+}
+
+//! Calls fn(strategy) with the strategy the arguments name.
+template <class F>
+int with_strategy(const Args& a, const char* prog, F&& fn) {
+  if (a.strategy == "default") return fn(strata::get_strategy());
+  if (a.strategy == "one_device") {
+    strata::OneDeviceStrategy s{strata::cpu(0)};
+    return fn(s);
+  }
+  if (a.strategy == "mirrored") {
+    strata::MirroredStrategy s{strata::cpu_replicas(a.replicas)};
+    return fn(s);
+  }
+  if (a.strategy == "central_storage") {
+    strata::CentralStorageStrategy s{strata::cpu_replicas(a.replicas)};
+    return fn(s);
+  }
+  usage(prog, "unknown strategy " + a.strategy);
+}
+
+}  // namespace example

@@ -1,0 +1,76 @@
+// MNIST loading and the training run shared by mnist_mlp and mnist_cnn: the
+// same model code under whichever strategy the command line names.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include <strata/data/dataset.hpp>
+#include <strata/data/mnist.hpp>
+#include <strata/nn.hpp>
+#include <strata/strata.hpp>
+
+#include "example_cli.hpp"
+
+namespace example {
+
+inline strata::data::Mnist load(const Args& a) {
+  const auto dir = a.data.empty() ? strata::data::default_mnist_dir() : std::filesystem::path(a.data);
+  auto m = strata::data::load_mnist(dir);
+  if (a.train_limit && a.train_limit < m.train_images.shape()[0]) {
+    const std::size_t n = a.train_limit;
+    strata::Tensor<float> x{{n, 28, 28}};
+    strata::Tensor<std::int32_t> y{{n}};
+    std::copy_n(m.train_images.data(), x.size(), x.data());
+    std::copy_n(m.train_labels.data(), n, y.data());
+    m.train_images = std::move(x);
+    m.train_labels = std::move(y);
+  }
+  return m;
+}
+
+//! Trains `make_model()` (built in the strategy's scope) on MNIST and prints
+//! the test accuracy. Returns 0 when it reaches `target` accuracy.
+template <class S>
+int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
+                const std::function<strata::nn::Sequential()>& make_model, double target) {
+  namespace nn = strata::nn;
+  auto model = strategy.scope(make_model);
+  model.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                {.seed = a.seed});
+  if (!a.quiet) std::printf("%s", model.summary().c_str());
+  const std::size_t n = mnist.train_images.shape()[0];
+  auto train = strata::data::from_tensor_slices(mnist.train_images, mnist.train_labels)
+                   .shuffle(n, a.seed)
+                   .batch(a.batch)
+                   .prefetch(2);
+  auto test = strata::data::from_tensor_slices(mnist.test_images, mnist.test_labels).batch(1000);
+  const auto t0 = std::chrono::steady_clock::now();
+  model.fit(strategy.distribute(train), {.epochs = a.epochs, .verbose = a.quiet ? nn::Verbosity::Silent : nn::Verbosity::Auto});
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto logs = model.evaluate(strategy.distribute(test));
+  std::printf("test accuracy %.4f, test loss %.4f  (%s, %d replica(s), %d epochs of %zu in %.1f s: %.0f samples/s)\n",
+              logs.at("accuracy"), logs.at("loss"), std::string(strategy.any().name()).c_str(),
+              strategy.num_replicas_in_sync(), a.epochs, n, secs, static_cast<double>(n) * a.epochs / secs);
+  if (!a.save.empty()) {
+    model.save_weights(a.save);
+    std::printf("weights saved to %s\n", a.save.c_str());
+  }
+  return logs.at("accuracy") >= target ? 0 : 1;
+}
+
+//! main() of an MNIST example: parse, load, train under the named strategy.
+inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model,
+                      double target) {
+  const Args a = parse(argc, argv);
+  try {
+    const auto mnist = load(a);
+    return with_strategy(a, argv[0], [&](auto& s) { return train_mnist(s, a, mnist, make_model, target); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 1;
+  }
+}
+
+}  // namespace example

@@ -1,0 +1,272 @@
+// The Sequential model under every in-process strategy: p replicas take the
+// same steps as one on the same global batch (loss scaled by the global
+// batch), runs repeat bitwise, weights save and load, and bad input is
+// refused with a clear error.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <strata/data/dataset.hpp>
+#include <strata/nn.hpp>
+#include <strata/strata.hpp>
+
+#include "watchdog.hpp"
+
+using namespace std::chrono_literals;
+namespace nn = strata::nn;
+using strata::Tensor;
+
+namespace {
+
+// A small, learnable 3-class problem: the class is which of 3 input blocks has the largest sum.
+struct Blobs {
+  Tensor<float> x;
+  Tensor<std::int32_t> y;
+};
+Blobs blobs(std::size_t n, std::uint64_t seed) {
+  Blobs b{Tensor<float>{{n, 6}}, Tensor<std::int32_t>{{n}}};
+  nn::Rng rng{seed};
+  for (std::size_t i = 0; i < n; ++i) {
+    float best = -1e9f;
+    for (std::size_t j = 0; j < 6; ++j) b.x[i * 6 + j] = rng.uniform() * 2.f - 1.f;
+    for (std::int32_t c = 0; c < 3; ++c) {
+      const float s = b.x[i * 6 + 2 * c] + b.x[i * 6 + 2 * c + 1];
+      if (s > best) best = s, b.y[i] = c;
+    }
+  }
+  return b;
+}
+
+nn::Sequential mlp(std::uint64_t) {
+  return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
+                        nn::Dense{8}, nn::ReLU{}, nn::Dense{3}};
+}
+
+// Trains the MLP under strategy `s` for `epochs` on `data` (batches of `batch`)
+// and returns the flattened weights.
+template <class S>
+std::vector<float> train(S& s, const Blobs& data, std::size_t batch, int epochs, std::uint64_t seed = 7,
+                         nn::Verbosity v = nn::Verbosity::Silent) {
+  auto model = s.scope([&] { return mlp(seed); });
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                {.seed = seed});
+  auto ds = strata::data::from_tensor_slices(data.x, data.y).batch(batch);
+  model.fit(s.distribute(ds), {.epochs = epochs, .verbose = v});
+  std::vector<float> flat;
+  for (const auto& w : model.get_weights()) flat.insert(flat.end(), w.value.begin(), w.value.end());
+  return flat;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::abs(a[i] - b[i])));
+  return m;
+}
+
+std::filesystem::path temp_file(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("strata_model_test_" + std::to_string(::getpid()) + "_" + name);
+}
+
+}  // namespace
+
+TEST_CASE("p replicas train as one on the same global batch, for every strategy and a short last batch") {
+  strata_test::Watchdog dog("replica equivalence", 120s);
+  // 101 examples in batches of 12: the last batch has 5 rows, fewer than 8 replicas.
+  const Blobs data = blobs(101, 1);
+  strata::OneDeviceStrategy one{strata::cpu(0)};
+  const auto ref = train(one, data, 12, 3);
+  for (int p : {1, 2, 3, 8}) {
+    CAPTURE(p);
+    strata::MirroredStrategy m{strata::cpu_replicas(p)};
+    CHECK(max_abs_diff(train(m, data, 12, 3), ref) < 2e-5);
+    strata::CentralStorageStrategy c{strata::cpu_replicas(p)};
+    CHECK(max_abs_diff(train(c, data, 12, 3), ref) < 2e-5);
+  }
+  CHECK(max_abs_diff(train(strata::get_strategy(), data, 12, 3), ref) == 0.0);
+}
+
+TEST_CASE("same seed, strategy and replica count give bitwise-identical weights; another seed differs") {
+  strata_test::Watchdog dog("determinism", 120s);
+  const Blobs data = blobs(64, 2);
+  strata::MirroredStrategy m{strata::cpu_replicas(3)};
+  const auto a = train(m, data, 10, 2, 11);
+  const auto b = train(m, data, 10, 2, 11);
+  CHECK(a == b);
+  CHECK(a != train(m, data, 10, 2, 12));
+  strata::CentralStorageStrategy c{strata::cpu_replicas(3)};
+  CHECK(train(c, data, 10, 2, 11) == train(c, data, 10, 2, 11));
+}
+
+TEST_CASE("fit learns, evaluate and predict agree, history and callbacks see every epoch and batch") {
+  strata_test::Watchdog dog("fit", 120s);
+  const Blobs data = blobs(600, 3), test = blobs(300, 4);
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto model = s.scope([] { return mlp(0); });
+  model.compile(nn::Adam{0.02}, nn::SparseCategoricalCrossentropy{{.from_logits = true}},
+                {nn::Accuracy{}, nn::SparseCategoricalAccuracy{}});
+  int epochs_seen = 0, batches_seen = 0;
+  nn::LambdaCallback cb;
+  cb.on_epoch_end_fn = [&](int e, const nn::Logs& l) {
+    CHECK(e == epochs_seen++);
+    CHECK(l.contains("val_accuracy"));
+  };
+  cb.on_batch_end_fn = [&](int, const nn::Logs& l) {
+    ++batches_seen;
+    CHECK(l.contains("loss"));
+  };
+  auto train_ds = strata::data::from_tensor_slices(data.x, data.y).shuffle(600, 5).batch(32);
+  auto test_ds = strata::data::from_tensor_slices(test.x, test.y).batch(64);
+  const auto h = model.fit(s.distribute(train_ds), {.epochs = 8, .verbose = nn::Verbosity::Silent, .callbacks = {&cb}},
+                           s.distribute(test_ds));
+  CHECK(epochs_seen == 8);
+  CHECK(batches_seen == 8 * 19);  // ceil(600 / 32)
+  const auto loss = h.at("loss");
+  REQUIRE(loss.size() == 8);
+  CHECK(loss.back() < 0.5 * loss.front());
+  const auto logs = model.evaluate(s.distribute(test_ds));
+  CHECK(logs.at("accuracy") > 0.9);
+  CHECK(logs.at("accuracy") == logs.at("sparse_categorical_accuracy"));
+  CHECK(logs.at("accuracy") == doctest::Approx(h.at("val_accuracy").back()));
+  // predict's argmax gives the same accuracy
+  const Tensor<float> out = model.predict(test.x, 7);
+  REQUIRE(out.shape() == strata::Shape{300, 3});
+  std::size_t hits = 0;
+  for (std::size_t i = 0; i < 300; ++i)
+    hits += static_cast<std::int32_t>(std::max_element(&out[i * 3], &out[i * 3] + 3) - &out[i * 3]) == test.y[i];
+  CHECK(static_cast<double>(hits) / 300 == doctest::Approx(logs.at("accuracy")));
+}
+
+TEST_CASE("a callback can stop training") {
+  const Blobs data = blobs(100, 3);
+  auto model = mlp(0);
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  nn::LambdaCallback cb;
+  int batches = 0;
+  cb.on_batch_end_fn = [&](int b, const nn::Logs&) {
+    ++batches;
+    if (b == 2) cb.stop_training = true;
+  };
+  const auto h = model.fit(strata::data::from_tensor_slices(data.x, data.y).batch(10),
+                           {.epochs = 5, .verbose = nn::Verbosity::Silent, .callbacks = {&cb}});
+  CHECK(batches == 3);
+  CHECK(h.epochs().size() == 1);
+  CHECK(model.iterations() == 3);
+}
+
+TEST_CASE("summary lists layers, output shapes and parameter counts") {
+  auto model = nn::Sequential{nn::Input{{28, 28}}, nn::Flatten{}, nn::Dense{128, {.activation = nn::Activation::ReLU}},
+                              nn::Dense{10}};
+  const std::string s = model.summary();
+  CHECK(s.find("flatten (Flatten)") != std::string::npos);
+  CHECK(s.find("(None, 784)") != std::string::npos);
+  CHECK(s.find("dense (Dense)") != std::string::npos);
+  CHECK(s.find("dense_1 (Dense)") != std::string::npos);
+  CHECK(s.find("100,480") != std::string::npos);
+  CHECK(s.find("Total params: 101,770") != std::string::npos);
+  CHECK(model.count_params() == 101770);
+}
+
+TEST_CASE("save_weights / load_weights round trip; a wrong or corrupt file changes nothing") {
+  const Blobs data = blobs(64, 9);
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto a = s.scope([] { return mlp(0); });
+  a.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  a.fit(strata::data::from_tensor_slices(data.x, data.y).batch(16), {.verbose = nn::Verbosity::Silent});
+  const auto path = temp_file("w.bin");
+  a.save_weights(path);
+
+  auto b = s.scope([] { return mlp(0); });
+  b.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 99});
+  b.build({6});
+  b.load_weights(path);
+  const auto wa = a.get_weights(), wb = b.get_weights();
+  REQUIRE(wa.size() == wb.size());
+  for (std::size_t i = 0; i < wa.size(); ++i) CHECK(wa[i].value == wb[i].value);
+  CHECK(a.predict(data.x) == b.predict(data.x));  // every replica's copy was loaded
+
+  // another architecture
+  auto c = nn::Sequential{nn::Input{{6}}, nn::Dense{4}, nn::Dense{3}};
+  c.build({6});
+  const auto before = c.get_weights();
+  CHECK_THROWS_WITH_AS(c.load_weights(path), doctest::Contains("does not fit this model"), strata::ShapeError);
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(c.get_weights()[i].value == before[i].value);
+
+  // truncated, trailing bytes, bad magic, missing
+  const auto bytes = std::filesystem::file_size(path);
+  const auto bad = temp_file("bad.bin");
+  std::filesystem::copy_file(path, bad, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::resize_file(bad, bytes - 3);
+  CHECK_THROWS_WITH_AS(b.load_weights(bad), doctest::Contains("truncated"), strata::Error);
+  std::filesystem::resize_file(bad, bytes + 1);
+  CHECK_THROWS_WITH_AS(b.load_weights(bad), doctest::Contains("trailing"), strata::Error);
+  {
+    std::ofstream f(bad, std::ios::binary);
+    f << "NOTAWEIGHTSFILE";
+  }
+  CHECK_THROWS_WITH_AS(b.load_weights(bad), doctest::Contains("bad magic"), strata::Error);
+  CHECK_THROWS_WITH_AS(b.load_weights(temp_file("missing")), doctest::Contains("cannot open"), strata::Error);
+  for (std::size_t i = 0; i < wa.size(); ++i) CHECK(b.get_weights()[i].value == wa[i].value);
+  std::filesystem::remove(path);
+  std::filesystem::remove(bad);
+}
+
+TEST_CASE("L2 regularization adds l2*sum(w^2) to the loss and 2*l2*w to the gradient, once across replicas") {
+  // One Dense(1) without bias on zero inputs: the data gradient is 0, only L2 acts.
+  for (int p : {1, 3}) {
+    CAPTURE(p);
+    strata::MirroredStrategy s{strata::cpu_replicas(p)};
+    auto model = s.scope([] { return nn::Sequential{nn::Input{{1}}, nn::Dense{1, {.use_bias = false, .l2 = 0.25f}}}; });
+    model.compile(nn::SGD{0.1}, nn::MeanSquaredError{});
+    model.build({1});
+    model.set_weights({{"dense/kernel", Tensor<float>{{1, 1}, {2.f}}}});
+    auto ds = strata::data::from_tensor_slices(Tensor<float>{{6, 1}}, Tensor<float>{{6, 1}}).batch(6);
+    const auto logs = model.evaluate(ds);
+    CHECK(logs.at("loss") == doctest::Approx(0.25 * 4));
+    model.fit(ds, {.verbose = nn::Verbosity::Silent});
+    // w -= 0.1 * 2 * 0.25 * 2
+    CHECK(model.get_weights()[0].value[0] == doctest::Approx(2.f - 0.1f));
+  }
+}
+
+TEST_CASE("bad input: uncompiled, mismatched Input, labels out of range, mismatched batch extents") {
+  const Blobs data = blobs(20, 3);
+  auto ds = strata::data::from_tensor_slices(data.x, data.y).batch(5);
+  auto model = mlp(0);
+  CHECK_THROWS_WITH_AS(model.fit(ds), doctest::Contains("compile the model first"), strata::Error);
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  auto wide = strata::data::from_tensor_slices(Tensor<float>{{4, 7}}, Tensor<std::int32_t>{{4}}).batch(2);
+  CHECK_THROWS_WITH_AS(model.fit(wide, {.verbose = nn::Verbosity::Silent}), doctest::Contains("declared Input [6]"),
+                       strata::ShapeError);
+  Tensor<std::int32_t> bad_labels = data.y;
+  bad_labels[13] = 3;
+  auto bad = strata::data::from_tensor_slices(data.x, bad_labels).batch(5);
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto m2 = s.scope([] { return mlp(0); });
+  m2.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  // the replica that meets the bad label fails; the error names it and the label
+  try {
+    m2.fit(s.distribute(bad), {.verbose = nn::Verbosity::Silent});
+    FAIL("fit accepted label 3 for 3 classes");
+  } catch (const strata::ReplicaError& e) {
+    CHECK(std::string(e.what()).find("label 3") != std::string::npos);
+  }
+  // a model made under one strategy refuses data distributed by another
+  strata::MirroredStrategy other{strata::cpu_replicas(2)};
+  CHECK_THROWS_WITH_AS(m2.fit(other.distribute(ds)), doctest::Contains("another strategy"), strata::Error);
+}
+
+TEST_CASE("evaluate and predict before fit build the model; an empty dataset trains nothing") {
+  const Blobs data = blobs(10, 3);
+  auto model = mlp(0);
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}});
+  auto logs = model.evaluate(strata::data::from_tensor_slices(data.x, data.y).batch(4));
+  CHECK(logs.at("loss") > 0);
+  auto empty = strata::data::from_tensor_slices(data.x, data.y).take(0).batch(4);
+  const auto h = model.fit(empty, {.epochs = 2, .verbose = nn::Verbosity::Silent});
+  CHECK(model.iterations() == 0);
+  CHECK(h.epochs().size() == 2);
+  CHECK(model.predict(Tensor<float>{{0, 6}}).shape() == strata::Shape{0, 3});
+}
