@@ -470,8 +470,10 @@ class Sequential {
         }
       }
       logs = logs_of(t, "");
-      if (validation)
-        for (const auto& [k, v] : evaluate(*validation).items()) logs.set("val_" + k, v);
+      if (validation) {
+        const Logs val = evaluate(*validation);
+        for (const auto& [k, v] : val.items()) logs.set("val_" + k, v);
+      }
       progress.finish(steps, t.samples, logs);
       history.append(logs);
       for (auto* cb : opts.callbacks) {

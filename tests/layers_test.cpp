@@ -1,0 +1,106 @@
+// Dense, the activation layers, Flatten and Reshape: numeric-vs-analytic
+// gradient checks (tests/gradcheck.hpp), known values, shape errors, and
+// empty batches.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include <strata/nn.hpp>
+
+#include "gradcheck.hpp"
+
+namespace nn = strata::nn;
+using strata::Shape;
+using strata::Tensor;
+
+TEST_CASE("Dense: gradients for every activation, with and without bias, batch 1 and 5") {
+  for (auto act : {nn::Activation::Linear, nn::Activation::ReLU, nn::Activation::Sigmoid, nn::Activation::Tanh,
+                   nn::Activation::Softmax})
+    for (bool bias : {true, false})
+      for (std::size_t batch : {1u, 5u}) {
+        CAPTURE(static_cast<int>(act));
+        CAPTURE(bias);
+        CAPTURE(batch);
+        nn::Dense d{4, {.activation = act, .use_bias = bias}};
+        const auto r = strata_test::gradcheck(d, {7}, batch, {.distinct_inputs = act == nn::Activation::ReLU});
+        CHECK_MESSAGE(r.ok, r.report);
+      }
+}
+
+TEST_CASE("activation layers and Flatten/Reshape: gradients on multi-axis samples") {
+  nn::ReLU relu;
+  nn::Sigmoid sigmoid;
+  nn::Tanh tanh_layer;
+  nn::Softmax softmax;
+  nn::Flatten flatten;
+  nn::Reshape reshape{{6, 2}};
+  for (nn::Layer* l : std::initializer_list<nn::Layer*>{&relu, &sigmoid, &tanh_layer, &softmax, &flatten, &reshape}) {
+    CAPTURE(l->kind());
+    const auto r = strata_test::gradcheck(*l, {3, 4}, 3, {.distinct_inputs = true});
+    CHECK_MESSAGE(r.ok, r.report);
+  }
+}
+
+TEST_CASE("Dense computes x . kernel + bias with a [in, units] kernel") {
+  nn::Dense d{2, 3};
+  CHECK(d.build({2}) == Shape{3});
+  const auto p = d.params();
+  REQUIRE(p.size() == 2);
+  CHECK(p[0].shape == Shape{2, 3});
+  CHECK(p[0].init == nn::Init::GlorotUniform);
+  CHECK(p[1].shape == Shape{3});
+  std::vector<float> k{1, 2, 3, 4, 5, 6}, b{0.5f, 0, -1}, gk(6), gb(3);
+  const nn::ParamRef refs[] = {{k, gk}, {b, gb}};
+  d.bind(refs);
+  Tensor<float> x{{2, 2}, {1, 1, 0, 2}}, y;
+  d.forward(x, y, {});
+  CHECK(y == Tensor<float>{{2, 3}, {5.5f, 7, 8, 8.5f, 10, 11}});
+  // an empty batch: empty output, zero gradients
+  Tensor<float> e{{0, 2}}, ey, dy{{0, 3}}, dx;
+  d.forward(e, ey, {});
+  CHECK(ey.shape() == Shape{0, 3});
+  gk.assign(6, 9.f);
+  d.backward(e, ey, dy, &dx);
+  CHECK(dx.shape() == Shape{0, 2});
+  for (float g : gk) CHECK(g == 0.f);
+}
+
+TEST_CASE("softmax rows sum to one and survive huge inputs; ReLU/Sigmoid/Tanh values") {
+  nn::Softmax s;
+  s.build({3});
+  Tensor<float> x{{2, 3}, {1000.f, 1000.f, -1000.f, 1.f, 2.f, 3.f}}, y;
+  s.forward(x, y, {});
+  CHECK(y[0] == doctest::Approx(0.5f));
+  CHECK(y[2] == 0.f);
+  CHECK(y[3] + y[4] + y[5] == doctest::Approx(1.f));
+  nn::ReLU r;
+  r.build({2});
+  r.forward(Tensor<float>{{1, 2}, {-1.f, 2.f}}, y, {});
+  CHECK(y == Tensor<float>{{1, 2}, {0.f, 2.f}});
+  nn::Sigmoid sg;
+  sg.build({1});
+  sg.forward(Tensor<float>{{1, 1}, {0.f}}, y, {});
+  CHECK(y[0] == 0.5f);
+  nn::Tanh th;
+  th.build({1});
+  th.forward(Tensor<float>{{1, 1}, {1.f}}, y, {});
+  CHECK(y[0] == doctest::Approx(std::tanh(1.f)));
+}
+
+TEST_CASE("shape errors name the layer and what it expected") {
+  CHECK_THROWS_WITH_AS(nn::Dense{4}.build({2, 2}), doctest::Contains("put a Flatten before it"), strata::ShapeError);
+  CHECK_THROWS_WITH_AS(nn::Dense(3, 4).build({5}), doctest::Contains("declared with input size 3"), strata::ShapeError);
+  CHECK_THROWS_AS(nn::Dense{0}, strata::Error);
+  CHECK_THROWS_WITH_AS(nn::Reshape({5}).build({2, 3}), doctest::Contains("cannot reshape"), strata::ShapeError);
+  nn::Dense d{4};
+  d.build({3});
+  std::vector<float> k(12), b(4), gk(12), gb(4);
+  const nn::ParamRef refs[] = {{k, gk}, {b, gb}};
+  d.bind(refs);
+  Tensor<float> y;
+  CHECK_THROWS_WITH_AS(d.forward(Tensor<float>{{2, 5}}, y, {}), doctest::Contains("expected input [batch, 3] but got [2, 5]"),
+                       strata::ShapeError);
+  // a Sequential names the failing layer
+  nn::Sequential m{nn::Input{{4, 4}}, nn::Flatten{}, nn::Dense{8}, nn::Reshape{{3, 3}}};
+  CHECK_THROWS_WITH_AS(m.build({4, 4}), doctest::Contains("layer 2 (Reshape)"), strata::ShapeError);
+}
