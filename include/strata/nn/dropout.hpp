@@ -1,0 +1,121 @@
+#pragma once
+//! Dropout: while training, zeroes each activation with probability `rate`
+//! and scales the kept ones by 1 / (1 - rate) (inverted dropout), so that
+//! inference is the identity and needs no rescaling.
+//!   strata::nn::Dropout drop(0.5f);
+//! In a Sequential, RunInfo::layer (the layer's index) is part of the key,
+//! so two Dropout layers of one model draw different masks without salts.
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <strata/core/error.hpp>
+#include <strata/nn/layer.hpp>
+#include <strata/nn/random.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata::nn {
+
+//! An inverted-dropout layer of any per-sample shape; no parameters.
+//! The mask is a pure function of (RunInfo::seed, RunInfo::replica,
+//! RunInfo::step, RunInfo::layer, salt) and the element's position in the batch: replicas
+//! draw independent masks, and a step replays exactly whatever the thread
+//! scheduling, because no generator state is carried between calls.
+//!   strata::nn::Dropout drop(0.25f, /*salt=*/7);
+//!   drop.forward(x, y, {.training = true, .replica = 1, .seed = 42, .step = 10});
+class Dropout : public detail::LayerBase<Dropout> {
+ public:
+  //! Drops a fraction `rate` in [0, 1) of the activations; `salt` tells
+  //! apart the masks of several Dropout layers of one model.
+  //!   strata::nn::Dropout drop(0.5f);
+  //!   strata::nn::Dropout second(0.5f, 1);
+  explicit Dropout(float rate, std::uint64_t salt = 0) : rate_(rate), salt_(salt) {
+    if (!(rate >= 0.f && rate < 1.f))
+      throw Error("Dropout: the rate is the fraction of activations dropped and must lie in [0, 1), got " +
+                  std::to_string(rate));
+  }
+
+  [[nodiscard]] std::string kind() const override { return "Dropout"; }
+
+  //! The fraction of activations dropped while training.
+  //!   float r = drop.rate();
+  //!   float scale = 1.f / (1.f - r);   // what kept activations are multiplied by
+  [[nodiscard]] float rate() const noexcept { return rate_; }
+
+  //! The per-layer part of the mask's key.
+  //!   drop.set_salt(2);
+  //!   std::uint64_t s = drop.salt();
+  [[nodiscard]] std::uint64_t salt() const noexcept { return salt_; }
+  //! Sets the per-layer part of the mask's key (two Dropout layers of a model need different salts).
+  //!   strata::nn::Dropout drop(0.5f);
+  //!   drop.set_salt(4);
+  void set_salt(std::uint64_t salt) noexcept { salt_ = salt; }
+
+  Shape build(const Shape& input) override {
+    in_ = input;
+    built_ = true;
+    masked_ = false;
+    mask_.clear();
+    return input;
+  }
+
+  void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo& info) override {
+    if (!built_) throw Error(describe() + "::forward: call build(input shape) first");
+    detail::check_input(describe(), in_, x);
+    detail::resize(y, x.shape()[0], in_);
+    masked_ = info.training && rate_ > 0.f;
+    if (!masked_) {
+      y.copy_from(x);
+      return;
+    }
+    const float scale = 1.f / (1.f - rate_);
+    Rng rng{detail::mix(info.seed, static_cast<std::uint64_t>(info.replica), info.step, info.layer, salt_)};
+    mask_.resize(x.size());
+    const float* in = x.data();
+    float* out = y.data();
+    for (std::size_t i = 0; i < mask_.size(); ++i) {
+      mask_[i] = rng.uniform() < rate_ ? 0.f : scale;
+      out[i] = in[i] * mask_[i];
+    }
+  }
+
+  void backward(const Tensor<float>& x, const Tensor<float>& /*y*/, const Tensor<float>& dy,
+                Tensor<float>* dx) override {
+    if (!built_) throw Error(describe() + "::backward: call build(input shape) first");
+    detail::check_input(describe(), in_, x);
+    if (dy.shape() != x.shape())
+      throw ShapeError(describe() + "::backward: expected dy " + x.shape().str() +
+                       " (the shape of the input) but got " + dy.shape().str());
+    if (masked_ && mask_.size() != dy.size())
+      throw Error(describe() + "::backward: the last training forward pass had " + std::to_string(mask_.size()) +
+                  " activations but dy has " + std::to_string(dy.size()) + "; call forward(x, y) first");
+    if (dx == nullptr) return;
+    detail::resize(*dx, x.shape()[0], in_);
+    if (!masked_) {
+      dx->copy_from(dy);
+      return;
+    }
+    const float* g = dy.data();
+    float* out = dx->data();
+    for (std::size_t i = 0; i < mask_.size(); ++i) out[i] = g[i] * mask_[i];
+  }
+
+ private:
+  [[nodiscard]] std::string describe() const {
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%g", static_cast<double>(rate_));
+    return std::string("Dropout(") + rate + ")";
+  }
+
+  float rate_;
+  std::uint64_t salt_;
+  bool built_ = false;
+  Shape in_;
+  bool masked_ = false;      // whether the last forward applied mask_
+  std::vector<float> mask_;  // 0 or 1 / (1 - rate) per activation of the last training forward
+};
+
+}  // namespace strata::nn
