@@ -6,10 +6,13 @@
 
 #include <strata/nn/adam.hpp>
 #include <strata/nn/callbacks.hpp>
+#include <strata/nn/conv2d.hpp>
 #include <strata/nn/dense.hpp>
+#include <strata/nn/dropout.hpp>
 #include <strata/nn/flatten.hpp>
 #include <strata/nn/learning_rate.hpp>
 #include <strata/nn/losses.hpp>
+#include <strata/nn/max_pool2d.hpp>
 #include <strata/nn/metrics.hpp>
 #include <strata/nn/relu.hpp>
 #include <strata/nn/reshape.hpp>
