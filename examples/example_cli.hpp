@@ -21,12 +21,15 @@ struct Args {
   std::string save;  // weights file to write after training
   std::size_t train_limit = 0;  // use only the first N training examples (0: all)
   bool quiet = false;
+  double min_accuracy = -1;  // exit status 0 only at or above this test accuracy (-1: the example's bar)
+  bool if_present = false;   // for the test suite: exit 77 ("skipped") when MNIST is not there
 };
 
 [[noreturn]] inline void usage(const char* prog, const std::string& why) {
   std::fprintf(stderr,
                "%s: %s\nusage: %s [--strategy default|one_device|mirrored|central_storage] [--replicas N]\n"
-               "          [--epochs N] [--batch N] [--data DIR] [--seed N] [--save FILE] [--train-limit N] [--quiet]\n",
+               "          [--epochs N] [--batch N] [--data DIR] [--seed N] [--save FILE] [--train-limit N] [--quiet]\n"
+               "          [--min-accuracy X] [--if-present]\n",
                prog, why.c_str(), prog);
   std::exit(2);
 }
@@ -34,8 +37,8 @@ struct Args {
 inline Args parse(int argc, char** argv, Args a = {}) {
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k == "--quiet") {
-      a.quiet = true;
+    if (k == "--quiet" || k == "--if-present") {
+      (k == "--quiet" ? a.quiet : a.if_present) = true;
       continue;
     }
     if (i + 1 >= argc) usage(argv[0], "missing value after " + k);
@@ -54,6 +57,7 @@ inline Args parse(int argc, char** argv, Args a = {}) {
     else if (k == "--seed") num(a.seed);
     else if (k == "--save") a.save = v;
     else if (k == "--train-limit") num(a.train_limit);
+    else if (k == "--min-accuracy") a.min_accuracy = std::strtod(v.c_str(), nullptr);
     else usage(argv[0], "unknown option " + k);
   }
   if (a.batch == 0) usage(argv[0], "--batch must be at least 1");

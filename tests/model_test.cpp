@@ -270,3 +270,28 @@ TEST_CASE("evaluate and predict before fit build the model; an empty dataset tra
   CHECK(h.epochs().size() == 2);
   CHECK(model.predict(Tensor<float>{{0, 6}}).shape() == strata::Shape{0, 3});
 }
+
+TEST_CASE("Dropout in a model: a run repeats bitwise, replicas draw their own masks, inference is deterministic") {
+  strata_test::Watchdog dog("dropout model", 120s);
+  const Blobs data = blobs(96, 5);
+  auto run = [&](int p, std::uint64_t seed) {
+    strata::MirroredStrategy s{strata::cpu_replicas(p)};
+    auto model = s.scope([] {
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{32, {.activation = nn::Activation::ReLU}}, nn::Dropout{0.5f},
+                            nn::Dense{16, {.activation = nn::Activation::ReLU}}, nn::Dropout{0.5f}, nn::Dense{3}};
+    });
+    model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = seed});
+    model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)),
+              {.epochs = 2, .verbose = nn::Verbosity::Silent});
+    const Tensor<float> a = model.predict(data.x), b = model.predict(data.x);
+    CHECK(a == b);  // no dropout at inference
+    std::vector<float> flat;
+    for (const auto& w : model.get_weights()) flat.insert(flat.end(), w.value.begin(), w.value.end());
+    return flat;
+  };
+  const auto a = run(2, 3);
+  CHECK(a == run(2, 3));
+  CHECK(a != run(2, 4));
+  // with dropout, 1 and 2 replicas legitimately differ: each replica draws its own stream
+  CHECK(max_abs_diff(a, run(1, 3)) > 1e-4);
+}

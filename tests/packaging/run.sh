@@ -16,6 +16,7 @@ ln -s "$src" "$tmp/sub/subprojects/strata"
 quiet meson setup "$tmp/sub/build" "$tmp/sub"
 quiet meson compile -C "$tmp/sub/build"
 "$tmp/sub/build/consumer"
+"$tmp/sub/build/consumer_nn"
 
 echo "== installed, through pkg-config"
 quiet meson setup "$tmp/strata-build" "$src" --prefix "$tmp/prefix" -Dtests=false -Dbench=false -Dexamples=false \
@@ -31,7 +32,11 @@ quiet meson setup "$tmp/pc/build" "$tmp/pc"
 grep -q "Run-time dependency strata found: YES" "$tmp/pc/build/meson-logs/meson-log.txt" || { echo "meson did not use pkg-config"; exit 1; }
 quiet meson compile -C "$tmp/pc/build"
 "$tmp/pc/build/consumer"
+"$tmp/pc/build/consumer_nn"
 # shellcheck disable=SC2046
 $cxx $(pkg-config --cflags strata) "$tmp/pc/main.cpp" -o "$tmp/plain" $(pkg-config --libs strata)
 "$tmp/plain"
+# shellcheck disable=SC2046
+$cxx $(pkg-config --cflags strata) "$tmp/pc/main_nn.cpp" -o "$tmp/plain_nn" $(pkg-config --libs strata)
+"$tmp/plain_nn"
 echo "packaging: ok"
