@@ -295,3 +295,13 @@ TEST_CASE("Dropout in a model: a run repeats bitwise, replicas draw their own ma
   // with dropout, 1 and 2 replicas legitimately differ: each replica draws its own stream
   CHECK(max_abs_diff(a, run(1, 3)) > 1e-4);
 }
+
+TEST_CASE("layer names follow Keras: dense, dense_1, conv2d, max_pool2d") {
+  auto model = nn::Sequential{nn::Input{{8, 8, 1}}, nn::Conv2D{2, 3}, nn::MaxPool2D{2}, nn::Flatten{}, nn::Dense{4},
+                              nn::Dense{2}};
+  const std::string s = model.summary();
+  for (const char* name : {"conv2d (Conv2D)", "max_pool2d (MaxPool2D)", "flatten (Flatten)", "dense (Dense)",
+                           "dense_1 (Dense)"})
+    CHECK_MESSAGE(s.find(name) != std::string::npos, name);
+  CHECK(model.get_weights()[0].name == "conv2d/kernel");
+}

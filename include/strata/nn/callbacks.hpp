@@ -1,8 +1,8 @@
 #pragma once
 //! Callbacks: hooks fit calls at the start/end of training, of each epoch and
 //! of each batch (on the caller's thread, between steps). Derive from
-//! Callback, or pass lambdas to LambdaCallback. A callback may stop training
-//! by setting `stop_training` on the model handle it receives.
+//! Callback, or pass lambdas to LambdaCallback. A callback stops training by
+//! setting its own `stop_training` (fit clears it when it starts).
 //!   strata::nn::LambdaCallback cb; cb.on_epoch_end_fn = [](int e, const strata::nn::Logs& l) { ... };
 //!   model.fit(data, {.epochs = 5, .callbacks = {&cb}});
 
@@ -29,12 +29,14 @@ class Callback {
 
 struct LambdaCallback final : Callback {
   std::function<void()> on_train_begin_fn;
+  std::function<void(const Logs&)> on_train_end_fn;
   std::function<void(int)> on_epoch_begin_fn;
   std::function<void(int, const Logs&)> on_epoch_end_fn;
   std::function<void(int)> on_batch_begin_fn;
   std::function<void(int, const Logs&)> on_batch_end_fn;
 
   void on_train_begin() override { if (on_train_begin_fn) on_train_begin_fn(); }
+  void on_train_end(const Logs& l) override { if (on_train_end_fn) on_train_end_fn(l); }
   void on_epoch_begin(int e) override { if (on_epoch_begin_fn) on_epoch_begin_fn(e); }
   void on_epoch_end(int e, const Logs& l) override { if (on_epoch_end_fn) on_epoch_end_fn(e, l); }
   void on_batch_begin(int b) override { if (on_batch_begin_fn) on_batch_begin_fn(b); }

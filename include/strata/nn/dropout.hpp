@@ -49,7 +49,7 @@ class Dropout : public detail::LayerBase<Dropout> {
   //!   drop.set_salt(2);
   //!   std::uint64_t s = drop.salt();
   [[nodiscard]] std::uint64_t salt() const noexcept { return salt_; }
-  //! Sets the per-layer part of the mask's key (two Dropout layers of a model need different salts).
+  //! Sets an extra part of the mask's key (standalone layers; inside a Sequential the layer index already tells Dropout layers apart).
   //!   strata::nn::Dropout drop(0.5f);
   //!   drop.set_salt(4);
   void set_salt(std::uint64_t salt) noexcept { salt_ = salt; }

@@ -63,8 +63,7 @@ class Progress {
 
   void finish(std::size_t steps, std::size_t samples, const Logs& logs) {
     if (!enabled_) return;
-    std::fprintf(out_, "%s%s\n", live_ ? "\r" : "", line(steps, samples, logs, true).c_str());
-    if (live_) std::fprintf(out_, "\033[K");
+    std::fprintf(out_, "%s%s\n", live_ ? "\r\033[K" : "", line(steps, samples, logs, true).c_str());
     std::fflush(out_);
   }
 

@@ -107,16 +107,14 @@ inline void copy_rows(const Tensor<float>& src, Range r, Tensor<float>& dst) {
   if (r.size()) std::copy_n(src.data() + r.begin * w, r.size() * w, dst.data());
 }
 
+//! "Dense" -> "dense", "MaxPool2D" -> "max_pool2d", "Conv2D" -> "conv2d" (Keras' style of layer names).
 inline std::string lower_name(const std::string& kind) {
   std::string s;
   for (std::size_t i = 0; i < kind.size(); ++i) {
-    const char c = kind[i];
-    if (std::isupper(static_cast<unsigned char>(c))) {
-      if (i && !std::isupper(static_cast<unsigned char>(kind[i - 1])) && kind[i - 1] != '_') s += '_';
-      s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    } else {
-      s += c;
-    }
+    const auto c = static_cast<unsigned char>(kind[i]);
+    // a word starts at an upper-case letter that follows a lower-case one
+    if (std::isupper(c) && i && std::islower(static_cast<unsigned char>(kind[i - 1]))) s += '_';
+    s += static_cast<char>(std::tolower(c));
   }
   return s;
 }
@@ -170,6 +168,7 @@ class Sequential {
     metrics_ = std::move(metrics.items());
     for (auto& m : metrics_) m->set_loss(*loss_);
     seed_ = opts.seed;  // a model built before compile keeps the weights it was built with
+    iterations_ = 0;    // a new optimizer starts at step 0 (bias correction, schedules)
     make_states();
   }
 
@@ -448,7 +447,10 @@ class Sequential {
     check_compiled("fit");
     const auto& ds = dataset_of(data);
     History history;
-    for (auto* cb : opts.callbacks) cb->on_train_begin();
+    for (auto* cb : opts.callbacks) {
+      cb->stop_training = false;
+      cb->on_train_begin();
+    }
     Logs logs;
     bool stop = false;
     for (int epoch = 0; epoch < opts.epochs && !stop; ++epoch) {
