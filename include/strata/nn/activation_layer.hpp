@@ -22,8 +22,12 @@ class ActivationLayer : public LayerBase<Derived> {
   void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo&) override {
     check_input(this->kind(), shape_, x);
     resize(y, x.shape()[0], shape_);
-    std::copy_n(x.data(), x.size(), y.data());
-    activate(A, y.data(), y.size(), last());
+    if constexpr (A == Activation::ReLU) {
+      relu_forward(x.data(), y.data(), x.size());
+    } else {
+      std::copy_n(x.data(), x.size(), y.data());
+      activate(A, y.data(), y.size(), last());
+    }
   }
   void backward(const Tensor<float>&, const Tensor<float>& y, const Tensor<float>& dy, Tensor<float>* dx) override {
     if (!dx) return;
