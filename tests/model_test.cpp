@@ -305,3 +305,31 @@ TEST_CASE("layer names follow Keras: dense, dense_1, conv2d, max_pool2d") {
     CHECK_MESSAGE(s.find(name) != std::string::npos, name);
   CHECK(model.get_weights()[0].name == "conv2d/kernel");
 }
+
+TEST_CASE("progress: one plain line per epoch off a terminal, a redrawn bar when asked, nothing when silent") {
+  const Blobs data = blobs(50, 3);
+  auto ds = strata::data::from_tensor_slices(data.x, data.y).batch(10);
+  auto run = [&](nn::Verbosity v) {
+    auto model = mlp(0);
+    model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}});
+    std::FILE* f = std::tmpfile();
+    REQUIRE(f);
+    model.fit(ds, {.epochs = 2, .verbose = v, .out = f});
+    std::rewind(f);
+    std::string text;
+    for (int c; (c = std::fgetc(f)) != EOF;) text += static_cast<char>(c);
+    std::fclose(f);
+    return text;
+  };
+  const std::string plain = run(nn::Verbosity::Auto);  // a file is not a terminal
+  CHECK(plain.find("Epoch 1/2\n5/5 - ") != std::string::npos);
+  CHECK(plain.find("Epoch 2/2\n5/5 - ") != std::string::npos);
+  CHECK(plain.find(" - loss: ") != std::string::npos);
+  CHECK(plain.find(" - accuracy: ") != std::string::npos);
+  CHECK(plain.find(" samples/s\n") != std::string::npos);
+  CHECK(plain.find('\r') == std::string::npos);
+  const std::string bar = run(nn::Verbosity::Bar);
+  CHECK(bar.find("5/5 [==============================]") != std::string::npos);
+  CHECK(bar.find('\r') != std::string::npos);
+  CHECK(run(nn::Verbosity::Silent).empty());
+}
