@@ -258,6 +258,17 @@ TEST_CASE("bad input: uncompiled, mismatched Input, labels out of range, mismatc
   CHECK_THROWS_WITH_AS(m2.fit(other.distribute(ds)), doctest::Contains("another strategy"), strata::Error);
 }
 
+TEST_CASE("a model without Input refuses mismatched data and still accepts the right data afterwards") {
+  auto model = nn::Sequential{nn::Dense{4}, nn::Reshape{{2, 2}}, nn::Flatten{}, nn::Dense{3}};
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  CHECK_THROWS_WITH_AS(model.build({2, 3}), doctest::Contains("layer 0 (Dense)"), strata::ShapeError);
+  CHECK_FALSE(model.built());
+  const Blobs data = blobs(8, 1);
+  model.fit(strata::data::from_tensor_slices(data.x, data.y).batch(4), {.verbose = nn::Verbosity::Silent});
+  CHECK(model.built());
+  CHECK(model.count_params() == 6 * 4 + 4 + 4 * 3 + 3);
+}
+
 TEST_CASE("evaluate and predict before fit build the model; an empty dataset trains nothing") {
   const Blobs data = blobs(10, 3);
   auto model = mlp(0);

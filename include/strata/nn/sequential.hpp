@@ -182,13 +182,11 @@ class Sequential {
     if (input_ && *input_ != input)
       throw ShapeError("Sequential: declared Input " + input_->str() + " but the data has per-sample shape " + input.str());
     if (layers_.empty()) throw Error("Sequential: the model has no layers");
-    input_ = input;
     Shape s = input;
     shapes_.clear();
     specs_.clear();
     names_.clear();
     total_ = 0;
-    std::vector<std::size_t> kind_count;
     std::vector<std::string> kinds;
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       try {
@@ -205,6 +203,7 @@ class Sequential {
       names_.push_back(seen ? base + "_" + std::to_string(seen) : base);
       for (const auto& p : specs_.back()) total_ += p.shape.elements();
     }
+    input_ = input;  // only once every layer accepted it: a failed build leaves the model as it was
     first_trainable_ = layers_.size();
     for (std::size_t l = 0; l < layers_.size() && first_trainable_ == layers_.size(); ++l)
       if (!specs_[l].empty()) first_trainable_ = l;
