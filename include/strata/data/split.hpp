@@ -13,7 +13,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
-#include <strata/data/dataset.hpp>
+#include <strata/data/element.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::data {
