@@ -137,6 +137,11 @@ TEST_CASE("fit learns, evaluate and predict agree, history and callbacks see eve
   for (std::size_t i = 0; i < 300; ++i)
     hits += static_cast<std::int32_t>(std::max_element(&out[i * 3], &out[i * 3] + 3) - &out[i * 3]) == test.y[i];
   CHECK(static_cast<double>(hits) / 300 == doctest::Approx(logs.at("accuracy")));
+  // over a dataset: (features, labels) batches, features alone, distributed or not, same rows in order
+  // (to rounding: other batch sizes give the GEMM other row blockings)
+  CHECK(strata::allclose(model.predict(s.distribute(test_ds)), out, {1e-5, 1e-6}));
+  CHECK(strata::allclose(model.predict(strata::data::from_tensor_slices(test.x).batch(13)), out, {1e-5, 1e-6}));
+  CHECK(model.predict(strata::data::from_tensor_slices(test.x).batch(7)) == out);  // same batches: bitwise
 }
 
 TEST_CASE("a callback can stop training") {

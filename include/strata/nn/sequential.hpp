@@ -83,6 +83,11 @@ struct EvaluateOptions {
 namespace detail {
 
 template <class T>
+struct is_tensor : std::false_type {};
+template <Element T>
+struct is_tensor<Tensor<T>> : std::true_type {};
+
+template <class T>
 struct is_distributed : std::false_type {};
 template <class D>
 struct is_distributed<Distributed<D>> : std::true_type {};
@@ -273,6 +278,35 @@ class Sequential {
     return out;
   }
 
+  //! The model's outputs for every example of `data`, a dataset (or a
+  //! distributed one) of batches: features alone, or (features, labels...)
+  //! tuples whose labels are ignored. Rows come back in dataset order.
+  template <class D>
+    requires(!detail::is_tensor<D>::value)
+  Tensor<float> predict(const D& data) {
+    const auto& ds = dataset_of(data);
+    std::vector<Tensor<float>> parts;
+    std::size_t rows = 0;
+    Totals t = make_totals();
+    auto it = ds.iterator();
+    while (auto e = it.next()) {
+      const auto& xs = features_of(*e);
+      const Tensor<float>& x = nn::detail::as_float(xs, x_holder_);
+      build(nn::detail::sample_shape(x.shape()));
+      Tensor<float> out;
+      nn::detail::resize(out, x.shape()[0], shapes_.back());
+      step_tensors(x, nullptr, Phase::Predict, t, &out, 0);
+      rows += x.shape()[0];
+      parts.push_back(std::move(out));
+    }
+    if (!built()) throw Error("Sequential::predict: the dataset is empty and the model has no Input to build from");
+    Tensor<float> all;
+    nn::detail::resize(all, rows, shapes_.back());
+    float* o = all.data();
+    for (const auto& p : parts) o = std::copy_n(p.data(), p.size(), o);
+    return all;
+  }
+
   //! A Keras-like table: layers, output shapes, parameter counts. Builds
   //! the model if its Input is known.
   [[nodiscard]] std::string summary() {
@@ -366,6 +400,12 @@ class Sequential {
   };
 
   using Params = std::variant<MirroredVariable<float>, CentralVariable<float>>;
+
+  template <class E>
+  static const auto& features_of(const E& e) {
+    if constexpr (detail::is_tensor<E>::value) return e;
+    else return std::get<0>(e);
+  }
 
   [[nodiscard]] const Tensor<float>& value() const {
     return std::visit([](const auto& v) -> const Tensor<float>& { return v.value(); }, *params_);
