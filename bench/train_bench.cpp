@@ -14,6 +14,7 @@
 #include <strata/nn/conv2d.hpp>
 #include <strata/nn/max_pool2d.hpp>
 #include <strata/strata.hpp>
+#include <strata/strategy/by_name.hpp>
 
 #include "bench_util.hpp"
 
@@ -56,24 +57,6 @@ double measure(S& s, const std::string& model, const Data& d, std::size_t batch,
   return static_cast<double>(samples) / t;
 }
 
-template <class F>
-double with_strategy(const std::string& name, int p, F&& f) {
-  if (name == "default") return f(strata::get_strategy());
-  if (name == "one_device") {
-    strata::OneDeviceStrategy s{strata::cpu(0)};
-    return f(s);
-  }
-  if (name == "mirrored") {
-    strata::MirroredStrategy s{strata::cpu_replicas(p)};
-    return f(s);
-  }
-  if (name == "central_storage") {
-    strata::CentralStorageStrategy s{strata::cpu_replicas(p)};
-    return f(s);
-  }
-  throw strata::Error("unknown strategy " + name);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,7 +90,7 @@ int main(int argc, char** argv) {
     for (const auto& st : strategies)
       for (int p : replicas) {
         if (st == "one_device" && p != 1) continue;
-        const double sps = with_strategy(st, p, [&](auto& s) { return measure(s, model, d, batch, seconds); });
+        const double sps = strata::with_strategy(st, p, [&](auto& s) { return measure(s, model, d, batch, seconds); });
         std::printf("%6s %16s %9d %14.0f %8.2fx %10.0f%%\n", model.c_str(), st.c_str(), p, sps, sps / base,
                     100.0 * sps / base / p);
         std::fflush(stdout);

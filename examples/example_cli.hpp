@@ -1,13 +1,16 @@
 // Command line shared by the examples: which strategy, how many replicas,
-// and the training knobs. `with_strategy` builds the named strategy and
-// hands it to the same model code, whatever its type.
+// and the training knobs; strata::with_strategy then builds the named
+// strategy and hands it to the same model code, whatever its type.
 #pragma once
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include <algorithm>
+
 #include <strata/strata.hpp>
+#include <strata/strategy/by_name.hpp>
 
 namespace example {
 
@@ -61,26 +64,9 @@ inline Args parse(int argc, char** argv, Args a = {}) {
     else usage(argv[0], "unknown option " + k);
   }
   if (a.batch == 0) usage(argv[0], "--batch must be at least 1");
+  if (std::find(strata::strategy_names.begin(), strata::strategy_names.end(), a.strategy) == strata::strategy_names.end())
+    usage(argv[0], "unknown strategy " + a.strategy);
   return a;
-}
-
-//! Calls fn(strategy) with the strategy the arguments name.
-template <class F>
-int with_strategy(const Args& a, const char* prog, F&& fn) {
-  if (a.strategy == "default") return fn(strata::get_strategy());
-  if (a.strategy == "one_device") {
-    strata::OneDeviceStrategy s{strata::cpu(0)};
-    return fn(s);
-  }
-  if (a.strategy == "mirrored") {
-    strata::MirroredStrategy s{strata::cpu_replicas(a.replicas)};
-    return fn(s);
-  }
-  if (a.strategy == "central_storage") {
-    strata::CentralStorageStrategy s{strata::cpu_replicas(a.replicas)};
-    return fn(s);
-  }
-  usage(prog, "unknown strategy " + a.strategy);
 }
 
 }  // namespace example

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   example::Args defaults;
   defaults.epochs = 2;
   const example::Args args = example::parse(argc, argv, defaults);
-  return example::with_strategy(args, argv[0], [&](auto& strategy) {
+  return strata::with_strategy(args.strategy, args.replicas, [&](auto& strategy) {
     auto dataset = strata::data::from_tensors(strata::Tensor<float>{{1}, {1.f}}, strata::Tensor<float>{{1}, {1.f}})
                        .repeat(100)
                        .batch(10);

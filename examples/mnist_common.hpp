@@ -79,7 +79,7 @@ inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Seq
   }
   try {
     const auto mnist = load(a);
-    return with_strategy(a, argv[0], [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
+    return strata::with_strategy(a.strategy, a.replicas, [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     return 1;

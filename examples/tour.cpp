@@ -1,10 +1,12 @@
 // The README's tour, compiled: a strategy, replicas, collectives, and a
 // mirrored variable trained by plain SGD to fit y = 3x + 2.
-//   ./build/examples/tour [--strategy mirrored|central_storage|one_device] [--replicas N]
+//   ./build/examples/tour [--strategy default|one_device|mirrored|central_storage] [--replicas N]
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <strata/strata.hpp>
+#include <strata/strategy/by_name.hpp>
 #include <vector>
 
 template <class Strategy>
@@ -46,21 +48,12 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--strategy")) which = argv[i + 1];
     else if (!std::strcmp(argv[i], "--replicas")) replicas = std::atoi(argv[i + 1]);
   }
-  try {
-    if (which == "mirrored") {
-      strata::MirroredStrategy s{strata::cpu_replicas(replicas)};
-      return train(s);
-    }
-    if (which == "central_storage") {
-      strata::CentralStorageStrategy s{strata::cpu_replicas(replicas)};
-      return train(s);
-    }
-    if (which == "one_device") {
-      strata::OneDeviceStrategy s{strata::cpu(0)};
-      return train(s);
-    }
-    std::fprintf(stderr, "tour: unknown strategy '%s' (mirrored, central_storage, one_device)\n", which.c_str());
+  if (std::find(strata::strategy_names.begin(), strata::strategy_names.end(), which) == strata::strategy_names.end()) {
+    std::fprintf(stderr, "tour: unknown strategy '%s' (default, one_device, mirrored, central_storage)\n", which.c_str());
     return 2;
+  }
+  try {
+    return strata::with_strategy(which, replicas, [](auto& s) { return train(s); });
   } catch (const strata::Error& e) {
     std::fprintf(stderr, "tour: %s\n", e.what());
     return 1;

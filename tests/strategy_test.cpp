@@ -125,3 +125,23 @@ TEST_CASE("bad replica counts are rejected with a clear error") {
   CHECK_THROWS_WITH(strata::MirroredStrategy(std::vector<strata::Device>{}), doctest::Contains("at least one device"));
   CHECK(strata::cpu_replicas().size() == std::max(1u, std::thread::hardware_concurrency()));
 }
+
+TEST_CASE("with_strategy builds the strategy a name gives, and refuses unknown names") {
+  struct Seen {
+    strata::PlacementKind placement;
+    int replicas;
+  };
+  auto probe = [](auto& s) { return Seen{s.any().placement(), s.num_replicas_in_sync()}; };
+  auto d = strata::with_strategy("default", 3, probe);
+  CHECK(d.placement == strata::PlacementKind::OneDevice);
+  CHECK(d.replicas == 1);
+  CHECK(strata::with_strategy("one_device", 3, probe).replicas == 1);
+  auto m = strata::with_strategy("mirrored", 3, probe);
+  CHECK(m.placement == strata::PlacementKind::Mirrored);
+  CHECK(m.replicas == 3);
+  auto c = strata::with_strategy("central_storage", 2, probe);
+  CHECK(c.placement == strata::PlacementKind::CentralStorage);
+  CHECK(c.replicas == 2);
+  CHECK_THROWS_WITH_AS(strata::with_strategy("mirored", 2, probe), doctest::Contains("unknown strategy 'mirored'"),
+                       strata::Error);
+}

@@ -12,5 +12,6 @@
 #include <strata/policy/placement.hpp>
 #include <strata/policy/reduce.hpp>
 #include <strata/policy/sync.hpp>
+#include <strata/strategy/by_name.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/tensor/tensor.hpp>

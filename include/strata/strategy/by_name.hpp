@@ -1,0 +1,45 @@
+#pragma once
+//! Choosing an in-process strategy at run time, by name (a command line's
+//! --strategy): the same generic code then runs under the strategy's type.
+//!   return strata::with_strategy("mirrored", 4, [&](auto& strategy) { return train(strategy); });
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <strata/core/error.hpp>
+#include <strata/strategy/strategy.hpp>
+
+namespace strata {
+
+//! The names with_strategy accepts.
+inline constexpr std::array<std::string_view, 4> strategy_names{"default", "one_device", "mirrored",
+                                                                "central_storage"};
+
+//! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
+//! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
+//! 0 for one per core) and returns what fn returns (the same type for every
+//! strategy). An unknown name throws strata::Error listing the known ones.
+template <class F>
+auto with_strategy(std::string_view name, int replicas, F&& fn) -> std::invoke_result_t<F&, DefaultStrategy&> {
+  if (name == "default") return fn(get_strategy());
+  if (name == "one_device") {
+    OneDeviceStrategy s{cpu(0)};
+    return fn(s);
+  }
+  if (name == "mirrored") {
+    MirroredStrategy s{cpu_replicas(replicas)};
+    return fn(s);
+  }
+  if (name == "central_storage") {
+    CentralStorageStrategy s{cpu_replicas(replicas)};
+    return fn(s);
+  }
+  std::string known;
+  for (auto n : strategy_names) known += (known.empty() ? "" : ", ") + std::string(n);
+  throw Error("unknown strategy '" + std::string(name) + "' (known: " + known + ")");
+}
+
+}  // namespace strata
