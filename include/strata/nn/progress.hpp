@@ -5,6 +5,7 @@
 //! and otherwise (a file, a pipe, CI) one plain line per epoch.
 
 #include <chrono>
+#include <concepts>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -52,12 +53,14 @@ class Progress {
     start_ = last_draw_ = std::chrono::steady_clock::now();
   }
 
-  void update(std::size_t step, std::size_t samples, const Logs& logs) {
+  //! Redraws the live bar (at most every 100 ms); `logs()` is called only then.
+  template <std::invocable F>
+  void update(std::size_t step, std::size_t samples, F&& logs) {
     if (!enabled_ || !live_) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_draw_ < std::chrono::milliseconds(100) && (!total_ || step < *total_)) return;
     last_draw_ = now;
-    std::fprintf(out_, "\r%s\033[K", line(step, samples, logs, false).c_str());
+    std::fprintf(out_, "\r%s\033[K", line(step, samples, logs(), false).c_str());
     std::fflush(out_);
   }
 

@@ -251,7 +251,7 @@ class Sequential {
     detail::Progress progress(opts.verbose, opts.out, ds.cardinality());
     while (auto e = it.next()) {
       step(*e, Phase::Evaluate, t, nullptr, 0);
-      progress.update(++steps, t.samples, logs_of(t, ""));
+      progress.update(++steps, t.samples, [&] { return logs_of(t, ""); });
     }
     Logs logs = logs_of(t, "");
     progress.finish(steps, t.samples, logs);
@@ -507,11 +507,14 @@ class Sequential {
         for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(steps));
         step(*e, Phase::Train, t, nullptr, 0);
         ++steps;
-        const Logs running = logs_of(t, "");
-        progress.update(steps, t.samples, running);
-        for (auto* cb : opts.callbacks) {
-          cb->on_batch_end(static_cast<int>(steps - 1), running);
-          stop = stop || cb->stop_training;
+        // running logs (an O(parameters) regularization sum with L2) only for whoever reads them
+        progress.update(steps, t.samples, [&] { return logs_of(t, ""); });
+        if (!opts.callbacks.empty()) {
+          const Logs running = logs_of(t, "");
+          for (auto* cb : opts.callbacks) {
+            cb->on_batch_end(static_cast<int>(steps - 1), running);
+            stop = stop || cb->stop_training;
+          }
         }
       }
       logs = logs_of(t, "");
@@ -574,19 +577,19 @@ class Sequential {
       rep.metrics.resize(metrics_.size());
       for (std::size_t m = 0; m < metrics_.size(); ++m) rep.metrics[m] = metrics_[m]->total(pred, rep.y);
       if (phase != Phase::Train) return;
-      backward(rep, p);
+      backward(rep, r, p);
       apply(ctx, rep, r, it);
     });
-    for (const Replica& rep : replicas_) {  // replica order: deterministic
-      if (phase == Phase::Predict) break;
-      t.loss += rep.loss;
-      for (std::size_t m = 0; m < metrics_.size(); ++m) t.metrics[m] += rep.metrics[m];
-    }
+    if (phase != Phase::Predict)
+      for (const Replica& rep : replicas_) {  // replica order: deterministic
+        t.loss += rep.loss;
+        for (std::size_t m = 0; m < metrics_.size(); ++m) t.metrics[m] += rep.metrics[m];
+      }
     t.samples += global;
     if (phase == Phase::Train) ++iterations_;
   }
 
-  void backward(Replica& rep, std::size_t p) {
+  void backward(Replica& rep, std::size_t r, std::size_t p) {
     int cur = 0;
     for (std::size_t l = rep.layers.size(); l-- > 0;) {
       const Tensor<float>& in = l ? rep.acts[l - 1] : rep.x;
@@ -596,15 +599,21 @@ class Sequential {
       cur = 1 - cur;
     }
     // L2: every replica adds its 1/p share of the gradient, so the sum adds it once
-    const Tensor<float>& v = replica_value(rep);
+    const Tensor<float>& v = replica_value(r);
+    for_each_l2([&](std::size_t off, std::size_t n, float l2) {
+      const float k = 2.f * l2 / static_cast<float>(p);
+      for (std::size_t i = off; i < off + n; ++i) rep.grad[i] += k * v[i];
+    });
+  }
+
+  //! f(offset, count, l2) for every parameter with an L2 regularizer.
+  template <class F>
+  void for_each_l2(F&& f) const {
     std::size_t off = 0;
     for (const auto& layer : specs_)
       for (const auto& ps : layer) {
         const std::size_t n = ps.shape.elements();
-        if (ps.l2 > 0.f) {
-          const float k = 2.f * ps.l2 / static_cast<float>(p);
-          for (std::size_t i = off; i < off + n; ++i) rep.grad[i] += k * v[i];
-        }
+        if (ps.l2 > 0.f) f(off, n, ps.l2);
         off += n;
       }
   }
@@ -614,23 +623,16 @@ class Sequential {
     if (!built()) return 0;
     const Tensor<float>& v = value();
     double total = 0;
-    std::size_t off = 0;
-    for (const auto& layer : specs_)
-      for (const auto& ps : layer) {
-        const std::size_t n = ps.shape.elements();
-        if (ps.l2 > 0.f) {
-          double sq = 0;
-          for (std::size_t i = off; i < off + n; ++i) sq += static_cast<double>(v[i]) * v[i];
-          total += ps.l2 * sq;
-        }
-        off += n;
-      }
+    for_each_l2([&](std::size_t off, std::size_t n, float l2) {
+      double sq = 0;
+      for (std::size_t i = off; i < off + n; ++i) sq += static_cast<double>(v[i]) * v[i];
+      total += l2 * sq;
+    });
     return total;
   }
 
-  const Tensor<float>& replica_value(const Replica& rep) const {
-    const auto r = static_cast<int>(&rep - replicas_.data());
-    if (auto* m = std::get_if<MirroredVariable<float>>(&*params_)) return m->copy(r);
+  const Tensor<float>& replica_value(std::size_t r) const {
+    if (auto* m = std::get_if<MirroredVariable<float>>(&*params_)) return m->copy(static_cast<int>(r));
     return std::get<CentralVariable<float>>(*params_).value();
   }
 
