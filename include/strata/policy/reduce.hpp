@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include <strata/comm/algorithm/direct.hpp>
+#include <strata/comm/algorithm/native.hpp>
 #include <strata/comm/algorithm/ring.hpp>
 
 namespace strata {

@@ -29,12 +29,12 @@ inline constexpr std::string_view call_name(CallKind k) noexcept {
 struct CallDesc {
   CallKind kind = CallKind::barrier;
   OpKind op = OpKind::sum;
-  std::string_view dtype;
+  std::string_view dtype{};
   std::size_t in_count = 0;
   std::size_t out_count = 0;
   int root = 0;
   bool has_op = false;
-  std::string_view algorithm;  // replicas must also agree on how
+  std::string_view algorithm{};  // replicas must also agree on how
 
   [[nodiscard]] std::string str() const {
     std::string s{call_name(kind)};

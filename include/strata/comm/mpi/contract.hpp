@@ -1,0 +1,111 @@
+#pragma once
+//! The collective contract over MPI: before any data moves, every rank's call
+//! (sequence number, kind, operation, dtype, element counts, root, algorithm)
+//! reaches every other rank in a fixed-size header, and ranks that disagree
+//! all raise the same CollectiveMismatch naming who passed what.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <strata/comm/threads/call.hpp>
+#include <strata/core/concepts.hpp>
+
+namespace strata::detail::mpi {
+
+//! What one rank called, as it travels (trivially copyable, fixed size).
+struct WireCall {
+  std::uint64_t seq = 0;
+  std::uint64_t in_count = 0;
+  std::uint64_t out_count = 0;
+  std::int32_t root = 0;
+  std::uint8_t kind = 0;
+  std::uint8_t op = 0;
+  std::uint8_t dtype = 0;
+  std::uint8_t algorithm = 0;
+  std::uint8_t has_op = 0;
+  std::uint8_t pad[7] = {};
+};
+static_assert(sizeof(WireCall) == 40);
+
+inline constexpr std::string_view dtype_names[] = {"float32", "float64", "int32", "int64"};
+inline constexpr std::string_view algorithm_names[] = {"", "ring", "direct", "native"};
+
+template <Element T>
+constexpr std::uint8_t dtype_code() noexcept {
+  for (std::uint8_t i = 0; i < 4; ++i)
+    if (dtype_names[i] == dtype_name<T>()) return i;
+  return 0;
+}
+inline std::uint8_t algorithm_code(std::string_view a) noexcept {
+  for (std::uint8_t i = 0; i < 4; ++i)
+    if (algorithm_names[i] == a) return i;
+  return 0;
+}
+
+inline WireCall to_wire(std::uint64_t seq, const CallDesc& d) {
+  WireCall w;
+  w.seq = seq;
+  w.in_count = d.in_count;
+  w.out_count = d.out_count;
+  w.root = d.root;
+  w.kind = static_cast<std::uint8_t>(d.kind);
+  w.op = static_cast<std::uint8_t>(d.op);
+  w.has_op = d.has_op;
+  w.algorithm = algorithm_code(d.algorithm);
+  for (std::uint8_t i = 0; i < 4; ++i)
+    if (dtype_names[i] == d.dtype) w.dtype = i;
+  return w;
+}
+
+inline CallDesc from_wire(const WireCall& w) {
+  CallDesc d;
+  d.kind = static_cast<CallKind>(w.kind);
+  d.op = static_cast<OpKind>(w.op);
+  d.has_op = w.has_op != 0;
+  d.dtype = d.kind == CallKind::barrier ? std::string_view{} : dtype_names[w.dtype & 3];
+  d.algorithm = algorithm_names[w.algorithm & 3];
+  d.in_count = static_cast<std::size_t>(w.in_count);
+  d.out_count = static_cast<std::size_t>(w.out_count);
+  d.root = w.root;
+  return d;
+}
+
+//! Empty when the calls of all ranks (index = rank) agree; otherwise the
+//! message every rank raises: what is wrong, which ranks differ from rank 0,
+//! and what each rank passed.
+inline std::string contract_violation(const std::vector<WireCall>& calls, int me) {
+  const std::size_t p = calls.size();
+  std::vector<CallDesc> descs;
+  descs.reserve(p);
+  for (const auto& w : calls) descs.push_back(from_wire(w));
+  std::vector<const CallDesc*> ptrs;
+  for (const auto& d : descs) ptrs.push_back(&d);
+  std::string why;
+  bool seq_differs = false;
+  for (const auto& w : calls) seq_differs = seq_differs || w.seq != calls[0].seq;
+  if (seq_differs) why = "ranks are at different collectives (one called a collective the others skipped)";
+  else why = check_agreement(ptrs);
+  if (why.empty()) return {};
+  // check_agreement speaks of replicas; these are ranks
+  for (std::size_t pos; (pos = why.find("replica")) != std::string::npos;) why.replace(pos, 7, "rank");
+  std::string odd;
+  for (std::size_t r = 1; r < p; ++r) {
+    const CallDesc& a = descs[0];
+    const CallDesc& b = descs[r];
+    const bool differs = calls[r].seq != calls[0].seq || a.kind != b.kind || a.op != b.op || a.dtype != b.dtype ||
+                         a.algorithm != b.algorithm || a.root != b.root || a.in_count != b.in_count ||
+                         a.out_count != b.out_count;
+    if (differs) odd += (odd.empty() ? "" : ", ") + std::to_string(r);
+  }
+  std::string msg = "strata: collective #" + std::to_string(calls[static_cast<std::size_t>(me)].seq) + " on rank " +
+                    std::to_string(me) + ": " + why;
+  if (!odd.empty()) msg += "; rank(s) " + odd + " disagree with rank 0";
+  msg += ":";
+  for (std::size_t r = 0; r < p; ++r)
+    msg += "\n  rank " + std::to_string(r) + " called #" + std::to_string(calls[r].seq) + " " + descs[r].str();
+  return msg;
+}
+
+}  // namespace strata::detail::mpi

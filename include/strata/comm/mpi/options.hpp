@@ -1,0 +1,35 @@
+#pragma once
+//! Run-time knobs of the MPI communicator: plain values, not types.
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace strata {
+
+//! Options of an MPI communicator and of its collectives.
+//!   auto comm = strata::MpiCommunicator::world({.timeout = std::chrono::seconds(30)});
+struct MpiOptions {
+  //! A collective that cannot complete within this time raises
+  //! CollectiveTimeout on every rank that waits, naming the ranks that never
+  //! arrived and the last collective each completed.
+  std::chrono::milliseconds timeout{std::chrono::minutes(2)};
+  //! Ring all-reduce: bytes of one chunk (one ring step moves one chunk)...
+  std::size_t ring_chunk_bytes = std::size_t{1} << 20;
+  //! ...sent as this many messages, so that reducing one overlaps receiving the next.
+  int ring_pipeline = 4;
+  //! AutoReduce (see MpiCommunicator::auto_choice; docs/performance.md has the
+  //! measurements behind the defaults): the direct algorithm, whose single
+  //! message carries the contract with the data, at or below this many bytes...
+  std::size_t direct_max_bytes = std::size_t{16} << 10;
+  //! ...the ring at or above these many bytes, when the ranks share memory
+  //! (0 = never) and when they talk over a network (TCP)...
+  std::size_t ring_min_bytes_shm = 0;
+  std::size_t ring_min_bytes_net = std::size_t{4} << 20;
+  //! ...and MPI_Allreduce (after the contract check) in between.
+  //! Names an algorithm to use always ("ring", "direct", "native"); empty:
+  //! the environment variable STRATA_MPI_ALLREDUCE, else by size as above.
+  std::string force_algorithm{};
+};
+
+}  // namespace strata

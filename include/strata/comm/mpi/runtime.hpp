@@ -1,0 +1,106 @@
+#pragma once
+//! MPI's lifetime in a strata process. The first MPI communicator initializes
+//! MPI (MPI_THREAD_SERIALIZED: a replica thread may call MPI, one thread at a
+//! time) unless the program did; MPI is then finalized at exit. After a
+//! collective failed (timeout, disagreement that poisoned a communicator, a
+//! rank that threw) the exit waits at most the failing communicator's timeout
+//! for every rank to get there, then brings the whole job down with
+//! MPI_Abort instead of hanging in MPI_Finalize.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include <strata/comm/mpi/mpi.hpp>
+
+namespace strata::detail::mpi {
+
+class Runtime {
+ public:
+  Runtime() {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      owner_ = true;
+      if (provided < MPI_THREAD_SERIALIZED)
+        throw Error("strata: this MPI library offers thread level " + std::to_string(provided) +
+                    " but strata calls MPI from replica threads and needs MPI_THREAD_SERIALIZED");
+    } else {
+      int provided = 0;
+      MPI_Query_thread(&provided);
+      if (provided < MPI_THREAD_SERIALIZED)
+        throw Error("strata: MPI was initialized with thread level " + std::to_string(provided) +
+                    "; strata calls MPI from replica threads: initialize it with MPI_Init_thread and "
+                    "MPI_THREAD_SERIALIZED (or let strata initialize it)");
+    }
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &exit_comm_), "MPI_Comm_dup");
+  }
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  ~Runtime() {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) return;
+    if (owner_) {
+      settle();
+      MPI_Comm_free(&exit_comm_);
+      MPI_Finalize();
+    } else if (failed_.load()) {
+      settle();  // the program finalizes MPI itself; still never hang there after a failure
+    }
+  }
+
+  //! A collective failed in this process: the exit must not wait forever.
+  void note_failure(std::chrono::milliseconds timeout) {
+    std::lock_guard lk(mu_);
+    failed_.store(true);
+    exit_timeout_ = std::max(exit_timeout_, timeout);
+  }
+  [[nodiscard]] bool failed() const noexcept { return failed_.load(); }
+
+ private:
+  //! Every rank meets here before MPI_Finalize; after a failure, only for a
+  //! bounded time, then MPI_Abort ends the job (a rank may be hung).
+  void settle() {
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (MPI_Ibarrier(exit_comm_, &req) != MPI_SUCCESS) return;
+    const bool bounded = failed_.load();
+    const auto deadline = std::chrono::steady_clock::now() + exit_timeout_;
+    for (int i = 0;; ++i) {
+      int done = 0;
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (done) return;
+      if (bounded && std::chrono::steady_clock::now() > deadline) {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        std::fprintf(stderr,
+                     "strata: rank %d: after a failed collective, not every rank reached the end of the program "
+                     "within %lld ms; aborting the job\n",
+                     rank, static_cast<long long>(exit_timeout_.count()));
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      if (i > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  bool owner_ = false;
+  MPI_Comm exit_comm_ = MPI_COMM_NULL;
+  std::atomic<bool> failed_{false};
+  std::mutex mu_;
+  std::chrono::milliseconds exit_timeout_{0};
+};
+
+//! The process's runtime, initializing MPI on first use.
+inline Runtime& runtime() {
+  static Runtime r;
+  return r;
+}
+
+}  // namespace strata::detail::mpi
