@@ -29,11 +29,13 @@ struct Args {
 };
 
 [[noreturn]] inline void usage(const char* prog, const std::string& why) {
+  std::string names;
+  for (auto n : strata::strategy_names) names += (names.empty() ? "" : "|") + std::string(n);
   std::fprintf(stderr,
-               "%s: %s\nusage: %s [--strategy default|one_device|mirrored|central_storage] [--replicas N]\n"
+               "%s: %s\nusage: %s [--strategy %s] [--replicas N]\n"
                "          [--epochs N] [--batch N] [--data DIR] [--seed N] [--save FILE] [--train-limit N] [--quiet]\n"
                "          [--min-accuracy X] [--if-present]\n",
-               prog, why.c_str(), prog);
+               prog, why.c_str(), prog, names.c_str());
   std::exit(2);
 }
 

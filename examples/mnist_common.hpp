@@ -44,7 +44,8 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
   auto model = strategy.scope(make_model);
   model.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
                 {.seed = a.seed});
-  if (!a.quiet) std::printf("%s", model.summary().c_str());
+  const bool chief = strategy.any().worker_index() == 0;  // across workers, one speaks
+  if (!a.quiet && chief) std::printf("%s", model.summary().c_str());
   const std::size_t n = mnist.train_images.shape()[0];
   auto train = strata::data::from_tensor_slices(mnist.train_images, mnist.train_labels)
                    .shuffle(n, a.seed)
@@ -55,10 +56,15 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
   model.fit(strategy.distribute(train), {.epochs = a.epochs, .verbose = a.quiet ? nn::Verbosity::Silent : nn::Verbosity::Auto});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto logs = model.evaluate(strategy.distribute(test));
-  std::printf("test accuracy %.4f, test loss %.4f  (%s, %d replica(s), %d epochs of %zu in %.1f s: %.0f samples/s)\n",
-              logs.at("accuracy"), logs.at("loss"), std::string(strategy.any().name()).c_str(),
-              strategy.num_replicas_in_sync(), a.epochs, n, secs, static_cast<double>(n) * a.epochs / secs);
-  if (!a.save.empty()) {
+  if (chief)
+    std::printf("test accuracy %.4f, test loss %.4f  (%s, %d replica(s)%s, %d epochs of %zu in %.1f s: %.0f samples/s)\n",
+                logs.at("accuracy"), logs.at("loss"), std::string(strategy.any().name()).c_str(),
+                strategy.num_replicas_in_sync(),
+                strategy.any().num_workers() > 1
+                    ? (" on " + std::to_string(strategy.any().num_workers()) + " workers").c_str()
+                    : "",
+                a.epochs, n, secs, static_cast<double>(n) * a.epochs / secs);
+  if (!a.save.empty() && chief) {
     model.save_weights(a.save);
     std::printf("weights saved to %s\n", a.save.c_str());
   }

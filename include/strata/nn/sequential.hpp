@@ -225,7 +225,7 @@ class Sequential {
         }
         off += n;
       }
-    place(init);
+    place(std::move(init));
   }
 
   //! Trains on `data`: a dataset of (features, labels) batches, or one made
@@ -248,11 +248,12 @@ class Sequential {
     Totals t = make_totals();
     auto it = ds.iterator();
     std::size_t steps = 0;
-    detail::Progress progress(opts.verbose, opts.out, ds.cardinality());
+    detail::Progress progress(speaker(opts.verbose), opts.out, ds.cardinality());
     while (auto e = it.next()) {
       step(*e, Phase::Evaluate, t, nullptr, 0);
       progress.update(++steps, t.samples, [&] { return logs_of(t, ""); });
     }
+    across_workers(t);
     Logs logs = logs_of(t, "");
     progress.finish(steps, t.samples, logs);
     return logs;
@@ -271,10 +272,12 @@ class Sequential {
     nn::detail::resize(out, n, shapes_.back());
     Totals t = make_totals();
     Tensor<float> batch;
+    if (strategy_->num_workers() > 1) out.fill(0.f);  // each worker writes its rows; a sum joins them
     for (std::size_t b = 0; b < n; b += batch_size) {
       nn::detail::copy_rows(xf, {b, std::min(n, b + batch_size)}, batch);
       step_tensors(batch, nullptr, Phase::Predict, t, &out, b);
     }
+    strategy_->sum_across_workers(out.span());
     return out;
   }
 
@@ -295,6 +298,7 @@ class Sequential {
       build(nn::detail::sample_shape(x.shape()));
       Tensor<float> out;
       nn::detail::resize(out, x.shape()[0], shapes_.back());
+      if (strategy_->num_workers() > 1) out.fill(0.f);
       step_tensors(x, nullptr, Phase::Predict, t, &out, 0);
       rows += x.shape()[0];
       parts.push_back(std::move(out));
@@ -304,6 +308,7 @@ class Sequential {
     nn::detail::resize(all, rows, shapes_.back());
     float* o = all.data();
     for (const auto& p : parts) o = std::copy_n(p.data(), p.size(), o);
+    strategy_->sum_across_workers(all.span());
     return all;
   }
 
@@ -385,9 +390,10 @@ class Sequential {
   enum class Phase { Train, Evaluate, Predict };
 
   struct Totals {
-    double loss = 0;
+    double loss = 0;  // sums over the rows this worker computed...
     std::vector<double> metrics;
-    std::size_t samples = 0;
+    std::size_t samples = 0;  // rows of every worker
+    std::size_t local = 0;    // ...which are these many (all of them in one process)
   };
 
   struct Replica {
@@ -397,6 +403,7 @@ class Sequential {
     Tensor<float> grad;
     double loss = 0;
     std::vector<double> metrics;
+    std::size_t rows = 0;
   };
 
   using Params = std::variant<MirroredVariable<float>, CentralVariable<float>>;
@@ -411,9 +418,10 @@ class Sequential {
     return std::visit([](const auto& v) -> const Tensor<float>& { return v.value(); }, *params_);
   }
 
-  void place(const Tensor<float>& init) {
-    const int p = strategy_->num_replicas_in_sync();
+  void place(Tensor<float> init) {
+    const int p = strategy_->num_local_replicas();
     const bool central = strategy_->placement() == PlacementKind::CentralStorage;
+    strategy_->broadcast_from_chief(init.span());  // across workers: everyone starts from the chief's weights
     if (central) params_.emplace(std::in_place_type<CentralVariable<float>>, init);
     else params_.emplace(std::in_place_type<MirroredVariable<float>>, init, p);
     replicas_.clear();
@@ -459,6 +467,23 @@ class Sequential {
     }
   }
 
+  //! Across workers only the chief prints.
+  [[nodiscard]] Verbosity speaker(Verbosity v) const noexcept {
+    return strategy_->worker_index() == 0 ? v : Verbosity::Silent;
+  }
+
+  //! Collective across workers: the totals of every worker's rows (running
+  //! logs within an epoch cover this worker's rows only).
+  void across_workers(Totals& t) const {
+    if (strategy_->num_workers() == 1) return;
+    std::vector<double> v{t.loss, static_cast<double>(t.local)};
+    v.insert(v.end(), t.metrics.begin(), t.metrics.end());
+    strategy_->sum_across_workers(v);
+    t.loss = v[0];
+    t.local = static_cast<std::size_t>(v[1]);
+    std::copy(v.begin() + 2, v.end(), t.metrics.begin());
+  }
+
   Totals make_totals() const {
     Totals t;
     t.metrics.assign(metrics_.size(), 0.0);
@@ -467,7 +492,7 @@ class Sequential {
 
   Logs logs_of(const Totals& t, const std::string& prefix) const {
     Logs l;
-    const double n = t.samples ? static_cast<double>(t.samples) : 1.0;
+    const double n = t.local ? static_cast<double>(t.local) : 1.0;
     l.set(prefix + "loss", t.loss / n + regularization_loss());
     for (std::size_t m = 0; m < metrics_.size(); ++m) l.set(prefix + metrics_[m]->name(), t.metrics[m] / n);
     return l;
@@ -494,10 +519,11 @@ class Sequential {
     bool stop = false;
     for (int epoch = 0; epoch < opts.epochs && !stop; ++epoch) {
       for (auto* cb : opts.callbacks) cb->on_epoch_begin(epoch);
-      if (opts.verbose != Verbosity::Silent) std::fprintf(opts.out, "Epoch %d/%d\n", epoch + 1, opts.epochs);
+      const Verbosity verbose = speaker(opts.verbose);
+      if (verbose != Verbosity::Silent) std::fprintf(opts.out, "Epoch %d/%d\n", epoch + 1, opts.epochs);
       std::optional<std::size_t> total = ds.cardinality();
       if (opts.steps_per_epoch) total = total ? std::min(*total, opts.steps_per_epoch) : opts.steps_per_epoch;
-      detail::Progress progress(opts.verbose, opts.out, total);
+      detail::Progress progress(verbose, opts.out, total);
       Totals t = make_totals();
       auto it = ds.iterator();
       std::size_t steps = 0;
@@ -517,6 +543,7 @@ class Sequential {
           }
         }
       }
+      across_workers(t);
       logs = logs_of(t, "");
       if (validation) {
         const Logs val = evaluate(*validation);
@@ -551,16 +578,18 @@ class Sequential {
                     std::size_t out_row) {
     const std::size_t global = x.shape()[0];
     if (global == 0) return;
-    const std::size_t p = replicas_.size();
+    const auto p = static_cast<std::size_t>(strategy_->num_replicas_in_sync());  // over every worker
     const float scale = 1.f / static_cast<float>(global);
     const std::int64_t it = iterations_;
     strategy_->run([&](AnyReplicaContext& ctx) {
-      const auto r = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
+      const auto r = static_cast<std::size_t>(ctx.local_replica_id());
+      const auto g = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
       Replica& rep = replicas_[r];
-      const Range rows = shard_range(global, p, r);
+      const Range rows = shard_range(global, p, g);  // this replica's rows of the global batch
+      rep.rows = rows.size();
       nn::detail::copy_rows(x, rows, rep.x);
       if (y) nn::detail::copy_rows(*y, rows, rep.y);
-      RunInfo info{phase == Phase::Train, static_cast<int>(r), seed_, static_cast<std::uint64_t>(it), 0};
+      RunInfo info{phase == Phase::Train, static_cast<int>(g), seed_, static_cast<std::uint64_t>(it), 0};
       const Tensor<float>* in = &rep.x;
       for (std::size_t l = 0; l < rep.layers.size(); ++l) {
         info.layer = l;
@@ -583,6 +612,7 @@ class Sequential {
     if (phase != Phase::Predict)
       for (const Replica& rep : replicas_) {  // replica order: deterministic
         t.loss += rep.loss;
+        t.local += rep.rows;
         for (std::size_t m = 0; m < metrics_.size(); ++m) t.metrics[m] += rep.metrics[m];
       }
     t.samples += global;

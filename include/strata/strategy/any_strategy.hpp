@@ -23,6 +23,9 @@ class AnyReplicaContext {
   virtual ~AnyReplicaContext() = default;
   [[nodiscard]] virtual int replica_id_in_sync_group() const noexcept = 0;
   [[nodiscard]] virtual int num_replicas_in_sync() const noexcept = 0;
+  //! This replica's index among the replicas of its own process (equal to
+  //! replica_id_in_sync_group() except across workers).
+  [[nodiscard]] virtual int local_replica_id() const noexcept { return replica_id_in_sync_group(); }
   //! In-place sum over the replicas with the strategy's all-reduce algorithm.
   virtual void all_reduce(std::span<float> data, SumOp) = 0;
   virtual void all_reduce(std::span<double> data, SumOp) = 0;
@@ -38,8 +41,21 @@ class AnyStrategy {
   [[nodiscard]] virtual PlacementKind placement() const noexcept = 0;
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
   [[nodiscard]] virtual int num_replicas_in_sync() const noexcept = 0;
-  //! Runs `fn` on every replica; errors as Strategy::run (ReplicaError).
+  //! Runs `fn` on every replica of this process; errors as Strategy::run (ReplicaError).
   virtual void run(const std::function<void(AnyReplicaContext&)>& fn) = 0;
+
+  // Across processes (MultiWorkerMirroredStrategy); in one process these are
+  // the trivial answers. The collective ones must be called by every worker.
+  //! Workers (processes) taking part, and this one's index (0 is the chief).
+  [[nodiscard]] virtual int num_workers() const noexcept { return 1; }
+  [[nodiscard]] virtual int worker_index() const noexcept { return 0; }
+  //! The replicas this process runs.
+  [[nodiscard]] virtual int num_local_replicas() const noexcept { return num_replicas_in_sync(); }
+  //! Collective: elementwise sum over the workers, in place, on the caller's thread.
+  virtual void sum_across_workers(std::span<double>) {}
+  virtual void sum_across_workers(std::span<float>) {}
+  //! Collective: every worker receives the chief's values.
+  virtual void broadcast_from_chief(std::span<float>) {}
 };
 
 namespace detail {
@@ -49,6 +65,10 @@ class ErasedReplicaContext final : public AnyReplicaContext {
   explicit ErasedReplicaContext(Ctx& ctx) : ctx_(ctx) {}
   int replica_id_in_sync_group() const noexcept override { return ctx_.replica_id_in_sync_group(); }
   int num_replicas_in_sync() const noexcept override { return ctx_.num_replicas_in_sync(); }
+  int local_replica_id() const noexcept override {
+    if constexpr (requires { ctx_.local_replica_id(); }) return ctx_.local_replica_id();
+    else return ctx_.replica_id_in_sync_group();
+  }
   void all_reduce(std::span<float> d, SumOp op) override { ctx_.all_reduce(d, op); }
   void all_reduce(std::span<double> d, SumOp op) override { ctx_.all_reduce(d, op); }
   void reduce_to_one(std::span<const float> in, std::span<float> out, int root, SumOp op) override {

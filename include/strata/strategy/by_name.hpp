@@ -11,16 +11,29 @@
 
 #include <strata/core/error.hpp>
 #include <strata/strategy/strategy.hpp>
+#if defined(STRATA_MPI_ENABLED)  // set by the strata-mpi dependency
+#include <algorithm>
+#include <thread>
+
+#include <strata/strategy/multi_worker.hpp>
+#endif
 
 namespace strata {
 
-//! The names with_strategy accepts.
+//! The names with_strategy accepts ("multi_worker_mirrored" where built with the MPI backend).
+#if defined(STRATA_MPI_ENABLED)
+inline constexpr std::array<std::string_view, 5> strategy_names{"default", "one_device", "mirrored", "central_storage",
+                                                                "multi_worker_mirrored"};
+#else
 inline constexpr std::array<std::string_view, 4> strategy_names{"default", "one_device", "mirrored",
                                                                 "central_storage"};
+#endif
 
 //! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
 //! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
-//! 0 for one per core) and returns what fn returns (the same type for every
+//! 0 for one per core; "multi_worker_mirrored": this process is one worker of
+//! the MPI job with `replicas` local replicas, 0 for its share of the node's
+//! cores) and returns what fn returns (the same type for every
 //! strategy). An unknown name throws strata::Error listing the known ones.
 template <class F>
 auto with_strategy(std::string_view name, int replicas, F&& fn) -> std::invoke_result_t<F&, DefaultStrategy&> {
@@ -37,6 +50,15 @@ auto with_strategy(std::string_view name, int replicas, F&& fn) -> std::invoke_r
     CentralStorageStrategy s{cpu_replicas(replicas)};
     return fn(s);
   }
+#if defined(STRATA_MPI_ENABLED)
+  if (name == "multi_worker_mirrored") {
+    auto workers = MpiCommunicator::world();
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int local = replicas > 0 ? replicas : std::max(1, cores / workers.ranks_on_node());
+    MultiWorkerMirroredStrategy s{std::move(workers), cpu_replicas(local)};
+    return fn(s);
+  }
+#endif
   std::string known;
   for (auto n : strategy_names) known += (known.empty() ? "" : ", ") + std::string(n);
   throw Error("unknown strategy '" + std::string(name) + "' (known: " + known + ")");

@@ -21,6 +21,13 @@
 namespace strata {
 
 namespace detail {
+//! The replica's index among those of its process: its copy of a mirrored variable.
+template <class Ctx>
+std::size_t local_index(Ctx& ctx) {
+  if constexpr (requires { ctx.local_replica_id(); }) return static_cast<std::size_t>(ctx.local_replica_id());
+  else return static_cast<std::size_t>(ctx.replica_id_in_sync_group());
+}
+
 template <class F, class T>
 void call_update(F& f, std::span<T> value, std::span<const T> grad, std::size_t offset) {
   if constexpr (std::invocable<F&, std::span<T>, std::span<const T>, std::size_t>)
@@ -44,7 +51,7 @@ class MirroredVariable {
 
   //! The copy of the replica running `ctx`.
   template <class Ctx>
-  [[nodiscard]] Tensor<T>& local(Ctx& ctx) { return copies_.at(static_cast<std::size_t>(ctx.replica_id_in_sync_group())); }
+  [[nodiscard]] Tensor<T>& local(Ctx& ctx) { return copies_.at(detail::local_index(ctx)); }
   //! The value (replica 0's copy), for use outside Strategy::run.
   [[nodiscard]] const Tensor<T>& value() const { return copies_.at(0); }
   [[nodiscard]] const Tensor<T>& copy(int replica) const { return copies_.at(static_cast<std::size_t>(replica)); }

@@ -132,6 +132,8 @@ class MpiCommunicator {
   //! Whether the ranks exchange data through shared memory (one node, the
   //! shared-memory transport enabled) rather than over a network.
   [[nodiscard]] bool shares_memory() const noexcept { return !network_; }
+  //! Ranks of this communicator on this rank's node (sharing its memory).
+  [[nodiscard]] int ranks_on_node() const noexcept { return node_size_; }
   //! Collectives this rank has completed on this communicator.
   [[nodiscard]] std::uint64_t completed() const noexcept { return completed_; }
   //! Empty while usable; after a timeout or an abort, why it is not.
@@ -327,10 +329,9 @@ class MpiCommunicator {
     MPI_Comm node = MPI_COMM_NULL;
     detail::mpi::check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
                        "MPI_Comm_split_type");
-    int node_size = 0;
-    MPI_Comm_size(node, &node_size);
+    MPI_Comm_size(node, &node_size_);
     MPI_Comm_free(&node);
-    int flags[2] = {node_size < size_ ? 1 : 0, 0};
+    int flags[2] = {node_size_ < size_ ? 1 : 0, 0};
     if (const char* btl = std::getenv("OMPI_MCA_btl"); btl && *btl) {
       const std::string b = btl;
       const bool excluded = b[0] == '^' && (b.find("vader") != std::string::npos || b.find("sm") != std::string::npos);
@@ -350,6 +351,7 @@ class MpiCommunicator {
     swap(size_, o.size_);
     swap(opts_, o.opts_);
     swap(network_, o.network_);
+    swap(node_size_, o.node_size_);
     swap(network_why_, o.network_why_);
     swap(entered_, o.entered_);
     swap(completed_, o.completed_);
@@ -544,6 +546,7 @@ class MpiCommunicator {
   int rank_ = 0, size_ = 1;
   MpiOptions opts_;
   bool network_ = false;
+  int node_size_ = 1;
   std::string network_why_;
   std::uint64_t entered_ = 0, completed_ = 0;
   std::vector<std::uint64_t> last_seen_;           // per rank: the last collective it arrived at with us

@@ -88,6 +88,8 @@ class Team {
     cv_.notify_all();
   }
   [[nodiscard]] bool aborted() const noexcept { return aborted_.load(); }
+  //! The flag itself, for a waiter outside the team (an MPI leader) to watch.
+  [[nodiscard]] const std::atomic<bool>& aborted_flag() const noexcept { return aborted_; }
 
   //! Replica `r` returned from its function: a collective it never called
   //! can no longer complete, and waiters say so at once.

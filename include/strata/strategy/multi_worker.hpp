@@ -1,0 +1,335 @@
+#pragma once
+//! MultiWorkerMirroredStrategy: synchronous data parallelism across
+//! processes (workers, launched by mpirun), each running p local CPU
+//! replicas (threads). Variables are mirrored on every replica of every
+//! worker; an all-reduce is hierarchical: the local replicas reduce onto
+//! local replica 0 (shared memory), which all-reduces with the other
+//! workers over MPI, and the result is broadcast back locally. Variables
+//! start from worker 0's values; a failure on any worker reaches every
+//! worker as an error (no hang), within the MPI timeout.
+//!   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2)};   // under mpirun -np N
+//!   s.run([&](auto& ctx) { ctx.all_reduce(grad, strata::Sum); });    // over 2N replicas
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/comm/mpi/communicator.hpp>
+#include <strata/strategy/strategy.hpp>
+
+namespace strata {
+
+//! Options of a MultiWorkerMirroredStrategy: across workers and within one.
+struct MultiWorkerOptions {
+  MpiOptions mpi{};
+  //! Among a worker's replicas. A replica waiting for its leader's MPI
+  //! exchange waits up to this timeout plus mpi.timeout.
+  CommOptions local{};
+};
+
+class MultiWorkerMirroredStrategy;
+
+//! What the function given to MultiWorkerMirroredStrategy::run receives.
+class MultiWorkerReplicaContext {
+ public:
+  MultiWorkerReplicaContext(MultiWorkerMirroredStrategy& s, ThreadCommunicator local) : s_(s), local_(local) {}
+
+  //! Global replica id: worker w's replicas follow those of workers 0 .. w-1.
+  [[nodiscard]] int replica_id_in_sync_group() const noexcept;
+  [[nodiscard]] int num_replicas_in_sync() const noexcept;
+  [[nodiscard]] int local_replica_id() const noexcept { return local_.rank(); }
+  [[nodiscard]] int num_local_replicas() const noexcept { return local_.size(); }
+  [[nodiscard]] int worker_index() const noexcept;
+  [[nodiscard]] int num_workers() const noexcept;
+  //! The collectives among this worker's replicas only.
+  [[nodiscard]] ThreadCommunicator& local_communicator() noexcept { return local_; }
+
+  //! In place, over every replica of every worker: local reduce, MPI
+  //! all-reduce between the workers' leaders, local broadcast.
+  template <MutableBuffer R, ReduceOperation Op>
+  void all_reduce(R&& data, Op op);
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
+  void all_reduce(In&& in, Out&& out, Op op) {
+    if (std::ranges::size(in) != std::ranges::size(out))
+      throw ShapeError("all_reduce: the output holds " + std::to_string(std::ranges::size(out)) +
+                       " elements but the input " + std::to_string(std::ranges::size(in)));
+    std::copy_n(std::ranges::data(in), std::ranges::size(in), std::ranges::data(out));
+    all_reduce(std::forward<Out>(out), op);
+  }
+  //! Copies global replica `root`'s `data` into every replica's.
+  template <MutableBuffer R>
+  void broadcast(R&& data, int root);
+  //! The reduction of every replica's `in` into global replica `root`'s `out`.
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
+  void reduce_to_one(In&& in, Out&& out, int root, Op op) {
+    using T = detail::buffer_element_t<In>;
+    std::vector<T> tmp(std::ranges::data(in), std::ranges::data(in) + std::ranges::size(in));
+    all_reduce(tmp, op);
+    if (replica_id_in_sync_group() == root) {
+      if (std::ranges::size(out) != tmp.size())
+        throw ShapeError("reduce_to_one: the root's output holds " + std::to_string(std::ranges::size(out)) +
+                         " elements but the inputs " + std::to_string(tmp.size()));
+      std::copy(tmp.begin(), tmp.end(), std::ranges::data(out));
+    }
+  }
+  void barrier();
+
+ private:
+  MultiWorkerMirroredStrategy& s_;
+  ThreadCommunicator local_;
+};
+
+class MultiWorkerMirroredStrategy {
+ public:
+  using sync_policy = Synchronous;
+  using placement_policy = Mirrored;
+  using reduce_policy = AutoReduce;
+  using context_type = MultiWorkerReplicaContext;
+  static constexpr std::string_view name = "multi_worker_mirrored";
+
+  //! This process is one worker of the job (every rank of MPI_COMM_WORLD),
+  //! running a replica on each of `local` devices. Collective: every rank
+  //! constructs it. Workers may run different numbers of replicas.
+  explicit MultiWorkerMirroredStrategy(std::vector<Device> local = {cpu(0)}, MultiWorkerOptions opts = {})
+      : MultiWorkerMirroredStrategy(MpiCommunicator::world(opts.mpi), std::move(local), opts.local) {}
+  //! The workers are the ranks of `workers` (for example a split of the world).
+  MultiWorkerMirroredStrategy(MpiCommunicator workers, std::vector<Device> local, CommOptions local_opts = {})
+      : comm_(std::move(workers)),
+        devices_(check_devices(std::move(local))),
+        pool_(static_cast<int>(devices_.size()), with_leader_slack(local_opts, comm_.options())) {
+    comm_.set_interrupt(&pool_.team().aborted_flag());
+    std::vector<std::int64_t> mine{static_cast<std::int64_t>(devices_.size())}, all(static_cast<std::size_t>(comm_.size()));
+    comm_.all_gather(mine, all);
+    for (int w = 0; w < comm_.size(); ++w) {
+      firsts_.push_back(total_);
+      total_ += static_cast<int>(all[static_cast<std::size_t>(w)]);
+    }
+    offset_ = firsts_[static_cast<std::size_t>(comm_.rank())];
+  }
+  MultiWorkerMirroredStrategy(const MultiWorkerMirroredStrategy&) = delete;
+  MultiWorkerMirroredStrategy& operator=(const MultiWorkerMirroredStrategy&) = delete;
+
+  //! Replicas over all workers.
+  [[nodiscard]] int num_replicas_in_sync() const noexcept { return total_; }
+  [[nodiscard]] int num_local_replicas() const noexcept { return static_cast<int>(devices_.size()); }
+  //! The global id of this worker's first replica.
+  [[nodiscard]] int first_local_replica() const noexcept { return offset_; }
+  [[nodiscard]] int num_workers() const noexcept { return comm_.size(); }
+  [[nodiscard]] int worker_index() const noexcept { return comm_.rank(); }
+  //! Worker 0: the one that prints, saves checkpoints, and whose initial
+  //! variable values every worker starts from.
+  [[nodiscard]] bool is_chief() const noexcept { return comm_.rank() == 0; }
+  [[nodiscard]] const std::vector<Device>& devices() const noexcept { return devices_; }
+  //! The communicator between workers (auto_choice, options, health).
+  [[nodiscard]] MpiCommunicator& communicator() noexcept { return comm_; }
+
+  //! Runs `fn(ctx)` on every local replica and returns what each returned
+  //! (this worker's replicas only). If fn throws on any replica of any
+  //! worker, every worker's run throws: the failing one ReplicaError with
+  //! its exception, the others ReplicaError whose cause is the
+  //! CollectiveAborted that carries the failing worker's message.
+  template <std::invocable<context_type&> F>
+  auto run(F&& fn) {
+    using R = std::invoke_result_t<F&, context_type&>;
+    mpi_mismatch_ = false;
+    try {
+      if constexpr (std::is_void_v<R>) {
+        pool_.run([&](int r) {
+          context_type ctx{*this, ThreadCommunicator(pool_.team(), r)};
+          fn(ctx);
+        });
+      } else {
+        std::vector<std::optional<R>> out(devices_.size());
+        pool_.run([&](int r) {
+          context_type ctx{*this, ThreadCommunicator(pool_.team(), r)};
+          out[static_cast<std::size_t>(r)].emplace(fn(ctx));
+        });
+        std::vector<R> values;
+        values.reserve(out.size());
+        for (auto& v : out) values.push_back(std::move(*v));
+        return PerReplica<R>(std::move(values));
+      }
+    } catch (const ReplicaError& e) {
+      std::string what;
+      try {
+        e.rethrow_cause();
+      } catch (const std::exception& x) {
+        what = x.what();
+      } catch (...) {
+        what = "an exception not derived from std::exception";
+      }
+      // Every worker saw an MPI-level disagreement at the same call: nobody
+      // needs telling. Anything else: tell the others, so they do not wait.
+      if (!mpi_mismatch_) comm_.abort("worker " + std::to_string(worker_index()) + ": " + what);
+      throw ReplicaError(offset_ + e.replica(), total_, e.cause(), what);
+    }
+  }
+
+  //! Collective: reduces per-replica values over every replica of every
+  //! worker; all workers get the result.
+  template <ReduceOperation Op, Element T>
+  T reduce(Op, const PerReplica<T>& v) {
+    detail::check_op<Op, T>();
+    if (v.size() != devices_.size())
+      throw ShapeError("MultiWorkerMirroredStrategy::reduce: got " + std::to_string(v.size()) + " values for " +
+                       std::to_string(devices_.size()) + " local replicas");
+    T acc = v[0];
+    for (std::size_t r = 1; r < v.size(); ++r) acc = Op::combine(acc, v[r]);
+    T buf[1] = {acc};
+    if constexpr (std::same_as<Op, MeanOp>) comm_.all_reduce(buf, Sum);
+    else comm_.all_reduce(buf, Op{});
+    detail::finalize<Op>(buf, 1, static_cast<std::size_t>(total_));
+    return buf[0];
+  }
+
+  //! This worker's per-replica values, indexed by local replica id.
+  template <class T>
+  const std::vector<T>& local_results(const PerReplica<T>& v) const { return v.values(); }
+
+  //! A mirrored variable (one copy per local replica), every copy starting
+  //! from worker 0's `init`. Collective.
+  template <Element T>
+  MirroredVariable<T> make_variable(const Tensor<T>& init) {
+    Tensor<T> start = init;
+    comm_.broadcast(start.span(), 0);
+    return MirroredVariable<T>(start, num_local_replicas());
+  }
+
+  //! Marks `dataset` for distribution. Every worker iterates the same global
+  //! batches (so give every worker the same dataset and seed) and each
+  //! replica takes its rows of each: auto-sharding by data, as TensorFlow's
+  //! AutoShardPolicy.DATA. The loss is scaled by the global batch.
+  template <class D>
+  [[nodiscard]] Distributed<std::remove_cvref_t<D>> distribute(D&& dataset) {
+    return {std::forward<D>(dataset), &any_};
+  }
+
+  //! Runs `fn()` with this strategy as the current one.
+  template <std::invocable F>
+  decltype(auto) scope(F&& fn) {
+    detail::ScopeGuard g{{name, num_replicas_in_sync(), &any_}};
+    return std::forward<F>(fn)();
+  }
+  [[nodiscard]] AnyStrategy& any() noexcept { return any_; }
+
+ private:
+  friend class MultiWorkerReplicaContext;
+
+  class Erased final : public AnyStrategy {
+   public:
+    explicit Erased(MultiWorkerMirroredStrategy& s) : s_(s) {}
+    PlacementKind placement() const noexcept override { return PlacementKind::Mirrored; }
+    std::string_view name() const noexcept override { return MultiWorkerMirroredStrategy::name; }
+    int num_replicas_in_sync() const noexcept override { return s_.num_replicas_in_sync(); }
+    void run(const std::function<void(AnyReplicaContext&)>& fn) override {
+      s_.run([&](MultiWorkerReplicaContext& ctx) {
+        detail::ErasedReplicaContext<MultiWorkerReplicaContext> erased(ctx);
+        fn(erased);
+      });
+    }
+    int num_workers() const noexcept override { return s_.num_workers(); }
+    int worker_index() const noexcept override { return s_.worker_index(); }
+    int num_local_replicas() const noexcept override { return s_.num_local_replicas(); }
+    void sum_across_workers(std::span<double> v) override { s_.comm_.all_reduce(v, Sum); }
+    void sum_across_workers(std::span<float> v) override { s_.comm_.all_reduce(v, Sum); }
+    void broadcast_from_chief(std::span<float> v) override { s_.comm_.broadcast(v, 0); }
+
+   private:
+    MultiWorkerMirroredStrategy& s_;
+  };
+
+  static std::vector<Device> check_devices(std::vector<Device> d) {
+    if (d.empty()) throw Error("strata: MultiWorkerMirroredStrategy needs at least one local device, got none");
+    return d;
+  }
+  static CommOptions with_leader_slack(CommOptions local, const MpiOptions& mpi) {
+    local.timeout += mpi.timeout;
+    return local;
+  }
+
+  //! The leader's share of a hierarchical collective: any MPI error marks
+  //! whether every worker saw it (a disagreement) before it propagates.
+  template <class F>
+  void leader(F&& f) {
+    try {
+      f();
+    } catch (const CollectiveMismatch&) {
+      mpi_mismatch_ = true;
+      throw;
+    }
+  }
+
+  template <class T>
+  std::span<T> stage(std::size_t n) {
+    stage_.resize(std::max(stage_.size(), n * sizeof(T)));
+    return {reinterpret_cast<T*>(stage_.data()), n};
+  }
+
+  MpiCommunicator comm_;
+  std::vector<Device> devices_;
+  detail::ReplicaPool pool_;
+  int offset_ = 0, total_ = 0;
+  std::vector<int> firsts_;  // per worker: the global id of its first replica
+  bool mpi_mismatch_ = false;
+  std::vector<std::byte> stage_;  // the leader's reduction buffer (8-byte aligned by new)
+  Erased any_{*this};
+};
+
+inline int MultiWorkerReplicaContext::replica_id_in_sync_group() const noexcept { return s_.offset_ + local_.rank(); }
+inline int MultiWorkerReplicaContext::num_replicas_in_sync() const noexcept { return s_.total_; }
+inline int MultiWorkerReplicaContext::worker_index() const noexcept { return s_.worker_index(); }
+inline int MultiWorkerReplicaContext::num_workers() const noexcept { return s_.num_workers(); }
+
+template <MutableBuffer R, ReduceOperation Op>
+void MultiWorkerReplicaContext::all_reduce(R&& data, Op) {
+  using T = detail::buffer_element_t<R>;
+  detail::check_op<Op, T>();
+  // MEAN is a sum everywhere and one division by every replica at the end
+  using Partial = std::conditional_t<std::same_as<Op, MeanOp>, SumOp, Op>;
+  std::span<T> mine(std::ranges::data(data), std::ranges::size(data));
+  const bool lead = local_.rank() == 0;
+  if (local_.size() == 1) {
+    s_.leader([&] { s_.comm_.all_reduce(mine, Partial{}); });
+  } else {
+    std::span<T> acc = lead ? s_.stage<T>(mine.size()) : std::span<T>{};
+    local_.reduce_to_one(mine, acc, 0, Partial{});
+    if (lead) {
+      s_.leader([&] { s_.comm_.all_reduce(acc, Partial{}); });
+      std::copy(acc.begin(), acc.end(), mine.begin());
+    }
+    local_.broadcast(mine, 0);
+  }
+  detail::finalize<Op>(mine.data(), mine.size(), static_cast<std::size_t>(s_.total_));
+}
+
+template <MutableBuffer R>
+void MultiWorkerReplicaContext::broadcast(R&& data, int root) {
+  if (root < 0 || root >= s_.total_)
+    throw Error("broadcast: root " + std::to_string(root) + " is not a replica (there are " +
+                std::to_string(s_.total_) + ")");
+  // the worker holding the root: the last whose first replica is <= root
+  const auto& firsts = s_.firsts_;
+  const int worker = static_cast<int>(std::upper_bound(firsts.begin(), firsts.end(), root) - firsts.begin()) - 1;
+  const bool here = worker == s_.worker_index();
+  if (here) local_.broadcast(data, root - s_.offset_);
+  if (local_.rank() == 0) s_.leader([&] { s_.comm_.broadcast(data, worker); });
+  if (!here) local_.broadcast(data, 0);
+}
+
+inline void MultiWorkerReplicaContext::barrier() {
+  local_.barrier();
+  if (local_.rank() == 0) s_.leader([&] { s_.comm_.barrier(); });
+  local_.barrier();
+}
+
+}  // namespace strata
