@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -287,4 +288,13 @@ TEST_CASE("split: even and odd ranks form their own communicators") {
   int want = 0;
   for (int r = c.rank() % 2; r < c.size(); r += 2) want += r;
   CHECK(v[2] == want);
+}
+
+TEST_CASE("ranks on different hosts talk over the network (the two-host run sets STRATA_EXPECT_NODES=2)") {
+  auto c = make();
+  const char* nodes = std::getenv("STRATA_EXPECT_NODES");
+  if (!nodes || std::string(nodes) != "2") return;
+  CHECK(!c.shares_memory());
+  CHECK(c.ranks_on_node() == 1);
+  CHECK(c.auto_choice(std::size_t{64} << 20).reason.find("several nodes") != std::string::npos);
 }
