@@ -19,7 +19,10 @@ using namespace std::chrono_literals;
 namespace {
 
 strata::MpiCommunicator make(std::chrono::milliseconds timeout = 20s) {
-  return strata::MpiCommunicator::world({.timeout = timeout, .ring_chunk_bytes = 4096});
+  strata::MpiOptions o;
+  o.timeout = timeout;
+  o.ring_chunk_bytes = 4096;  // many ring segments even for small counts
+  return strata::MpiCommunicator::world(o);
 }
 
 // Element counts every algorithm must handle: empty, fewer than the ranks,
@@ -148,14 +151,18 @@ TEST_CASE("auto_choice: by size, the same on every rank, with its reason; forcin
   const auto small = c.auto_choice(1024);
   CHECK(small.algorithm == "direct");
   CHECK(small.reason.find("direct_max_bytes") != std::string::npos);
+  CHECK(c.auto_choice(std::size_t{1} << 20).algorithm == "native");
   const auto big = c.auto_choice(std::size_t{64} << 20);
-  if (c.shares_memory()) CHECK(big.algorithm == "native");
-  else CHECK(big.algorithm == "ring");
-  CHECK(!big.reason.empty());
-  auto forced = strata::MpiCommunicator::world({.force_algorithm = "ring"});
+  CHECK(big.algorithm == "ring");
+  CHECK(big.reason.find(c.shares_memory() ? "ring_min_bytes_shm" : "ring_min_bytes_net") != std::string::npos);
+  strata::MpiOptions ring;
+  ring.force_algorithm = "ring";
+  auto forced = strata::MpiCommunicator::world(ring);
   CHECK(forced.auto_choice(8).algorithm == "ring");
   CHECK(forced.auto_choice(8).reason.find("forced") != std::string::npos);
-  auto bad = strata::MpiCommunicator::world({.force_algorithm = "tree"});
+  strata::MpiOptions tree;
+  tree.force_algorithm = "tree";
+  auto bad = strata::MpiCommunicator::world(tree);
   CHECK_THROWS_WITH_AS(bad.auto_choice(8), doctest::Contains("names no all-reduce algorithm"), strata::Error);
 }
 
@@ -179,11 +186,13 @@ TEST_CASE("contract: ranks that disagree all raise CollectiveMismatch naming eac
     c.all_reduce(ok, strata::Sum);
     CHECK(ok[4] == static_cast<float>(p));
   };
-  for (auto algo : {std::string("ring"), std::string("direct"), std::string("native")}) {
+  for (auto algo : {std::string("ring"), std::string("direct"), std::string("direct-large"), std::string("native")}) {
     expect_mismatch([&] {
-      std::vector<float> v(me == p - 1 ? 101 : 100, 1.f);  // the last rank passes one element more
+      // the last rank passes one element more; direct-large: data too big to travel with the header
+      const std::size_t n = algo == "direct-large" ? 5000 : 100;
+      std::vector<float> v(me == p - 1 ? n + 1 : n, 1.f);
       if (algo == "ring") c.all_reduce(v, strata::Sum, strata::Ring{});
-      else if (algo == "direct") c.all_reduce(v, strata::Sum, strata::Direct{});
+      else if (algo.starts_with("direct")) c.all_reduce(v, strata::Sum, strata::Direct{});
       else c.all_reduce(v, strata::Sum, strata::Native{});
     }, "element counts differ");
   }

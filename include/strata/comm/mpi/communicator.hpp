@@ -53,7 +53,7 @@ class MpiCommunicator;
 
 namespace detail::mpi {
 
-enum Tag : int { tag_call = 1, tag_ring = 2, tag_abort = 3 };
+enum Tag : int { tag_call = 1, tag_ring = 2, tag_abort = 3, tag_data = 4 };
 
 template <ReduceOperation Op>
 MPI_Op op_of() noexcept {
@@ -262,14 +262,16 @@ class MpiCommunicator {
     }
     const std::string sz = std::to_string(bytes) + " B";
     if (size_ == 1) return {Direct::name, "one rank: nothing to exchange"};
-    if (bytes <= opts_.direct_max_bytes)
-      return {Direct::name, sz + " <= direct_max_bytes " + std::to_string(opts_.direct_max_bytes) +
-                                ": one message per rank carries the contract with the data"};
-    const std::size_t ring_min = network_ ? opts_.ring_min_bytes_net : opts_.ring_min_bytes_shm;
+    const std::string net = network_ ? "net" : "shm";
     const std::string where = network_ ? "over a network (" + network_why_ + ")" : "in shared memory";
+    const std::size_t direct_max = network_ ? opts_.direct_max_bytes_net : opts_.direct_max_bytes_shm;
+    if (bytes <= direct_max)
+      return {Direct::name, sz + " <= direct_max_bytes_" + net + " " + std::to_string(direct_max) + ", ranks talk " +
+                                where + ": one exchange carries the contract and the data"};
+    const std::size_t ring_min = network_ ? opts_.ring_min_bytes_net : opts_.ring_min_bytes_shm;
     if (ring_min != 0 && bytes >= ring_min)
-      return {Ring::name, sz + " >= ring_min_bytes_" + (network_ ? "net " : "shm ") + std::to_string(ring_min) +
-                              ", ranks talk " + where};
+      return {Ring::name, sz + " >= ring_min_bytes_" + net + " " + std::to_string(ring_min) + ", ranks talk " + where +
+                              ": the ring's pipelined steps beat MPI_Allreduce there"};
     return {Native::name, sz + " between the direct and ring thresholds, ranks talk " + where + ": MPI_Allreduce"};
   }
 
@@ -360,6 +362,10 @@ class MpiCommunicator {
     swap(calls_, o.calls_);
     swap(outbox_, o.outbox_);
     swap(staging_, o.staging_);
+    swap(fused_, o.fused_);
+    swap(payload_sends_.reqs, o.payload_sends_.reqs);
+    swap(got_, o.got_);
+    swap(ptrs_, o.ptrs_);
     swap(poisoned_, o.poisoned_);
     swap(remote_abort_, o.remote_abort_);
     swap(abort_sent_, o.abort_sent_);
@@ -390,12 +396,9 @@ class MpiCommunicator {
         // One message per peer carries the header and the data; every rank
         // reduces all inputs in rank order: bitwise identical everywhere.
         const auto seq = enter(d, in, n * sizeof(T));
-        std::vector<const T*> ins(static_cast<std::size_t>(size_));
-        for (int r = 0; r < size_; ++r)
-          ins[static_cast<std::size_t>(r)] =
-              r == rank_ ? in : reinterpret_cast<const T*>(inbox_[static_cast<std::size_t>(r)].data() + sizeof(detail::mpi::WireCall));
+        const T* const* ins = reinterpret_cast<const T* const*>(take_payloads(in, n * sizeof(T)));
         T* outs[1] = {out};
-        detail::reduce_range<Op>(ins.data(), ins.size(), outs, 1, 0, n, ins.size());
+        detail::reduce_range<Op>(ins, static_cast<std::size_t>(size_), outs, 1, 0, n, static_cast<std::size_t>(size_));
         done(seq);
       } else if constexpr (std::same_as<Algo, Native>) {
         const auto seq = enter(d, nullptr, 0);
@@ -420,9 +423,13 @@ class MpiCommunicator {
   void run_ring(T* data, std::size_t n, std::uint64_t seq);
 
   //! Starts collective `d`: checks this communicator is usable, exchanges the
-  //! header (and `bytes` of payload, for the direct algorithm) with every
-  //! other rank, and raises CollectiveMismatch on every rank if they disagree.
+  //! header with every other rank, and raises CollectiveMismatch on every
+  //! rank if they disagree. `bytes` of `payload` (the direct algorithm's
+  //! data) travel in the header's message when both fit in fused_max bytes,
+  //! else as a second message that take_payloads() receives once the
+  //! headers agree, so that no rank receives data of a size it did not expect.
   std::uint64_t enter(const detail::CallDesc& d, const void* payload, std::size_t bytes) {
+    using detail::mpi::WireCall;
     if (!poisoned_.empty())
       throw CollectiveAborted("strata: " + d.str() + " on rank " + std::to_string(rank_) +
                               ": this communicator is unusable: " + poisoned_ +
@@ -431,45 +438,59 @@ class MpiCommunicator {
     cur_ = d;
     cur_seq_ = seq;
     deadline_ = std::chrono::steady_clock::now() + opts_.timeout;
-    using detail::mpi::WireCall;
-    calls_[static_cast<std::size_t>(rank_)] = detail::mpi::to_wire(seq, d);
+    const auto me = static_cast<std::size_t>(rank_);
+    calls_[me] = detail::mpi::to_wire(seq, d);
+    fused_ = sizeof(WireCall) + bytes <= fused_max;
+    calls_[me].separate = (bytes && !fused_) ? 1 : 0;  // a separate payload message follows
     if (size_ == 1) {
       if (auto why = detail::mpi::contract_violation(calls_, rank_); !why.empty()) throw CollectiveMismatch(why);
       return seq;
     }
-    outbox_.resize(sizeof(WireCall) + bytes);
-    std::memcpy(outbox_.data(), &calls_[static_cast<std::size_t>(rank_)], sizeof(WireCall));
-    if (bytes) std::memcpy(outbox_.data() + sizeof(WireCall), payload, bytes);
-    detail::mpi::Pending sends;
+    detail::mpi::Pending recvs, sends;
+    recvs.reqs.assign(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        auto& box = inbox_[static_cast<std::size_t>(r)];
+        if (box.size() < fused_max) box.resize(fused_max);
+        detail::mpi::check(MPI_Irecv(box.data(), static_cast<int>(fused_max), MPI_BYTE, r, detail::mpi::tag_call,
+                                     comm_, &recvs.reqs[static_cast<std::size_t>(r)]),
+                           "MPI_Irecv");
+      }
+    outbox_.resize(sizeof(WireCall) + (fused_ ? bytes : 0));
+    std::memcpy(outbox_.data(), &calls_[me], sizeof(WireCall));
+    if (fused_ && bytes) std::memcpy(outbox_.data() + sizeof(WireCall), payload, bytes);
     for (int r = 0; r < size_; ++r)
       if (r != rank_) {
         sends.reqs.push_back(MPI_REQUEST_NULL);
         detail::mpi::check(MPI_Isend(outbox_.data(), static_cast<int>(outbox_.size()), MPI_BYTE, r,
                                      detail::mpi::tag_call, comm_, &sends.reqs.back()),
                            "MPI_Isend");
+        if (bytes && !fused_) {
+          payload_sends_.reqs.push_back(MPI_REQUEST_NULL);
+          detail::mpi::check(MPI_Isend(payload, detail::mpi::as_count(bytes, "all_reduce"), MPI_BYTE, r,
+                                       detail::mpi::tag_data, comm_, &payload_sends_.reqs.back()),
+                             "MPI_Isend");
+        }
       }
-    std::vector<char> got(static_cast<std::size_t>(size_), 0);
-    got[static_cast<std::size_t>(rank_)] = 1;
+    got_.assign(static_cast<std::size_t>(size_), 0);
+    got_[me] = 1;
     int missing = size_ - 1;
     wait_until([&] {
       for (int r = 0; r < size_ && missing; ++r) {
-        if (got[static_cast<std::size_t>(r)]) continue;
+        const auto ur = static_cast<std::size_t>(r);
+        if (got_[ur]) continue;
         int flag = 0;
-        MPI_Message msg;
         MPI_Status st;
-        MPI_Improbe(r, detail::mpi::tag_call, comm_, &flag, &msg, &st);
+        MPI_Test(&recvs.reqs[ur], &flag, &st);
         if (!flag) continue;
         int count = 0;
         MPI_Get_count(&st, MPI_BYTE, &count);
-        auto& box = inbox_[static_cast<std::size_t>(r)];
-        box.resize(static_cast<std::size_t>(count));
-        detail::mpi::check(MPI_Mrecv(box.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv");
-        if (box.size() < sizeof(WireCall))
+        if (static_cast<std::size_t>(count) < sizeof(WireCall))
           throw CollectiveError("strata: rank " + std::to_string(r) + " sent a malformed collective header (" +
                                 std::to_string(count) + " bytes)");
-        std::memcpy(&calls_[static_cast<std::size_t>(r)], box.data(), sizeof(WireCall));
-        last_seen_[static_cast<std::size_t>(r)] = calls_[static_cast<std::size_t>(r)].seq;
-        got[static_cast<std::size_t>(r)] = 1;
+        std::memcpy(&calls_[ur], inbox_[ur].data(), sizeof(WireCall));
+        last_seen_[ur] = calls_[ur].seq;
+        got_[ur] = 1;
         --missing;
       }
       if (missing) return false;
@@ -479,7 +500,7 @@ class MpiCommunicator {
     }, [&] {
       std::string who, report;
       for (int r = 0; r < size_; ++r)
-        if (!got[static_cast<std::size_t>(r)]) {
+        if (!got_[static_cast<std::size_t>(r)]) {
           who += (who.empty() ? "" : ", ") + std::to_string(r);
           const auto last = last_seen_[static_cast<std::size_t>(r)];
           report += "\n  rank " + std::to_string(r) + ": last completed collective " +
@@ -488,8 +509,91 @@ class MpiCommunicator {
       if (who.empty()) return std::string("every rank arrived, but the headers this rank sent were not received");
       return "rank(s) " + who + " never arrived" + report;
     });
-    if (auto why = detail::mpi::contract_violation(calls_, rank_); !why.empty()) throw CollectiveMismatch(why);
+    if (!agree()) {
+      if (auto why = detail::mpi::contract_violation(calls_, rank_); !why.empty()) {
+        drain_payloads();
+        throw CollectiveMismatch(why);
+      }
+    }
     return seq;
+  }
+
+  //! Every rank's all-reduce or barrier equals ours and is valid (the common
+  //! case, checked without allocating); anything else takes the full check.
+  [[nodiscard]] bool agree() const noexcept {
+    const auto& a = calls_[static_cast<std::size_t>(rank_)];
+    if (a.kind != static_cast<std::uint8_t>(detail::CallKind::all_reduce) &&
+        a.kind != static_cast<std::uint8_t>(detail::CallKind::barrier))
+      return false;
+    if (a.in_count != a.out_count) return false;
+    for (const auto& b : calls_)
+      if (b.seq != a.seq || b.kind != a.kind || b.op != a.op || b.dtype != a.dtype || b.algorithm != a.algorithm ||
+          b.has_op != a.has_op || b.root != a.root || b.in_count != a.in_count || b.out_count != a.out_count ||
+          b.separate != a.separate)
+        return false;
+    return true;
+  }
+
+  //! After a disagreement: take (and drop) the payloads other ranks sent
+  //! separately and let ours be taken, so the communicator stays consistent.
+  void drain_payloads() {
+    std::vector<std::size_t> from;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && calls_[static_cast<std::size_t>(r)].separate) from.push_back(static_cast<std::size_t>(r));
+    std::vector<std::byte> sink;
+    wait_until([&] {
+      for (auto it = from.begin(); it != from.end();) {
+        int flag = 0, count = 0;
+        MPI_Message msg;
+        MPI_Status st;
+        MPI_Improbe(static_cast<int>(*it), detail::mpi::tag_data, comm_, &flag, &msg, &st);
+        if (!flag) {
+          ++it;
+          continue;
+        }
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        sink.resize(static_cast<std::size_t>(count));
+        MPI_Mrecv(sink.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        it = from.erase(it);
+      }
+      int all = 0;
+      MPI_Testall(static_cast<int>(payload_sends_.reqs.size()), payload_sends_.reqs.data(), &all, MPI_STATUSES_IGNORE);
+      return from.empty() && all;
+    }, [&] { return std::string("ranks did not take the data of a collective they disagreed on"); });
+    payload_sends_.reqs.clear();
+  }
+
+  //! The direct algorithm's inputs, indexed by rank (ours is `mine`): in the
+  //! header messages, or received now as separate messages of `bytes`.
+  const void* const* take_payloads(const void* mine, std::size_t bytes) {
+    using detail::mpi::WireCall;
+    ptrs_.assign(static_cast<std::size_t>(size_), nullptr);
+    ptrs_[static_cast<std::size_t>(rank_)] = mine;
+    if (size_ == 1) return ptrs_.data();
+    if (fused_) {
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_) ptrs_[static_cast<std::size_t>(r)] = inbox_[static_cast<std::size_t>(r)].data() + sizeof(WireCall);
+      return ptrs_.data();
+    }
+    detail::mpi::Pending recvs;
+    recvs.reqs.assign(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        auto& box = inbox_[static_cast<std::size_t>(r)];
+        if (box.size() < bytes) box.resize(bytes);
+        ptrs_[static_cast<std::size_t>(r)] = box.data();
+        detail::mpi::check(MPI_Irecv(box.data(), static_cast<int>(bytes), MPI_BYTE, r, detail::mpi::tag_data, comm_,
+                                     &recvs.reqs[static_cast<std::size_t>(r)]),
+                           "MPI_Irecv");
+      }
+    wait_until([&] {
+      int a = 0, b = 0;
+      MPI_Testall(static_cast<int>(recvs.reqs.size()), recvs.reqs.data(), &a, MPI_STATUSES_IGNORE);
+      MPI_Testall(static_cast<int>(payload_sends_.reqs.size()), payload_sends_.reqs.data(), &b, MPI_STATUSES_IGNORE);
+      return a && b;
+    }, [&] { return std::string("the direct exchange's data did not arrive"); });
+    payload_sends_.reqs.clear();
+    return ptrs_.data();
   }
 
   void done(std::uint64_t seq) noexcept { completed_ = seq; }
@@ -502,7 +606,7 @@ class MpiCommunicator {
   void wait_until(Ready ready, Missing missing) {
     for (int i = 0;; ++i) {
       if (ready()) return;
-      if ((i & 15) == 0) {
+      if ((i & 15) == 15) {  // fast collectives never pay for these checks
         check_abort_notice();
         if (interrupt_ && interrupt_->load(std::memory_order_relaxed)) {
           poison("abandoned because a replica of rank " + std::to_string(rank_) + " failed");
@@ -553,6 +657,11 @@ class MpiCommunicator {
   std::vector<std::vector<std::byte>> inbox_;      // per rank: its header (+ payload) of this collective
   std::vector<detail::mpi::WireCall> calls_;       // per rank: its call of this collective
   std::vector<std::byte> outbox_, staging_;
+  static constexpr std::size_t fused_max = 4096;  // header + payload in one message up to here (under eager limits)
+  bool fused_ = true;
+  detail::mpi::Pending payload_sends_;   // the direct algorithm's separate payload messages
+  std::vector<char> got_;                // per rank: its header arrived
+  std::vector<const void*> ptrs_;        // per rank: its direct payload
   std::string poisoned_;
   bool remote_abort_ = false, abort_sent_ = false;
   const std::atomic<bool>* interrupt_ = nullptr;

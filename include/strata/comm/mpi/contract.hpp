@@ -25,7 +25,8 @@ struct WireCall {
   std::uint8_t dtype = 0;
   std::uint8_t algorithm = 0;
   std::uint8_t has_op = 0;
-  std::uint8_t pad[7] = {};
+  std::uint8_t separate = 0;  // the direct payload follows in its own message
+  std::uint8_t pad[6] = {};
 };
 static_assert(sizeof(WireCall) == 40);
 

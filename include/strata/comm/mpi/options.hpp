@@ -19,14 +19,16 @@ struct MpiOptions {
   //! ...sent as this many messages, so that reducing one overlaps receiving the next.
   int ring_pipeline = 4;
   //! AutoReduce (see MpiCommunicator::auto_choice; docs/performance.md has the
-  //! measurements behind the defaults): the direct algorithm, whose single
-  //! message carries the contract with the data, at or below this many bytes...
-  std::size_t direct_max_bytes = std::size_t{16} << 10;
-  //! ...the ring at or above these many bytes, when the ranks share memory
-  //! (0 = never) and when they talk over a network (TCP)...
-  std::size_t ring_min_bytes_shm = 0;
+  //! measurements behind the defaults): the direct algorithm at or below
+  //! these many bytes, in shared memory and over a network (TCP). Up to
+  //! 4056 bytes its data travels in the contract's own message, so the
+  //! contract costs no extra exchange...
+  std::size_t direct_max_bytes_shm = 4056;
+  std::size_t direct_max_bytes_net = std::size_t{16} << 10;
+  //! ...the ring at or above these many bytes (0 = never)...
+  std::size_t ring_min_bytes_shm = std::size_t{16} << 20;
   std::size_t ring_min_bytes_net = std::size_t{4} << 20;
-  //! ...and MPI_Allreduce (after the contract check) in between.
+  //! ...and MPI_Allreduce (after the contract's exchange) in between.
   //! Names an algorithm to use always ("ring", "direct", "native"); empty:
   //! the environment variable STRATA_MPI_ALLREDUCE, else by size as above.
   std::string force_algorithm{};
