@@ -51,13 +51,18 @@ int main(int argc, char** argv) {
   };
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t n = bytes / sizeof(float);
-    const int iters = bench::iterations_for(bytes, p);
+    const int max_iters = bench::iterations_for(bytes, p);
     std::vector<float> v(n, 0.f);
     std::vector<double> best(algos.size(), 1e30);
     for (int round = 0; round < rounds; ++round)
       for (std::size_t a = 0; a < algos.size(); ++a) {
         if (bytes > algos[a].max_bytes) continue;
-        for (int i = 0; i < 2; ++i) algos[a].run(v);  // warm up
+        // warm up, and size the round to about 0.1 s (rank 0 decides: every rank must call as often)
+        MPI_Barrier(MPI_COMM_WORLD);
+        double w0 = MPI_Wtime();
+        for (int i = 0; i < 3; ++i) algos[a].run(v);
+        int iters = std::clamp(static_cast<int>(0.1 / std::max((MPI_Wtime() - w0) / 3, 1e-9)), 3, max_iters);
+        MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
         MPI_Barrier(MPI_COMM_WORLD);
         const double t0 = MPI_Wtime();
         for (int i = 0; i < iters; ++i) algos[a].run(v);

