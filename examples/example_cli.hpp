@@ -30,7 +30,10 @@ struct Args {
 
 [[noreturn]] inline void usage(const char* prog, const std::string& why) {
   std::string names;
-  for (auto n : strata::strategy_names) names += (names.empty() ? "" : "|") + std::string(n);
+  for (auto n : strata::strategy_names) {
+    if (!names.empty()) names += '|';  // (not "|" + name: GCC 12 -O3 warns falsely, -Wrestrict)
+    names += n;
+  }
   std::fprintf(stderr,
                "%s: %s\nusage: %s [--strategy %s] [--replicas N]\n"
                "          [--epochs N] [--batch N] [--data DIR] [--seed N] [--save FILE] [--train-limit N] [--quiet]\n"

@@ -98,7 +98,9 @@ inline std::string contract_violation(const std::vector<WireCall>& calls, int me
     const bool differs = calls[r].seq != calls[0].seq || a.kind != b.kind || a.op != b.op || a.dtype != b.dtype ||
                          a.algorithm != b.algorithm || a.root != b.root || a.in_count != b.in_count ||
                          a.out_count != b.out_count;
-    if (differs) odd += (odd.empty() ? "" : ", ") + std::to_string(r);
+    if (!differs) continue;
+    if (!odd.empty()) odd += ", ";
+    odd += std::to_string(r);
   }
   std::string msg = "strata: collective #" + std::to_string(calls[static_cast<std::size_t>(me)].seq) + " on rank " +
                     std::to_string(me) + ": " + why;
