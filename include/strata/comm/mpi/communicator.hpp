@@ -248,18 +248,8 @@ class MpiCommunicator {
   //! The algorithm AutoReduce picks for `bytes` per rank, and why (the same
   //! on every rank: the inputs to the choice are agreed at construction).
   [[nodiscard]] AutoChoice auto_choice(std::size_t bytes) const {
-    std::string forced = opts_.force_algorithm;
-    std::string source = "MpiOptions::force_algorithm";
-    if (forced.empty())
-      if (const char* e = std::getenv("STRATA_MPI_ALLREDUCE"); e && *e) {
-        forced = e;
-        source = "STRATA_MPI_ALLREDUCE";
-      }
-    if (!forced.empty()) {
-      for (std::string_view a : {Ring::name, Direct::name, Native::name})
-        if (forced == a) return {a, "forced by " + source + "=" + forced};
-      throw Error("strata: " + source + "=" + forced + " names no all-reduce algorithm (ring, direct, native)");
-    }
+    const std::string_view a = choose(bytes);
+    if (!forced_.empty()) return {a, "forced by " + force_source_ + "=" + std::string(a)};
     const std::string sz = std::to_string(bytes) + " B";
     if (size_ == 1) return {Direct::name, "one rank: nothing to exchange"};
     const std::string net = network_ ? "net" : "shm";
@@ -273,6 +263,17 @@ class MpiCommunicator {
       return {Ring::name, sz + " >= ring_min_bytes_" + net + " " + std::to_string(ring_min) + ", ranks talk " + where +
                               ": the ring's pipelined steps beat MPI_Allreduce there"};
     return {Native::name, sz + " between the direct and ring thresholds, ranks talk " + where + ": MPI_Allreduce"};
+  }
+
+  //! The algorithm auto_choice names, on the hot path (no strings built).
+  [[nodiscard]] std::string_view choose(std::size_t bytes) const {
+    if (!force_error_.empty()) throw Error(force_error_);
+    if (!forced_.empty()) return forced_;
+    if (size_ == 1) return Direct::name;
+    if (bytes <= (network_ ? opts_.direct_max_bytes_net : opts_.direct_max_bytes_shm)) return Direct::name;
+    const std::size_t ring_min = network_ ? opts_.ring_min_bytes_net : opts_.ring_min_bytes_shm;
+    if (ring_min != 0 && bytes >= ring_min) return Ring::name;
+    return Native::name;
   }
 
   //! Tells every other rank that this one failed (`why`), so that their
@@ -323,6 +324,19 @@ class MpiCommunicator {
     }
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    std::string forced = opts_.force_algorithm;
+    force_source_ = "MpiOptions::force_algorithm";
+    if (forced.empty())
+      if (const char* e = std::getenv("STRATA_MPI_ALLREDUCE"); e && *e) {
+        forced = e;
+        force_source_ = "STRATA_MPI_ALLREDUCE";
+      }
+    if (!forced.empty()) {
+      for (std::string_view a : {Ring::name, Direct::name, Native::name})
+        if (forced == a) forced_ = a;
+      if (forced_.empty())
+        force_error_ = "strata: " + force_source_ + "=" + forced + " names no all-reduce algorithm (ring, direct, native)";
+    }
     last_seen_.assign(static_cast<std::size_t>(size_), 0);
     inbox_.resize(static_cast<std::size_t>(size_));
     calls_.resize(static_cast<std::size_t>(size_));
@@ -354,6 +368,9 @@ class MpiCommunicator {
     swap(opts_, o.opts_);
     swap(network_, o.network_);
     swap(node_size_, o.node_size_);
+    swap(forced_, o.forced_);
+    swap(force_source_, o.force_source_);
+    swap(force_error_, o.force_error_);
     swap(network_why_, o.network_why_);
     swap(entered_, o.entered_);
     swap(completed_, o.completed_);
@@ -372,6 +389,14 @@ class MpiCommunicator {
     swap(interrupt_, o.interrupt_);
   }
 
+  //! The direct algorithm's separate payload travels in messages of at most
+  //! this size: over TCP under Open MPI's eager limit (64 KiB), so that they
+  //! leave at once instead of waiting for the receiver's handshake; in
+  //! shared memory as one message (the single-copy path is faster).
+  [[nodiscard]] std::size_t payload_block() const noexcept {
+    return network_ ? std::size_t{32} << 10 : SIZE_MAX;
+  }
+
   static bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
     const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
     return an && bn && x < y + bn && y < x + an;
@@ -385,7 +410,7 @@ class MpiCommunicator {
   void all_reduce_impl(const T* in, T* out, std::size_t n, std::size_t out_n, Op, Algo) {
     detail::check_op<Op, T>();
     if constexpr (std::same_as<Algo, AutoReduce>) {
-      const auto a = auto_choice(n * sizeof(T)).algorithm;
+      const auto a = choose(n * sizeof(T));  // the same rules as auto_choice, without building its reason
       if (a == Ring::name) return all_reduce_impl(in, out, n, out_n, Op{}, Ring{});
       if (a == Direct::name) return all_reduce_impl(in, out, n, out_n, Op{}, Direct{});
       return all_reduce_impl(in, out, n, out_n, Op{}, Native{});
@@ -465,10 +490,12 @@ class MpiCommunicator {
         detail::mpi::check(MPI_Isend(outbox_.data(), static_cast<int>(outbox_.size()), MPI_BYTE, r,
                                      detail::mpi::tag_call, comm_, &sends.reqs.back()),
                            "MPI_Isend");
-        if (bytes && !fused_) {
+        for (std::size_t off = 0; !fused_ && off < bytes; off += payload_block()) {
           payload_sends_.reqs.push_back(MPI_REQUEST_NULL);
-          detail::mpi::check(MPI_Isend(payload, detail::mpi::as_count(bytes, "all_reduce"), MPI_BYTE, r,
-                                       detail::mpi::tag_data, comm_, &payload_sends_.reqs.back()),
+          const std::size_t len = std::min(payload_block(), bytes - off);
+          detail::mpi::check(MPI_Isend(static_cast<const std::byte*>(payload) + off,
+                                       detail::mpi::as_count(len, "all_reduce"), MPI_BYTE, r, detail::mpi::tag_data,
+                                       comm_, &payload_sends_.reqs.back()),
                              "MPI_Isend");
         }
       }
@@ -546,28 +573,33 @@ class MpiCommunicator {
   //! After a disagreement: take (and drop) the payloads other ranks sent
   //! separately and let ours be taken, so the communicator stays consistent.
   void drain_payloads() {
-    std::vector<std::size_t> from;
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_ && calls_[static_cast<std::size_t>(r)].separate) from.push_back(static_cast<std::size_t>(r));
+    // per rank: the bytes of payload it sent us separately, still to take
+    std::vector<std::size_t> left(static_cast<std::size_t>(size_), 0);
+    for (int r = 0; r < size_; ++r) {
+      const auto& c = calls_[static_cast<std::size_t>(r)];
+      if (r != rank_ && c.separate) left[static_cast<std::size_t>(r)] = c.in_count * detail::mpi::dtype_bytes(c.dtype);
+    }
     std::vector<std::byte> sink;
     wait_until([&] {
-      for (auto it = from.begin(); it != from.end();) {
-        int flag = 0, count = 0;
-        MPI_Message msg;
-        MPI_Status st;
-        MPI_Improbe(static_cast<int>(*it), detail::mpi::tag_data, comm_, &flag, &msg, &st);
-        if (!flag) {
-          ++it;
-          continue;
+      bool pending = false;
+      for (int r = 0; r < size_; ++r) {
+        auto& l = left[static_cast<std::size_t>(r)];
+        while (l) {
+          int flag = 0, count = 0;
+          MPI_Message msg;
+          MPI_Status st;
+          MPI_Improbe(r, detail::mpi::tag_data, comm_, &flag, &msg, &st);
+          if (!flag) break;
+          MPI_Get_count(&st, MPI_BYTE, &count);
+          sink.resize(static_cast<std::size_t>(count));
+          MPI_Mrecv(sink.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+          l -= std::min(l, static_cast<std::size_t>(count));
         }
-        MPI_Get_count(&st, MPI_BYTE, &count);
-        sink.resize(static_cast<std::size_t>(count));
-        MPI_Mrecv(sink.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-        it = from.erase(it);
+        pending = pending || l;
       }
       int all = 0;
       MPI_Testall(static_cast<int>(payload_sends_.reqs.size()), payload_sends_.reqs.data(), &all, MPI_STATUSES_IGNORE);
-      return from.empty() && all;
+      return !pending && all;
     }, [&] { return std::string("ranks did not take the data of a collective they disagreed on"); });
     payload_sends_.reqs.clear();
   }
@@ -585,15 +617,17 @@ class MpiCommunicator {
       return ptrs_.data();
     }
     detail::mpi::Pending recvs;
-    recvs.reqs.assign(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
     for (int r = 0; r < size_; ++r)
       if (r != rank_) {
         auto& box = inbox_[static_cast<std::size_t>(r)];
         if (box.size() < bytes) box.resize(bytes);
         ptrs_[static_cast<std::size_t>(r)] = box.data();
-        detail::mpi::check(MPI_Irecv(box.data(), static_cast<int>(bytes), MPI_BYTE, r, detail::mpi::tag_data, comm_,
-                                     &recvs.reqs[static_cast<std::size_t>(r)]),
-                           "MPI_Irecv");
+        for (std::size_t off = 0; off < bytes; off += payload_block()) {
+          recvs.reqs.push_back(MPI_REQUEST_NULL);
+          detail::mpi::check(MPI_Irecv(box.data() + off, static_cast<int>(std::min(payload_block(), bytes - off)),
+                                       MPI_BYTE, r, detail::mpi::tag_data, comm_, &recvs.reqs.back()),
+                             "MPI_Irecv");
+        }
       }
     wait_until([&] {
       int a = 0, b = 0;
@@ -661,6 +695,8 @@ class MpiCommunicator {
   bool network_ = false;
   int node_size_ = 1;
   std::string network_why_;
+  std::string_view forced_;  // the algorithm forced by the options or the environment, if any
+  std::string force_source_, force_error_;
   std::uint64_t entered_ = 0, completed_ = 0;
   std::vector<std::uint64_t> last_seen_;           // per rank: the last collective it arrived at with us
   std::vector<std::vector<std::byte>> inbox_;      // per rank: its header (+ payload) of this collective

@@ -39,6 +39,10 @@ constexpr std::uint8_t dtype_code() noexcept {
     if (dtype_names[i] == dtype_name<T>()) return i;
   return 0;
 }
+inline std::size_t dtype_bytes(std::uint8_t code) noexcept {
+  constexpr std::size_t bytes[] = {4, 8, 4, 8};
+  return bytes[code & 3];
+}
 inline std::uint8_t algorithm_code(std::string_view a) noexcept {
   for (std::uint8_t i = 0; i < 4; ++i)
     if (algorithm_names[i] == a) return i;

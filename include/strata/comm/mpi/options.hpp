@@ -24,7 +24,7 @@ struct MpiOptions {
   //! 4056 bytes its data travels in the contract's own message, so the
   //! contract costs no extra exchange...
   std::size_t direct_max_bytes_shm = 4056;
-  std::size_t direct_max_bytes_net = std::size_t{16} << 10;
+  std::size_t direct_max_bytes_net = std::size_t{256} << 10;
   //! ...the ring at or above these many bytes (0 = never)...
   std::size_t ring_min_bytes_shm = std::size_t{16} << 20;
   std::size_t ring_min_bytes_net = std::size_t{4} << 20;
