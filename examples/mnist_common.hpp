@@ -45,7 +45,10 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
   model.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
                 {.seed = a.seed});
   const bool chief = strategy.any().worker_index() == 0;  // across workers, one speaks
-  if (!a.quiet && chief) std::printf("%s", model.summary().c_str());
+  // every worker builds here (summary builds the model, which broadcasts the chief's
+  // initial weights: a collective), only the chief prints
+  const std::string summary = model.summary();
+  if (!a.quiet && chief) std::printf("%s", summary.c_str());
   const std::size_t n = mnist.train_images.shape()[0];
   auto train = strata::data::from_tensor_slices(mnist.train_images, mnist.train_labels)
                    .shuffle(n, a.seed)
