@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <optional>
 #include <ranges>
@@ -12,6 +14,8 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <unistd.h>
 
 #include <strata/data/dataset.hpp>
 #include <strata/data/split.hpp>
@@ -602,4 +606,86 @@ TEST_CASE("split: split_batch balances rows over replicas") {
   CHECK(split_batch(x, 1).front() == x);
   CHECK_THROWS_WITH(split_batch(x, 0), doctest::Contains("replicas must be at least 1, got 0"));
   CHECK_THROWS_AS(split_batch(std::tuple{x, I32{{9}}}, 2), strata::ShapeError);
+}
+
+namespace {
+// n float32 values start, start + 1, ... in a raw file; the reader below makes rows of them
+std::filesystem::path write_floats(const std::filesystem::path& dir, const std::string& name, float start,
+                                   std::size_t n) {
+  std::filesystem::create_directories(dir);
+  const auto p = dir / name;
+  std::ofstream f(p, std::ios::binary);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = start + static_cast<float>(i);
+    f.write(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  return p;
+}
+Dataset<Tensor<float>> read_floats(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::vector<float> v;
+  float x;
+  while (f.read(reinterpret_cast<char*>(&x), sizeof x)) v.push_back(x);
+  if (v.empty()) throw std::runtime_error("empty file " + p.string());
+  const std::size_t n = v.size();
+  return from_tensor_slices(Tensor<float>({n}, std::move(v)));
+}
+std::vector<float> values(const Dataset<Tensor<float>>& ds) {
+  std::vector<float> out;
+  for (const auto& t : ds)
+    for (float x : t) out.push_back(x);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("from_files: the elements of every file, file after file, read when a pass reaches it") {
+  const auto dir = std::filesystem::temp_directory_path() / ("strata_files_" + std::to_string(::getpid()));
+  std::vector<std::filesystem::path> files{write_floats(dir, "a", 0, 3), write_floats(dir, "b", 10, 2),
+                                           write_floats(dir, "c", 20, 4)};
+  int opened = 0;
+  auto ds = from_files(files, [&](const std::filesystem::path& p) {
+    ++opened;
+    return read_floats(p);
+  });
+  CHECK(opened == 0);  // nothing read before a pass
+  CHECK(!ds.cardinality());
+  CHECK(values(ds) == std::vector<float>{0, 1, 2, 10, 11, 20, 21, 22, 23});
+  CHECK(opened == 3);
+  CHECK(values(ds.batch(4)) == values(ds));  // and through a pipeline
+  CHECK(from_files(std::vector<std::filesystem::path>{}, read_floats).cardinality() == 0u);
+  // a reader's failure reaches the consumer, naming the file
+  auto bad = from_files({dir / "missing"}, read_floats);
+  CHECK_THROWS_WITH_AS(values(bad), doctest::Contains("missing"), std::runtime_error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("shard_files: each worker reads every num-th file, batches its share, the pipeline otherwise intact") {
+  const auto dir = std::filesystem::temp_directory_path() / ("strata_shard_" + std::to_string(::getpid()));
+  std::vector<std::filesystem::path> files;
+  for (int i = 0; i < 5; ++i) files.push_back(write_floats(dir, "f" + std::to_string(i), 100.f * i, 4));
+  auto ds = from_files(files, read_floats).map([](Tensor<float> x) {
+    x[0] += 0.5f;
+    return x;
+  }).shuffle(100, 7).batch(6).prefetch(2);
+  auto w0 = ds.shard_files(2, 0), w1 = ds.shard_files(2, 1);
+  REQUIRE(w0);
+  REQUIRE(w1);
+  auto sorted = [](std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  // worker 0: files 0, 2, 4; worker 1: files 1, 3; the map still applies; batches of ceil(6 / 2) = 3
+  CHECK(sorted(values(*w0)) == std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f, 200.5f, 201.5f, 202.5f, 203.5f, 400.5f,
+                                                   401.5f, 402.5f, 403.5f});
+  CHECK(sorted(values(*w1)) == std::vector<float>{100.5f, 101.5f, 102.5f, 103.5f, 300.5f, 301.5f, 302.5f, 303.5f});
+  for (const auto& b : *w1) CHECK(b.shape()[0] <= 3);
+  std::size_t batches = 0;
+  for (const auto& b : *w0) batches += b.shape()[0] == 3;
+  CHECK(batches == 4);
+  // not read from files: nothing to shard by file
+  CHECK(!from_tensor_slices(Tensor<float>({4}, {1, 2, 3, 4})).batch(2).shard_files(2, 0));
+  // fewer files than workers
+  CHECK_THROWS_WITH_AS((void)ds.shard_files(6, 0), doctest::Contains("5 input file(s) for 6 workers"), strata::Error);
+  CHECK_THROWS_AS((void)ds.shard_files(2, 2), strata::Error);
+  std::filesystem::remove_all(dir);
 }

@@ -6,12 +6,17 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/strategy/multi_worker.hpp>
+
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 
@@ -170,4 +175,81 @@ TEST_CASE("a model trained across workers matches the same model trained in one 
   for (std::size_t t = 0; t < w_one.size(); ++t)
     for (std::size_t i = 0; i < w_one[t].value.size(); ++i)
       REQUIRE(w_multi[t].value[i] == doctest::Approx(w_one[t].value[i]).epsilon(2e-5));
+}
+
+namespace {
+// A file of n samples: n, then n x 6 floats, then n int32 labels.
+void write_samples(const std::filesystem::path& p, std::size_t first, std::size_t n) {
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(&n), sizeof n);
+  std::vector<float> x(n * 6);
+  std::vector<std::int32_t> y(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = 0; j < 6; ++j) x[i * 6 + j] = static_cast<float>(((first + i) * 7 + j * 3) % 11) / 11.f - 0.5f;
+    y[i] = x[i * 6] < -0.17f ? 0 : x[i * 6] < 0.17f ? 1 : 2;
+  }
+  f.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size() * sizeof(float)));
+  f.write(reinterpret_cast<const char*>(y.data()), static_cast<std::streamsize>(y.size() * sizeof(std::int32_t)));
+}
+auto read_samples(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::size_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), sizeof n);
+  strata::Tensor<float> x{{n, 6}};
+  strata::Tensor<std::int32_t> y{{n}};
+  f.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(x.size() * sizeof(float)));
+  f.read(reinterpret_cast<char*>(y.data()), static_cast<std::streamsize>(y.size() * sizeof(std::int32_t)));
+  if (!f) throw std::runtime_error("truncated sample file " + p.string());
+  return strata::data::from_tensor_slices(std::move(x), std::move(y));
+}
+}  // namespace
+
+TEST_CASE("a dataset read from several files is sharded by file: each worker reads its own files, uneven shares") {
+  namespace nn = strata::nn;
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), quick()};
+  const int W = s.num_workers(), w = s.worker_index();
+  long id = ::getpid();
+  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const auto dir = std::filesystem::temp_directory_path() / ("strata_mw_files_" + std::to_string(id));
+  const std::size_t nfiles = static_cast<std::size_t>(W) + 1;  // worker 0 gets two files, the others one
+  std::vector<std::filesystem::path> files;
+  for (std::size_t f = 0; f < nfiles; ++f) files.push_back(dir / ("part" + std::to_string(f)));
+  if (w == 0) {
+    std::filesystem::create_directories(dir);
+    for (std::size_t f = 0; f < nfiles; ++f) write_samples(files[f], f * 40, 40);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::set<std::string> read;
+  auto data = strata::data::from_files(files, [&](const std::filesystem::path& p) {
+    read.insert(p.filename().string());
+    return read_samples(p);
+  });
+  auto model = s.scope([] {
+    return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh}}, nn::Dense{3}};
+  });
+  model.compile(nn::Adam{1e-2}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}});
+  auto h = model.fit(s.distribute(data.shuffle(100, 1).batch(16)), {.epochs = 6, .verbose = nn::Verbosity::Silent});
+  // each worker read exactly its files: w, w + W, ...
+  std::set<std::string> mine;
+  for (std::size_t f = static_cast<std::size_t>(w); f < nfiles; f += static_cast<std::size_t>(W))
+    mine.insert("part" + std::to_string(f));
+  CHECK(read == mine);
+  // the workers stayed in step (one has more batches) and hold the same weights
+  auto weights = model.get_weights()[0].value;
+  std::vector<float> chief(weights.span().begin(), weights.span().end());
+  MPI_Bcast(chief.data(), static_cast<int>(chief.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  CHECK(std::equal(chief.begin(), chief.end(), weights.span().begin()));
+  const auto losses = h.at("loss");
+  CHECK(losses.back() < losses.front());
+  // evaluate covers every worker's files and agrees everywhere; predict gives this worker's rows
+  const auto logs = model.evaluate(s.distribute(data.batch(32)), {.verbose = nn::Verbosity::Silent});
+  double acc[1] = {logs.at("accuracy")}, first[1] = {acc[0]};
+  MPI_Bcast(first, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  CHECK(acc[0] == first[0]);
+  CHECK(acc[0] > 0.5);
+  CHECK(model.predict(s.distribute(data.batch(32).map([](strata::Tensor<float> x, strata::Tensor<std::int32_t>) {
+                 return x;
+               }))).shape()[0] == 40 * mine.size());
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (w == 0) std::filesystem::remove_all(dir);
 }

@@ -12,6 +12,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -23,6 +24,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/data/detail/batch.hpp>
+#include <strata/data/detail/files.hpp>
 #include <strata/data/detail/map.hpp>
 #include <strata/data/detail/node.hpp>
 #include <strata/data/detail/prefetch.hpp>
@@ -130,6 +132,22 @@ class Dataset {
     return Dataset(std::make_shared<const detail::ShardNode<E>>(node_, num_shards, index));
   }
 
+  //! This pipeline reading only input files index, index + num, ... (and
+  //! batching num times fewer elements), when it starts from from_files();
+  //! nullopt otherwise. What MultiWorkerMirroredStrategy::distribute does to
+  //! a dataset read from several files (auto-sharding by file); throws when
+  //! there are fewer files than `num`.
+  [[nodiscard]] std::optional<Dataset> shard_files(std::size_t num, std::size_t index) const {
+    if (num == 0 || index >= num)
+      throw Error("Dataset::shard_files: index " + std::to_string(index) + " is out of range for " +
+                  std::to_string(num) + " shards");
+    if (auto n = node_->shard_files(num, index)) return Dataset(std::move(n));
+    return std::nullopt;
+  }
+
+  //! The pipeline's last stage (how new stages and sources plug in).
+  [[nodiscard]] const detail::NodePtr<E>& node() const noexcept { return node_; }
+
  private:
   detail::NodePtr<E> node_;
 };
@@ -167,6 +185,24 @@ Dataset<detail::SlicesElement<T...>> from_tensor_slices(Tensor<T>... tensors) {
   }
   using E = detail::SlicesElement<T...>;
   return Dataset<E>(std::make_shared<const detail::SlicesNode<E>>(E(std::move(tensors)...)));
+}
+
+//! The elements of several files, file after file: `read(path)` returns the
+//! dataset of one file's elements (a Dataset<E>), called when a pass reaches
+//! that file. Across workers, MultiWorkerMirroredStrategy::distribute gives
+//! each worker its share of the files (auto-sharding by file).
+//!   auto ds = strata::data::from_files(paths, [](const std::filesystem::path& p) {
+//!     return strata::data::from_tensor_slices(read_images(p), read_labels(p)); });
+template <class F>
+  requires std::is_invocable_v<F&, const std::filesystem::path&>
+auto from_files(std::vector<std::filesystem::path> files, F read) {
+  using D = std::remove_cvref_t<std::invoke_result_t<F&, const std::filesystem::path&>>;
+  using E = typename D::element_type;
+  static_assert(std::same_as<D, Dataset<E>>, "from_files: the reader must return a strata::data::Dataset");
+  typename detail::FilesNode<E>::Reader reader = [read = std::move(read)](const std::filesystem::path& p) mutable {
+    return read(p).node();
+  };
+  return Dataset<E>(std::make_shared<const detail::FilesNode<E>>(std::move(files), std::move(reader)));
 }
 
 //! A dataset of exactly one element: the tensors themselves.

@@ -249,8 +249,10 @@ class Sequential {
     auto it = ds.iterator();
     std::size_t steps = 0;
     detail::Progress progress(speaker(opts.verbose), opts.out, ds.cardinality());
-    while (auto e = it.next()) {
-      step(*e, Phase::Evaluate, t, nullptr, 0);
+    const bool own = per_worker(data);
+    for (;;) {
+      auto e = it.next();
+      if (!next_step(e, own, Phase::Evaluate, t, [] {})) break;
       progress.update(++steps, t.samples, [&] { return logs_of(t, ""); });
     }
     across_workers(t);
@@ -288,6 +290,7 @@ class Sequential {
     requires(!detail::is_tensor<D>::value)
   Tensor<float> predict(const D& data) {
     const auto& ds = dataset_of(data);
+    const bool own = per_worker(data);  // sharded by file: each worker predicts its own rows
     std::vector<Tensor<float>> parts;
     std::size_t rows = 0;
     Totals t = make_totals();
@@ -299,7 +302,7 @@ class Sequential {
       Tensor<float> out;
       nn::detail::resize(out, x.shape()[0], shapes_.back());
       if (strategy_->num_workers() > 1) out.fill(0.f);
-      step_tensors(x, nullptr, Phase::Predict, t, &out, 0);
+      step_tensors(x, nullptr, Phase::Predict, t, &out, 0, own ? x.shape()[0] : 0);
       rows += x.shape()[0];
       parts.push_back(std::move(out));
     }
@@ -308,7 +311,7 @@ class Sequential {
     nn::detail::resize(all, rows, shapes_.back());
     float* o = all.data();
     for (const auto& p : parts) o = std::copy_n(p.data(), p.size(), o);
-    strategy_->sum_across_workers(all.span());
+    if (!own) strategy_->sum_across_workers(all.span());
     return all;
   }
 
@@ -527,11 +530,13 @@ class Sequential {
       Totals t = make_totals();
       auto it = ds.iterator();
       std::size_t steps = 0;
+      const bool own = per_worker(data);
       while (!stop && (!opts.steps_per_epoch || steps < opts.steps_per_epoch)) {
         auto e = it.next();
-        if (!e) break;
-        for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(steps));
-        step(*e, Phase::Train, t, nullptr, 0);
+        const auto begin = [&] {
+          for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(steps));
+        };
+        if (!next_step(e, own, Phase::Train, t, begin)) break;
         ++steps;
         // running logs (an O(parameters) regularization sum with L2) only for whoever reads them
         progress.update(steps, t.samples, [&] { return logs_of(t, ""); });
@@ -560,9 +565,55 @@ class Sequential {
     return history;
   }
 
-  //! One global batch (an element of the dataset: (features, labels)).
+  template <class D>
+  static bool per_worker(const D& data) {
+    if constexpr (detail::is_distributed<D>::value) return data.per_worker;
+    else return false;
+  }
+
+  //! Runs the step of batch `e` (nullopt: the pass ended here). With the
+  //! whole global batch on every worker (`own` false) a pass ends when the
+  //! dataset does. With each worker's own share (`own`, sharded by file) the
+  //! workers first agree on the global batch, a worker at its end takes part
+  //! with an empty share, and the pass ends when every worker's has. False
+  //! at the end of the pass.
+  template <class E, class Begin>
+  bool next_step(const std::optional<E>& e, bool own, Phase phase, Totals& t, Begin begin) {
+    if (!own) {
+      if (!e) return false;
+      begin();
+      step(*e, phase, t, nullptr, 0, 0);
+      return true;
+    }
+    double rows[1] = {e ? static_cast<double>(std::get<0>(*e).shape()[0]) : 0.0};
+    strategy_->sum_across_workers(rows);
+    const auto global = static_cast<std::size_t>(rows[0]);
+    if (global == 0) return false;
+    begin();
+    if (e) {
+      step(*e, phase, t, nullptr, 0, global);
+      return true;
+    }
+    if (!built()) {
+      if (!input_)
+        throw Error("Sequential: this worker's share of the data is empty while others train; give the model an "
+                    "Input so that it can build without data");
+      build(*input_);
+    }
+    // an empty share: no rows, but the same collectives as the others
+    std::vector<std::size_t> xd{0}, yd{0};
+    xd.insert(xd.end(), input_->dims().begin(), input_->dims().end());
+    yd.insert(yd.end(), label_tail_.begin(), label_tail_.end());
+    const Tensor<float> x{Shape(xd)}, y{Shape(yd)};
+    step_tensors(x, &y, phase, t, nullptr, 0, global);
+    return true;
+  }
+
+  //! One batch (an element of the dataset: (features, labels)): the global
+  //! batch, or with `global` > 0 this worker's share of a global batch of
+  //! `global` rows.
   template <class E>
-  void step(const E& e, Phase phase, Totals& t, Tensor<float>* out, std::size_t out_row) {
+  void step(const E& e, Phase phase, Totals& t, Tensor<float>* out, std::size_t out_row, std::size_t global) {
     const auto& xs = std::get<0>(e);
     const auto& ys = std::get<1>(e);
     const Tensor<float>& x = nn::detail::as_float(xs, x_holder_);
@@ -571,21 +622,27 @@ class Sequential {
       throw ShapeError("Sequential: a batch's features " + x.shape().str() + " and labels " + y.shape().str() +
                        " must have the same first (batch) extent");
     build(nn::detail::sample_shape(x.shape()));
-    step_tensors(x, &y, phase, t, out, out_row);
+    label_tail_.assign(y.shape().dims().begin() + 1, y.shape().dims().end());
+    step_tensors(x, &y, phase, t, out, out_row, global);
   }
 
+  //! `own_global` 0: `x` is the global batch, split over every replica of
+  //! every worker; otherwise `x` is this worker's share of a global batch of
+  //! `own_global` rows, split over the local replicas.
   void step_tensors(const Tensor<float>& x, const Tensor<float>* y, Phase phase, Totals& t, Tensor<float>* out,
-                    std::size_t out_row) {
-    const std::size_t global = x.shape()[0];
+                    std::size_t out_row, std::size_t own_global = 0) {
+    const std::size_t global = own_global ? own_global : x.shape()[0];
     if (global == 0) return;
-    const auto p = static_cast<std::size_t>(strategy_->num_replicas_in_sync());  // over every worker
+    const bool own = own_global != 0;
+    // over every worker, or over this worker's replicas
+    const auto p = static_cast<std::size_t>(own ? strategy_->num_local_replicas() : strategy_->num_replicas_in_sync());
     const float scale = 1.f / static_cast<float>(global);
     const std::int64_t it = iterations_;
     strategy_->run([&](AnyReplicaContext& ctx) {
       const auto r = static_cast<std::size_t>(ctx.local_replica_id());
       const auto g = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
       Replica& rep = replicas_[r];
-      const Range rows = shard_range(global, p, g);  // this replica's rows of the global batch
+      const Range rows = own ? shard_range(x.shape()[0], p, r) : shard_range(global, p, g);  // this replica's rows
       rep.rows = rows.size();
       nn::detail::copy_rows(x, rows, rep.x);
       if (y) nn::detail::copy_rows(*y, rows, rep.y);
@@ -606,7 +663,7 @@ class Sequential {
       rep.metrics.resize(metrics_.size());
       for (std::size_t m = 0; m < metrics_.size(); ++m) rep.metrics[m] = metrics_[m]->total(pred, rep.y);
       if (phase != Phase::Train) return;
-      backward(rep, r, p);
+      backward(rep, r, static_cast<std::size_t>(strategy_->num_replicas_in_sync()));
       apply(ctx, rep, r, it);
     });
     if (phase != Phase::Predict)
@@ -687,6 +744,7 @@ class Sequential {
   std::vector<std::vector<ParamSpec>> specs_;
   std::vector<std::string> names_;
   std::size_t total_ = 0, first_trainable_ = 0;
+  std::vector<std::size_t> label_tail_;  // a label's shape past the batch axis (for an empty share)
   std::optional<Params> params_;
   std::vector<Replica> replicas_;
   std::unique_ptr<Optimizer> optimizer_;

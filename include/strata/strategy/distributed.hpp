@@ -7,10 +7,13 @@ namespace strata {
 class AnyStrategy;
 
 //! `dataset` whose global batches are split over `strategy`'s replicas.
+//! `per_worker`: each worker reads its own share of the input (sharded by
+//! file) and its batches are its share of the global batch.
 template <class D>
 struct Distributed {
   D dataset;
   AnyStrategy* strategy = nullptr;
+  bool per_worker = false;
 };
 
 }  // namespace strata

@@ -205,12 +205,25 @@ class MultiWorkerMirroredStrategy {
     return MirroredVariable<T>(start, num_local_replicas());
   }
 
-  //! Marks `dataset` for distribution. Every worker iterates the same global
-  //! batches (so give every worker the same dataset and seed) and each
-  //! replica takes its rows of each: auto-sharding by data, as TensorFlow's
-  //! AutoShardPolicy.DATA. The loss is scaled by the global batch.
+  //! Marks `dataset` for distribution, auto-sharding it across workers as
+  //! TensorFlow's AutoShardPolicy.AUTO does:
+  //! - by file, when it is read from several files (data::from_files): each
+  //!   worker reads files w, w + W, ... and batches its share of the global
+  //!   batch (batch(n) becomes batch(ceil(n / W))); every step the workers
+  //!   agree on the global batch (a small all-reduce), and a worker whose
+  //!   files are exhausted takes part with empty batches until all are;
+  //! - by data otherwise: every worker iterates the same global batches (so
+  //!   give every worker the same dataset and seed) and each replica takes
+  //!   its rows of each, exactly as one process with as many replicas would.
+  //! The loss is scaled by the global batch over all workers.
   template <class D>
   [[nodiscard]] Distributed<std::remove_cvref_t<D>> distribute(D&& dataset) {
+    if constexpr (requires { dataset.shard_files(std::size_t{1}, std::size_t{0}); }) {
+      if (num_workers() > 1)
+        if (auto mine = dataset.shard_files(static_cast<std::size_t>(num_workers()),
+                                            static_cast<std::size_t>(worker_index())))
+          return {std::move(*mine), &any_, true};
+    }
     return {std::forward<D>(dataset), &any_};
   }
 

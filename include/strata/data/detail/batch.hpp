@@ -115,6 +115,12 @@ class BatchNode final : public Node<E> {
     if (!c.is_finite()) return c;
     return Cardinality::finite(drop_ ? c.n / n_ : c.n / n_ + (c.n % n_ ? 1 : 0));
   }
+  //! Over file-sharded input the batch is the worker's share of the global
+  //! batch (n / num, rounded up), as tf.distribute rebatches.
+  NodePtr<E> shard_files(std::size_t num, std::size_t index) const override {
+    auto up = up_->shard_files(num, index);
+    return up ? std::make_shared<const BatchNode>(std::move(up), (n_ + num - 1) / num, drop_) : nullptr;
+  }
 
  private:
   NodePtr<E> up_;

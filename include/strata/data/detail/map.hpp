@@ -68,6 +68,10 @@ class MapNode final : public Node<R> {
   // between passes (a prefetch thread and the caller's), and restarts per pass.
   StreamPtr<R> open() const override { return std::make_unique<Calls>(up_->open(), f_); }
   Cardinality cardinality() const override { return up_->cardinality(); }
+  NodePtr<R> shard_files(std::size_t num, std::size_t index) const override {
+    auto up = up_->shard_files(num, index);
+    return up ? std::make_shared<const MapNode>(std::move(up), f_) : nullptr;
+  }
 
  private:
   NodePtr<E> up_;

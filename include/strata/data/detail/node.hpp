@@ -52,6 +52,11 @@ class Node {
   //! open_rows() opens a pass that yields the row indices instead.
   [[nodiscard]] virtual std::shared_ptr<const SliceTable<E>> table() const { return nullptr; }
   [[nodiscard]] virtual StreamPtr<std::size_t> open_rows() const { return nullptr; }
+  //! This pipeline reading only every num-th input file starting at `index`
+  //! (auto-sharding by file), or null when it does not start from files.
+  [[nodiscard]] virtual std::shared_ptr<const Node<E>> shard_files(std::size_t /*num*/, std::size_t /*index*/) const {
+    return nullptr;
+  }
 };
 template <DatasetElement E>
 using NodePtr = std::shared_ptr<const Node<E>>;
@@ -94,6 +99,11 @@ class ForwardingNode : public Node<E> {
   std::shared_ptr<const SliceTable<E>> table() const override { return up_->table(); }
   StreamPtr<std::size_t> open_rows() const override {
     return up_->table() ? self().template stream<std::size_t>() : nullptr;
+  }
+  //! The same stage over the file-sharded input (Derived::rebuild(up) copies the stage).
+  NodePtr<E> shard_files(std::size_t num, std::size_t index) const override {
+    auto up = up_->shard_files(num, index);
+    return up ? self().rebuild(std::move(up)) : nullptr;
   }
 
  protected:

@@ -104,6 +104,10 @@ class PrefetchNode final : public Node<E> {
   PrefetchNode(NodePtr<E> up, std::size_t n) : up_(std::move(up)), n_(n) {}
   StreamPtr<E> open() const override { return std::make_unique<PrefetchStream<E>>(up_->open(), n_); }
   Cardinality cardinality() const override { return up_->cardinality(); }
+  NodePtr<E> shard_files(std::size_t num, std::size_t index) const override {
+    auto up = up_->shard_files(num, index);
+    return up ? std::make_shared<const PrefetchNode>(std::move(up), n_) : nullptr;
+  }
 
  private:
   NodePtr<E> up_;

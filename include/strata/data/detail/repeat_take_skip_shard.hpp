@@ -49,6 +49,7 @@ class RepeatNode final : public ForwardingNode<E, RepeatNode<E>> {
  public:
   RepeatNode(NodePtr<E> up, std::optional<std::size_t> count)
       : ForwardingNode<E, RepeatNode<E>>(std::move(up)), count_(count) {}
+  NodePtr<E> rebuild(NodePtr<E> up) const { return std::make_shared<const RepeatNode>(std::move(up), count_); }
 
   Cardinality cardinality() const override {
     const Cardinality c = this->up_->cardinality();
@@ -86,6 +87,7 @@ template <DatasetElement E>
 class TakeNode final : public ForwardingNode<E, TakeNode<E>> {
  public:
   TakeNode(NodePtr<E> up, std::size_t n) : ForwardingNode<E, TakeNode<E>>(std::move(up)), n_(n) {}
+  NodePtr<E> rebuild(NodePtr<E> up) const { return std::make_shared<const TakeNode>(std::move(up), n_); }
   Cardinality cardinality() const override {
     const Cardinality c = this->up_->cardinality();
     if (n_ == 0 || c.kind == Cardinality::Kind::infinite) return Cardinality::finite(n_);
@@ -125,6 +127,7 @@ template <DatasetElement E>
 class SkipNode final : public ForwardingNode<E, SkipNode<E>> {
  public:
   SkipNode(NodePtr<E> up, std::size_t n) : ForwardingNode<E, SkipNode<E>>(std::move(up)), n_(n) {}
+  NodePtr<E> rebuild(NodePtr<E> up) const { return std::make_shared<const SkipNode>(std::move(up), n_); }
   Cardinality cardinality() const override {
     const Cardinality c = this->up_->cardinality();
     if (c.is_finite()) return Cardinality::finite(c.n > n_ ? c.n - n_ : 0);
@@ -165,6 +168,7 @@ class ShardNode final : public ForwardingNode<E, ShardNode<E>> {
  public:
   ShardNode(NodePtr<E> up, std::size_t num, std::size_t index)
       : ForwardingNode<E, ShardNode<E>>(std::move(up)), num_(num), index_(index) {}
+  NodePtr<E> rebuild(NodePtr<E> up) const { return std::make_shared<const ShardNode>(std::move(up), num_, index_); }
   Cardinality cardinality() const override {
     const Cardinality c = this->up_->cardinality();
     if (c.is_finite()) return Cardinality::finite(c.n / num_ + (index_ < c.n % num_ ? 1 : 0));

@@ -56,6 +56,9 @@ class ShuffleNode final : public ForwardingNode<E, ShuffleNode<E>> {
   ShuffleNode(NodePtr<E> up, std::size_t buffer_size, std::uint64_t seed, bool reshuffle)
       : ForwardingNode<E, ShuffleNode<E>>(std::move(up)), buffer_size_(buffer_size), seed_(seed),
         reshuffle_(reshuffle) {}
+  NodePtr<E> rebuild(NodePtr<E> up) const {
+    return std::make_shared<const ShuffleNode>(std::move(up), buffer_size_, seed_, reshuffle_);
+  }
   Cardinality cardinality() const override { return this->up_->cardinality(); }
 
   template <class Item>
