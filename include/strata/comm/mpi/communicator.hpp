@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,6 +69,15 @@ MPI_Op op_of() noexcept {
 struct Pending {
   std::vector<MPI_Request> reqs;
   ~Pending() { cancel(); }
+  //! Cancels `p`'s requests when the scope is left by an exception (the
+  //! communicator's reused request lists, kept between calls to avoid allocating).
+  struct OnThrow {
+    Pending& p;
+    int live = std::uncaught_exceptions();
+    ~OnThrow() {
+      if (std::uncaught_exceptions() > live) p.cancel();
+    }
+  };
   void cancel() noexcept {
     for (auto& r : reqs) {
       if (r == MPI_REQUEST_NULL) continue;
@@ -381,6 +391,8 @@ class MpiCommunicator {
     swap(staging_, o.staging_);
     swap(fused_, o.fused_);
     swap(payload_sends_.reqs, o.payload_sends_.reqs);
+    swap(header_recvs_.reqs, o.header_recvs_.reqs);
+    swap(header_sends_.reqs, o.header_sends_.reqs);
     swap(got_, o.got_);
     swap(ptrs_, o.ptrs_);
     swap(poisoned_, o.poisoned_);
@@ -421,7 +433,11 @@ class MpiCommunicator {
         // One message per peer carries the header and the data; every rank
         // reduces all inputs in rank order: bitwise identical everywhere.
         const auto seq = enter(d, in, n * sizeof(T));
-        const T* const* ins = reinterpret_cast<const T* const*>(take_payloads(in, n * sizeof(T)));
+        const void* const* raw = take_payloads(in, n * sizeof(T));
+        const T* few[16] = {};
+        std::vector<const T*> many(size_ > 16 ? static_cast<std::size_t>(size_) : 0);
+        const T** ins = size_ > 16 ? many.data() : few;
+        for (int r = 0; r < size_; ++r) ins[r] = static_cast<const T*>(raw[r]);
         T* outs[1] = {out};
         detail::reduce_range<Op>(ins, static_cast<std::size_t>(size_), outs, 1, 0, n, static_cast<std::size_t>(size_));
         done(seq);
@@ -471,8 +487,11 @@ class MpiCommunicator {
       if (auto why = detail::mpi::contract_violation(calls_, rank_); !why.empty()) throw CollectiveMismatch(why);
       return seq;
     }
-    detail::mpi::Pending recvs, sends;
+    detail::mpi::Pending& recvs = header_recvs_;  // reused: no allocation per call
+    detail::mpi::Pending& sends = header_sends_;
+    const detail::mpi::Pending::OnThrow cancel_recvs{recvs}, cancel_sends{sends};
     recvs.reqs.assign(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+    sends.reqs.clear();
     for (int r = 0; r < size_; ++r)
       if (r != rank_) {
         auto& box = inbox_[static_cast<std::size_t>(r)];
@@ -705,6 +724,7 @@ class MpiCommunicator {
   static constexpr std::size_t fused_max = 4096;  // header + payload in one message up to here (under eager limits)
   bool fused_ = true;
   detail::mpi::Pending payload_sends_;   // the direct algorithm's separate payload messages
+  detail::mpi::Pending header_recvs_, header_sends_;
   std::vector<char> got_;                // per rank: its header arrived
   std::vector<const void*> ptrs_;        // per rank: its direct payload
   std::string poisoned_;
