@@ -79,7 +79,10 @@ class PrefetchStream final : public Stream<E> {
           }
         }
         if (!more) {
-          error_ = err;
+          // moved, not copied: the consumer then holds the only reference, so
+          // the exception is never released on this thread while the consumer
+          // handles it (libstdc++'s reference count is invisible to TSan)
+          error_ = std::move(err);
           done_ = true;
         }
       }
