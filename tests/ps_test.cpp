@@ -2,11 +2,20 @@
 // TensorFlow's documented examples, sizes that do not divide, edges, errors.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <numeric>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <strata/ps/partitioner.hpp>
 #include <strata/ps/sharded_variable.hpp>
+#include <strata/ps/staleness.hpp>
+
+#include "watchdog.hpp"
+
+using namespace std::chrono_literals;
 
 using strata::Shape;
 using strata::Tensor;
@@ -81,4 +90,105 @@ TEST_CASE("a sharded variable reads and writes as one variable") {
   CHECK(empty.value().size() == 0);
   strata::ShardedVariable<std::int32_t> bias{Tensor<std::int32_t>{{5}}, strata::MinSizePartitioner{.min_shard_bytes = 8, .max_shards = 9}};
   CHECK(bias.num_shards() == 2);  // 20 bytes hold two shards of at least 8
+}
+
+namespace {
+// W workers take `steps` steps each under `clock`; worker w sleeps delay(w)
+// per step. Every worker checks, at the start of each step, that no live
+// worker is more than the bound behind (the finished counts only grow, so
+// reading them after begin() returns is a valid check). Returns the
+// largest lag seen.
+template <class Delay>
+std::uint64_t run_workers(strata::StalenessClock& clock, int steps, Delay delay) {
+  const int W = clock.workers();
+  std::vector<std::atomic<std::uint64_t>> finished(static_cast<std::size_t>(W));
+  std::atomic<std::uint64_t> worst{0};
+  std::atomic<bool> violated{false};
+  std::vector<std::thread> ts;
+  for (int w = 0; w < W; ++w)
+    ts.emplace_back([&, w] {
+      for (int s = 0; s < steps; ++s) {
+        const std::uint64_t c = clock.begin(w);
+        for (int v = 0; v < W; ++v) {
+          const std::uint64_t f = finished[static_cast<std::size_t>(v)].load();
+          if (f >= static_cast<std::uint64_t>(steps)) continue;  // done: holds nobody back
+          const std::uint64_t lag = c > f ? c - f : 0;
+          std::uint64_t prev = worst.load();
+          while (lag > prev && !worst.compare_exchange_weak(prev, lag)) {
+          }
+          if (clock.bound() && lag > *clock.bound()) violated = true;
+        }
+        std::this_thread::sleep_for(delay(w));
+        finished[static_cast<std::size_t>(w)].fetch_add(1);
+        clock.end(w);
+      }
+      clock.retire(w);
+    });
+  for (auto& t : ts) t.join();
+  CHECK_FALSE(violated.load());
+  return worst.load();
+}
+}  // namespace
+
+TEST_CASE("staleness bound 0 is lock-step; bound k lets workers run at most k steps ahead") {
+  strata_test::Watchdog dog("staleness clock", 120s);
+  strata::StalenessClock sync{3, 0, 30s};
+  CHECK(run_workers(sync, 40, [](int) { return 0us; }) == 0);
+  CHECK(sync.max_observed_gap() == 0);
+  // one worker 20x slower: the others run ahead, but never more than 2 steps
+  strata::StalenessClock two{3, 2, 30s};
+  const auto lag = run_workers(two, 30, [](int w) { return w == 0 ? 2000us : 100us; });
+  CHECK(lag <= 2);
+  CHECK(lag >= 1);  // and they do run ahead
+  CHECK(two.max_observed_gap() <= 2);
+  CHECK(two.clock(1) == 30);
+}
+
+TEST_CASE("without a bound a fast worker never waits for a stalled one") {
+  strata_test::Watchdog dog("unbounded staleness", 60s);
+  strata::StalenessClock clock{2, std::nullopt, 1s};
+  std::atomic<bool> fast_done{false};
+  std::thread slow([&] {
+    clock.begin(1);
+    while (!fast_done) std::this_thread::sleep_for(1ms);  // stalled inside its first step
+    clock.end(1);
+  });
+  for (int s = 0; s < 50; ++s) {
+    clock.begin(0);
+    clock.end(0);
+  }
+  fast_done = true;
+  slow.join();
+  CHECK(clock.clock(0) == 50);
+  CHECK(clock.max_observed_gap() >= 49);
+}
+
+TEST_CASE("a retired worker holds nobody back; a missing one is named within the timeout") {
+  strata_test::Watchdog dog("retire and timeout", 60s);
+  strata::StalenessClock clock{2, 0, 300ms};
+  clock.begin(0);
+  clock.end(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    clock.begin(0);  // worker 1 never took its first step
+    FAIL_CHECK("no timeout");
+  } catch (const strata::CollectiveTimeout& e) {
+    CHECK(std::string(e.what()).find("worker 1 (finished 0 steps)") != std::string::npos);
+    CHECK(std::string(e.what()).find("staleness bound 0") != std::string::npos);
+  }
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(waited >= 300ms);
+  CHECK(waited < 5s);
+  clock.retire(1);  // worker 1 failed: the others go on
+  for (int s = 0; s < 5; ++s) {
+    clock.begin(0);
+    clock.end(0);
+  }
+  CHECK(clock.clock(0) == 6);
+  CHECK_THROWS_WITH_AS(clock.begin(1), doctest::Contains("retired"), strata::Error);
+  CHECK_THROWS_WITH_AS(clock.end(0), doctest::Contains("began no step"), strata::Error);
+  clock.begin(0);
+  CHECK_THROWS_WITH_AS(clock.begin(0), doctest::Contains("already began"), strata::Error);
+  CHECK_THROWS_AS(clock.begin(2), strata::Error);
+  CHECK_THROWS_AS((strata::StalenessClock{0, 0, 1s}), strata::Error);
 }
