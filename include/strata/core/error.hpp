@@ -50,6 +50,19 @@ class CollectiveAborted : public CollectiveError {
   using CollectiveError::CollectiveError;
 };
 
+namespace detail {
+//! What an exception says, for a message that carries it on.
+inline std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+}  // namespace detail
+
 //! The error `Strategy::run` throws when the function failed on a replica.
 //! `replica()` names the replica whose failure explains the others (its own
 //! exception before a collective that could not complete, before

@@ -301,7 +301,7 @@ class Sequential {
       build(nn::detail::sample_shape(x.shape()));
       Tensor<float> out;
       nn::detail::resize(out, x.shape()[0], shapes_.back());
-      if (strategy_->num_workers() > 1) out.fill(0.f);
+      if (!own && strategy_->num_workers() > 1) out.fill(0.f);  // rows of other workers: zero before the sum
       step_tensors(x, nullptr, Phase::Predict, t, &out, 0, own ? x.shape()[0] : 0);
       rows += x.shape()[0];
       parts.push_back(std::move(out));

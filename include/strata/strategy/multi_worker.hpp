@@ -140,34 +140,12 @@ class MultiWorkerMirroredStrategy {
   //! CollectiveAborted that carries the failing worker's message.
   template <std::invocable<context_type&> F>
   auto run(F&& fn) {
-    using R = std::invoke_result_t<F&, context_type&>;
     mpi_mismatch_ = false;
     try {
-      if constexpr (std::is_void_v<R>) {
-        pool_.run([&](int r) {
-          context_type ctx{*this, ThreadCommunicator(pool_.team(), r)};
-          fn(ctx);
-        });
-      } else {
-        std::vector<std::optional<R>> out(devices_.size());
-        pool_.run([&](int r) {
-          context_type ctx{*this, ThreadCommunicator(pool_.team(), r)};
-          out[static_cast<std::size_t>(r)].emplace(fn(ctx));
-        });
-        std::vector<R> values;
-        values.reserve(out.size());
-        for (auto& v : out) values.push_back(std::move(*v));
-        return PerReplica<R>(std::move(values));
-      }
+      return detail::run_replicas<context_type>(
+          pool_, [&](int r) { return context_type{*this, ThreadCommunicator(pool_.team(), r)}; }, fn);
     } catch (const ReplicaError& e) {
-      std::string what;
-      try {
-        e.rethrow_cause();
-      } catch (const std::exception& x) {
-        what = x.what();
-      } catch (...) {
-        what = "an exception not derived from std::exception";
-      }
+      const std::string what = detail::what_of(e.cause());
       // Every worker saw an MPI-level disagreement at the same call: nobody
       // needs telling. Anything else: tell the others, so they do not wait.
       if (!mpi_mismatch_) comm_.abort("worker " + std::to_string(worker_index()) + ": " + what);

@@ -127,15 +127,7 @@ class ReplicaPool {
     }
     if (first < 0) return;
     auto e = errors_[static_cast<std::size_t>(first)];
-    std::string what;
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-      what = x.what();
-    } catch (...) {
-      what = "an exception not derived from std::exception";
-    }
-    throw ReplicaError(first, size(), e, what);
+    throw ReplicaError(first, size(), e, what_of(e));
   }
 
   Team team_;

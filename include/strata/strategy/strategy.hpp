@@ -54,6 +54,30 @@ consteval bool validate_composition() {
   }
   return true;
 }
+
+//! Runs fn(ctx) on every replica of `pool`, ctx made by make_context(r),
+//! and gathers what they return as PerReplica<R> (nothing when void): the
+//! body of every strategy's run.
+template <class Context, class Make, class F>
+auto run_replicas(ReplicaPool& pool, Make make_context, F& fn) {
+  using R = std::invoke_result_t<F&, Context&>;
+  if constexpr (std::is_void_v<R>) {
+    pool.run([&](int r) {
+      Context ctx = make_context(r);
+      fn(ctx);
+    });
+  } else {
+    std::vector<std::optional<R>> out(static_cast<std::size_t>(pool.size()));
+    pool.run([&](int r) {
+      Context ctx = make_context(r);
+      out[static_cast<std::size_t>(r)].emplace(fn(ctx));
+    });
+    std::vector<R> values;
+    values.reserve(out.size());
+    for (auto& v : out) values.push_back(std::move(*v));
+    return PerReplica<R>(std::move(values));
+  }
+}
 }  // namespace detail
 
 template <SyncPolicy Sync, PlacementPolicy Placement, ReducePolicy Reduce>
@@ -85,23 +109,8 @@ class Strategy {
   //! ReplicaError naming the replica and holding its exception.
   template <std::invocable<context_type&> F>
   auto run(F&& fn) {
-    using R = std::invoke_result_t<F&, context_type&>;
-    if constexpr (std::is_void_v<R>) {
-      pool_.run([&](int r) {
-        context_type ctx{ThreadCommunicator(pool_.team(), r)};
-        fn(ctx);
-      });
-    } else {
-      std::vector<std::optional<R>> out(devices_.size());
-      pool_.run([&](int r) {
-        context_type ctx{ThreadCommunicator(pool_.team(), r)};
-        out[static_cast<std::size_t>(r)].emplace(fn(ctx));
-      });
-      std::vector<R> values;
-      values.reserve(out.size());
-      for (auto& v : out) values.push_back(std::move(*v));
-      return PerReplica<R>(std::move(values));
-    }
+    return detail::run_replicas<context_type>(
+        pool_, [&](int r) { return context_type{ThreadCommunicator(pool_.team(), r)}; }, fn);
   }
 
   //! Reduces per-replica scalars or tensors to one value on the caller, in

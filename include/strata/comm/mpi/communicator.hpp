@@ -68,6 +68,16 @@ MPI_Op op_of() noexcept {
 //! collective fails is cancelled (receives) or released (sends).
 struct Pending {
   std::vector<MPI_Request> reqs;
+  Pending() = default;
+  Pending(Pending&& o) noexcept : reqs(std::move(o.reqs)) { o.reqs.clear(); }
+  Pending& operator=(Pending&& o) noexcept {
+    if (this != &o) {
+      cancel();
+      reqs = std::move(o.reqs);
+      o.reqs.clear();
+    }
+    return *this;
+  }
   ~Pending() { cancel(); }
   //! Cancels `p`'s requests when the scope is left by an exception (the
   //! communicator's reused request lists, kept between calls to avoid allocating).
@@ -92,6 +102,34 @@ struct Pending {
   }
 };
 
+//! An owned communicator: freed when destroyed (unless MPI is already
+//! finalized), handed over when moved. Converts to MPI_Comm for MPI calls.
+class CommHandle {
+ public:
+  CommHandle() = default;
+  CommHandle(CommHandle&& o) noexcept : c_(std::exchange(o.c_, MPI_COMM_NULL)) {}
+  CommHandle& operator=(CommHandle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      c_ = std::exchange(o.c_, MPI_COMM_NULL);
+    }
+    return *this;
+  }
+  ~CommHandle() { reset(); }
+  operator MPI_Comm() const noexcept { return c_; }  // NOLINT: used as the handle it wraps
+  //! Where MPI_Comm_idup writes the new communicator.
+  MPI_Comm* out() noexcept { return &c_; }
+
+ private:
+  void reset() noexcept {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (c_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&c_);
+    c_ = MPI_COMM_NULL;
+  }
+  MPI_Comm c_ = MPI_COMM_NULL;
+};
+
 template <class T>
 class MpiRingLink;
 
@@ -106,21 +144,10 @@ class MpiCommunicator {
     return MpiCommunicator(MPI_COMM_WORLD, std::move(opts));
   }
 
-  MpiCommunicator(MpiCommunicator&& o) noexcept { swap(o); }
-  MpiCommunicator& operator=(MpiCommunicator&& o) noexcept {
-    if (this != &o) {
-      MpiCommunicator tmp(std::move(o));
-      swap(tmp);
-    }
-    return *this;
-  }
+  MpiCommunicator(MpiCommunicator&&) noexcept = default;
+  MpiCommunicator& operator=(MpiCommunicator&&) noexcept = default;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
-  ~MpiCommunicator() {
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (comm_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&comm_);
-  }
 
   //! Ranks with the same `color` form a new communicator, ordered by `key`
   //! (then by rank here). Collective, under the contract.
@@ -258,31 +285,26 @@ class MpiCommunicator {
   //! The algorithm AutoReduce picks for `bytes` per rank, and why (the same
   //! on every rank: the inputs to the choice are agreed at construction).
   [[nodiscard]] AutoChoice auto_choice(std::size_t bytes) const {
-    const std::string_view a = choose(bytes);
+    const std::string_view a = choose(bytes);  // the rules; what follows only explains them
     if (!forced_.empty()) return {a, "forced by " + force_source_ + "=" + std::string(a)};
-    const std::string sz = std::to_string(bytes) + " B";
-    if (size_ == 1) return {Direct::name, "one rank: nothing to exchange"};
-    const std::string net = network_ ? "net" : "shm";
+    if (size_ == 1) return {a, "one rank: nothing to exchange"};
+    const std::string sz = std::to_string(bytes) + " B", net = network_ ? "net " : "shm ";
     const std::string where = network_ ? "over a network (" + network_why_ + ")" : "in shared memory";
-    const std::size_t direct_max = network_ ? opts_.direct_max_bytes_net : opts_.direct_max_bytes_shm;
-    if (bytes <= direct_max)
-      return {Direct::name, sz + " <= direct_max_bytes_" + net + " " + std::to_string(direct_max) + ", ranks talk " +
-                                where + ": one exchange carries the contract and the data"};
-    const std::size_t ring_min = network_ ? opts_.ring_min_bytes_net : opts_.ring_min_bytes_shm;
-    if (ring_min != 0 && bytes >= ring_min)
-      return {Ring::name, sz + " >= ring_min_bytes_" + net + " " + std::to_string(ring_min) + ", ranks talk " + where +
-                              ": the ring's pipelined steps beat MPI_Allreduce there"};
-    return {Native::name, sz + " between the direct and ring thresholds, ranks talk " + where + ": MPI_Allreduce"};
+    if (a == Direct::name)
+      return {a, sz + " <= direct_max_bytes_" + net + std::to_string(direct_max()) + ", ranks talk " + where +
+                     ": one exchange carries the contract and the data"};
+    if (a == Ring::name)
+      return {a, sz + " >= ring_min_bytes_" + net + std::to_string(ring_min()) + ", ranks talk " + where +
+                     ": the ring's pipelined steps beat MPI_Allreduce there"};
+    return {a, sz + " between the direct and ring thresholds, ranks talk " + where + ": MPI_Allreduce"};
   }
 
   //! The algorithm auto_choice names, on the hot path (no strings built).
   [[nodiscard]] std::string_view choose(std::size_t bytes) const {
     if (!force_error_.empty()) throw Error(force_error_);
     if (!forced_.empty()) return forced_;
-    if (size_ == 1) return Direct::name;
-    if (bytes <= (network_ ? opts_.direct_max_bytes_net : opts_.direct_max_bytes_shm)) return Direct::name;
-    const std::size_t ring_min = network_ ? opts_.ring_min_bytes_net : opts_.ring_min_bytes_shm;
-    if (ring_min != 0 && bytes >= ring_min) return Ring::name;
+    if (size_ == 1 || bytes <= direct_max()) return Direct::name;
+    if (ring_min() != 0 && bytes >= ring_min()) return Ring::name;
     return Native::name;
   }
 
@@ -319,7 +341,7 @@ class MpiCommunicator {
   MpiCommunicator(MPI_Comm parent, MpiOptions opts) : opts_(std::move(opts)) {
     // Non-blocking duplicate, so that a rank that never calls this is reported, not waited for.
     MPI_Request req = MPI_REQUEST_NULL;
-    detail::mpi::check(MPI_Comm_idup(parent, &comm_, &req), "MPI_Comm_idup");
+    detail::mpi::check(MPI_Comm_idup(parent, comm_.out(), &req), "MPI_Comm_idup");
     const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
     for (int i = 0;; ++i) {
       int flag = 0;
@@ -359,10 +381,10 @@ class MpiCommunicator {
     MPI_Comm_free(&node);
     int flags[2] = {node_size_ < size_ ? 1 : 0, 0};
     if (const char* btl = std::getenv("OMPI_MCA_btl"); btl && *btl) {
+      // shared memory is off when "^..." excludes it, or a plain list leaves it out
       const std::string b = btl;
-      const bool excluded = b[0] == '^' && (b.find("vader") != std::string::npos || b.find("sm") != std::string::npos);
-      const bool listed = b[0] != '^' && (b.find("vader") != std::string::npos || b.find("sm") != std::string::npos);
-      flags[1] = (excluded || (b[0] != '^' && !listed)) ? 1 : 0;
+      const bool names_shm = b.find("vader") != std::string::npos || b.find("sm") != std::string::npos;
+      flags[1] = (b[0] == '^') == names_shm ? 1 : 0;
     }
     int any[2] = {0, 0};
     detail::mpi::check(MPI_Allreduce(flags, any, 2, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce");
@@ -370,35 +392,12 @@ class MpiCommunicator {
     network_why_ = any[0] ? "ranks span several nodes" : any[1] ? "shared memory transport disabled (OMPI_MCA_btl)" : "";
   }
 
-  void swap(MpiCommunicator& o) noexcept {
-    using std::swap;
-    swap(comm_, o.comm_);
-    swap(rank_, o.rank_);
-    swap(size_, o.size_);
-    swap(opts_, o.opts_);
-    swap(network_, o.network_);
-    swap(node_size_, o.node_size_);
-    swap(forced_, o.forced_);
-    swap(force_source_, o.force_source_);
-    swap(force_error_, o.force_error_);
-    swap(network_why_, o.network_why_);
-    swap(entered_, o.entered_);
-    swap(completed_, o.completed_);
-    swap(last_seen_, o.last_seen_);
-    swap(inbox_, o.inbox_);
-    swap(calls_, o.calls_);
-    swap(outbox_, o.outbox_);
-    swap(staging_, o.staging_);
-    swap(fused_, o.fused_);
-    swap(payload_sends_.reqs, o.payload_sends_.reqs);
-    swap(header_recvs_.reqs, o.header_recvs_.reqs);
-    swap(header_sends_.reqs, o.header_sends_.reqs);
-    swap(got_, o.got_);
-    swap(ptrs_, o.ptrs_);
-    swap(poisoned_, o.poisoned_);
-    swap(remote_abort_, o.remote_abort_);
-    swap(abort_sent_, o.abort_sent_);
-    swap(interrupt_, o.interrupt_);
+  //! The automatic choice's thresholds for this communicator's transport.
+  [[nodiscard]] std::size_t direct_max() const noexcept {
+    return network_ ? opts_.direct_max_bytes_net : opts_.direct_max_bytes_shm;
+  }
+  [[nodiscard]] std::size_t ring_min() const noexcept {
+    return network_ ? opts_.ring_min_bytes_net : opts_.ring_min_bytes_shm;
   }
 
   //! The direct algorithm's separate payload travels in messages of at most
@@ -407,6 +406,12 @@ class MpiCommunicator {
   //! shared memory as one message (the single-copy path is faster).
   [[nodiscard]] std::size_t payload_block() const noexcept {
     return network_ ? std::size_t{32} << 10 : SIZE_MAX;
+  }
+  //! f(offset, length) for each message of a separate payload of `bytes`:
+  //! sender and receiver split it alike.
+  template <class F>
+  void each_block(std::size_t bytes, F f) const {
+    for (std::size_t off = 0; off < bytes; off += payload_block()) f(off, std::min(payload_block(), bytes - off));
   }
 
   static bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
@@ -454,14 +459,14 @@ class MpiCommunicator {
       } else {
         const auto seq = enter(d, nullptr, 0);
         if (in != out && n) std::copy_n(in, n, out);
-        run_ring<Op>(out, n, seq);
+        run_ring<Op>(out, n);
         done(seq);
       }
     }
   }
 
   template <ReduceOperation Op, class T>
-  void run_ring(T* data, std::size_t n, std::uint64_t seq);
+  void run_ring(T* data, std::size_t n);
 
   //! Starts collective `d`: checks this communicator is usable, exchanges the
   //! header with every other rank, and raises CollectiveMismatch on every
@@ -509,14 +514,14 @@ class MpiCommunicator {
         detail::mpi::check(MPI_Isend(outbox_.data(), static_cast<int>(outbox_.size()), MPI_BYTE, r,
                                      detail::mpi::tag_call, comm_, &sends.reqs.back()),
                            "MPI_Isend");
-        for (std::size_t off = 0; !fused_ && off < bytes; off += payload_block()) {
-          payload_sends_.reqs.push_back(MPI_REQUEST_NULL);
-          const std::size_t len = std::min(payload_block(), bytes - off);
-          detail::mpi::check(MPI_Isend(static_cast<const std::byte*>(payload) + off,
-                                       detail::mpi::as_count(len, "all_reduce"), MPI_BYTE, r, detail::mpi::tag_data,
-                                       comm_, &payload_sends_.reqs.back()),
-                             "MPI_Isend");
-        }
+        if (!fused_)
+          each_block(bytes, [&](std::size_t off, std::size_t len) {
+            payload_sends_.reqs.push_back(MPI_REQUEST_NULL);
+            detail::mpi::check(MPI_Isend(static_cast<const std::byte*>(payload) + off,
+                                         detail::mpi::as_count(len, "all_reduce"), MPI_BYTE, r, detail::mpi::tag_data,
+                                         comm_, &payload_sends_.reqs.back()),
+                               "MPI_Isend");
+          });
       }
     got_.assign(static_cast<std::size_t>(size_), 0);
     got_[me] = 1;
@@ -581,12 +586,7 @@ class MpiCommunicator {
         a.kind != static_cast<std::uint8_t>(detail::CallKind::barrier))
       return false;
     if (a.in_count != a.out_count) return false;
-    for (const auto& b : calls_)
-      if (b.seq != a.seq || b.kind != a.kind || b.op != a.op || b.dtype != a.dtype || b.algorithm != a.algorithm ||
-          b.has_op != a.has_op || b.root != a.root || b.in_count != a.in_count || b.out_count != a.out_count ||
-          b.separate != a.separate)
-        return false;
-    return true;
+    return std::all_of(calls_.begin(), calls_.end(), [&](const auto& b) { return detail::mpi::same_call(a, b); });
   }
 
   //! After a disagreement: take (and drop) the payloads other ranks sent
@@ -641,12 +641,12 @@ class MpiCommunicator {
         auto& box = inbox_[static_cast<std::size_t>(r)];
         if (box.size() < bytes) box.resize(bytes);
         ptrs_[static_cast<std::size_t>(r)] = box.data();
-        for (std::size_t off = 0; off < bytes; off += payload_block()) {
+        each_block(bytes, [&](std::size_t off, std::size_t len) {
           recvs.reqs.push_back(MPI_REQUEST_NULL);
-          detail::mpi::check(MPI_Irecv(box.data() + off, static_cast<int>(std::min(payload_block(), bytes - off)),
-                                       MPI_BYTE, r, detail::mpi::tag_data, comm_, &recvs.reqs.back()),
+          detail::mpi::check(MPI_Irecv(box.data() + off, static_cast<int>(len), MPI_BYTE, r, detail::mpi::tag_data,
+                                       comm_, &recvs.reqs.back()),
                              "MPI_Irecv");
-        }
+        });
       }
     wait_until([&] {
       int a = 0, b = 0;
@@ -708,7 +708,7 @@ class MpiCommunicator {
     detail::mpi::runtime().note_failure(opts_.timeout);
   }
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  detail::mpi::CommHandle comm_;
   int rank_ = 0, size_ = 1;
   MpiOptions opts_;
   bool network_ = false;
@@ -805,7 +805,7 @@ class MpiRingLink {
 }  // namespace detail::mpi
 
 template <ReduceOperation Op, class T>
-void MpiCommunicator::run_ring(T* data, std::size_t n, std::uint64_t) {
+void MpiCommunicator::run_ring(T* data, std::size_t n) {
   detail::mpi::MpiRingLink<T> link(*this, data);
   detail::ring_all_reduce<Op>(link, data, n, std::max<std::size_t>(1, opts_.ring_chunk_bytes / sizeof(T)));
 }

@@ -77,6 +77,13 @@ inline CallDesc from_wire(const WireCall& w) {
   return d;
 }
 
+//! Whether two ranks made the same call (the sequence number included).
+inline bool same_call(const WireCall& a, const WireCall& b) noexcept {
+  return a.seq == b.seq && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.algorithm == b.algorithm &&
+         a.has_op == b.has_op && a.root == b.root && a.in_count == b.in_count && a.out_count == b.out_count &&
+         a.separate == b.separate;
+}
+
 //! Empty when the calls of all ranks (index = rank) agree; otherwise the
 //! message every rank raises: what is wrong, which ranks differ from rank 0,
 //! and what each rank passed.
@@ -97,12 +104,7 @@ inline std::string contract_violation(const std::vector<WireCall>& calls, int me
   for (std::size_t pos; (pos = why.find("replica")) != std::string::npos;) why.replace(pos, 7, "rank");
   std::string odd;
   for (std::size_t r = 1; r < p; ++r) {
-    const CallDesc& a = descs[0];
-    const CallDesc& b = descs[r];
-    const bool differs = calls[r].seq != calls[0].seq || a.kind != b.kind || a.op != b.op || a.dtype != b.dtype ||
-                         a.algorithm != b.algorithm || a.root != b.root || a.in_count != b.in_count ||
-                         a.out_count != b.out_count;
-    if (!differs) continue;
+    if (same_call(calls[r], calls[0])) continue;
     if (!odd.empty()) odd += ", ";
     odd += std::to_string(r);
   }
