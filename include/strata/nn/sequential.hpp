@@ -425,7 +425,7 @@ class Sequential {
     const int p = strategy_->num_local_replicas();
     const bool central = strategy_->placement() == PlacementKind::CentralStorage;
     strategy_->broadcast_from_chief(init.span());  // across workers: everyone starts from the chief's weights
-    if (central) params_.emplace(std::in_place_type<CentralVariable<float>>, init);
+    if (central) params_.emplace(std::in_place_type<CentralVariable<float>>, init, p);
     else params_.emplace(std::in_place_type<MirroredVariable<float>>, init, p);
     replicas_.clear();
     replicas_.resize(static_cast<std::size_t>(p));

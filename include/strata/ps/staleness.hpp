@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -73,6 +74,16 @@ class StalenessClock {
     return c;
   }
 
+  //! Calls `hook(n)` whenever every live worker has finished n steps (n
+  //! grows by one each call), before any worker may start step n: with
+  //! bound 0, the place to apply a synchronous round. Runs on the thread that
+  //! completed the round, with the clock locked (keep it short; it must not
+  //! call back into the clock).
+  void on_round(std::function<void(std::uint64_t)> hook) {
+    std::lock_guard lk(mu_);
+    hook_ = std::move(hook);
+  }
+
   //! Worker `w` finished the step it began.
   void end(int w) {
     {
@@ -81,6 +92,7 @@ class StalenessClock {
       if (!started_[idx(w)]) throw Error("StalenessClock::end: worker " + std::to_string(w) + " began no step");
       started_[idx(w)] = false;
       ++clock_[idx(w)];
+      rounds_completed();
     }
     cv_.notify_all();
   }
@@ -93,6 +105,7 @@ class StalenessClock {
       if (w < 0 || w >= workers()) throw Error("StalenessClock::retire: no worker " + std::to_string(w));
       live_[idx(w)] = false;
       started_[idx(w)] = false;
+      rounds_completed();
     }
     cv_.notify_all();
   }
@@ -118,6 +131,13 @@ class StalenessClock {
     if (!live_[idx(w)])
       throw Error(std::string("StalenessClock::") + what + ": worker " + std::to_string(w) + " was retired");
   }
+  //! Runs the hook for every round the slowest live worker has newly completed.
+  void rounds_completed() {
+    const std::uint64_t slow = slowest_live();
+    if (slow == std::numeric_limits<std::uint64_t>::max()) return;  // nobody left
+    for (; rounds_ < slow; ++rounds_)
+      if (hook_) hook_(rounds_ + 1);
+  }
   //! The fewest steps finished by a live worker (all retired: no limit).
   [[nodiscard]] std::uint64_t slowest_live() const noexcept {
     std::uint64_t m = std::numeric_limits<std::uint64_t>::max();
@@ -133,6 +153,8 @@ class StalenessClock {
   std::vector<std::uint64_t> clock_;
   std::vector<bool> live_, started_;
   std::uint64_t max_gap_ = 0;
+  std::uint64_t rounds_ = 0;  // rounds announced to the hook
+  std::function<void(std::uint64_t)> hook_;
 };
 
 }  // namespace strata

@@ -197,7 +197,7 @@ class Strategy {
   template <Element T>
   auto make_variable(const Tensor<T>& init) const {
     if constexpr (std::same_as<Placement, CentralStorage>)
-      return CentralVariable<T>(init);
+      return CentralVariable<T>(init, num_replicas_in_sync());
     else
       return MirroredVariable<T>(init, num_replicas_in_sync());
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <strata/comm/threads/communicator.hpp>
+#include <strata/ps/shard_store.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -90,39 +91,62 @@ class MirroredVariable {
   std::vector<Tensor<T>> copies_;
 };
 
-//! A single host copy shared by all replicas.
+//! A single host copy shared by all replicas: the parameter server's
+//! ShardStore with one server, one shard per replica (64-byte aligned
+//! slices), updated synchronously.
 template <Element T>
 class CentralVariable {
  public:
-  explicit CentralVariable(const Tensor<T>& init) : value_(init), grad_(init.shape()) {}
+  //! `init` on the host, updated by `replicas` replicas (each its own slice).
+  explicit CentralVariable(const Tensor<T>& init, int replicas = 1)
+      : store_(init, slices(init.size(), replicas), 1), grad_(init.shape()), shape_(init.shape()) {}
 
   //! The central value; read it freely between updates.
   template <class Ctx>
-  [[nodiscard]] const Tensor<T>& local(Ctx&) const noexcept { return value_; }
-  [[nodiscard]] const Tensor<T>& value() const noexcept { return value_; }
+  [[nodiscard]] const Tensor<T>& local(Ctx&) const noexcept { return store_.unsynchronized_value(); }
+  [[nodiscard]] const Tensor<T>& value() const noexcept { return store_.unsynchronized_value(); }
+  [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
   //! Sets the value to `v` (same shape). Call outside Strategy::run.
-  void assign(const Tensor<T>& v) { value_.copy_from(v); }
+  void assign(const Tensor<T>& v) {
+    if (v.shape() != shape_) throw ShapeError("CentralVariable::assign: the variable is " + shape_.str() + ", the value " + v.shape().str());
+    store_.assign(v.span());
+  }
+  //! The store behind it (one server, a shard per replica).
+  [[nodiscard]] const ShardStore<T>& store() const noexcept { return store_; }
 
   //! Reduces every replica's `grad` onto the central gradient (each replica
-  //! reduces a slice), then each replica applies `update` to its slice of
-  //! the central value; returns when the whole update is visible to all.
-  //! No replica's update starts before every replica has entered the
-  //! reduction, so reads of the value made before apply_gradient (to compute
-  //! the gradient) never see a half-updated value: no extra barrier needed.
+  //! reduces a slice), then each replica pushes its slice of it onto its
+  //! shard of the central value (`update` applied there); returns when the
+  //! whole update is visible to all. No replica's update starts before every
+  //! replica has entered the reduction, so reads of the value made before
+  //! apply_gradient (to compute the gradient) never see a half-updated
+  //! value: no extra barrier needed.
   template <class Ctx, Buffer G, class F, ReduceOperation Op = SumOp>
   void apply_gradient(Ctx& ctx, G&& grad, F&& update, Op op = {}) {
-    detail::check_grad_size(std::ranges::size(grad), value_.size(), "CentralVariable");
+    detail::check_grad_size(std::ranges::size(grad), shape_.elements(), "CentralVariable");
+    if (static_cast<std::size_t>(ctx.num_replicas_in_sync()) != store_.num_shards())
+      throw Error("CentralVariable::apply_gradient: made for " + std::to_string(store_.num_shards()) +
+                  " replicas, updated by " + std::to_string(ctx.num_replicas_in_sync()));
     ctx.reduce_to_one(grad, grad_.span(), 0, op);
-    const Range mine = detail::aligned_range(value_.size(), static_cast<std::size_t>(ctx.num_replicas_in_sync()),
-                                             static_cast<std::size_t>(ctx.replica_id_in_sync_group()), 64 / sizeof(T));
-    detail::call_update(update, value_.span().subspan(mine.begin, mine.size()),
-                        std::span<const T>(grad_.span()).subspan(mine.begin, mine.size()), mine.begin);
+    const auto mine = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
+    const Range r = store_.elements(mine);
+    store_.push(mine, std::span<const T>(grad_.span()).subspan(r.begin, r.size()),
+                [&](std::span<T> w, std::span<const T> g, std::size_t offset) { detail::call_update(update, w, g, offset); });
     ctx.barrier();
   }
 
  private:
-  Tensor<T> value_;
+  static std::vector<Range> slices(std::size_t n, int replicas) {
+    if (replicas < 1) throw Error("CentralVariable: at least one replica, got " + std::to_string(replicas));
+    std::vector<Range> out;
+    for (int r = 0; r < replicas; ++r)
+      out.push_back(detail::aligned_range(n, static_cast<std::size_t>(replicas), static_cast<std::size_t>(r), 64 / sizeof(T)));
+    return out;
+  }
+
+  ShardStore<T> store_;
   Tensor<T> grad_;
+  Shape shape_;
 };
 
 }  // namespace strata
