@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <algorithm>
@@ -17,6 +18,9 @@ namespace example {
 struct Args {
   std::string strategy = "mirrored";
   int replicas = 0;  // 0: one per core
+  int workers = 2;   // parameter_server: worker threads
+  int servers = 1;   // parameter_server: servers
+  std::optional<std::uint64_t> staleness;  // parameter_server: bound (none: asynchronous)
   int epochs = 5;
   std::size_t batch = 128;
   std::string data;  // MNIST directory ("": the default cache)
@@ -36,6 +40,7 @@ struct Args {
   }
   std::fprintf(stderr,
                "%s: %s\nusage: %s [--strategy %s] [--replicas N]\n"
+               "          [--workers W] [--servers S] [--staleness K]   (parameter_server)\n"
                "          [--epochs N] [--batch N] [--data DIR] [--seed N] [--save FILE] [--train-limit N] [--quiet]\n"
                "          [--min-accuracy X] [--if-present]\n",
                prog, why.c_str(), prog, names.c_str());
@@ -59,6 +64,13 @@ inline Args parse(int argc, char** argv, Args a = {}) {
     };
     if (k == "--strategy") a.strategy = v;
     else if (k == "--replicas") num(a.replicas);
+    else if (k == "--workers") num(a.workers);
+    else if (k == "--servers") num(a.servers);
+    else if (k == "--staleness") {
+      std::uint64_t n = 0;
+      num(n);
+      a.staleness = n;
+    }
     else if (k == "--epochs") num(a.epochs);
     else if (k == "--batch") num(a.batch);
     else if (k == "--data") a.data = v;
@@ -69,6 +81,7 @@ inline Args parse(int argc, char** argv, Args a = {}) {
     else usage(argv[0], "unknown option " + k);
   }
   if (a.batch == 0) usage(argv[0], "--batch must be at least 1");
+  if (a.workers < 1 || a.servers < 1) usage(argv[0], "--workers and --servers must be at least 1");
   if (std::find(strata::strategy_names.begin(), strata::strategy_names.end(), a.strategy) == strata::strategy_names.end())
     usage(argv[0], "unknown strategy " + a.strategy);
   return a;

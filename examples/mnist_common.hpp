@@ -59,13 +59,22 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
   model.fit(strategy.distribute(train), {.epochs = a.epochs, .verbose = a.quiet ? nn::Verbosity::Silent : nn::Verbosity::Auto});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto logs = model.evaluate(strategy.distribute(test));
+  std::string where;
+  if constexpr (requires { strategy.num_servers(); }) {
+    where = std::to_string(strategy.num_workers()) + " worker(s), " + std::to_string(strategy.num_servers()) +
+            " server(s), staleness ";
+    where += strategy.staleness() ? std::to_string(*strategy.staleness()) : std::string("unbounded");
+  } else {
+    where = std::to_string(strategy.num_replicas_in_sync()) + " replica(s)";
+    if (strategy.any().num_workers() > 1) {
+      where += " on ";
+      where += std::to_string(strategy.any().num_workers());
+      where += " workers";
+    }
+  }
   if (chief)
-    std::printf("test accuracy %.4f, test loss %.4f  (%s, %d replica(s)%s, %d epochs of %zu in %.1f s: %.0f samples/s)\n",
-                logs.at("accuracy"), logs.at("loss"), std::string(strategy.any().name()).c_str(),
-                strategy.num_replicas_in_sync(),
-                strategy.any().num_workers() > 1
-                    ? (" on " + std::to_string(strategy.any().num_workers()) + " workers").c_str()
-                    : "",
+    std::printf("test accuracy %.4f, test loss %.4f  (%s, %s, %d epochs of %zu in %.1f s: %.0f samples/s)\n",
+                logs.at("accuracy"), logs.at("loss"), std::string(strategy.any().name()).c_str(), where.c_str(),
                 a.epochs, n, secs, static_cast<double>(n) * a.epochs / secs);
   if (!a.save.empty() && chief) {
     model.save_weights(a.save);
@@ -88,7 +97,10 @@ inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Seq
   }
   try {
     const auto mnist = load(a);
-    return strata::with_strategy(a.strategy, a.replicas, [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
+    const strata::StrategyChoice choice{
+        .replicas = a.replicas, .workers = a.workers, .servers = a.servers, .staleness = a.staleness};
+    return strata::with_strategy(a.strategy, choice,
+                                 [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     return 1;

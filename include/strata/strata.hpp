@@ -13,5 +13,6 @@
 #include <strata/policy/reduce.hpp>
 #include <strata/policy/sync.hpp>
 #include <strata/strategy/by_name.hpp>
+#include <strata/strategy/parameter_server.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/tensor/tensor.hpp>

@@ -19,6 +19,7 @@
 #include <concepts>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -375,6 +376,7 @@ class Sequential {
       std::copy_n(ws[i].value.data(), ws[i].value.size(), flat.data() + off);
       off += ws[i].value.size();
     }
+    if (ParameterServerRuntime* ps = strategy_->parameter_servers()) ps->assign(flat.span());
     std::visit([&](auto& var) { var.assign(flat); }, *params_);
   }
   void save_weights(const std::filesystem::path& path) const { write_weights(path, get_weights()); }
@@ -422,7 +424,10 @@ class Sequential {
   }
 
   void place(Tensor<float> init) {
-    const int p = strategy_->num_local_replicas();
+    // under a parameter server: copy 0 is the chief's (evaluate, predict,
+    // get_weights), copy 1 + w worker w's pull of the servers' value
+    ParameterServerRuntime* ps = strategy_->parameter_servers();
+    const int p = ps ? ps->num_workers() + 1 : strategy_->num_local_replicas();
     const bool central = strategy_->placement() == PlacementKind::CentralStorage;
     strategy_->broadcast_from_chief(init.span());  // across workers: everyone starts from the chief's weights
     if (central) params_.emplace(std::in_place_type<CentralVariable<float>>, init, p);
@@ -450,10 +455,24 @@ class Sequential {
     make_states();
   }
 
-  //! Fresh optimizer state, one per variable copy (Mirrored: per replica; CentralStorage: one).
+  //! Fresh optimizer state, one per variable copy (Mirrored: per replica;
+  //! CentralStorage: one; ParameterServer: one, the servers', which update
+  //! only their shards' elements of it).
   void make_states() {
     if (!optimizer_ || !built()) return;
     states_.clear();
+    if (ParameterServerRuntime* ps = strategy_->parameter_servers()) {
+      states_.push_back(optimizer_->make_state(total_));
+      std::vector<Shape> shapes;
+      for (const auto& layer : specs_)
+        for (const auto& ps_spec : layer) shapes.push_back(ps_spec.shape);
+      ps->create_variables(shapes, value(),
+                           [opt = optimizer_.get(), st = &states_[0]](std::span<float> w, std::span<const float> g,
+                                                                     std::size_t offset, std::uint64_t step) {
+                             opt->apply(w, g, *st, offset, static_cast<std::int64_t>(step));
+                           });
+      return;
+    }
     const bool central = std::holds_alternative<CentralVariable<float>>(*params_);
     for (std::size_t r = 0; r < (central ? 1 : replicas_.size()); ++r) states_.push_back(optimizer_->make_state(total_));
   }
@@ -531,13 +550,7 @@ class Sequential {
       auto it = ds.iterator();
       std::size_t steps = 0;
       const bool own = per_worker(data);
-      while (!stop && (!opts.steps_per_epoch || steps < opts.steps_per_epoch)) {
-        auto e = it.next();
-        const auto begin = [&] {
-          for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(steps));
-        };
-        if (!next_step(e, own, Phase::Train, t, begin)) break;
-        ++steps;
+      const auto batch_end = [&] {
         // running logs (an O(parameters) regularization sum with L2) only for whoever reads them
         progress.update(steps, t.samples, [&] { return logs_of(t, ""); });
         if (!opts.callbacks.empty()) {
@@ -547,6 +560,23 @@ class Sequential {
             stop = stop || cb->stop_training;
           }
         }
+      };
+      if (ParameterServerRuntime* ps = strategy_->parameter_servers()) {
+        train_epoch_ps(
+            *ps, it, opts, t, steps, stop,
+            [&](std::size_t step) {
+              for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(step));
+            },
+            batch_end);
+      }
+      while (!strategy_->parameter_servers() && !stop && (!opts.steps_per_epoch || steps < opts.steps_per_epoch)) {
+        auto e = it.next();
+        const auto begin = [&] {
+          for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(steps));
+        };
+        if (!next_step(e, own, Phase::Train, t, begin)) break;
+        ++steps;
+        batch_end();
       }
       across_workers(t);
       logs = logs_of(t, "");
@@ -646,14 +676,8 @@ class Sequential {
       rep.rows = rows.size();
       nn::detail::copy_rows(x, rows, rep.x);
       if (y) nn::detail::copy_rows(*y, rows, rep.y);
-      RunInfo info{phase == Phase::Train, static_cast<int>(g), seed_, static_cast<std::uint64_t>(it), 0};
-      const Tensor<float>* in = &rep.x;
-      for (std::size_t l = 0; l < rep.layers.size(); ++l) {
-        info.layer = l;
-        rep.layers[l]->forward(*in, rep.acts[l], info);
-        in = &rep.acts[l];
-      }
-      const Tensor<float>& pred = *in;
+      const Tensor<float>& pred =
+          forward(rep, RunInfo{phase == Phase::Train, static_cast<int>(g), seed_, static_cast<std::uint64_t>(it), 0});
       if (phase == Phase::Predict) {
         const std::size_t w = pred.shape()[0] ? pred.size() / pred.shape()[0] : 0;
         if (pred.size()) std::copy_n(pred.data(), pred.size(), out->data() + (out_row + rows.begin) * w);
@@ -666,14 +690,98 @@ class Sequential {
       backward(rep, r, static_cast<std::size_t>(strategy_->num_replicas_in_sync()));
       apply(ctx, rep, r, it);
     });
+    // under a parameter server only the chief's replica (0) ran here
+    const std::size_t ran = strategy_->parameter_servers() ? 1 : replicas_.size();
     if (phase != Phase::Predict)
-      for (const Replica& rep : replicas_) {  // replica order: deterministic
+      for (const Replica& rep : std::span(replicas_).first(ran)) {  // replica order: deterministic
         t.loss += rep.loss;
         t.local += rep.rows;
         for (std::size_t m = 0; m < metrics_.size(); ++m) t.metrics[m] += rep.metrics[m];
       }
     t.samples += global;
     if (phase == Phase::Train) ++iterations_;
+  }
+
+  //! The layers' outputs for rep.x; returns the last.
+  const Tensor<float>& forward(Replica& rep, RunInfo info) {
+    const Tensor<float>* in = &rep.x;
+    for (std::size_t l = 0; l < rep.layers.size(); ++l) {
+      info.layer = l;
+      rep.layers[l]->forward(*in, rep.acts[l], info);
+      in = &rep.acts[l];
+    }
+    return *in;
+  }
+
+  //! A training step on parameter-server worker `w`: pull the servers'
+  //! value into the worker's copy, compute the gradient of the batch's mean
+  //! loss, push it. Dropout is keyed by the step's number, not the worker,
+  //! so a rescheduled step draws the same masks.
+  StepOutput ps_step(ParameterServerRuntime& ps, int w, const StepInput& in) {
+    const auto r = static_cast<std::size_t>(w) + 1;
+    Replica& rep = replicas_.at(r);
+    ps.pull(w, std::get<MirroredVariable<float>>(*params_).copy(static_cast<int>(r)).span());
+    rep.rows = in.x.shape()[0];
+    nn::detail::copy_rows(in.x, {0, rep.rows}, rep.x);
+    nn::detail::copy_rows(in.y, {0, rep.rows}, rep.y);
+    const Tensor<float>& pred = forward(rep, RunInfo{true, 0, seed_, static_cast<std::uint64_t>(in.iteration), 0});
+    const float scale = rep.rows ? 1.f / static_cast<float>(rep.rows) : 0.f;
+    StepOutput out;
+    out.loss = loss_->compute(pred, rep.y, &rep.d[0], scale);
+    for (const auto& m : metrics_) out.metrics.push_back(m->total(pred, rep.y));
+    out.rows = rep.rows;
+    backward(rep, r, 1);
+    ps.push(w, rep.grad.span());
+    return out;
+  }
+
+  //! One pass of fit under a parameter server (the chief): each batch is a
+  //! step scheduled on some worker, at most two per worker in flight;
+  //! results are taken in order (logs, progress and callbacks as in
+  //! synchronous training). The chief's copy holds the servers' value after.
+  template <class It, class Begin, class Update>
+  void train_epoch_ps(ParameterServerRuntime& ps, It& it, const FitOptions& opts, Totals& t, std::size_t& steps,
+                      bool& stop, Begin begin, Update on_step) {
+    ps.set_step([this, &ps](int w, const StepInput& in) { return ps_step(ps, w, in); });
+    std::deque<RemoteValue<StepOutput>> inflight;
+    const auto window = 2 * static_cast<std::size_t>(ps.num_workers());
+    std::size_t scheduled = 0;
+    const auto collect = [&] {
+      const StepOutput out = inflight.front().get();
+      inflight.pop_front();
+      t.loss += out.loss;
+      t.local += out.rows;
+      t.samples += out.rows;
+      for (std::size_t m = 0; m < metrics_.size() && m < out.metrics.size(); ++m) t.metrics[m] += out.metrics[m];
+      ++steps;
+      on_step();
+    };
+    try {
+      while (!stop && (!opts.steps_per_epoch || scheduled < opts.steps_per_epoch)) {
+        auto e = it.next();
+        if (!e) break;
+        const Tensor<float>& x = nn::detail::as_float(std::get<0>(*e), x_holder_);
+        const Tensor<float>& y = nn::detail::as_float(std::get<1>(*e), y_holder_);
+        if (x.shape().rank() == 0 || y.shape().rank() == 0 || x.shape()[0] != y.shape()[0])
+          throw ShapeError("Sequential: a batch's features " + x.shape().str() + " and labels " + y.shape().str() +
+                           " must have the same first (batch) extent");
+        build(nn::detail::sample_shape(x.shape()));
+        label_tail_.assign(y.shape().dims().begin() + 1, y.shape().dims().end());
+        begin(scheduled);
+        inflight.push_back(ps.schedule(StepInput{x, y, iterations_++}));
+        ++scheduled;
+        while (inflight.size() > window) collect();
+      }
+      while (!inflight.empty()) collect();
+      ps.join();
+    } catch (...) {
+      try {
+        ps.join();  // the steps still running use this model
+      } catch (...) {
+      }
+      throw;
+    }
+    if (built()) ps.read(std::get<MirroredVariable<float>>(*params_).copy(0).span());
   }
 
   void backward(Replica& rep, std::size_t r, std::size_t p) {

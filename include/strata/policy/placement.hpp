@@ -7,7 +7,7 @@
 namespace strata {
 
 //! The placement as a value, for code that sees a strategy without its type.
-enum class PlacementKind { OneDevice, Mirrored, CentralStorage };
+enum class PlacementKind { OneDevice, Mirrored, CentralStorage, ParameterServer };
 
 //! One replica on one device; variables live on it.
 struct OneDevice {
@@ -30,6 +30,14 @@ struct CentralStorage {
   using placement_policy = CentralStorage;
   static constexpr PlacementKind kind = PlacementKind::CentralStorage;
   static constexpr std::string_view name = "central_storage";
+};
+
+//! Variables sharded over parameter servers; workers pull them and push
+//! gradients.
+struct ParameterServer {
+  using placement_policy = ParameterServer;
+  static constexpr PlacementKind kind = PlacementKind::ParameterServer;
+  static constexpr std::string_view name = "parameter_server";
 };
 
 //! A type that opts into being a placement policy.

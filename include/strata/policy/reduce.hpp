@@ -1,7 +1,8 @@
 #pragma once
 //! ReducePolicy: how replicas' values are combined. Ring, Direct and
 //! AutoReduce are the all-reduce algorithms (comm/algorithm/); ReduceToOne
-//! reduces onto one central copy; NoReduce is for a single replica.
+//! reduces onto one central copy; PushPull goes through parameter servers;
+//! NoReduce is for a single replica.
 
 #include <concepts>
 #include <string_view>
@@ -17,6 +18,13 @@ namespace strata {
 struct ReduceToOne {
   using reduce_policy = ReduceToOne;
   static constexpr std::string_view name = "reduce_to_one";
+};
+
+//! Workers push gradients to the servers holding each shard, which apply
+//! them; workers pull the shards back (no collective among workers).
+struct PushPull {
+  using reduce_policy = PushPull;
+  static constexpr std::string_view name = "push_pull";
 };
 
 //! Nothing to reduce: a single replica.

@@ -15,6 +15,10 @@
 #include <strata/policy/placement.hpp>
 
 namespace strata {
+class ParameterServerRuntime;
+}
+
+namespace strata {
 
 //! The collectives of one replica, type-erased. Sums only: that is what
 //! gradient aggregation needs; the typed ReplicaContext offers the rest.
@@ -56,6 +60,9 @@ class AnyStrategy {
   virtual void sum_across_workers(std::span<float>) {}
   //! Collective: every worker receives the chief's values.
   virtual void broadcast_from_chief(std::span<float>) {}
+  //! Under ParameterServer placement: the servers, workers and coordinator
+  //! a model trains through; null otherwise.
+  [[nodiscard]] virtual ParameterServerRuntime* parameter_servers() noexcept { return nullptr; }
 };
 
 namespace detail {

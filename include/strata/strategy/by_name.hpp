@@ -10,6 +10,7 @@
 #include <utility>
 
 #include <strata/core/error.hpp>
+#include <strata/strategy/parameter_server.hpp>
 #include <strata/strategy/strategy.hpp>
 #if defined(STRATA_MPI_ENABLED)  // set by the strata-mpi dependency
 #include <algorithm>
@@ -22,21 +23,31 @@ namespace strata {
 
 //! The names with_strategy accepts ("multi_worker_mirrored" where built with the MPI backend).
 #if defined(STRATA_MPI_ENABLED)
-inline constexpr std::array<std::string_view, 5> strategy_names{"default", "one_device", "mirrored", "central_storage",
-                                                                "multi_worker_mirrored"};
+inline constexpr std::array<std::string_view, 6> strategy_names{
+    "default", "one_device", "mirrored", "central_storage", "parameter_server", "multi_worker_mirrored"};
 #else
-inline constexpr std::array<std::string_view, 4> strategy_names{"default", "one_device", "mirrored",
-                                                                "central_storage"};
+inline constexpr std::array<std::string_view, 5> strategy_names{"default", "one_device", "mirrored",
+                                                                "central_storage", "parameter_server"};
 #endif
+
+//! What with_strategy needs besides the name.
+struct StrategyChoice {
+  int replicas = 0;  //!< mirrored / central_storage / multi_worker_mirrored: replicas (0: by cores)
+  int workers = 2;   //!< parameter_server: worker threads
+  int servers = 1;   //!< parameter_server: server shards' hosts
+  std::optional<std::uint64_t> staleness = std::nullopt;  //!< parameter_server: bound (none: asynchronous)
+};
 
 //! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
 //! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
-//! 0 for one per core; "multi_worker_mirrored": this process is one worker of
+//! 0 for one per core; "parameter_server": `workers` worker threads and
+//! `servers` servers in this process, `staleness` its bound; "multi_worker_mirrored": this process is one worker of
 //! the MPI job with `replicas` local replicas, 0 for its share of the node's
 //! cores) and returns what fn returns (the same type for every
 //! strategy). An unknown name throws strata::Error listing the known ones.
 template <class F>
-auto with_strategy(std::string_view name, int replicas, F&& fn) -> std::invoke_result_t<F&, DefaultStrategy&> {
+auto with_strategy(std::string_view name, StrategyChoice c, F&& fn) -> std::invoke_result_t<F&, DefaultStrategy&> {
+  const int replicas = c.replicas;
   if (name == "default") return fn(get_strategy());
   if (name == "one_device") {
     OneDeviceStrategy s{cpu(0)};
@@ -48,6 +59,10 @@ auto with_strategy(std::string_view name, int replicas, F&& fn) -> std::invoke_r
   }
   if (name == "central_storage") {
     CentralStorageStrategy s{cpu_replicas(replicas)};
+    return fn(s);
+  }
+  if (name == "parameter_server") {
+    ParameterServerStrategy s{{.workers = c.workers, .servers = c.servers, .staleness = c.staleness}};
     return fn(s);
   }
 #if defined(STRATA_MPI_ENABLED)
@@ -62,6 +77,10 @@ auto with_strategy(std::string_view name, int replicas, F&& fn) -> std::invoke_r
   std::string known;
   for (auto n : strategy_names) known += (known.empty() ? "" : ", ") + std::string(n);
   throw Error("unknown strategy '" + std::string(name) + "' (known: " + known + ")");
+}
+template <class F>
+auto with_strategy(std::string_view name, int replicas, F&& fn) {
+  return with_strategy(name, StrategyChoice{.replicas = replicas}, std::forward<F>(fn));
 }
 
 }  // namespace strata

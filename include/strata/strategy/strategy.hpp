@@ -34,7 +34,21 @@ namespace strata {
 namespace detail {
 template <class Sync, class Placement, class Reduce>
 consteval bool validate_composition() {
-  if constexpr (std::same_as<Placement, OneDevice>) {
+  if constexpr (std::same_as<Placement, ParameterServer>) {
+    static_assert(dependent_false<Placement>,
+                  "strata: ParameterServer placement is trained by workers pushing gradients as they go: use "
+                  "strata::Asynchronous with strata::PushPull (ParameterServerStrategy; staleness 0 gives "
+                  "synchronous rounds)");
+  } else if constexpr (std::same_as<Sync, Asynchronous>) {
+    static_assert(dependent_false<Placement>,
+                  "strata: asynchronous training applies each worker's gradients as they arrive, which needs the "
+                  "variables on parameter servers: use strata::ParameterServer placement with strata::PushPull "
+                  "(ParameterServerStrategy)");
+  } else if constexpr (std::same_as<Reduce, PushPull>) {
+    static_assert(dependent_false<Placement>,
+                  "strata: PushPull reduces through parameter servers: use it with strata::ParameterServer "
+                  "placement and strata::Asynchronous (ParameterServerStrategy)");
+  } else if constexpr (std::same_as<Placement, OneDevice>) {
     static_assert(std::same_as<Reduce, NoReduce>,
                   "strata: OneDevice placement runs a single replica, so there is nothing to reduce: "
                   "use strata::NoReduce, or Mirrored placement for several replicas");
@@ -257,3 +271,4 @@ inline AnyStrategy& current_strategy() {
 }
 
 }  // namespace strata
+#include <strata/strategy/parameter_server.hpp>  // the specialization Strategy<Asynchronous, ParameterServer, PushPull>

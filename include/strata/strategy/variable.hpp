@@ -56,6 +56,7 @@ class MirroredVariable {
   //! The value (replica 0's copy), for use outside Strategy::run.
   [[nodiscard]] const Tensor<T>& value() const { return copies_.at(0); }
   [[nodiscard]] const Tensor<T>& copy(int replica) const { return copies_.at(static_cast<std::size_t>(replica)); }
+  [[nodiscard]] Tensor<T>& copy(int replica) { return copies_.at(static_cast<std::size_t>(replica)); }
   [[nodiscard]] int replicas() const noexcept { return static_cast<int>(copies_.size()); }
 
   //! Reduces `grad` (in place) over the replicas with `op`, then applies
