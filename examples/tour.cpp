@@ -9,7 +9,9 @@
 #include <strata/strategy/by_name.hpp>
 #include <vector>
 
+// synchronous replicas only: a parameter server's workers do not run in lock-step
 template <class Strategy>
+  requires(!std::same_as<Strategy, strata::ParameterServerStrategy>)
 int train(Strategy& strategy) {
   const int p = strategy.num_replicas_in_sync();
   // Parameters [w, b], placed as the strategy says (one copy per replica, or one central copy).
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return strata::with_strategy(which, replicas, [](auto& s) { return train(s); });
+    return strata::with_strategy(which, replicas, [](auto& s) -> decltype(train(s)) { return train(s); });
   } catch (const strata::Error& e) {
     std::fprintf(stderr, "tour: %s\n", e.what());
     return 1;

@@ -1,5 +1,7 @@
-// Partitioners and sharded variables (the parameter server's placement):
-// TensorFlow's documented examples, sizes that do not divide, edges, errors.
+// The parameter server's parts: partitioners and sharded variables
+// (TensorFlow's documented examples, sizes that do not divide, edges,
+// errors), the staleness clock, the servers' shard store, the coordinator
+// (failures rescheduled), and the staleness bound measured on real pushes.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -9,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <strata/ps/coordinator.hpp>
+#include <strata/ps/in_process.hpp>
 #include <strata/ps/partitioner.hpp>
 #include <strata/ps/shard_store.hpp>
 #include <strata/ps/sharded_variable.hpp>
@@ -245,4 +249,218 @@ TEST_CASE("a shard store serves concurrent pushes and pulls: every update applie
   CHECK_THROWS_WITH_AS((void)store.version(3), doctest::Contains("no shard 3"), strata::Error);
   CHECK(store.version(0) == workers * rounds);
   CHECK_THROWS_AS((strata::ShardStore<float>{strata::ShardedVariable<float>{init, 1}, 0}), strata::Error);
+}
+
+TEST_CASE("a shard store lays several variables end to end, shards round-robin over the servers") {
+  Tensor<float> a{{5, 2}}, b{{3}};
+  std::iota(a.data(), a.data() + a.size(), 0.f);
+  std::iota(b.data(), b.data() + b.size(), 100.f);
+  strata::ShardStore<float> store{{strata::ShardedVariable<float>{a, 2}, strata::ShardedVariable<float>{b, 2}}, 3};
+  REQUIRE(store.num_shards() == 4);
+  CHECK(store.total_elements() == 13);
+  CHECK(store.elements(0) == strata::Range{0, 6});    // rows 0-2 of a
+  CHECK(store.elements(1) == strata::Range{6, 10});   // rows 3-4 of a
+  CHECK(store.elements(2) == strata::Range{10, 12});  // b[0:2]
+  CHECK(store.elements(3) == strata::Range{12, 13});
+  CHECK(store.server_of(3) == 0);
+  std::vector<float> all(13);
+  store.value(all);
+  CHECK(all[5] == 5.f);
+  CHECK(all[10] == 100.f);
+  CHECK(all[12] == 102.f);
+  // shards that are not consecutive ranges, or leave elements out, are refused
+  CHECK_THROWS_WITH_AS((strata::ShardStore<float>{Tensor<float>{{4}}, {{0, 2}, {3, 4}}, 1}),
+                       doctest::Contains("consecutive"), strata::Error);
+  CHECK_THROWS_WITH_AS((strata::ShardStore<float>{Tensor<float>{{4}}, {{0, 2}}, 1}), doctest::Contains("cover 2"),
+                       strata::Error);
+}
+
+TEST_CASE("staged gradients are applied once per round: their mean, summed in worker order") {
+  Tensor<float> init{{4}};
+  strata::ShardStore<float> store{strata::ShardedVariable<float>{init, 2}, 1};
+  std::vector<std::uint64_t> steps;
+  const auto sgd = [&](std::span<float> w, std::span<const float> g, std::size_t, std::uint64_t step) {
+    steps.push_back(step);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] -= g[i];
+  };
+  const std::vector<float> g1{2, 2}, g3{4, 4};
+  store.stage(0, 3, g3);  // arrival order does not matter
+  store.stage(0, 1, g1);
+  store.stage(1, 1, g1);
+  CHECK(store.version(0) == 0);  // nothing applied before the round ends
+  CHECK(store.apply_staged(sgd) == 2);
+  std::vector<float> v(4);
+  store.value(v);
+  CHECK(v == std::vector<float>{-3, -3, -2, -2});  // shard 0: mean of 2 and 4; shard 1: 2 alone
+  CHECK(store.version(0) == 1);
+  CHECK(steps == std::vector<std::uint64_t>{0, 0});
+  CHECK(store.apply_staged(sgd) == 0);  // nothing staged: nothing changes
+  store.stage(0, 0, g1);
+  store.drop_staged(0);  // a failed worker's gradient does not count
+  CHECK(store.apply_staged(sgd) == 0);
+  CHECK(store.version(0) == 1);
+}
+
+TEST_CASE("the coordinator runs every scheduled step once and returns each result") {
+  strata_test::Watchdog dog("coordinator", 120s);
+  for (int workers : {1, 3, 8}) {  // 8: more workers than cores
+    CAPTURE(workers);
+    strata::Coordinator c{{.workers = workers}};
+    std::atomic<int> runs{0};
+    std::vector<strata::RemoteValue<int>> out;
+    for (int i = 0; i < 50; ++i)
+      out.push_back(c.schedule([&runs, i](strata::WorkerContext& w) {
+        ++runs;
+        CHECK(w.attempt() == 0);
+        return i * i + w.worker() * 0;
+      }));
+    c.join();
+    CHECK(runs.load() == 50);
+    for (int i = 0; i < 50; ++i) {
+      CHECK(out[static_cast<std::size_t>(i)].ready());
+      CHECK(out[static_cast<std::size_t>(i)].get() == i * i);
+      CHECK(out[static_cast<std::size_t>(i)].step() == static_cast<std::uint64_t>(i));
+    }
+    CHECK(c.failures().empty());
+    auto v = c.schedule([](strata::WorkerContext&) {});  // void steps too; the coordinator is reusable
+    c.join();
+    v.get();
+  }
+  CHECK_THROWS_AS((strata::Coordinator{{.workers = 0}}), strata::Error);
+}
+
+TEST_CASE("a worker that fails a step is reported, and the step is rescheduled on another worker") {
+  strata_test::Watchdog dog("coordinator failure", 120s);
+  std::vector<strata::WorkerFailure> seen;
+  std::mutex mu;
+  strata::Coordinator c{{.workers = 3, .on_failure = [&](const strata::WorkerFailure& f) {
+                           std::lock_guard lk(mu);
+                           seen.push_back(f);
+                         }}};
+  std::atomic<bool> failed_once{false};
+  std::vector<std::atomic<int>> done(40);
+  std::vector<strata::RemoteValue<int>> out;
+  for (int i = 0; i < 40; ++i)
+    out.push_back(c.schedule([&, i](strata::WorkerContext& w) {
+      if (w.worker() == 1 && i >= 5 && !failed_once.exchange(true)) throw std::runtime_error("injected: disk on fire");
+      ++done[static_cast<std::size_t>(i)];
+      return w.worker();
+    }));
+  c.join();
+  for (int i = 0; i < 40; ++i) CHECK(done[static_cast<std::size_t>(i)].load() == 1);  // each completed exactly once
+  REQUIRE(c.failures().size() == 1);
+  CHECK(c.failures()[0].worker == 1);
+  CHECK(out[c.failures()[0].step].get() != 1);  // the failed step was completed by another worker
+  for (std::size_t i = c.failures()[0].step + 1; i < 40; ++i) CHECK(out[i].get() != 1);  // a failed worker runs nothing more
+  CHECK(c.failures()[0].what.find("disk on fire") != std::string::npos);
+  CHECK(seen.size() == 1);
+  CHECK(c.live_workers() == 2);
+}
+
+TEST_CASE("a step that fails on every worker fails its result and join, naming every failure") {
+  strata_test::Watchdog dog("coordinator total failure", 120s);
+  strata::Coordinator c{{.workers = 2, .on_failure = [](const strata::WorkerFailure&) {}}};
+  auto ok = c.schedule([](strata::WorkerContext&) { return 1; });
+  ok.get();
+  auto bad = c.schedule([](strata::WorkerContext& w) -> int {
+    throw std::runtime_error("bad step on worker " + std::to_string(w.worker()));
+  });
+  CHECK_THROWS_WITH_AS(c.join(), doctest::Contains("failed on 2 attempt(s)"), strata::Error);
+  CHECK_THROWS_WITH_AS((void)bad.get(), doctest::Contains("bad step on worker"), strata::Error);
+  CHECK(c.live_workers() == 0);
+  CHECK_THROWS_WITH_AS(c.schedule([](strata::WorkerContext&) { return 0; }), doctest::Contains("every worker has failed"),
+                       strata::Error);
+}
+
+TEST_CASE("destroying a coordinator with steps waiting fails them instead of hanging") {
+  strata_test::Watchdog dog("coordinator teardown", 60s);
+  strata::RemoteValue<int> late;
+  {
+    strata::Coordinator c{{.workers = 1, .max_queued = 8}};
+    std::atomic<bool> release{false};
+    auto first = c.schedule([&](strata::WorkerContext&) {
+      while (!release) std::this_thread::sleep_for(1ms);
+      return 0;
+    });
+    late = c.schedule([](strata::WorkerContext&) { return 1; });
+    std::thread t([&] {
+      std::this_thread::sleep_for(50ms);
+      release = true;
+    });
+    t.join();
+    first.get();
+  }
+  // it either ran before the coordinator went, or failed saying why
+  try {
+    CHECK(late.get() == 1);
+  } catch (const strata::Error& e) {
+    CHECK(std::string(e.what()).find("destroyed") != std::string::npos);
+  }
+}
+
+// The staleness bound on real pushes: every worker's push adds 1 to its own
+// element, so a pull shows how many steps of each worker the parameters
+// contain. A worker starting its step c must see at least c - k steps of
+// every live worker (SSP: nothing older than k steps is missing); with
+// k = 0 exactly c (rounds: nothing of the current round either). Worker 0 is
+// 5x slower than the others.
+static void check_bound(std::optional<std::uint64_t> k, int workers) {
+  strata::InProcessParameterServers ps{{.workers = workers, .servers = 2, .staleness = k,
+                                        .partitioner = strata::FixedShardsPartitioner{.num_shards = 2}}};
+  ps.create_variables({Shape{static_cast<std::size_t>(workers)}}, Tensor<float>{{static_cast<std::size_t>(workers)}},
+                      [](std::span<float> w, std::span<const float> g, std::size_t, std::uint64_t) {
+                        for (std::size_t i = 0; i < w.size(); ++i) w[i] += g[i];
+                      });
+  std::atomic<long long> worst{0};  // the most steps of another worker a pull missed beyond the bound
+  std::atomic<bool> saw_future{false};
+  std::vector<int> steps_of(static_cast<std::size_t>(workers), 0);
+  ps.set_step([&](int w, const strata::StepInput&) {
+    const auto c = static_cast<long long>(steps_of[static_cast<std::size_t>(w)]);  // only w touches it
+    std::vector<float> seen(static_cast<std::size_t>(workers));
+    ps.pull(w, seen);
+    if (k == std::uint64_t{0}) {
+      // rounds average their pushes: count rounds instead (the shards' versions)
+      const auto rounds = static_cast<long long>(ps.store().version(0));
+      worst = std::max(worst.load(), c - rounds);
+      if (rounds > c) saw_future = true;
+    } else {
+      for (int v = 0; v < workers; ++v) {
+        const auto has = static_cast<long long>(seen[static_cast<std::size_t>(v)]);
+        const long long need = c - static_cast<long long>(k.value_or(1u << 30));
+        worst = std::max(worst.load(), need - has);
+      }
+    }
+    std::this_thread::sleep_for(w == 0 ? 2500us : 500us);
+    std::vector<float> g(static_cast<std::size_t>(workers), 0.f);
+    g[static_cast<std::size_t>(w)] = 1.f;
+    ps.push(w, g);
+    ++steps_of[static_cast<std::size_t>(w)];
+    return strata::StepOutput{};
+  });
+  for (int i = 0; i < 60; ++i) (void)ps.schedule({});
+  ps.join();
+  CHECK(worst.load() <= 0);
+  CHECK_FALSE(saw_future.load());
+  CHECK(ps.coordinator().clock().max_observed_gap() <= k.value_or(1u << 30));
+  std::vector<float> total(static_cast<std::size_t>(workers));
+  ps.read(total);
+  if (k != std::uint64_t{0}) {
+    CHECK(std::accumulate(total.begin(), total.end(), 0.f) == 60.f);  // every step's push applied once
+  } else {
+    // one update per round, each the mean of the round's one-hot pushes
+    CHECK(ps.store().version(0) == std::accumulate(steps_of.begin(), steps_of.end(), 0) / workers);
+    CHECK(std::accumulate(total.begin(), total.end(), 0.f) == doctest::Approx(60.0 / workers));
+  }
+  if (!k) CHECK(total[0] < total[1]);  // unbounded: the fast workers did more of the steps
+}
+
+TEST_CASE("the staleness bound is never violated (instrumented pulls, one worker 5x slower)") {
+  strata_test::Watchdog dog("staleness bound", 300s);
+  for (int workers : {2, 4}) {
+    CAPTURE(workers);
+    SUBCASE("k = 0") { check_bound(0, workers); }
+    SUBCASE("k = 1") { check_bound(1, workers); }
+    SUBCASE("k = 3") { check_bound(3, workers); }
+    SUBCASE("unbounded") { check_bound(std::nullopt, workers); }
+  }
 }

@@ -218,7 +218,7 @@ class Coordinator {
     std::unique_lock lk(mu_);
     release_idle_ = true;  // a worker waiting for a step it will not get ends that (empty) step
     cv_.notify_all();
-    cv_.wait(lk, [&] { return pending_ == 0; });
+    cv_.wait(lk, [&] { return (pending_ == 0 && clock_.level()) || fatal_ || live_ == 0; });
     if (fatal_) {
       auto e = std::exchange(fatal_, nullptr);
       std::rethrow_exception(e);
@@ -266,7 +266,7 @@ class Coordinator {
     for (;;) {
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty() || (release_idle_ && clock_.behind(w)); });
         if (stop_) return;
       }
       std::uint64_t c = 0;
@@ -285,9 +285,17 @@ class Coordinator {
         std::unique_lock lk(mu_);
         cv_.wait(lk, [&] { return stop_ || !queue_.empty() || release_idle_; });
         if (stop_) return;
-        if (queue_.empty()) {  // released idle: an empty step
+        if (queue_.empty()) {
+          // join() released the idle: a worker behind the others finishes
+          // its share of their step empty (so a synchronous round
+          // completes with the steps there were), one level with the most
+          // advanced withdraws the step it began; join() returns once every
+          // live worker is level
           lk.unlock();
-          clock_.end(w);
+          if (clock_.behind(w)) clock_.end(w);
+          else clock_.cancel(w);
+          lk.lock();
+          cv_.notify_all();
           continue;
         }
         t = std::move(queue_.front());

@@ -62,6 +62,8 @@ class ShardStore {
   }
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
+  ShardStore(ShardStore&&) noexcept = default;  // not while in use: the shards move with it
+  ShardStore& operator=(ShardStore&&) noexcept = default;
 
   [[nodiscard]] std::size_t num_shards() const noexcept { return index_.size(); }
   [[nodiscard]] int servers() const noexcept { return servers_; }

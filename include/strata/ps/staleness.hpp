@@ -110,6 +110,35 @@ class StalenessClock {
     cv_.notify_all();
   }
 
+  //! Worker `w` withdraws the step it began, as if it had not (nothing ran).
+  void cancel(int w) {
+    {
+      std::lock_guard lk(mu_);
+      check(w, "cancel");
+      started_[idx(w)] = false;
+    }
+    cv_.notify_all();
+  }
+  //! Whether live worker `w` has finished fewer steps than some live worker.
+  [[nodiscard]] bool behind(int w) const {
+    std::lock_guard lk(mu_);
+    if (w < 0 || w >= workers() || !live_[idx(w)]) return false;
+    for (std::size_t v = 0; v < clock_.size(); ++v)
+      if (live_[v] && clock_[v] > clock_[idx(w)]) return true;
+    return false;
+  }
+  //! Whether every live worker has finished the same number of steps and none is in one.
+  [[nodiscard]] bool level() const {
+    std::lock_guard lk(mu_);
+    std::optional<std::uint64_t> c;
+    for (std::size_t v = 0; v < clock_.size(); ++v) {
+      if (!live_[v]) continue;
+      if (started_[v] || (c && *c != clock_[v])) return false;
+      c = clock_[v];
+    }
+    return true;
+  }
+
   //! Steps worker `w` has finished.
   [[nodiscard]] std::uint64_t clock(int w) const {
     std::lock_guard lk(mu_);

@@ -62,8 +62,13 @@ auto with_strategy(std::string_view name, StrategyChoice c, F&& fn) -> std::invo
     return fn(s);
   }
   if (name == "parameter_server") {
-    ParameterServerStrategy s{{.workers = c.workers, .servers = c.servers, .staleness = c.staleness}};
-    return fn(s);
+    if constexpr (std::is_invocable_v<F&, ParameterServerStrategy&>) {
+      ParameterServerStrategy s{{.workers = c.workers, .servers = c.servers, .staleness = c.staleness}};
+      return fn(s);
+    } else {
+      throw Error("this program's code needs synchronous replicas (Strategy::run); it cannot run under "
+                  "parameter_server");
+    }
   }
 #if defined(STRATA_MPI_ENABLED)
   if (name == "multi_worker_mirrored") {

@@ -71,6 +71,8 @@ class Strategy<Asynchronous, ParameterServer, PushPull> {
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
+  //! Replicas computing one step together: 1 (each step runs on one worker).
+  [[nodiscard]] int num_replicas_in_sync() const noexcept { return 1; }
   [[nodiscard]] int num_workers() const noexcept { return rt_->num_workers(); }
   [[nodiscard]] int num_servers() const noexcept { return rt_->num_servers(); }
   [[nodiscard]] std::optional<std::uint64_t> staleness() const noexcept { return rt_->staleness(); }

@@ -1,0 +1,194 @@
+// Models trained with ParameterServerStrategy in one process: staleness 0
+// matches synchronous training, asynchronous training learns, an injected
+// worker failure still completes training (the step rescheduled), weights
+// and evaluation go through the servers.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <numeric>
+
+#include <strata/data/dataset.hpp>
+#include <strata/nn.hpp>
+#include <strata/strata.hpp>
+
+#include "watchdog.hpp"
+
+using namespace std::chrono_literals;
+namespace nn = strata::nn;
+using strata::Tensor;
+
+namespace {
+
+// The class is which of 3 input blocks has the largest sum.
+struct Blobs {
+  Tensor<float> x;
+  Tensor<std::int32_t> y;
+};
+Blobs blobs(std::size_t n, std::uint64_t seed) {
+  Blobs b{Tensor<float>{{n, 6}}, Tensor<std::int32_t>{{n}}};
+  nn::Rng rng{seed};
+  for (std::size_t i = 0; i < n; ++i) {
+    float best = -1e9f;
+    for (std::size_t j = 0; j < 6; ++j) b.x[i * 6 + j] = rng.uniform() * 2.f - 1.f;
+    for (std::int32_t c = 0; c < 3; ++c) {
+      const float s = b.x[i * 6 + 2 * c] + b.x[i * 6 + 2 * c + 1];
+      if (s > best) best = s, b.y[i] = c;
+    }
+  }
+  return b;
+}
+
+nn::Sequential mlp() {
+  return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
+                        nn::Dense{8}, nn::ReLU{}, nn::Dense{3}};
+}
+
+std::vector<float> flat(const nn::Sequential& m) {
+  std::vector<float> out;
+  for (const auto& w : m.get_weights()) out.insert(out.end(), w.value.begin(), w.value.end());
+  return out;
+}
+
+template <class S>
+nn::Sequential trained(S& s, const Blobs& data, std::size_t batch, int epochs, nn::History* h = nullptr) {
+  auto model = s.scope(mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 7});
+  auto hist = model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(batch)),
+                        {.epochs = epochs, .verbose = nn::Verbosity::Silent});
+  if (h) *h = hist;
+  return model;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::abs(a[i] - b[i])));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("staleness 0 trains as synchronous training: W workers on batches of B = W replicas on batches of W*B") {
+  strata_test::Watchdog dog("ps k=0 vs sync", 300s);
+  const Blobs data = blobs(480, 3);
+  for (int w : {1, 2, 3}) {
+    for (int servers : {1, 2}) {
+      CAPTURE(w);
+      CAPTURE(servers);
+      strata::ParameterServerStrategy ps{{.workers = w, .servers = servers, .staleness = 0,
+                                          .partitioner = strata::FixedShardsPartitioner{.num_shards = 2}}};
+      strata::CentralStorageStrategy sync{strata::cpu_replicas(w)};
+      nn::History hp, hs;
+      const auto a = trained(ps, data, 16, 3, &hp);
+      const auto b = trained(sync, data, 16 * static_cast<std::size_t>(w), 3, &hs);
+      CHECK(max_abs_diff(flat(a), flat(b)) < 2e-5);
+      CHECK(hp.epochs().back().at("loss") == doctest::Approx(hs.epochs().back().at("loss")).epsilon(1e-4));
+      CHECK(a.iterations() == 3 * 30);  // one step per batch of 16
+    }
+  }
+}
+
+TEST_CASE("asynchronous training learns with any number of workers and servers, bounded or not") {
+  strata_test::Watchdog dog("ps async", 300s);
+  const Blobs data = blobs(600, 3), test = blobs(300, 4);
+  for (int w : {1, 3, 8}) {  // 8: more workers than cores
+    for (std::optional<std::uint64_t> k : {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{1}}) {
+      CAPTURE(w);
+      CAPTURE(k.value_or(99));
+      strata::ParameterServerStrategy ps{{.workers = w, .servers = 2, .staleness = k,
+                                          .partitioner = strata::MaxSizePartitioner{.max_shard_bytes = 128}}};
+      nn::History h;
+      auto model = trained(ps, data, 16, 12, &h);
+      CHECK(h.epochs().back().at("loss") < 0.6 * h.epochs().front().at("loss"));
+      const auto logs = model.evaluate(strata::data::from_tensor_slices(test.x, test.y).batch(50));
+      CHECK(logs.at("accuracy") > 0.85);
+      // every server took pushes and pulls: the variables were sharded over both
+      const auto pushes = ps.runtime().pushes_per_server(), pulls = ps.runtime().pulls_per_server();
+      CHECK(pushes[0] > 0);
+      CHECK(pushes[1] > 0);
+      CHECK(pulls[1] > 0);
+      CHECK(ps.coordinator().clock().max_observed_gap() <= k.value_or(1000));
+    }
+  }
+}
+
+TEST_CASE("a worker failing mid-training is reported, its step rescheduled, and training completes") {
+  strata_test::Watchdog dog("ps failure", 300s);
+  const Blobs data = blobs(480, 5);
+  for (std::optional<std::uint64_t> k : {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{0}}) {
+    CAPTURE(k.value_or(99));
+    std::atomic<int> seen{0}, failed_worker{-1};
+    strata::ParameterServerStrategy ps{
+        {.workers = 3,
+         .servers = 2,
+         .staleness = k,
+         .on_failure = [&](const strata::WorkerFailure& f) {
+           CHECK(f.step == 10);
+           ++seen;
+         },
+         .before_step = [&](const strata::WorkerContext& w) {
+           if (w.step() == 10 && w.attempt() == 0) {  // whichever worker runs step 10 first fails
+             failed_worker = w.worker();
+             throw std::runtime_error("injected: the worker lost its node");
+           }
+           if (w.step() == 10) CHECK(w.worker() != failed_worker.load());  // rescheduled elsewhere
+         }}};
+    nn::History h;
+    auto model = trained(ps, data, 16, 2, &h);
+    REQUIRE(ps.runtime().failures().size() == 1);
+    CHECK(ps.runtime().failures()[0].what.find("lost its node") != std::string::npos);
+    CHECK(ps.runtime().failures()[0].worker == failed_worker.load());
+    CHECK(seen.load() == 1);
+    CHECK(ps.coordinator().live_workers() == 2);
+    CHECK(model.iterations() == 2 * 30);
+    CHECK(h.epochs().back().at("loss") < h.epochs().front().at("loss"));
+    // every batch's rows were counted once: the epoch's mean loss matches an evaluation pass's scale
+    CHECK(std::isfinite(h.epochs().back().at("loss")));
+  }
+}
+
+TEST_CASE("under a parameter server, weights and evaluation go through the servers") {
+  strata_test::Watchdog dog("ps weights", 120s);
+  const Blobs data = blobs(96, 8);
+  strata::ParameterServerStrategy ps{{.workers = 2, .servers = 2}};
+  auto model = trained(ps, data, 16, 2);
+  // the chief's copy is the servers' value after fit
+  std::vector<float> servers(model.count_params());
+  ps.runtime().read(servers);
+  CHECK(servers == flat(model));
+  // set_weights reaches the servers; evaluation equals a plain model with those weights
+  auto plain = mlp();
+  plain.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 99});
+  plain.build(strata::Shape{6});
+  model.set_weights(plain.get_weights());
+  ps.runtime().read(servers);
+  CHECK(servers == flat(plain));
+  auto ds = strata::data::from_tensor_slices(data.x, data.y).batch(32);
+  const auto a = model.evaluate(ps.distribute(ds)), b = plain.evaluate(ds);
+  CHECK(a.at("loss") == doctest::Approx(b.at("loss")).epsilon(1e-6));
+  CHECK(a.at("accuracy") == b.at("accuracy"));
+  CHECK(strata::allclose(model.predict(data.x), plain.predict(data.x), {1e-6, 1e-6}));
+  // a mismatched set leaves the servers unchanged
+  auto bad = plain.get_weights();
+  bad.pop_back();
+  CHECK_THROWS_AS(model.set_weights(bad), strata::ShapeError);
+  ps.runtime().read(servers);
+  CHECK(servers == flat(plain));
+}
+
+TEST_CASE("a step function that fails on every worker stops fit with the failures named") {
+  strata_test::Watchdog dog("ps total failure", 120s);
+  const Blobs data = blobs(64, 9);
+  strata::ParameterServerStrategy ps{{.workers = 2,
+                                      .on_failure = [](const strata::WorkerFailure&) {},
+                                      .before_step = [](const strata::WorkerContext& w) {
+                                        if (w.step() == 1) throw std::runtime_error("poisoned batch");
+                                      }}};
+  auto model = ps.scope(mlp);
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  CHECK_THROWS_WITH_AS(model.fit(ps.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)),
+                                 {.verbose = nn::Verbosity::Silent}),
+                       doctest::Contains("poisoned batch"), strata::Error);
+  CHECK(ps.runtime().failures().size() == 2);
+}
