@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include <strata/ps/cluster_spec.hpp>
 #include <strata/ps/coordinator.hpp>
 #include <strata/ps/in_process.hpp>
 #include <strata/ps/partitioner.hpp>
@@ -463,4 +464,37 @@ TEST_CASE("the staleness bound is never violated (instrumented pulls, one worker
     SUBCASE("k = 3") { check_bound(3, workers); }
     SUBCASE("unbounded") { check_bound(std::nullopt, workers); }
   }
+}
+
+TEST_CASE("cluster specs: roles by counts or written out; bad specs say what is wrong") {
+  const auto c = strata::ClusterSpec::from_counts(2, 5);
+  CHECK(c.chief == 0);
+  CHECK(c.servers == std::vector<int>{1, 2});
+  CHECK(c.workers == std::vector<int>{3, 4});
+  CHECK(c.role_of(2) == strata::ClusterSpec::Role::Server);
+  CHECK(c.worker_index(4) == 1);
+  const auto p = strata::ClusterSpec::parse("worker:0,2-3 chief:4;ps:1", 5);
+  CHECK(p.chief == 4);
+  CHECK(p.servers == std::vector<int>{1});
+  CHECK(p.workers == std::vector<int>{0, 2, 3});
+  CHECK(p.role_of(0) == strata::ClusterSpec::Role::Worker);
+  CHECK(p.server_index(1) == 0);
+  const auto bad = [](const char* spec, int world, const char* says) {
+    CAPTURE(spec);
+    CHECK_THROWS_WITH_AS((void)strata::ClusterSpec::parse(spec, world), doctest::Contains(says), strata::Error);
+  };
+  bad("chief:0 ps:1 worker:2", 4, "rank 3 of 4 has no role");
+  bad("chief:0 ps:1 worker:1,2", 3, "rank 1 has two roles");
+  bad("chief:0 ps:1 worker:2,7", 4, "worker rank 7 is outside this job of 4 ranks");
+  bad("chief:0 worker:1,2", 3, "no parameter server");
+  bad("chief:0 ps:1,2", 3, "no worker");
+  bad("ps:1 worker:0,2", 3, "no chief");
+  bad("chief:0,1 ps:2 worker:3", 4, "exactly one chief");
+  bad("chief:0 evaluator:1 ps:2 worker:3", 4, "unknown role \"evaluator\"");
+  bad("chief:0 ps:x worker:2", 3, "expected a rank number");
+  bad("chief:0 ps:1 worker:3-2", 4, "empty range");
+  bad("chief:0 ps:1 worker:2,", 3, "trailing ','");
+  bad("chief:0 ps1 worker:2", 3, "expected role:ranks");
+  CHECK_THROWS_WITH_AS((void)strata::ClusterSpec::from_counts(2, 3), doctest::Contains("at least 4 ranks"), strata::Error);
+  CHECK_THROWS_AS((void)strata::ClusterSpec::from_counts(0, 3), strata::Error);
 }
