@@ -21,6 +21,7 @@ struct Args {
   int workers = 2;   // parameter_server: worker threads
   int servers = 1;   // parameter_server: servers
   std::optional<std::uint64_t> staleness;  // parameter_server: bound (none: asynchronous)
+  std::string cluster;  // parameter_server under mpirun: "chief:0 ps:1 worker:2,3" (default: by --servers)
   int epochs = 5;
   std::size_t batch = 128;
   std::string data;  // MNIST directory ("": the default cache)
@@ -40,7 +41,7 @@ struct Args {
   }
   std::fprintf(stderr,
                "%s: %s\nusage: %s [--strategy %s] [--replicas N]\n"
-               "          [--workers W] [--servers S] [--staleness K]   (parameter_server)\n"
+               "          [--workers W] [--servers S] [--staleness K] [--cluster SPEC]   (parameter_server)\n"
                "          [--epochs N] [--batch N] [--data DIR] [--seed N] [--save FILE] [--train-limit N] [--quiet]\n"
                "          [--min-accuracy X] [--if-present]\n",
                prog, why.c_str(), prog, names.c_str());
@@ -66,6 +67,7 @@ inline Args parse(int argc, char** argv, Args a = {}) {
     else if (k == "--replicas") num(a.replicas);
     else if (k == "--workers") num(a.workers);
     else if (k == "--servers") num(a.servers);
+    else if (k == "--cluster") a.cluster = v;
     else if (k == "--staleness") {
       std::uint64_t n = 0;
       num(n);

@@ -98,7 +98,8 @@ inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Seq
   try {
     const auto mnist = load(a);
     const strata::StrategyChoice choice{
-        .replicas = a.replicas, .workers = a.workers, .servers = a.servers, .staleness = a.staleness};
+        .replicas = a.replicas, .workers = a.workers, .servers = a.servers, .staleness = a.staleness,
+        .cluster = a.cluster};
     return strata::with_strategy(a.strategy, choice,
                                  [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
   } catch (const std::exception& e) {

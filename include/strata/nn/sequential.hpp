@@ -531,6 +531,39 @@ class Sequential {
   template <class D, class V>
   History fit_impl(const D& data, const FitOptions& opts, const V* validation) {
     check_compiled("fit");
+    ParameterServerRuntime* ps = strategy_->parameter_servers();
+    if (ps && ps->role() != ParameterServerRuntime::Role::Chief) return serve_ps(*ps, dataset_of(data));
+    if (!ps) return fit_epochs(data, opts, validation);
+    try {
+      History h = fit_epochs(data, opts, validation);
+      ps->end_training(value().span());  // the servers and workers of other processes return from fit with it
+      return h;
+    } catch (...) {
+      if (built()) ps->end_training(value().span());
+      throw;
+    }
+  }
+
+  //! fit on a server or worker process of a parameter server over MPI:
+  //! serve the chief until it ends training, then hold its trained value.
+  //! Returns no history (the chief's fit has it).
+  template <class Ds>
+  History serve_ps(ParameterServerRuntime& ps, const Ds& ds) {
+    if (!built()) {
+      auto e = ds.iterator().next();
+      if (e) build(nn::detail::sample_shape(nn::detail::as_float(std::get<0>(*e), x_holder_).shape()));
+      else if (input_) build(*input_);
+      else throw Error("Sequential::fit: the dataset is empty and the model has no Input to build from");
+    }
+    ps.set_step([this, &ps](int w, const StepInput& in) { return ps_step(ps, w, in); });
+    Tensor<float> trained{Shape{total_}};
+    ps.serve(trained.span());
+    std::visit([&](auto& var) { var.assign(trained); }, *params_);
+    return {};
+  }
+
+  template <class D, class V>
+  History fit_epochs(const D& data, const FitOptions& opts, const V* validation) {
     const auto& ds = dataset_of(data);
     History history;
     for (auto* cb : opts.callbacks) {

@@ -95,9 +95,10 @@ class ParameterServerRuntime {
   //! The chief: waits for every scheduled step (errors as Coordinator::join).
   virtual void join() = 0;
   //! Workers and servers (over MPI) serve the chief until it ends the
-  //! training run; the chief ends it. In one process: nothing to do.
-  virtual void serve() {}
-  virtual void end_training() {}
+  //! training run, and receive the trained value into `final_value`; the
+  //! chief ends it, sending `final_value`. In one process: nothing to do.
+  virtual void serve(std::span<float> /*final_value*/) {}
+  virtual void end_training(std::span<const float> /*final_value*/) {}
   //! Failures seen so far (on the chief).
   [[nodiscard]] virtual std::vector<WorkerFailure> failures() const = 0;
   //! Pushes and pulls served by each server so far (on the chief in one process).

@@ -3,7 +3,9 @@
 //! --strategy): the same generic code then runs under the strategy's type.
 //!   return strata::with_strategy("mirrored", 4, [&](auto& strategy) { return train(strategy); });
 
+#include <algorithm>
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -16,6 +18,9 @@
 #include <algorithm>
 #include <thread>
 
+#include <cstdlib>
+
+#include <strata/ps/mpi.hpp>
 #include <strata/strategy/multi_worker.hpp>
 #endif
 
@@ -36,7 +41,17 @@ struct StrategyChoice {
   int workers = 2;   //!< parameter_server: worker threads
   int servers = 1;   //!< parameter_server: server shards' hosts
   std::optional<std::uint64_t> staleness = std::nullopt;  //!< parameter_server: bound (none: asynchronous)
+  std::string cluster = {};  //!< parameter_server under mpirun: a ClusterSpec ("": chief 0, `servers` servers, workers)
 };
+
+namespace detail {
+//! The size of the MPI job this process was started in (1 when not under mpirun).
+inline int launched_ranks() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
+  return 1;
+}
+}  // namespace detail
 
 //! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
 //! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
@@ -63,7 +78,20 @@ auto with_strategy(std::string_view name, StrategyChoice c, F&& fn) -> std::invo
   }
   if (name == "parameter_server") {
     if constexpr (std::is_invocable_v<F&, ParameterServerStrategy&>) {
-      ParameterServerStrategy s{{.workers = c.workers, .servers = c.servers, .staleness = c.staleness}};
+      const ParameterServerOptions o{.workers = c.workers, .servers = c.servers, .staleness = c.staleness};
+#if defined(STRATA_MPI_ENABLED)
+      if (detail::launched_ranks() > 1 || !c.cluster.empty()) {  // under mpirun: ranks are the roles
+        (void)detail::mpi::runtime();
+        int world = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        MpiParameterServers rt{c.cluster.empty() ? ClusterSpec::from_counts(c.servers, world)
+                                                 : ClusterSpec::parse(c.cluster, world),
+                               o};
+        ParameterServerStrategy s{rt};
+        return fn(s);
+      }
+#endif
+      ParameterServerStrategy s{o};
       return fn(s);
     } else {
       throw Error("this program's code needs synchronous replicas (Strategy::run); it cannot run under "

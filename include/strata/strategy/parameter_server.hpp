@@ -50,6 +50,8 @@ class ErasedParameterServer final : public AnyStrategy {
     fn(ctx);
   }
   ParameterServerRuntime* parameter_servers() noexcept override { return &rt_; }
+  //! The chief is 0 (it prints); over MPI, servers and workers are 1.
+  int worker_index() const noexcept override { return rt_.role() == ParameterServerRuntime::Role::Chief ? 0 : 1; }
 
  private:
   ParameterServerRuntime& rt_;
