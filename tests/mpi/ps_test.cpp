@@ -1,0 +1,181 @@
+// ParameterServerStrategy over MPI (run with 1 server + 2 workers at 4
+// ranks, 2 servers + 2 workers at 5): staleness 0 matches synchronous
+// training, asynchronous training learns and every rank ends with the
+// chief's weights, a worker's failure is rescheduled, a step failing
+// everywhere stops the chief's fit without hanging the others, bad cluster
+// specs fail on every rank.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include <strata/data/dataset.hpp>
+#include <strata/nn.hpp>
+#include <strata/ps/mpi.hpp>
+#include <strata/strata.hpp>
+
+using namespace std::chrono_literals;
+namespace nn = strata::nn;
+using strata::Tensor;
+
+namespace {
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+strata::ClusterSpec spec() { return strata::ClusterSpec::from_counts(world_size() - 3, world_size()); }
+
+struct Blobs {
+  Tensor<float> x;
+  Tensor<std::int32_t> y;
+};
+Blobs blobs(std::size_t n, std::uint64_t seed) {
+  Blobs b{Tensor<float>{{n, 6}}, Tensor<std::int32_t>{{n}}};
+  nn::Rng rng{seed};
+  for (std::size_t i = 0; i < n; ++i) {
+    float best = -1e9f;
+    for (std::size_t j = 0; j < 6; ++j) b.x[i * 6 + j] = rng.uniform() * 2.f - 1.f;
+    for (std::int32_t c = 0; c < 3; ++c) {
+      const float s = b.x[i * 6 + 2 * c] + b.x[i * 6 + 2 * c + 1];
+      if (s > best) best = s, b.y[i] = c;
+    }
+  }
+  return b;
+}
+nn::Sequential mlp() {
+  return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
+                        nn::Dense{8}, nn::ReLU{}, nn::Dense{3}};
+}
+template <class S>
+nn::Sequential trained(S& s, const Blobs& data, std::size_t batch, int epochs, nn::History* h = nullptr) {
+  auto model = s.scope(mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 7});
+  auto hist = model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(batch)),
+                        {.epochs = epochs, .verbose = nn::Verbosity::Silent});
+  if (h) *h = hist;
+  return model;
+}
+std::vector<float> flat(const nn::Sequential& m) {
+  std::vector<float> out;
+  for (const auto& w : m.get_weights()) out.insert(out.end(), w.value.begin(), w.value.end());
+  return out;
+}
+//! Whether every rank holds the same vector as rank 0.
+bool same_everywhere(std::vector<float> v) {
+  std::vector<float> root = v;
+  MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  int same = root == v, all = 0;
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+}  // namespace
+
+TEST_CASE("staleness 0 across processes trains as synchronous training on W x B batches") {
+  const Blobs data = blobs(480, 3);
+  strata::MpiParameterServers rt{spec(), {.staleness = 0, .partitioner = strata::FixedShardsPartitioner{.num_shards = 2},
+                                          .timeout = 30s}};
+  strata::ParameterServerStrategy ps{rt};
+  CHECK(ps.num_workers() == 2);
+  CHECK(ps.num_servers() == world_size() - 3);
+  nn::History h;
+  const auto model = trained(ps, data, 16, 3, &h);
+  strata::CentralStorageStrategy sync{strata::cpu_replicas(2)};  // the reference, on every rank
+  nn::History hs;
+  const auto ref = trained(sync, data, 32, 3, &hs);
+  const auto a = flat(model), b = flat(ref);
+  double diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
+  CHECK(diff < 2e-5);  // every rank: the servers' and workers' fit returned the chief's trained weights
+  if (ps.is_chief()) CHECK(h.epochs().back().at("loss") == doctest::Approx(hs.epochs().back().at("loss")).epsilon(1e-4));
+  CHECK(same_everywhere(a));
+}
+
+TEST_CASE("asynchronous training across processes learns; every rank ends with the chief's weights") {
+  const Blobs data = blobs(600, 3), test = blobs(300, 4);
+  for (std::optional<std::uint64_t> k : {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{1}}) {
+    CAPTURE(k.value_or(99));
+    strata::MpiParameterServers rt{spec(), {.staleness = k,
+                                            .partitioner = strata::MaxSizePartitioner{.max_shard_bytes = 128},
+                                            .timeout = 30s}};
+    strata::ParameterServerStrategy ps{rt};
+    nn::History h;
+    auto model = trained(ps, data, 16, 12, &h);
+    if (ps.is_chief()) {
+      CHECK(h.epochs().back().at("loss") < 0.6 * h.epochs().front().at("loss"));
+      CHECK(rt.max_observed_gap() <= k.value_or(1000));
+      CHECK(rt.failures().empty());
+    }
+    const auto logs = model.evaluate(strata::data::from_tensor_slices(test.x, test.y).batch(50));
+    CHECK(logs.at("accuracy") > 0.85);
+    CHECK(same_everywhere(flat(model)));
+  }
+}
+
+TEST_CASE("a worker process failing a step is reported to the chief and the step runs on another worker") {
+  const Blobs data = blobs(480, 5);
+  for (std::optional<std::uint64_t> k : {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{0}}) {
+    CAPTURE(k.value_or(99));
+    std::atomic<int> seen{0};
+    strata::MpiParameterServers rt{
+        spec(),
+        {.staleness = k,
+         .timeout = 30s,
+         .on_failure = [&](const strata::WorkerFailure& f) {
+           CHECK(f.step == 10);
+           CHECK(f.what.find("lost its disk") != std::string::npos);
+           ++seen;
+         },
+         .before_step = [](const strata::WorkerContext& w) {
+           if (w.step() == 10 && w.attempt() == 0) throw std::runtime_error("injected: the worker lost its disk");
+         }}};
+    strata::ParameterServerStrategy ps{rt};
+    nn::History h;
+    auto model = trained(ps, data, 16, 2, &h);
+    if (ps.is_chief()) {
+      CHECK(seen.load() == 1);
+      REQUIRE(rt.failures().size() == 1);
+      CHECK(model.iterations() == 60);
+      CHECK(h.epochs().back().at("loss") < h.epochs().front().at("loss"));
+    }
+    CHECK(same_everywhere(flat(model)));
+  }
+}
+
+TEST_CASE("a step that fails on every worker stops the chief's fit; the other ranks return") {
+  const Blobs data = blobs(64, 9);
+  strata::MpiParameterServers rt{spec(), {.timeout = 30s,
+                                          .on_failure = [](const strata::WorkerFailure&) {},
+                                          .before_step = [](const strata::WorkerContext& w) {
+                                            if (w.step() == 1) throw std::runtime_error("poisoned batch");
+                                          }}};
+  strata::ParameterServerStrategy ps{rt};
+  auto model = ps.scope(mlp);
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  auto ds = ps.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16));
+  if (ps.is_chief()) {
+    CHECK_THROWS_WITH_AS(model.fit(ds, {.verbose = nn::Verbosity::Silent}), doctest::Contains("poisoned batch"),
+                         strata::Error);
+    CHECK(rt.failures().size() == 2);
+  } else {
+    model.fit(ds, {.verbose = nn::Verbosity::Silent});  // returns once the chief ends training
+  }
+  CHECK(same_everywhere(flat(model)));
+}
+
+TEST_CASE("bad cluster specs fail on every rank with the reason") {
+  const int n = world_size();
+  CHECK_THROWS_WITH_AS((strata::MpiParameterServers{strata::ClusterSpec::parse("chief:0 ps:1 worker:2", 3), {}}),
+                       doctest::Contains("has no role"), strata::Error);
+  CHECK_THROWS_WITH_AS((void)strata::ClusterSpec::from_counts(n, n), doctest::Contains("ranks"), strata::Error);
+  strata::ClusterSpec two_roles = spec();
+  two_roles.workers.push_back(two_roles.servers[0]);
+  CHECK_THROWS_WITH_AS((strata::MpiParameterServers{two_roles, {}}), doctest::Contains("two roles"), strata::Error);
+  (void)world_rank();
+}
