@@ -12,6 +12,8 @@
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
 
+#include "blobs.hpp"
+
 #include "watchdog.hpp"
 
 using namespace std::chrono_literals;
@@ -20,24 +22,8 @@ using strata::Tensor;
 
 namespace {
 
-// The class is which of 3 input blocks has the largest sum.
-struct Blobs {
-  Tensor<float> x;
-  Tensor<std::int32_t> y;
-};
-Blobs blobs(std::size_t n, std::uint64_t seed) {
-  Blobs b{Tensor<float>{{n, 6}}, Tensor<std::int32_t>{{n}}};
-  nn::Rng rng{seed};
-  for (std::size_t i = 0; i < n; ++i) {
-    float best = -1e9f;
-    for (std::size_t j = 0; j < 6; ++j) b.x[i * 6 + j] = rng.uniform() * 2.f - 1.f;
-    for (std::int32_t c = 0; c < 3; ++c) {
-      const float s = b.x[i * 6 + 2 * c] + b.x[i * 6 + 2 * c + 1];
-      if (s > best) best = s, b.y[i] = c;
-    }
-  }
-  return b;
-}
+using strata_test::Blobs;
+using strata_test::blobs;
 
 nn::Sequential mlp() {
   return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},

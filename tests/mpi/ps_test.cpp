@@ -15,6 +15,8 @@
 #include <strata/ps/mpi.hpp>
 #include <strata/strata.hpp>
 
+#include "../blobs.hpp"
+
 using namespace std::chrono_literals;
 namespace nn = strata::nn;
 using strata::Tensor;
@@ -32,23 +34,8 @@ int world_rank() {
 }
 strata::ClusterSpec spec() { return strata::ClusterSpec::from_counts(world_size() - 3, world_size()); }
 
-struct Blobs {
-  Tensor<float> x;
-  Tensor<std::int32_t> y;
-};
-Blobs blobs(std::size_t n, std::uint64_t seed) {
-  Blobs b{Tensor<float>{{n, 6}}, Tensor<std::int32_t>{{n}}};
-  nn::Rng rng{seed};
-  for (std::size_t i = 0; i < n; ++i) {
-    float best = -1e9f;
-    for (std::size_t j = 0; j < 6; ++j) b.x[i * 6 + j] = rng.uniform() * 2.f - 1.f;
-    for (std::int32_t c = 0; c < 3; ++c) {
-      const float s = b.x[i * 6 + 2 * c] + b.x[i * 6 + 2 * c + 1];
-      if (s > best) best = s, b.y[i] = c;
-    }
-  }
-  return b;
-}
+using strata_test::Blobs;
+using strata_test::blobs;
 nn::Sequential mlp() {
   return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
                         nn::Dense{8}, nn::ReLU{}, nn::Dense{3}};

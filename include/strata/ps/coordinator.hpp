@@ -44,6 +44,23 @@ struct WorkerFailure {
   std::string what;
 };
 
+namespace detail {
+//! "failures: [worker 1, step 10: what] ..." for error messages.
+inline std::string describe_failures(const std::vector<WorkerFailure>& fs) {
+  std::string s = "failures:";
+  for (const auto& f : fs) {
+    s += " [worker ";
+    s += std::to_string(f.worker);
+    s += ", step ";
+    s += std::to_string(f.step);
+    s += ": ";
+    s += f.what;
+    s += "]";
+  }
+  return s;
+}
+}  // namespace detail
+
 //! Where a scheduled step runs.
 class WorkerContext {
  public:
@@ -243,19 +260,7 @@ class Coordinator {
     return o;
   }
 
-  std::string failure_list() const {
-    std::string s = "failures:";
-    for (const auto& f : failures_) {
-      s += " [worker ";
-      s += std::to_string(f.worker);
-      s += ", step ";
-      s += std::to_string(f.step);
-      s += ": ";
-      s += f.what;
-      s += "]";
-    }
-    return s;
-  }
+  std::string failure_list() const { return detail::describe_failures(failures_); }  // with mu_ held
 
   void finish_one() {  // with mu_ held
     --pending_;

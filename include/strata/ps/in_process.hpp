@@ -52,13 +52,7 @@ class InProcessParameterServers final : public ParameterServerRuntime {
   }
 
   void create_variables(const std::vector<Shape>& shapes, const Tensor<float>& init, ServerUpdate update) override {
-    std::size_t n = 0;
-    for (const auto& s : shapes) n += s.elements();
-    if (n != init.size())
-      throw ShapeError("ParameterServerStrategy: variables of " + std::to_string(n) + " elements, initial value of " +
-                       std::to_string(init.size()));
-    Tensor<float> flat{Shape{n}};
-    std::copy_n(init.data(), n, flat.data());
+    Tensor<float> flat = detail::flat_value(shapes, init);
     update_ = std::move(update);
     store_ = std::make_unique<ShardStore<float>>(std::move(flat), detail::shard_layout(shapes, o_.partitioner, o_.servers),
                                                  o_.servers);

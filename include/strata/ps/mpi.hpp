@@ -69,17 +69,11 @@ class MpiParameterServers final : public ParameterServerRuntime {
   [[nodiscard]] std::uint64_t max_observed_gap() const noexcept { return max_gap_.load(); }
 
   void create_variables(const std::vector<Shape>& shapes, const Tensor<float>& init, ServerUpdate update) override {
-    std::size_t n = 0;
-    for (const auto& s : shapes) n += s.elements();
-    if (n != init.size())
-      throw ShapeError("ParameterServerStrategy: variables of " + std::to_string(n) + " elements, initial value of " +
-                       std::to_string(init.size()));
+    Tensor<float> flat = detail::flat_value(shapes, init);
     const auto layout = detail::shard_layout(shapes, o_.partitioner, o_.servers);
     by_server_.assign(static_cast<std::size_t>(o_.servers), {});
     for (std::size_t i = 0; i < layout.size(); ++i) by_server_[i % by_server_.size()].push_back(i);
     shards_ = layout;
-    Tensor<float> flat{Shape{n}};
-    std::copy_n(init.data(), n, flat.data());
     value_ = flat;
     update_ = std::move(update);
     if (role_ == Role::Server) store_ = std::make_unique<ShardStore<float>>(std::move(flat), layout, o_.servers);
@@ -575,19 +569,7 @@ class MpiParameterServers final : public ParameterServerRuntime {
     cv_.notify_all();
   }
 
-  std::string failure_list() const {  // with mu_ held
-    std::string s = "failures:";
-    for (const auto& f : failures_) {
-      s += " [worker ";
-      s += std::to_string(f.worker);
-      s += ", step ";
-      s += std::to_string(f.step);
-      s += ": ";
-      s += f.what;
-      s += "]";
-    }
-    return s;
-  }
+  std::string failure_list() const { return detail::describe_failures(failures_); }  // with mu_ held
   [[nodiscard]] std::vector<std::uint64_t> counts(int which) const {
     std::vector<std::uint64_t> v;
     for (int s = 0; s < o_.servers; ++s)

@@ -107,6 +107,18 @@ class ParameterServerRuntime {
 };
 
 namespace detail {
+//! `init` as one flat vector, checked to hold exactly the variables of `shapes`.
+inline Tensor<float> flat_value(const std::vector<Shape>& shapes, const Tensor<float>& init) {
+  std::size_t n = 0;
+  for (const auto& s : shapes) n += s.elements();
+  if (n != init.size())
+    throw ShapeError("ParameterServerStrategy: variables of " + std::to_string(n) + " elements, initial value of " +
+                     std::to_string(init.size()));
+  Tensor<float> flat{Shape{n}};
+  std::copy_n(init.data(), n, flat.data());
+  return flat;
+}
+
 //! The shards of variables of `shapes` laid end to end, by `partition`
 //! (default: MinSizePartitioner{256 KiB, servers}).
 inline std::vector<Range> shard_layout(const std::vector<Shape>& shapes, const PartitionerFn& partition, int servers) {
