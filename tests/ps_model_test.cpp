@@ -24,27 +24,10 @@ namespace {
 
 using strata_test::Blobs;
 using strata_test::blobs;
+using strata_test::blobs_mlp;
+using strata_test::fit_blobs;
+using strata_test::flat_weights;
 
-nn::Sequential mlp() {
-  return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
-                        nn::Dense{8}, nn::ReLU{}, nn::Dense{3}};
-}
-
-std::vector<float> flat(const nn::Sequential& m) {
-  std::vector<float> out;
-  for (const auto& w : m.get_weights()) out.insert(out.end(), w.value.begin(), w.value.end());
-  return out;
-}
-
-template <class S>
-nn::Sequential trained(S& s, const Blobs& data, std::size_t batch, int epochs, nn::History* h = nullptr) {
-  auto model = s.scope(mlp);
-  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 7});
-  auto hist = model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(batch)),
-                        {.epochs = epochs, .verbose = nn::Verbosity::Silent});
-  if (h) *h = hist;
-  return model;
-}
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
@@ -66,9 +49,9 @@ TEST_CASE("staleness 0 trains as synchronous training: W workers on batches of B
                                           .partitioner = strata::FixedShardsPartitioner{.num_shards = 2}}};
       strata::CentralStorageStrategy sync{strata::cpu_replicas(w)};
       nn::History hp, hs;
-      const auto a = trained(ps, data, 16, 3, &hp);
-      const auto b = trained(sync, data, 16 * static_cast<std::size_t>(w), 3, &hs);
-      CHECK(max_abs_diff(flat(a), flat(b)) < 2e-5);
+      const auto a = fit_blobs(ps, data, 16, 3, &hp);
+      const auto b = fit_blobs(sync, data, 16 * static_cast<std::size_t>(w), 3, &hs);
+      CHECK(max_abs_diff(flat_weights(a), flat_weights(b)) < 2e-5);
       CHECK(hp.epochs().back().at("loss") == doctest::Approx(hs.epochs().back().at("loss")).epsilon(1e-4));
       CHECK(a.iterations() == 3 * 30);  // one step per batch of 16
     }
@@ -85,7 +68,7 @@ TEST_CASE("asynchronous training learns with any number of workers and servers, 
       strata::ParameterServerStrategy ps{{.workers = w, .servers = 2, .staleness = k,
                                           .partitioner = strata::MaxSizePartitioner{.max_shard_bytes = 128}}};
       nn::History h;
-      auto model = trained(ps, data, 16, 12, &h);
+      auto model = fit_blobs(ps, data, 16, 12, &h);
       CHECK(h.epochs().back().at("loss") < 0.6 * h.epochs().front().at("loss"));
       const auto logs = model.evaluate(strata::data::from_tensor_slices(test.x, test.y).batch(50));
       CHECK(logs.at("accuracy") > 0.85);
@@ -121,7 +104,7 @@ TEST_CASE("a worker failing mid-training is reported, its step rescheduled, and 
            if (w.step() == 10) CHECK(w.worker() != failed_worker.load());  // rescheduled elsewhere
          }}};
     nn::History h;
-    auto model = trained(ps, data, 16, 2, &h);
+    auto model = fit_blobs(ps, data, 16, 2, &h);
     REQUIRE(ps.runtime().failures().size() == 1);
     CHECK(ps.runtime().failures()[0].what.find("lost its node") != std::string::npos);
     CHECK(ps.runtime().failures()[0].worker == failed_worker.load());
@@ -138,18 +121,18 @@ TEST_CASE("under a parameter server, weights and evaluation go through the serve
   strata_test::Watchdog dog("ps weights", 120s);
   const Blobs data = blobs(96, 8);
   strata::ParameterServerStrategy ps{{.workers = 2, .servers = 2}};
-  auto model = trained(ps, data, 16, 2);
+  auto model = fit_blobs(ps, data, 16, 2);
   // the chief's copy is the servers' value after fit
   std::vector<float> servers(model.count_params());
   ps.runtime().read(servers);
-  CHECK(servers == flat(model));
+  CHECK(servers == flat_weights(model));
   // set_weights reaches the servers; evaluation equals a plain model with those weights
-  auto plain = mlp();
+  auto plain = blobs_mlp();
   plain.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 99});
   plain.build(strata::Shape{6});
   model.set_weights(plain.get_weights());
   ps.runtime().read(servers);
-  CHECK(servers == flat(plain));
+  CHECK(servers == flat_weights(plain));
   auto ds = strata::data::from_tensor_slices(data.x, data.y).batch(32);
   const auto a = model.evaluate(ps.distribute(ds)), b = plain.evaluate(ds);
   CHECK(a.at("loss") == doctest::Approx(b.at("loss")).epsilon(1e-6));
@@ -160,7 +143,7 @@ TEST_CASE("under a parameter server, weights and evaluation go through the serve
   bad.pop_back();
   CHECK_THROWS_AS(model.set_weights(bad), strata::ShapeError);
   ps.runtime().read(servers);
-  CHECK(servers == flat(plain));
+  CHECK(servers == flat_weights(plain));
 }
 
 TEST_CASE("a step function that fails on every worker stops fit with the failures named") {
@@ -171,7 +154,7 @@ TEST_CASE("a step function that fails on every worker stops fit with the failure
                                       .before_step = [](const strata::WorkerContext& w) {
                                         if (w.step() == 1) throw std::runtime_error("poisoned batch");
                                       }}};
-  auto model = ps.scope(mlp);
+  auto model = ps.scope(blobs_mlp);
   model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
   CHECK_THROWS_WITH_AS(model.fit(ps.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)),
                                  {.verbose = nn::Verbosity::Silent}),

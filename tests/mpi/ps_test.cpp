@@ -36,24 +36,9 @@ strata::ClusterSpec spec() { return strata::ClusterSpec::from_counts(world_size(
 
 using strata_test::Blobs;
 using strata_test::blobs;
-nn::Sequential mlp() {
-  return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
-                        nn::Dense{8}, nn::ReLU{}, nn::Dense{3}};
-}
-template <class S>
-nn::Sequential trained(S& s, const Blobs& data, std::size_t batch, int epochs, nn::History* h = nullptr) {
-  auto model = s.scope(mlp);
-  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 7});
-  auto hist = model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(batch)),
-                        {.epochs = epochs, .verbose = nn::Verbosity::Silent});
-  if (h) *h = hist;
-  return model;
-}
-std::vector<float> flat(const nn::Sequential& m) {
-  std::vector<float> out;
-  for (const auto& w : m.get_weights()) out.insert(out.end(), w.value.begin(), w.value.end());
-  return out;
-}
+using strata_test::blobs_mlp;
+using strata_test::fit_blobs;
+using strata_test::flat_weights;
 //! Whether every rank holds the same vector as rank 0.
 bool same_everywhere(std::vector<float> v) {
   std::vector<float> root = v;
@@ -72,11 +57,11 @@ TEST_CASE("staleness 0 across processes trains as synchronous training on W x B 
   CHECK(ps.num_workers() == 2);
   CHECK(ps.num_servers() == world_size() - 3);
   nn::History h;
-  const auto model = trained(ps, data, 16, 3, &h);
+  const auto model = fit_blobs(ps, data, 16, 3, &h);
   strata::CentralStorageStrategy sync{strata::cpu_replicas(2)};  // the reference, on every rank
   nn::History hs;
-  const auto ref = trained(sync, data, 32, 3, &hs);
-  const auto a = flat(model), b = flat(ref);
+  const auto ref = fit_blobs(sync, data, 32, 3, &hs);
+  const auto a = flat_weights(model), b = flat_weights(ref);
   double diff = 0;
   for (std::size_t i = 0; i < a.size(); ++i) diff = std::max(diff, static_cast<double>(std::abs(a[i] - b[i])));
   CHECK(diff < 2e-5);  // every rank: the servers' and workers' fit returned the chief's trained weights
@@ -93,7 +78,7 @@ TEST_CASE("asynchronous training across processes learns; every rank ends with t
                                             .timeout = 30s}};
     strata::ParameterServerStrategy ps{rt};
     nn::History h;
-    auto model = trained(ps, data, 16, 12, &h);
+    auto model = fit_blobs(ps, data, 16, 12, &h);
     if (ps.is_chief()) {
       CHECK(h.epochs().back().at("loss") < 0.6 * h.epochs().front().at("loss"));
       CHECK(rt.max_observed_gap() <= k.value_or(1000));
@@ -101,7 +86,7 @@ TEST_CASE("asynchronous training across processes learns; every rank ends with t
     }
     const auto logs = model.evaluate(strata::data::from_tensor_slices(test.x, test.y).batch(50));
     CHECK(logs.at("accuracy") > 0.85);
-    CHECK(same_everywhere(flat(model)));
+    CHECK(same_everywhere(flat_weights(model)));
   }
 }
 
@@ -124,14 +109,14 @@ TEST_CASE("a worker process failing a step is reported to the chief and the step
          }}};
     strata::ParameterServerStrategy ps{rt};
     nn::History h;
-    auto model = trained(ps, data, 16, 2, &h);
+    auto model = fit_blobs(ps, data, 16, 2, &h);
     if (ps.is_chief()) {
       CHECK(seen.load() == 1);
       REQUIRE(rt.failures().size() == 1);
       CHECK(model.iterations() == 60);
       CHECK(h.epochs().back().at("loss") < h.epochs().front().at("loss"));
     }
-    CHECK(same_everywhere(flat(model)));
+    CHECK(same_everywhere(flat_weights(model)));
   }
 }
 
@@ -143,7 +128,7 @@ TEST_CASE("a step that fails on every worker stops the chief's fit; the other ra
                                             if (w.step() == 1) throw std::runtime_error("poisoned batch");
                                           }}};
   strata::ParameterServerStrategy ps{rt};
-  auto model = ps.scope(mlp);
+  auto model = ps.scope(blobs_mlp);
   model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
   auto ds = ps.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16));
   if (ps.is_chief()) {
@@ -153,7 +138,7 @@ TEST_CASE("a step that fails on every worker stops the chief's fit; the other ra
   } else {
     model.fit(ds, {.verbose = nn::Verbosity::Silent});  // returns once the chief ends training
   }
-  CHECK(same_everywhere(flat(model)));
+  CHECK(same_everywhere(flat_weights(model)));
 }
 
 TEST_CASE("bad cluster specs fail on every rank with the reason") {

@@ -601,15 +601,16 @@ class Sequential {
               for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(step));
             },
             batch_end);
-      }
-      while (!strategy_->parameter_servers() && !stop && (!opts.steps_per_epoch || steps < opts.steps_per_epoch)) {
-        auto e = it.next();
-        const auto begin = [&] {
-          for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(steps));
-        };
-        if (!next_step(e, own, Phase::Train, t, begin)) break;
-        ++steps;
-        batch_end();
+      } else {
+        while (!stop && (!opts.steps_per_epoch || steps < opts.steps_per_epoch)) {
+          auto e = it.next();
+          const auto begin = [&] {
+            for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(steps));
+          };
+          if (!next_step(e, own, Phase::Train, t, begin)) break;
+          ++steps;
+          batch_end();
+        }
       }
       across_workers(t);
       logs = logs_of(t, "");
@@ -677,16 +678,22 @@ class Sequential {
   //! `global` rows.
   template <class E>
   void step(const E& e, Phase phase, Totals& t, Tensor<float>* out, std::size_t out_row, std::size_t global) {
-    const auto& xs = std::get<0>(e);
-    const auto& ys = std::get<1>(e);
-    const Tensor<float>& x = nn::detail::as_float(xs, x_holder_);
-    const Tensor<float>& y = nn::detail::as_float(ys, y_holder_);
+    const auto [x, y] = labelled_batch(e);
+    step_tensors(x, &y, phase, t, out, out_row, global);
+  }
+
+  //! A (features, labels) element as float tensors, checked to have the same
+  //! batch extent; builds the model for its sample shape.
+  template <class E>
+  std::pair<const Tensor<float>&, const Tensor<float>&> labelled_batch(const E& e) {
+    const Tensor<float>& x = nn::detail::as_float(std::get<0>(e), x_holder_);
+    const Tensor<float>& y = nn::detail::as_float(std::get<1>(e), y_holder_);
     if (x.shape().rank() == 0 || y.shape().rank() == 0 || x.shape()[0] != y.shape()[0])
       throw ShapeError("Sequential: a batch's features " + x.shape().str() + " and labels " + y.shape().str() +
                        " must have the same first (batch) extent");
     build(nn::detail::sample_shape(x.shape()));
     label_tail_.assign(y.shape().dims().begin() + 1, y.shape().dims().end());
-    step_tensors(x, &y, phase, t, out, out_row, global);
+    return {x, y};
   }
 
   //! `own_global` 0: `x` is the global batch, split over every replica of
@@ -723,8 +730,8 @@ class Sequential {
       backward(rep, r, static_cast<std::size_t>(strategy_->num_replicas_in_sync()));
       apply(ctx, rep, r, it);
     });
-    // under a parameter server only the chief's replica (0) ran here
-    const std::size_t ran = strategy_->parameter_servers() ? 1 : replicas_.size();
+    // the replicas this process ran (under a parameter server: the chief's, 0)
+    const auto ran = static_cast<std::size_t>(strategy_->num_local_replicas());
     if (phase != Phase::Predict)
       for (const Replica& rep : std::span(replicas_).first(ran)) {  // replica order: deterministic
         t.loss += rep.loss;
@@ -793,13 +800,7 @@ class Sequential {
       while (!stop && (!opts.steps_per_epoch || scheduled < opts.steps_per_epoch)) {
         auto e = it.next();
         if (!e) break;
-        const Tensor<float>& x = nn::detail::as_float(std::get<0>(*e), x_holder_);
-        const Tensor<float>& y = nn::detail::as_float(std::get<1>(*e), y_holder_);
-        if (x.shape().rank() == 0 || y.shape().rank() == 0 || x.shape()[0] != y.shape()[0])
-          throw ShapeError("Sequential: a batch's features " + x.shape().str() + " and labels " + y.shape().str() +
-                           " must have the same first (batch) extent");
-        build(nn::detail::sample_shape(x.shape()));
-        label_tail_.assign(y.shape().dims().begin() + 1, y.shape().dims().end());
+        const auto [x, y] = labelled_batch(*e);
         begin(scheduled);
         inflight.push_back(ps.schedule(StepInput{x, y, iterations_++}));
         ++scheduled;

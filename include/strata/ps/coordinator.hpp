@@ -59,6 +59,16 @@ inline std::string describe_failures(const std::vector<WorkerFailure>& fs) {
   }
   return s;
 }
+//! After a step's failed attempt number `attempts`: null when it should run
+//! again (attempts left, of `max_attempts` or else one per worker, and a
+//! live worker to take it), else the error that fails it for good.
+inline std::exception_ptr give_up(std::uint64_t step, int attempts, int max_attempts, int workers, int live,
+                                  const std::vector<WorkerFailure>& failures) {
+  if (attempts < (max_attempts ? max_attempts : workers) && live > 0) return nullptr;
+  return std::make_exception_ptr(Error("strata: step " + std::to_string(step) + " failed on " +
+                                       std::to_string(attempts) + " attempt(s) and is given up; " +
+                                       describe_failures(failures)));
+}
 }  // namespace detail
 
 //! Where a scheduled step runs.
@@ -216,7 +226,7 @@ class Coordinator {
     const std::size_t cap = o_.max_queued ? o_.max_queued : 2 * static_cast<std::size_t>(o_.workers);
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return queue_.size() < cap || live_ == 0 || fatal_; });
-    if (live_ == 0) throw Error("Coordinator::schedule: every worker has failed; " + failure_list());
+    if (live_ == 0) throw Error("Coordinator::schedule: every worker has failed; " + detail::describe_failures(failures_));
     if (fatal_) std::rethrow_exception(fatal_);
     t.id = next_id_++;
     const std::uint64_t id = t.id;
@@ -259,8 +269,6 @@ class Coordinator {
     if (o.max_attempts < 0) throw Error("Coordinator: max_attempts must be >= 0");
     return o;
   }
-
-  std::string failure_list() const { return detail::describe_failures(failures_); }  // with mu_ held
 
   void finish_one() {  // with mu_ held
     --pending_;
@@ -329,15 +337,12 @@ class Coordinator {
     failures_.push_back(f);
     --live_;
     ++t.attempts;
-    const int max = o_.max_attempts ? o_.max_attempts : o_.workers;
-    if (t.attempts < max && live_ > 0) {
+    auto err = detail::give_up(t.id, t.attempts, o_.max_attempts, o_.workers, live_, failures_);
+    if (!err) {
       queue_.push_front(std::move(t));  // rescheduled: next on the next idle worker
       cv_.notify_all();
       return;
     }
-    auto err = std::make_exception_ptr(Error("strata: step " + std::to_string(t.id) + " failed on " +
-                                             std::to_string(t.attempts) + " attempt(s) and is given up; " +
-                                             failure_list()));
     if (!lost_step_) lost_step_ = err;
     t.abandon(err);
     finish_one();

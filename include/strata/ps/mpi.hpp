@@ -95,14 +95,12 @@ class MpiParameterServers final : public ParameterServerRuntime {
     check_size(grad.size(), "push");
     std::vector<std::vector<float>> bufs(by_server_.size());
     std::vector<MPI_Request> reqs;
-    char ack[1];
     std::vector<char> acks(by_server_.size());
     for (std::size_t s = 0; s < by_server_.size(); ++s) reqs.push_back(irecv(&acks[s], 0, server_rank(s), kAck));
     for (std::size_t s = 0; s < by_server_.size(); ++s) {
       bufs[s] = gather(s, grad);
       reqs.push_back(isend(bufs[s].data(), bufs[s].size(), server_rank(s), kPush));
     }
-    (void)ack;
     wait_all(reqs, "a push to the servers");
   }
   void read(std::span<float> out) override {
@@ -458,7 +456,7 @@ class MpiParameterServers final : public ParameterServerRuntime {
           bool any_busy = false;
           for (const auto& b : busy_) any_busy = any_busy || b.has_value();
           if (closing_ && queue_.empty() && !any_busy) break;
-          if (live_count() == 0) throw Error("strata: every worker has failed; " + failure_list());
+          if (live_count() == 0) throw Error("strata: every worker has failed; " + detail::describe_failures(failures_));
         }
         int flag = 0;
         MPI_Status st;
@@ -497,13 +495,9 @@ class MpiParameterServers final : public ParameterServerRuntime {
             Task t = std::move(*busy_[w]);
             busy_[w].reset();
             ++t.attempts;
-            const int max = o_.max_attempts ? o_.max_attempts : o_.workers;
-            if (t.attempts < max && live_count() > 0) {
+            if (auto err = detail::give_up(t.id, t.attempts, o_.max_attempts, o_.workers, live_count(), failures_); !err) {
               queue_.push_front(std::move(t));
             } else {
-              auto err = std::make_exception_ptr(Error("strata: step " + std::to_string(t.id) + " failed on " +
-                                                       std::to_string(t.attempts) + " attempt(s) and is given up; " +
-                                                       failure_list()));
               if (!lost_) lost_ = err;
               t.state->finish(std::nullopt, err);
               --pending_;
@@ -569,7 +563,6 @@ class MpiParameterServers final : public ParameterServerRuntime {
     cv_.notify_all();
   }
 
-  std::string failure_list() const { return detail::describe_failures(failures_); }  // with mu_ held
   [[nodiscard]] std::vector<std::uint64_t> counts(int which) const {
     std::vector<std::uint64_t> v;
     for (int s = 0; s < o_.servers; ++s)
