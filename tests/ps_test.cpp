@@ -1,7 +1,9 @@
 // The parameter server's parts: partitioners and sharded variables
 // (TensorFlow's documented examples, sizes that do not divide, edges,
 // errors), the staleness clock, the servers' shard store, the coordinator
-// (failures rescheduled), and the staleness bound measured on real pushes.
+// that schedules for both transports (failures rescheduled; timeouts,
+// transport failures and round hooks that fail end the run), and the
+// staleness bound measured on real pushes.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -18,6 +20,7 @@
 #include <strata/ps/shard_store.hpp>
 #include <strata/ps/sharded_variable.hpp>
 #include <strata/ps/staleness.hpp>
+#include <strata/ps/step.hpp>
 
 #include "watchdog.hpp"
 
@@ -398,6 +401,81 @@ TEST_CASE("destroying a coordinator with steps waiting fails them instead of han
   } catch (const strata::Error& e) {
     CHECK(std::string(e.what()).find("destroyed") != std::string::npos);
   }
+}
+
+TEST_CASE("a staleness wait past the timeout ends the run: join names the laggard, waiting steps fail with it") {
+  strata_test::Watchdog dog("coordinator staleness timeout", 60s);
+  strata::Coordinator c{{.workers = 2, .staleness = 0, .timeout = 300ms}};
+  std::atomic<bool> release{false};
+  // whichever worker takes step 0 stalls in it; the other finishes step 1
+  // and may not start another before the staller finishes its round
+  std::vector<strata::RemoteValue<int>> out;
+  for (int i = 0; i < 4; ++i)
+    out.push_back(c.schedule([&, i](strata::WorkerContext&) {
+      if (i == 0)
+        while (!release) std::this_thread::sleep_for(1ms);
+      return i;
+    }));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    c.join();
+    FAIL_CHECK("join did not report the staleness timeout");
+  } catch (const strata::CollectiveTimeout& e) {
+    CHECK(std::string(e.what()).find("staleness bound 0") != std::string::npos);
+    CHECK(std::string(e.what()).find("(finished 0 steps)") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // bounded: the timeout, then at most one more for step 0
+  release = true;
+  CHECK(out[0].get() == 0);  // a step in progress is not abandoned
+  for (std::size_t i = 2; i < 4; ++i) {
+    try {
+      const int v = out[i].get();  // outside CHECK: doctest would catch the exception itself
+      FAIL_CHECK("step " << v << " ran after the run ended");
+    } catch (const strata::CollectiveTimeout&) {
+    }
+  }
+  CHECK(c.failures().empty());  // a timeout is no worker's failure
+  CHECK(c.live_workers() == 2);
+}
+
+TEST_CASE("a transport failure ends the run without failing a worker; the next run goes on") {
+  strata_test::Watchdog dog("coordinator transport failure", 60s);
+  strata::Coordinator c{{.workers = 2, .on_failure = [](const strata::WorkerFailure&) {
+                           FAIL_CHECK("a transport failure was taken for a worker's");
+                         }}};
+  auto lost = c.schedule([](strata::WorkerContext& w) -> int {
+    throw strata::detail::TransportError(std::make_exception_ptr(
+        strata::CollectiveTimeout("rank " + std::to_string(w.worker() + 3) + " never answered")));
+  });
+  CHECK_THROWS_WITH_AS(c.join(), doctest::Contains("never answered"), strata::CollectiveTimeout);
+  CHECK_THROWS_AS((void)lost.get(), strata::CollectiveTimeout);  // the inner error, not the wrapper
+  CHECK(c.failures().empty());
+  CHECK(c.live_workers() == 2);
+  std::vector<strata::RemoteValue<int>> next;
+  for (int i = 0; i < 6; ++i) next.push_back(c.schedule([i](strata::WorkerContext&) { return 10 * i; }));
+  c.join();  // the error was reported once
+  for (int i = 0; i < 6; ++i) CHECK(next[static_cast<std::size_t>(i)].get() == 10 * i);
+}
+
+TEST_CASE("a round hook that throws (the servers cannot apply the round) ends the run with its error") {
+  strata_test::Watchdog dog("coordinator round hook failure", 60s);
+  strata::Coordinator c{{.workers = 2, .staleness = 0, .timeout = 10s}};
+  std::atomic<int> rounds{0};
+  c.clock().on_round([&](std::uint64_t n) {
+    ++rounds;
+    if (n == 2) throw strata::Error("no server applied round 2");
+  });
+  for (int i = 0; i < 8; ++i) {
+    try {
+      (void)c.schedule([](strata::WorkerContext&) {});
+    } catch (const strata::Error& e) {  // the run may have ended already: schedule says why
+      CHECK(std::string(e.what()).find("no server applied round 2") != std::string::npos);
+      break;
+    }
+  }
+  CHECK_THROWS_WITH_AS(c.join(), doctest::Contains("no server applied round 2"), strata::Error);
+  CHECK(rounds.load() >= 2);
+  CHECK(c.failures().empty());
 }
 
 // The staleness bound on real pushes: every worker's push adds 1 to its own

@@ -1,13 +1,23 @@
 #pragma once
-//! Coordinator: schedules steps on worker threads, as TensorFlow's
-//! ClusterCoordinator does on worker tasks. schedule(fn) queues fn and
-//! returns at once a RemoteValue for its result; an idle worker runs it as
-//! fn(WorkerContext&) once the staleness bound lets it start a step. If fn
-//! throws, that worker is taken as failed: the failure is recorded
+//! Coordinator: the one scheduler of parameter-server training, as
+//! TensorFlow's ClusterCoordinator schedules steps on worker tasks, for both
+//! transports. schedule(fn) queues fn and returns at once a RemoteValue for
+//! its result; an idle worker runs it as fn(WorkerContext&) once the
+//! StalenessClock lets it start a step. In one process a worker is a thread
+//! that runs the step itself (InProcessParameterServers); over MPI it is a
+//! thread of the chief standing for one worker rank, whose fn sends the batch
+//! to that rank and waits for the reply (MpiParameterServers). Either way the
+//! decisions live here: which step the next idle worker takes, the
+//! staleness bound, what a failure does, when a step is given up, what
+//! join() waits for and throws.
+//! If fn throws, that worker is taken as failed: the failure is recorded
 //! (failures(), and the on_failure hook), the worker runs nothing more, and
 //! the step is rescheduled on another worker. A step that failed on every
 //! attempt (max_attempts, or no worker left) fails its RemoteValue, and
-//! join() throws it. join() waits for every scheduled step.
+//! join() throws it. A transport that cannot carry a step at all
+//! (detail::TransportError), or a staleness wait past the timeout, ends the
+//! run instead: the steps still queued fail with that error, and join()
+//! throws it.
 //!   strata::Coordinator c{{.workers = 4, .staleness = 1}};
 //!   auto loss = c.schedule([&](strata::WorkerContext& w) { return train_step(w.worker()); });
 //!   c.join();  loss.get();
@@ -34,113 +44,11 @@
 
 #include <strata/core/error.hpp>
 #include <strata/ps/staleness.hpp>
+#include <strata/ps/step.hpp>
 
 namespace strata {
 
-//! A worker's failure while running a step.
-struct WorkerFailure {
-  int worker = 0;
-  std::uint64_t step = 0;  //!< the schedule() number of the step (from 0)
-  std::string what;
-};
-
-namespace detail {
-//! "failures: [worker 1, step 10: what] ..." for error messages.
-inline std::string describe_failures(const std::vector<WorkerFailure>& fs) {
-  std::string s = "failures:";
-  for (const auto& f : fs) {
-    s += " [worker ";
-    s += std::to_string(f.worker);
-    s += ", step ";
-    s += std::to_string(f.step);
-    s += ": ";
-    s += f.what;
-    s += "]";
-  }
-  return s;
-}
-//! After a step's failed attempt number `attempts`: null when it should run
-//! again (attempts left, of `max_attempts` or else one per worker, and a
-//! live worker to take it), else the error that fails it for good.
-inline std::exception_ptr give_up(std::uint64_t step, int attempts, int max_attempts, int workers, int live,
-                                  const std::vector<WorkerFailure>& failures) {
-  if (attempts < (max_attempts ? max_attempts : workers) && live > 0) return nullptr;
-  return std::make_exception_ptr(Error("strata: step " + std::to_string(step) + " failed on " +
-                                       std::to_string(attempts) + " attempt(s) and is given up; " +
-                                       describe_failures(failures)));
-}
-}  // namespace detail
-
-//! Where a scheduled step runs.
-class WorkerContext {
- public:
-  WorkerContext(int worker, std::uint64_t step, std::uint64_t clock, int attempt) noexcept
-      : worker_(worker), step_(step), clock_(clock), attempt_(attempt) {}
-  //! The worker running the step.
-  [[nodiscard]] int worker() const noexcept { return worker_; }
-  //! The step's schedule() number.
-  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
-  //! Steps this worker finished before this one (its staleness clock).
-  [[nodiscard]] std::uint64_t clock() const noexcept { return clock_; }
-  //! 0 on the first attempt, then 1, 2, ... after workers failed it.
-  [[nodiscard]] int attempt() const noexcept { return attempt_; }
-
- private:
-  int worker_;
-  std::uint64_t step_, clock_;
-  int attempt_;
-};
-
-//! What a step's RemoteValue holds while it runs.
-namespace detail {
-template <class R>
-struct RemoteState {
-  using Stored = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<Stored> value;
-  std::exception_ptr error;
-  bool done = false;
-  void finish(std::optional<Stored> v, std::exception_ptr e) {
-    {
-      std::lock_guard lk(mu);
-      value = std::move(v);
-      error = std::move(e);
-      done = true;
-    }
-    cv.notify_all();
-  }
-};
-}  // namespace detail
-
-//! The result of a scheduled step, available once it ran.
-template <class R>
-class RemoteValue {
- public:
-  RemoteValue() = default;
-  explicit RemoteValue(std::shared_ptr<detail::RemoteState<R>> s, std::uint64_t step) : s_(std::move(s)), step_(step) {}
-  //! Waits for the step; returns its result, or throws what made it fail on every attempt.
-  R get() const {
-    std::unique_lock lk(state().mu);
-    state().cv.wait(lk, [&] { return state().done; });
-    if (state().error) std::rethrow_exception(state().error);
-    if constexpr (!std::is_void_v<R>) return *state().value;
-  }
-  [[nodiscard]] bool ready() const {
-    std::lock_guard lk(state().mu);
-    return state().done;
-  }
-  [[nodiscard]] std::uint64_t step() const noexcept { return step_; }
-
- private:
-  detail::RemoteState<R>& state() const {
-    if (!s_) throw Error("RemoteValue: empty (not returned by Coordinator::schedule)");
-    return *s_;
-  }
-  std::shared_ptr<detail::RemoteState<R>> s_;
-  std::uint64_t step_ = 0;
-};
-
+//! The Coordinator's knobs.
 struct CoordinatorOptions {
   int workers = 2;
   //! Steps a worker may run ahead of the slowest live one; 0 is lock-step,
@@ -158,6 +66,7 @@ struct CoordinatorOptions {
   std::function<void(const WorkerFailure&)> on_failure = {};
 };
 
+//! Schedules steps on workers under a staleness bound; see the file comment.
 class Coordinator {
  public:
   explicit Coordinator(CoordinatorOptions o)
@@ -173,7 +82,8 @@ class Coordinator {
   }
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
-  //! Stops the workers; steps not yet started fail with an Error.
+  //! Stops the workers (a step in progress finishes first); steps not yet
+  //! started fail with an Error.
   ~Coordinator() {
     {
       std::lock_guard lk(mu_);
@@ -196,6 +106,8 @@ class Coordinator {
     std::lock_guard lk(mu_);
     return live_;
   }
+  //! The staleness clock every worker starts and ends its steps on; its
+  //! on_round hook is where a transport applies a synchronous round.
   [[nodiscard]] StalenessClock& clock() noexcept { return clock_; }
   //! Every worker failure so far, in order.
   [[nodiscard]] std::vector<WorkerFailure> failures() const {
@@ -203,11 +115,13 @@ class Coordinator {
     return failures_;
   }
   //! Called with a failed worker's index before it stops holding others back
-  //! (the servers drop what it staged).
+  //! (the servers drop what it staged). Set it before scheduling steps.
   void on_worker_lost(std::function<void(int)> f) { lost_ = std::move(f); }
 
   //! Queues `fn` (run as fn(WorkerContext&) on some worker); returns its
-  //! RemoteValue. Blocks while max_queued steps wait. Throws if no worker is left.
+  //! RemoteValue. Blocks while max_queued steps wait. Throws if no worker is
+  //! left, or the error that ended the run if one did and join() has not
+  //! reported it yet.
   template <class F>
     requires std::invocable<F&, WorkerContext&>
   auto schedule(F&& fn) {
@@ -238,22 +152,34 @@ class Coordinator {
     return RemoteValue<R>(std::move(state), id);
   }
 
-  //! Waits until every scheduled step has finished or failed for good; then
-  //! throws the first step failure that exhausted its attempts, or a
-  //! staleness timeout, if any (once).
-  void join() {
+  //! How a run ended: the error join() throws (null: every step finished),
+  //! and whether it ended the run (a transport or staleness failure) rather
+  //! than failing one step on every attempt.
+  struct Outcome {
+    std::exception_ptr error;
+    bool fatal = false;
+  };
+  //! join() without throwing, for a transport that must act on the outcome
+  //! first (over MPI: take the servers' value after a run that completed).
+  //! Reports each error once.
+  [[nodiscard]] Outcome settle() {
     std::unique_lock lk(mu_);
     release_idle_ = true;  // a worker waiting for a step it will not get ends that (empty) step
     cv_.notify_all();
     cv_.wait(lk, [&] { return (pending_ == 0 && clock_.level()) || fatal_ || live_ == 0; });
     if (fatal_) {
-      auto e = std::exchange(fatal_, nullptr);
-      std::rethrow_exception(e);
+      // steps still running may use what the caller frees next (its model,
+      // a transport's messages): let them end, for at most the timeout
+      cv_.wait_for(lk, o_.timeout, [&] { return running_ == 0; });
+      return {std::exchange(fatal_, nullptr), true};
     }
-    if (lost_step_) {
-      auto e = std::exchange(lost_step_, nullptr);
-      std::rethrow_exception(e);
-    }
+    return {std::exchange(lost_step_, nullptr), false};
+  }
+  //! Waits until every scheduled step has finished or failed for good; then
+  //! throws the error that ended the run, or else the first step failure
+  //! that exhausted its attempts, if any (once).
+  void join() {
+    if (auto o = settle(); o.error) std::rethrow_exception(o.error);
   }
 
  private:
@@ -275,6 +201,20 @@ class Coordinator {
     cv_.notify_all();
   }
 
+  //! Runs `f` (a clock transition, whose round hook may reach the servers);
+  //! if it throws, the run ends with that error. Returns whether it succeeded.
+  template <class F>
+  bool guarded(F&& f) {
+    try {
+      f();
+      return true;
+    } catch (...) {
+      std::lock_guard lk(mu_);
+      end_run_locked(std::current_exception());
+      return false;
+    }
+  }
+
   void work(int w) {
     for (;;) {
       {
@@ -287,16 +227,15 @@ class Coordinator {
         c = clock_.begin(w);  // may wait for laggards
       } catch (const CollectiveTimeout&) {
         std::lock_guard lk(mu_);
-        if (!fatal_) fatal_ = std::current_exception();
-        fail_queue_locked(fatal_);
-        return;
+        end_run_locked(std::current_exception());
+        continue;  // the laggards are named; this worker stays available for the next run
       } catch (...) {
         return;  // retired: the coordinator is stopping
       }
       Task t;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !queue_.empty() || release_idle_; });
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty() || release_idle_ || fatal_; });
         if (stop_) return;
         if (queue_.empty()) {
           // join() released the idle: a worker behind the others finishes
@@ -305,25 +244,37 @@ class Coordinator {
           // advanced withdraws the step it began; join() returns once every
           // live worker is level
           lk.unlock();
-          if (clock_.behind(w)) clock_.end(w);
-          else clock_.cancel(w);
+          guarded([&] {
+            if (clock_.behind(w)) clock_.end(w);
+            else clock_.cancel(w);
+          });
           lk.lock();
           cv_.notify_all();
           continue;
         }
         t = std::move(queue_.front());
         queue_.pop_front();
+        ++running_;
         cv_.notify_all();  // room in the queue
       }
       WorkerContext ctx{w, t.id, c, t.attempts};
       try {
         t.run(ctx);
+      } catch (const detail::TransportError& e) {
+        t.abandon(e.inner());
+        guarded([&] { clock_.cancel(w); });
+        std::lock_guard lk(mu_);
+        --running_;
+        finish_one();
+        end_run_locked(e.inner());
+        continue;  // the transport failed, not this worker
       } catch (...) {
         failed(w, std::move(t), std::current_exception());
         return;  // a failed worker runs nothing more
       }
-      clock_.end(w);
+      guarded([&] { clock_.end(w); });
       std::lock_guard lk(mu_);
+      --running_;
       finish_one();
     }
   }
@@ -331,12 +282,18 @@ class Coordinator {
   void failed(int w, Task t, std::exception_ptr e) {
     const WorkerFailure f{w, t.id, detail::what_of(e)};
     o_.on_failure(f);
-    if (lost_) lost_(w);
-    clock_.retire(w);
+    if (lost_) guarded([&] { lost_(w); });
+    guarded([&] { clock_.retire(w); });
     std::lock_guard lk(mu_);
+    --running_;
     failures_.push_back(f);
     --live_;
     ++t.attempts;
+    if (fatal_) {  // the run already ended (the servers did not answer the drop): no retry
+      t.abandon(fatal_);
+      finish_one();
+      return;
+    }
     auto err = detail::give_up(t.id, t.attempts, o_.max_attempts, o_.workers, live_, failures_);
     if (!err) {
       queue_.push_front(std::move(t));  // rescheduled: next on the next idle worker
@@ -347,6 +304,13 @@ class Coordinator {
     t.abandon(err);
     finish_one();
     if (live_ == 0) fail_queue_locked(err);
+  }
+
+  //! The run cannot go on: remember the first such error for join(), fail
+  //! every step still queued with it.
+  void end_run_locked(std::exception_ptr e) {
+    if (!fatal_) fatal_ = std::move(e);
+    fail_queue_locked(fatal_);
   }
 
   void fail_queue_locked(std::exception_ptr e) {
@@ -369,6 +333,7 @@ class Coordinator {
   std::exception_ptr fatal_, lost_step_;
   std::uint64_t next_id_ = 0;
   std::size_t pending_ = 0;  // scheduled, not yet finished or given up
+  std::size_t running_ = 0;  // taken by a worker, not yet finished or failed
   int live_ = 0;
   bool stop_ = false, release_idle_ = false;
 };

@@ -78,7 +78,8 @@ class StalenessClock {
   //! grows by one each call), before any worker may start step n: with
   //! bound 0, the place to apply a synchronous round. Runs on the thread that
   //! completed the round, with the clock locked (keep it short; it must not
-  //! call back into the clock).
+  //! call back into the clock). If it throws, end() or retire() throws it
+  //! and the round is announced again at the next transition.
   void on_round(std::function<void(std::uint64_t)> hook) {
     std::lock_guard lk(mu_);
     hook_ = std::move(hook);
@@ -86,6 +87,7 @@ class StalenessClock {
 
   //! Worker `w` finished the step it began.
   void end(int w) {
+    const NotifyOnExit wake{cv_};  // also when the round hook throws: waiters re-check
     {
       std::lock_guard lk(mu_);
       check(w, "end");
@@ -94,12 +96,12 @@ class StalenessClock {
       ++clock_[idx(w)];
       rounds_completed();
     }
-    cv_.notify_all();
   }
 
   //! Worker `w` takes no more steps (finished, or failed): it no longer
   //! holds the others back. Its unfinished step, if any, does not count.
   void retire(int w) {
+    const NotifyOnExit wake{cv_};
     {
       std::lock_guard lk(mu_);
       if (w < 0 || w >= workers()) throw Error("StalenessClock::retire: no worker " + std::to_string(w));
@@ -107,7 +109,6 @@ class StalenessClock {
       started_[idx(w)] = false;
       rounds_completed();
     }
-    cv_.notify_all();
   }
 
   //! Worker `w` withdraws the step it began, as if it had not (nothing ran).
@@ -152,6 +153,11 @@ class StalenessClock {
   }
 
  private:
+  //! Wakes every waiter when it goes out of scope (after the lock is released).
+  struct NotifyOnExit {
+    std::condition_variable& cv;
+    ~NotifyOnExit() { cv.notify_all(); }
+  };
   static std::size_t idx(int w) noexcept { return static_cast<std::size_t>(w); }
   void check(int w, const char* what) const {
     if (w < 0 || w >= workers())

@@ -1,0 +1,171 @@
+#pragma once
+//! The chief's rank over MPI: the shared Coordinator schedules its steps, one
+//! Coordinator worker per worker rank. A Coordinator worker carries its step
+//! to its rank (the batch out, the answer back, both bounded by the timeout);
+//! everything else is the Coordinator's, as in one process: which idle
+//! worker the staleness bound lets take the next step, a failure
+//! rescheduled on another worker, a step given up after max_attempts, what
+//! join() waits for. What is particular to MPI sits in the Coordinator's
+//! hooks: a completed synchronous round (staleness 0) is applied on every
+//! server, a failed worker's staged gradients are dropped there. A run (from
+//! the first step scheduled to join) starts by assigning the chief's value to
+//! the servers and ends by reading theirs back, so between runs the chief's
+//! copy is the truth.
+//!   detail::MpiChief chief{link, spec, options, layout, value};
+//!   auto out = chief.schedule(std::move(batch));  chief.join();
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/ps/cluster_spec.hpp>
+#include <strata/ps/coordinator.hpp>
+#include <strata/ps/mpi/link.hpp>
+#include <strata/ps/mpi/step_message.hpp>
+#include <strata/ps/runtime.hpp>
+
+namespace strata::detail {
+
+//! The chief's scheduling over MPI (see the file comment). `layout` and
+//! `value` (the chief's copy of every variable) belong to the caller and are
+//! read at the start and written at the end of each run.
+class MpiChief {
+ public:
+  MpiChief(PsLink& link, const ClusterSpec& spec, const ParameterServerOptions& o, const ServerLayout& layout,
+           Tensor<float>& value)
+      : link_(link), spec_(spec), layout_(layout), value_(value),
+        coord_(std::make_unique<Coordinator>(CoordinatorOptions{.workers = static_cast<int>(spec.workers.size()),
+                                                                .staleness = o.staleness,
+                                                                .timeout = o.timeout,
+                                                                .max_attempts = o.max_attempts,
+                                                                .max_queued = 0,
+                                                                .on_failure = on_failure(o, spec)})) {
+    if (o.staleness == std::uint64_t{0}) {
+      // a completed round is applied on every server before anyone starts the next
+      coord_->clock().on_round([this](std::uint64_t) { tell_servers(kApply, nullptr, 0, MPI_FLOAT); });
+      coord_->on_worker_lost([this](int w) { tell_servers(kDrop, &w, 1, MPI_INT); });
+    }
+  }
+  MpiChief(const MpiChief&) = delete;
+  MpiChief& operator=(const MpiChief&) = delete;
+  ~MpiChief() {
+    coord_->clock().on_round({});  // the servers may be gone: retiring the workers must not message them
+    coord_.reset();                // its threads stop before the link goes
+  }
+
+  [[nodiscard]] Coordinator& coordinator() noexcept { return *coord_; }
+
+  //! Hands `in` to the next idle worker rank the staleness bound lets start.
+  RemoteValue<StepOutput> schedule(StepInput in) {
+    {
+      std::lock_guard lk(mu_);
+      if (unreported_) std::rethrow_exception(std::exchange(unreported_, nullptr));
+      if (!running_) {
+        tell_servers(kAssign, value_.data(), value_.size(), MPI_FLOAT);  // the chief's value is the truth between runs
+        running_ = true;
+      }
+    }
+    return coord_->schedule([this, in = std::move(in)](WorkerContext& ctx) { return run_on_rank(ctx, in); });
+  }
+  //! Waits for every scheduled step; errors as Coordinator::join.
+  void join() {
+    if (auto e = finish_run(); e) std::rethrow_exception(e);
+  }
+  //! Ends the run, if one is under way, and tells every other rank that
+  //! training is over, sending `final_value`. An error of the run is kept for
+  //! the next join() or schedule().
+  void end_training(std::span<const float> final_value) {
+    if (auto e = finish_run(); e) {
+      std::lock_guard lk(mu_);
+      if (!unreported_) unreported_ = e;
+    }
+    std::vector<float> v(final_value.begin(), final_value.end());
+    std::vector<MPI_Request> reqs;
+    for (int r = 0; r < link_.size(); ++r)
+      if (r != link_.rank()) reqs.push_back(link_.isend(v.data(), v.size(), r, kEnd));
+    link_.wait_all(reqs, "the end of training sent to every rank");
+  }
+
+ private:
+  static std::function<void(const WorkerFailure&)> on_failure(const ParameterServerOptions& o, const ClusterSpec& spec) {
+    if (o.on_failure) return o.on_failure;
+    return [workers = spec.workers](const WorkerFailure& f) {
+      std::fprintf(stderr, "strata: worker %d (rank %d) failed step %llu (rescheduling it): %s\n", f.worker,
+                   workers.at(static_cast<std::size_t>(f.worker)), static_cast<unsigned long long>(f.step),
+                   f.what.c_str());
+    };
+  }
+
+  //! The transport's part of a step: the batch to worker rank ctx.worker(),
+  //! its answer back. A step that threw there throws here (the worker
+  //! failed); a rank that does not answer is the transport's failure.
+  StepOutput run_on_rank(WorkerContext& ctx, const StepInput& in) {
+    const int dst = spec_.workers.at(static_cast<std::size_t>(ctx.worker()));
+    StepAnswer a;
+    try {
+      send_step(link_, dst, ctx, in);
+      a = recv_answer(link_, dst, ctx.worker(), ctx.step());
+    } catch (...) {
+      throw TransportError(std::current_exception());
+    }
+    if (a.failed) throw Error(*a.failed);
+    return std::move(a.out);
+  }
+
+  //! Waits for the run's steps; after a run that was not cut short, the
+  //! servers' value becomes the chief's. Returns the run's error, if any.
+  std::exception_ptr finish_run() {
+    std::lock_guard lk(mu_);
+    if (!running_) return std::exchange(unreported_, nullptr);
+    running_ = false;
+    const Coordinator::Outcome o = coord_->settle();
+    if (o.fatal) return o.error;
+    try {
+      read_servers();
+    } catch (...) {
+      return std::current_exception();
+    }
+    return o.error;
+  }
+
+  //! The chief tells every server something and waits for each one's ack.
+  void tell_servers(int tag, const void* data, std::size_t n, MPI_Datatype t) {
+    std::lock_guard lk(servers_mu_);  // one exchange at a time: each expects one ack per server
+    std::vector<char> acks(spec_.servers.size());
+    std::vector<MPI_Request> reqs;
+    for (std::size_t s = 0; s < spec_.servers.size(); ++s)
+      reqs.push_back(link_.irecv(&acks[s], 0, spec_.servers[s], kAck, MPI_CHAR));
+    for (std::size_t s = 0; s < spec_.servers.size(); ++s) reqs.push_back(link_.isend(data, n, spec_.servers[s], tag, t));
+    link_.wait_all(reqs, "the servers' acknowledgement");
+  }
+  //! The servers' value becomes the chief's.
+  void read_servers() {
+    std::lock_guard lk(servers_mu_);
+    std::vector<std::vector<float>> parts(spec_.servers.size());
+    std::vector<MPI_Request> reqs;
+    for (std::size_t s = 0; s < parts.size(); ++s) {
+      parts[s].resize(layout_.count_of(s));
+      reqs.push_back(link_.irecv(parts[s].data(), parts[s].size(), spec_.servers[s], kReadReply));
+    }
+    for (std::size_t s = 0; s < parts.size(); ++s) reqs.push_back(link_.isend(nullptr, 0, spec_.servers[s], kRead));
+    link_.wait_all(reqs, "the servers' values at the end of a run");
+    for (std::size_t s = 0; s < parts.size(); ++s) layout_.scatter(s, parts[s], value_.span());
+  }
+
+  PsLink& link_;
+  const ClusterSpec& spec_;
+  const ServerLayout& layout_;
+  Tensor<float>& value_;
+  std::mutex mu_;          // the run's state below, for the training loop's thread
+  std::mutex servers_mu_;  // one exchange with the servers at a time
+  std::exception_ptr unreported_;
+  bool running_ = false;
+  std::unique_ptr<Coordinator> coord_;  // last: its threads use everything above
+};
+
+}  // namespace strata::detail

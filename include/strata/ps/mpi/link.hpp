@@ -1,0 +1,170 @@
+#pragma once
+//! The messages of the parameter server over MPI, shared by the chief, the
+//! servers and the workers: the tags, bounded sends, receives and probes on
+//! a private communicator, and where each server's shards sit in the flat
+//! vector of all variables. MPI runs MPI_THREAD_SERIALIZED, and the chief
+//! calls it from several threads (one per worker rank, as the Coordinator
+//! runs them, plus the training loop), so every call goes through one lock.
+//! Every wait is bounded by the timeout and raises CollectiveTimeout naming
+//! this rank and what it waited for.
+//!   detail::PsLink link{MPI_COMM_WORLD, 30s};
+//!   auto st = link.probe(chief, {detail::kStep, detail::kEnd}, "the chief's next step");
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <initializer_list>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/comm/mpi/mpi.hpp>
+#include <strata/comm/mpi/runtime.hpp>
+#include <strata/ps/partitioner.hpp>
+
+namespace strata::detail {
+
+//! Message tags of the parameter-server protocol (in its own communicator).
+enum PsTag : int { kAssign = 7101, kPull, kPullReply, kPush, kAck, kApply, kDrop, kRead, kReadReply, kStep, kStepX,
+                   kStepY, kResult, kFailed, kEnd };
+
+//! This rank's end of the protocol: a duplicate of the job's communicator,
+//! and bounded, serialized point-to-point calls on it.
+class PsLink {
+ public:
+  PsLink(MPI_Comm world, std::chrono::milliseconds timeout) : timeout_(timeout) {
+    (void)mpi::runtime();
+    mpi::check(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup");
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  PsLink(const PsLink&) = delete;
+  PsLink& operator=(const PsLink&) = delete;
+  ~PsLink() { MPI_Comm_free(&comm_); }
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  //! How this rank names itself in errors ("chief", "server", "worker").
+  void set_role_name(std::string name) { role_ = std::move(name); }
+
+  MPI_Request irecv(void* buf, std::size_t n, int src, int tag, MPI_Datatype t = MPI_FLOAT) {
+    MPI_Request r;
+    std::lock_guard lk(mu_);
+    mpi::check(MPI_Irecv(buf, mpi::as_count(n, "a parameter-server message"), t, src, tag, comm_, &r), "MPI_Irecv");
+    return r;
+  }
+  MPI_Request isend(const void* buf, std::size_t n, int dst, int tag, MPI_Datatype t = MPI_FLOAT) {
+    MPI_Request r;
+    std::lock_guard lk(mu_);
+    mpi::check(MPI_Isend(buf, mpi::as_count(n, "a parameter-server message"), t, dst, tag, comm_, &r), "MPI_Isend");
+    return r;
+  }
+  void send(const void* buf, std::size_t n, int dst, int tag, MPI_Datatype t = MPI_FLOAT) {
+    std::vector<MPI_Request> v{isend(buf, n, dst, tag, t)};
+    wait_all(v, "a message to rank " + std::to_string(dst));
+  }
+  //! Waits for every request, at most the timeout.
+  void wait_all(std::vector<MPI_Request>& reqs, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (int spins = 0;; ++spins) {
+      int done = 0;
+      {
+        std::lock_guard lk(mu_);
+        mpi::check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      }
+      if (done) return;
+      if (std::chrono::steady_clock::now() > deadline) timed_out(what);
+      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  //! A message with one of `tags` from `src` (MPI_ANY_SOURCE: anyone) if one is waiting.
+  bool poll(int src, std::initializer_list<int> tags, MPI_Status& st) {
+    std::lock_guard lk(mu_);
+    for (int tag : tags) {
+      int flag = 0;
+      mpi::check(MPI_Iprobe(src, tag, comm_, &flag, &st), "MPI_Iprobe");
+      if (flag) return true;
+    }
+    return false;
+  }
+  //! Waits for a message with one of `tags` from `src`, at most the timeout.
+  MPI_Status probe(int src, std::initializer_list<int> tags, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    MPI_Status st;
+    for (int spins = 0;; ++spins) {
+      if (poll(src, tags, st)) return st;
+      if (std::chrono::steady_clock::now() > deadline) timed_out(what);
+      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  //! Receives the message `st` announced, whole.
+  template <class T>
+  std::vector<T> recv_all(const MPI_Status& st, MPI_Datatype t) {
+    std::lock_guard lk(mu_);
+    int n = 0;
+    MPI_Get_count(&st, t, &n);
+    std::vector<T> v(static_cast<std::size_t>(n));
+    mpi::check(MPI_Recv(v.data(), n, t, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+    return v;
+  }
+  [[noreturn]] void timed_out(const std::string& what) const {
+    mpi::runtime().note_failure(timeout_);  // the job's exit must not wait for this rank's peers forever
+    throw CollectiveTimeout("strata: rank " + std::to_string(rank_) + (role_.empty() ? "" : " (" + role_ + ")") +
+                            " waited " + std::to_string(timeout_.count()) + " ms for " + what);
+  }
+
+ private:
+  std::chrono::milliseconds timeout_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 0;
+  std::string role_;
+  std::mutex mu_;  // MPI_THREAD_SERIALIZED: one call at a time
+};
+
+//! Where each server's shards sit in the flat vector of all variables
+//! (shard i on server i mod servers), and the gather/scatter between the
+//! two. The same on every rank (every rank creates the same variables).
+class ServerLayout {
+ public:
+  ServerLayout() = default;
+  ServerLayout(std::vector<Range> shards, int servers)
+      : shards_(std::move(shards)), by_server_(static_cast<std::size_t>(servers)) {
+    for (std::size_t i = 0; i < shards_.size(); ++i) by_server_[i % by_server_.size()].push_back(i);
+  }
+  [[nodiscard]] const std::vector<Range>& shards() const noexcept { return shards_; }
+  [[nodiscard]] std::size_t servers() const noexcept { return by_server_.size(); }
+  //! Shards of server `s`, in order.
+  [[nodiscard]] const std::vector<std::size_t>& of(std::size_t s) const { return by_server_.at(s); }
+  //! Elements server `s` holds.
+  [[nodiscard]] std::size_t count_of(std::size_t s) const {
+    std::size_t n = 0;
+    for (std::size_t i : of(s)) n += shards_[i].size();
+    return n;
+  }
+  //! Server `s`'s elements of `all`, end to end.
+  [[nodiscard]] std::vector<float> gather(std::size_t s, std::span<const float> all) const {
+    std::vector<float> out;
+    out.reserve(count_of(s));
+    for (std::size_t i : of(s))
+      out.insert(out.end(), all.begin() + static_cast<std::ptrdiff_t>(shards_[i].begin),
+                 all.begin() + static_cast<std::ptrdiff_t>(shards_[i].end));
+    return out;
+  }
+  //! The inverse: server `s`'s elements `in` put back into `all`.
+  void scatter(std::size_t s, std::span<const float> in, std::span<float> all) const {
+    std::size_t at = 0;
+    for (std::size_t i : of(s)) {
+      std::copy_n(in.data() + at, shards_[i].size(), all.data() + shards_[i].begin);
+      at += shards_[i].size();
+    }
+  }
+
+ private:
+  std::vector<Range> shards_;
+  std::vector<std::vector<std::size_t>> by_server_;
+};
+
+}  // namespace strata::detail
