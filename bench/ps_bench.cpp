@@ -18,6 +18,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/data/mnist.hpp>
 #include <strata/nn.hpp>
+#include <strata/strategy/parameter_server.hpp>
 #include <strata/strata.hpp>
 
 #include "bench_util.hpp"

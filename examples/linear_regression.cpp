@@ -11,6 +11,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
+#include <strata/strategy/by_name.hpp>
 
 #include "example_cli.hpp"
 

@@ -10,6 +10,7 @@
 #include <strata/data/mnist.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
+#include <strata/strategy/by_name.hpp>
 
 #include "example_cli.hpp"
 

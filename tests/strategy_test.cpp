@@ -5,6 +5,7 @@
 #include <atomic>
 #include <set>
 #include <strata/strata.hpp>
+#include <strata/strategy/by_name.hpp>
 #include <thread>
 
 #include "watchdog.hpp"

@@ -2,6 +2,9 @@
 //! The strata core: tensors, policies, strategies and in-process collectives.
 //!   #include <strata/strata.hpp>
 //!   strata::MirroredStrategy strategy{strata::cpu_replicas(4)};
+//! Opt-in, heavier parts: <strata/strategy/parameter_server.hpp>
+//! (ParameterServerStrategy), <strata/strategy/by_name.hpp> (with_strategy),
+//! <strata/strategy/multi_worker.hpp> and <strata/comm/mpi/...> (MPI).
 
 #include <strata/config.hpp>
 #include <strata/core/concepts.hpp>
@@ -12,7 +15,5 @@
 #include <strata/policy/placement.hpp>
 #include <strata/policy/reduce.hpp>
 #include <strata/policy/sync.hpp>
-#include <strata/strategy/by_name.hpp>
-#include <strata/strategy/parameter_server.hpp>
 #include <strata/strategy/strategy.hpp>
 #include <strata/tensor/tensor.hpp>

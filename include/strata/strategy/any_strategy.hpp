@@ -7,16 +7,14 @@
 //!   s.run([&](strata::AnyReplicaContext& ctx) { ctx.all_reduce(grad, strata::Sum); });
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <type_traits>
 
 #include <strata/comm/reduce_op.hpp>
 #include <strata/policy/placement.hpp>
-
-namespace strata {
-class ParameterServerRuntime;
-}
+#include <strata/strategy/executor.hpp>
 
 namespace strata {
 
@@ -38,7 +36,7 @@ class AnyReplicaContext {
   virtual void barrier() = 0;
 };
 
-//! A strategy, type-erased.
+//! A strategy, type-erased: what a model holds.
 class AnyStrategy {
  public:
   virtual ~AnyStrategy() = default;
@@ -47,22 +45,13 @@ class AnyStrategy {
   [[nodiscard]] virtual int num_replicas_in_sync() const noexcept = 0;
   //! Runs `fn` on every replica of this process; errors as Strategy::run (ReplicaError).
   virtual void run(const std::function<void(AnyReplicaContext&)>& fn) = 0;
-
-  // Across processes (MultiWorkerMirroredStrategy); in one process these are
-  // the trivial answers. The collective ones must be called by every worker.
-  //! Workers (processes) taking part, and this one's index (0 is the chief).
+  //! The executor that trains `program` under this strategy (see
+  //! strategy/executor.hpp); it keeps references to both.
+  [[nodiscard]] virtual std::unique_ptr<Executor> make_executor(ModelProgram& program) = 0;
+  //! Processes taking part, and this one's index (0 is the chief, the one
+  //! that prints); 1 and 0 in one process.
   [[nodiscard]] virtual int num_workers() const noexcept { return 1; }
   [[nodiscard]] virtual int worker_index() const noexcept { return 0; }
-  //! The replicas this process runs.
-  [[nodiscard]] virtual int num_local_replicas() const noexcept { return num_replicas_in_sync(); }
-  //! Collective: elementwise sum over the workers, in place, on the caller's thread.
-  virtual void sum_across_workers(std::span<double>) {}
-  virtual void sum_across_workers(std::span<float>) {}
-  //! Collective: every worker receives the chief's values.
-  virtual void broadcast_from_chief(std::span<float>) {}
-  //! Under ParameterServer placement: the servers, workers and coordinator
-  //! a model trains through; null otherwise.
-  [[nodiscard]] virtual ParameterServerRuntime* parameter_servers() noexcept { return nullptr; }
 };
 
 namespace detail {
@@ -87,12 +76,19 @@ class ErasedReplicaContext final : public AnyReplicaContext {
   Ctx& ctx_;
 };
 
+//! A strategy's name: its own `name` where it has one, else its placement's.
+template <class S>
+constexpr std::string_view strategy_name() noexcept {
+  if constexpr (requires { S::name; }) return S::name;
+  else return S::placement_policy::name;
+}
+
 template <class S>
 class ErasedStrategy final : public AnyStrategy {
  public:
   explicit ErasedStrategy(S& s) : s_(s) {}
   PlacementKind placement() const noexcept override { return S::placement_policy::kind; }
-  std::string_view name() const noexcept override { return S::placement_policy::name; }
+  std::string_view name() const noexcept override { return strategy_name<S>(); }
   int num_replicas_in_sync() const noexcept override { return s_.num_replicas_in_sync(); }
   void run(const std::function<void(AnyReplicaContext&)>& fn) override {
     s_.run([&](auto& ctx) {
@@ -100,6 +96,9 @@ class ErasedStrategy final : public AnyStrategy {
       fn(erased);
     });
   }
+  std::unique_ptr<Executor> make_executor(ModelProgram& program) override { return detail::make_executor(s_, program); }
+  int num_workers() const noexcept override { return s_.num_workers(); }
+  int worker_index() const noexcept override { return s_.worker_index(); }
 
  private:
   S& s_;

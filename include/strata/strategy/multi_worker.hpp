@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <strata/comm/mpi/communicator.hpp>
+#include <strata/strategy/multi_worker_executor.hpp>
 #include <strata/strategy/strategy.hpp>
 
 namespace strata {
@@ -89,7 +90,7 @@ class MultiWorkerReplicaContext {
   ThreadCommunicator local_;
 };
 
-class MultiWorkerMirroredStrategy {
+class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMirroredStrategy> {
  public:
   using sync_policy = Synchronous;
   using placement_policy = Mirrored;
@@ -170,10 +171,6 @@ class MultiWorkerMirroredStrategy {
     return buf[0];
   }
 
-  //! This worker's per-replica values, indexed by local replica id.
-  template <class T>
-  const std::vector<T>& local_results(const PerReplica<T>& v) const { return v.values(); }
-
   //! A mirrored variable (one copy per local replica), every copy starting
   //! from worker 0's `init`. Collective.
   template <Element T>
@@ -200,44 +197,16 @@ class MultiWorkerMirroredStrategy {
       if (num_workers() > 1)
         if (auto mine = dataset.shard_files(static_cast<std::size_t>(num_workers()),
                                             static_cast<std::size_t>(worker_index())))
-          return {std::move(*mine), &any_, true};
+          return {std::move(*mine), &any(), true};
     }
-    return {std::forward<D>(dataset), &any_};
+    return {std::forward<D>(dataset), &any()};
   }
 
-  //! Runs `fn()` with this strategy as the current one.
-  template <std::invocable F>
-  decltype(auto) scope(F&& fn) {
-    detail::ScopeGuard g{{name, num_replicas_in_sync(), &any_}};
-    return std::forward<F>(fn)();
-  }
-  [[nodiscard]] AnyStrategy& any() noexcept { return any_; }
+  //! The workers as the executor's synchronous loop uses them (collectives over MPI).
+  [[nodiscard]] detail::MpiWorkers workers() noexcept { return detail::MpiWorkers(comm_); }
 
  private:
   friend class MultiWorkerReplicaContext;
-
-  class Erased final : public AnyStrategy {
-   public:
-    explicit Erased(MultiWorkerMirroredStrategy& s) : s_(s) {}
-    PlacementKind placement() const noexcept override { return PlacementKind::Mirrored; }
-    std::string_view name() const noexcept override { return MultiWorkerMirroredStrategy::name; }
-    int num_replicas_in_sync() const noexcept override { return s_.num_replicas_in_sync(); }
-    void run(const std::function<void(AnyReplicaContext&)>& fn) override {
-      s_.run([&](MultiWorkerReplicaContext& ctx) {
-        detail::ErasedReplicaContext<MultiWorkerReplicaContext> erased(ctx);
-        fn(erased);
-      });
-    }
-    int num_workers() const noexcept override { return s_.num_workers(); }
-    int worker_index() const noexcept override { return s_.worker_index(); }
-    int num_local_replicas() const noexcept override { return s_.num_local_replicas(); }
-    void sum_across_workers(std::span<double> v) override { s_.comm_.all_reduce(v, Sum); }
-    void sum_across_workers(std::span<float> v) override { s_.comm_.all_reduce(v, Sum); }
-    void broadcast_from_chief(std::span<float> v) override { s_.comm_.broadcast(v, 0); }
-
-   private:
-    MultiWorkerMirroredStrategy& s_;
-  };
 
   static std::vector<Device> check_devices(std::vector<Device> d) {
     if (d.empty()) throw Error("strata: MultiWorkerMirroredStrategy needs at least one local device, got none");
@@ -273,7 +242,6 @@ class MultiWorkerMirroredStrategy {
   std::vector<int> firsts_;  // per worker: the global id of its first replica
   bool mpi_mismatch_ = false;
   std::vector<std::byte> stage_;  // the leader's reduction buffer (8-byte aligned by new)
-  Erased any_{*this};
 };
 
 inline int MultiWorkerReplicaContext::replica_id_in_sync_group() const noexcept { return s_.offset_ + local_.rank(); }

@@ -17,12 +17,13 @@
 
 #include <strata/ps/in_process.hpp>
 #include <strata/ps/runtime.hpp>
+#include <strata/strategy/parameter_server_executor.hpp>
 #include <strata/strategy/strategy.hpp>
 
 namespace strata {
 
 namespace detail {
-//! The one replica of a chief that evaluates and predicts on its own thread.
+//! The one replica of a chief running a function given to run (no collectives needed).
 class SoloContext final : public AnyReplicaContext {
  public:
   int replica_id_in_sync_group() const noexcept override { return 0; }
@@ -36,30 +37,11 @@ class SoloContext final : public AnyReplicaContext {
   }
   void barrier() override {}
 };
-
-//! A parameter-server strategy seen without its type.
-class ErasedParameterServer final : public AnyStrategy {
- public:
-  explicit ErasedParameterServer(ParameterServerRuntime& rt) : rt_(rt) {}
-  PlacementKind placement() const noexcept override { return PlacementKind::ParameterServer; }
-  std::string_view name() const noexcept override { return ParameterServer::name; }
-  //! Evaluation and prediction run on the chief as one replica; training goes to the workers.
-  int num_replicas_in_sync() const noexcept override { return 1; }
-  void run(const std::function<void(AnyReplicaContext&)>& fn) override {
-    SoloContext ctx;
-    fn(ctx);
-  }
-  ParameterServerRuntime* parameter_servers() noexcept override { return &rt_; }
-  //! The chief is 0 (it prints); over MPI, servers and workers are 1.
-  int worker_index() const noexcept override { return rt_.role() == ParameterServerRuntime::Role::Chief ? 0 : 1; }
-
- private:
-  ParameterServerRuntime& rt_;
-};
 }  // namespace detail
 
 template <>
-class Strategy<Asynchronous, ParameterServer, PushPull> {
+class Strategy<Asynchronous, ParameterServer, PushPull>
+    : public detail::StrategySurface<Strategy<Asynchronous, ParameterServer, PushPull>> {
  public:
   using sync_policy = Asynchronous;
   using placement_policy = ParameterServer;
@@ -67,9 +49,9 @@ class Strategy<Asynchronous, ParameterServer, PushPull> {
 
   //! Servers and workers as threads of this process.
   explicit Strategy(ParameterServerOptions o = {})
-      : owned_(std::make_unique<InProcessParameterServers>(std::move(o))), rt_(owned_.get()), any_(*rt_) {}
+      : owned_(std::make_unique<InProcessParameterServers>(std::move(o))), rt_(owned_.get()) {}
   //! Over a runtime made elsewhere (the MPI transport), which must outlive the strategy.
-  explicit Strategy(ParameterServerRuntime& rt) : rt_(&rt), any_(rt) {}
+  explicit Strategy(ParameterServerRuntime& rt) : rt_(&rt) {}
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
@@ -80,6 +62,18 @@ class Strategy<Asynchronous, ParameterServer, PushPull> {
   [[nodiscard]] std::optional<std::uint64_t> staleness() const noexcept { return rt_->staleness(); }
   [[nodiscard]] ParameterServerRuntime& runtime() noexcept { return *rt_; }
   [[nodiscard]] bool is_chief() const noexcept { return rt_->role() == ParameterServerRuntime::Role::Chief; }
+  //! The chief is worker 0 (it prints); over MPI, servers and workers are 1.
+  [[nodiscard]] int worker_index() const noexcept { return is_chief() ? 0 : 1; }
+
+  //! Runs `fn(ctx)` once, on the caller's thread, as the chief's one replica
+  //! (training steps go to the workers through fit or schedule).
+  template <std::invocable<detail::SoloContext&> F>
+  auto run(F&& fn) {
+    detail::SoloContext ctx;
+    using R = std::invoke_result_t<F&, detail::SoloContext&>;
+    if constexpr (std::is_void_v<R>) fn(ctx);
+    else return PerReplica<R>(std::vector<R>{fn(ctx)});
+  }
 
   //! The in-process coordinator (for scheduling your own steps); throws over MPI.
   [[nodiscard]] Coordinator& coordinator() {
@@ -90,20 +84,6 @@ class Strategy<Asynchronous, ParameterServer, PushPull> {
   template <class F>
   auto schedule(F&& fn) { return coordinator().schedule(std::forward<F>(fn)); }
   void join() { rt_->join(); }
-
-  //! Runs `fn()` with this strategy as the current one (models made there train through it).
-  template <std::invocable F>
-  decltype(auto) scope(F&& fn) {
-    detail::ScopeGuard g{{ParameterServer::name, 1, &any_}};
-    return std::forward<F>(fn)();
-  }
-  [[nodiscard]] AnyStrategy& any() noexcept { return any_; }
-
-  //! Marks `dataset` for this strategy: each of its batches is one step on one worker.
-  template <class D>
-  [[nodiscard]] Distributed<std::remove_cvref_t<D>> distribute(D&& dataset) {
-    return {std::forward<D>(dataset), &any_};
-  }
 
   //! A variable sharded by the strategy's partitioner (ShardedVariable).
   template <Element T>
@@ -116,7 +96,6 @@ class Strategy<Asynchronous, ParameterServer, PushPull> {
  private:
   std::unique_ptr<InProcessParameterServers> owned_;
   ParameterServerRuntime* rt_;
-  detail::ErasedParameterServer any_;
 };
 
 //! Asynchronous training with variables on parameter servers (see above).

@@ -19,13 +19,14 @@
 #include <strata/policy/placement.hpp>
 #include <strata/policy/reduce.hpp>
 #include <strata/policy/sync.hpp>
-#include <strata/strategy/any_strategy.hpp>
+#include <strata/comm/algorithm/native.hpp>
+#include <strata/strategy/central_storage_executor.hpp>
+#include <strata/strategy/mirrored_executor.hpp>
+#include <strata/strategy/surface.hpp>
 #include <strata/strategy/device.hpp>
-#include <strata/strategy/distributed.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
 #include <strata/strategy/replica_pool.hpp>
-#include <strata/strategy/scope.hpp>
 #include <strata/strategy/variable.hpp>
 #include <strata/tensor/tensor.hpp>
 
@@ -59,13 +60,17 @@ consteval bool validate_composition() {
     static_assert(!std::same_as<Reduce, ReduceToOne>,
                   "strata: ReduceToOne reduces onto a single central copy, but Mirrored placement keeps a copy per "
                   "replica: use strata::AutoReduce, strata::Ring or strata::Direct, or CentralStorage placement");
+    static_assert(!std::same_as<Reduce, Native>,
+                  "strata: Native passes an all-reduce through to a backend library (MPI_Allreduce, NCCL), and "
+                  "replicas in one process have none: use strata::AutoReduce, strata::Ring or strata::Direct "
+                  "(MultiWorkerMirroredStrategy reaches MPI_Allreduce across processes)");
   } else if constexpr (std::same_as<Placement, CentralStorage>) {
     static_assert(std::same_as<Reduce, ReduceToOne>,
                   "strata: CentralStorage placement keeps one host copy of each variable, so gradients are reduced "
                   "onto it: use strata::ReduceToOne");
-  } else {
-    static_assert(dependent_false<Placement>, "strata: this placement policy has no strategy implementation");
   }
+  // Any other placement is accepted here; it still needs an executor
+  // (detail::ExecutorFor, strategy/executor.hpp), whose absence is a sentence too.
   return true;
 }
 
@@ -95,7 +100,7 @@ auto run_replicas(ReplicaPool& pool, Make make_context, F& fn) {
 }  // namespace detail
 
 template <SyncPolicy Sync, PlacementPolicy Placement, ReducePolicy Reduce>
-class Strategy {
+class Strategy : public detail::StrategySurface<Strategy<Sync, Placement, Reduce>> {
   static_assert(detail::validate_composition<Sync, Placement, Reduce>());
 
  public:
@@ -114,6 +119,8 @@ class Strategy {
   Strategy& operator=(const Strategy&) = delete;
 
   [[nodiscard]] int num_replicas_in_sync() const noexcept { return static_cast<int>(devices_.size()); }
+  //! The replicas this process runs: all of them.
+  [[nodiscard]] int num_local_replicas() const noexcept { return num_replicas_in_sync(); }
   [[nodiscard]] const std::vector<Device>& devices() const noexcept { return devices_; }
   [[nodiscard]] const CommOptions& options() const noexcept { return pool_.team().options(); }
 
@@ -182,31 +189,6 @@ class Strategy {
     return out;
   }
 
-  //! The per-replica values themselves, indexed by replica id.
-  template <class T>
-  const std::vector<T>& local_results(const PerReplica<T>& v) const { return v.values(); }
-
-  //! Runs `fn()` with this strategy as the current one (see strata::current_scope).
-  template <std::invocable F>
-  decltype(auto) scope(F&& fn) {
-    detail::ScopeGuard g{{Placement::name, num_replicas_in_sync(), &any_}};
-    return std::forward<F>(fn)();
-  }
-
-  //! This strategy seen without its type (what strata/nn models hold).
-  [[nodiscard]] AnyStrategy& any() noexcept { return any_; }
-
-  //! Marks `dataset` for distribution: a model's fit/evaluate/predict splits
-  //! each global batch of it into num_replicas_in_sync() per-replica batches
-  //! (contiguous, balanced rows; a batch smaller than the replica count
-  //! leaves some replicas an empty batch). The per-example loss is scaled by
-  //! the global batch size, so p replicas train as one would on the same
-  //! global batch.
-  template <class D>
-  [[nodiscard]] Distributed<std::remove_cvref_t<D>> distribute(D&& dataset) {
-    return {std::forward<D>(dataset), &any_};
-  }
-
   //! A variable placed as the placement policy says, initialised to `init`.
   template <Element T>
   auto make_variable(const Tensor<T>& init) const {
@@ -240,7 +222,6 @@ class Strategy {
 
   std::vector<Device> devices_;
   mutable detail::ReplicaPool pool_;
-  detail::ErasedStrategy<Strategy> any_{*this};
 };
 
 //! Synchronous replicas in one process, variables mirrored, all-reduce
@@ -271,4 +252,3 @@ inline AnyStrategy& current_strategy() {
 }
 
 }  // namespace strata
-#include <strata/strategy/parameter_server.hpp>  // the specialization Strategy<Asynchronous, ParameterServer, PushPull>

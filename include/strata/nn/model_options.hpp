@@ -1,0 +1,59 @@
+#pragma once
+//! The options and small types of a model's user-facing calls (Sequential's
+//! compile, fit, evaluate).
+//!   model.compile(opt, loss, {strata::nn::Accuracy{}}, {.seed = 7});
+//!   model.fit(data, {.epochs = 5, .verbose = strata::nn::Verbosity::Silent});
+
+#include <concepts>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <strata/nn/callbacks.hpp>
+#include <strata/nn/metrics.hpp>
+#include <strata/nn/progress.hpp>
+#include <strata/tensor/shape.hpp>
+
+namespace strata::nn {
+
+//! The per-sample input shape, as the first element of a Sequential.
+struct Input {
+  Shape shape;
+};
+
+//! Metrics for compile: `{strata::nn::Accuracy{}, ...}`.
+class MetricList {
+ public:
+  MetricList() = default;
+  template <std::derived_from<Metric>... M>
+  MetricList(M... m) {  // NOLINT: implicit, for brace lists
+    (items_.push_back(std::make_unique<M>(std::move(m))), ...);
+  }
+  MetricList(MetricList&&) = default;
+  MetricList& operator=(MetricList&&) = default;
+  std::vector<std::unique_ptr<Metric>>& items() noexcept { return items_; }
+
+ private:
+  std::vector<std::unique_ptr<Metric>> items_;
+};
+
+struct CompileOptions {
+  std::uint64_t seed = 0;  //!< keys weight initialization and dropout; fixed by default, so runs repeat
+};
+
+struct FitOptions {
+  int epochs = 1;
+  Verbosity verbose = Verbosity::Auto;
+  std::vector<Callback*> callbacks = {};
+  std::size_t steps_per_epoch = 0;  //!< 0: until the dataset ends
+  std::FILE* out = stdout;          //!< where progress goes
+};
+
+struct EvaluateOptions {
+  Verbosity verbose = Verbosity::Silent;
+  std::FILE* out = stdout;
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,232 @@
+#pragma once
+//! A Sequential model's side of the seam with the strategy's executor
+//! (strategy/program.hpp): the layers, their parameter layout, the loss,
+//! metrics and optimizer, and the program one replica runs: forward, loss
+//! and backward on its rows of a batch, bound to its view of the
+//! parameters. What runs where, and how gradients meet, is the executor's.
+//!   strata::nn::detail::LayerProgram p;  p.add(std::make_unique<strata::nn::Dense>(10));
+//!   strata::Tensor<float> init = p.build(strata::Shape{6});   // then an executor places it
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/nn/layer.hpp>
+#include <strata/nn/losses.hpp>
+#include <strata/nn/metrics.hpp>
+#include <strata/nn/optimizer.hpp>
+#include <strata/nn/random.hpp>
+#include <strata/strategy/program.hpp>
+
+namespace strata::nn::detail {
+
+//! "Dense" -> "dense", "MaxPool2D" -> "max_pool2d", "Conv2D" -> "conv2d" (Keras' style of layer names).
+inline std::string lower_name(const std::string& kind) {
+  std::string s;
+  for (std::size_t i = 0; i < kind.size(); ++i) {
+    const auto c = static_cast<unsigned char>(kind[i]);
+    // a word starts at an upper-case letter that follows a lower-case one
+    if (std::isupper(c) && i && std::islower(static_cast<unsigned char>(kind[i - 1]))) s += '_';
+    s += static_cast<char>(std::tolower(c));
+  }
+  return s;
+}
+
+//! rows [r.begin, r.end) of `src` into `dst`.
+inline void copy_rows(const Tensor<float>& src, Range r, Tensor<float>& dst) {
+  const Shape s = sample_shape(src.shape());
+  resize(dst, r.size(), s);
+  const std::size_t w = s.elements();
+  if (r.size()) std::copy_n(src.data() + r.begin * w, r.size() * w, dst.data());
+}
+
+class LayerProgram;
+
+//! One replica's layers, bound to its view of the parameters and its gradient buffer.
+class LayerReplica final : public ReplicaProgram {
+ public:
+  LayerReplica(const LayerProgram& m, std::span<const float> value, std::span<float> grad);
+  void step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) override;
+
+ private:
+  void backward(int replicas);
+
+  const LayerProgram& m_;
+  std::span<const float> value_;
+  std::span<float> grad_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Tensor<float>> acts_;
+  Tensor<float> x_, y_, d_[2];
+};
+
+//! The optimizer with its state for a slice of the parameters.
+class OptimizerUpdater final : public Updater {
+ public:
+  OptimizerUpdater(const Optimizer& o, std::size_t n) : opt_(o.clone()), state_(o.make_state(n)) {}
+  void apply(std::span<float> w, std::span<const float> g, std::size_t offset, std::int64_t step) override {
+    opt_->apply(w, g, state_, offset, step);
+  }
+
+ private:
+  std::unique_ptr<Optimizer> opt_;
+  OptimizerState state_;
+};
+
+class LayerProgram final : public ModelProgram {
+ public:
+  std::vector<std::unique_ptr<Layer>> layers;
+  std::vector<Shape> shapes;                // per layer: its per-sample output shape
+  std::vector<std::vector<ParamSpec>> specs;  // per layer: its parameters
+  std::vector<std::string> names;           // per layer: "dense", "dense_1", ...
+  std::size_t total = 0, first_trainable = 0;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Loss> loss;
+  std::vector<std::unique_ptr<Metric>> metrics;
+  std::uint64_t seed = 0;
+
+  //! Infers every layer's shapes for per-sample `input` and returns the
+  //! initial parameters (seeded). On a layer's refusal nothing changes.
+  Tensor<float> build(const Shape& input) {
+    Shape s = input;
+    std::vector<Shape> out_shapes;
+    std::vector<std::vector<ParamSpec>> out_specs;
+    std::vector<std::string> out_names, kinds;
+    std::size_t n = 0;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      try {
+        s = layers[l]->build(s);
+      } catch (const ShapeError& e) {
+        throw ShapeError("Sequential: layer " + std::to_string(l) + " (" + layers[l]->kind() + "): " + e.what());
+      }
+      out_shapes.push_back(s);
+      out_specs.push_back(layers[l]->params());
+      const std::string base = lower_name(layers[l]->kind());
+      const auto seen = static_cast<std::size_t>(std::count(kinds.begin(), kinds.end(), base));
+      kinds.push_back(base);
+      out_names.push_back(seen ? base + "_" + std::to_string(seen) : base);
+      for (const auto& p : out_specs.back()) n += p.shape.elements();
+    }
+    shapes = std::move(out_shapes);
+    specs = std::move(out_specs);
+    names = std::move(out_names);
+    total = n;
+    first_trainable = layers.size();
+    for (std::size_t l = 0; l < layers.size() && first_trainable == layers.size(); ++l)
+      if (!specs[l].empty()) first_trainable = l;
+    Tensor<float> init{Shape{total}};
+    std::size_t off = 0;
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      for (std::size_t i = 0; i < specs[l].size(); ++i) {
+        const ParamSpec& p = specs[l][i];
+        const std::size_t k = p.shape.elements();
+        if (p.init == Init::GlorotUniform) {
+          const float limit = std::sqrt(6.f / static_cast<float>(std::max<std::size_t>(1, p.fan_in + p.fan_out)));
+          Rng rng{mix(seed, l, i)};
+          for (std::size_t j = 0; j < k; ++j) init[off + j] = (2.f * rng.uniform() - 1.f) * limit;
+        }
+        off += k;
+      }
+    return init;
+  }
+
+  //! f(offset, count, l2) for every parameter with an L2 regularizer.
+  template <class F>
+  void for_each_l2(F&& f) const {
+    std::size_t off = 0;
+    for (const auto& layer : specs)
+      for (const auto& p : layer) {
+        const std::size_t n = p.shape.elements();
+        if (p.l2 > 0.f) f(off, n, p.l2);
+        off += n;
+      }
+  }
+  //! Sum of l2 * sum(w^2) over the regularized parameters of `v` (part of the reported loss, as in Keras).
+  [[nodiscard]] double regularization_loss(const Tensor<float>& v) const {
+    double sum = 0;
+    for_each_l2([&](std::size_t off, std::size_t n, float l2) {
+      double sq = 0;
+      for (std::size_t i = off; i < off + n; ++i) sq += static_cast<double>(v[i]) * v[i];
+      sum += l2 * sq;
+    });
+    return sum;
+  }
+
+  [[nodiscard]] std::size_t num_params() const override { return total; }
+  [[nodiscard]] std::vector<Shape> variable_shapes() const override {
+    std::vector<Shape> out;
+    for (const auto& layer : specs)
+      for (const auto& p : layer) out.push_back(p.shape);
+    return out;
+  }
+  [[nodiscard]] std::size_t output_width() const override { return shapes.back().elements(); }
+  [[nodiscard]] std::size_t num_metrics() const override { return metrics.size(); }
+  [[nodiscard]] std::unique_ptr<ReplicaProgram> make_replica(std::span<const float> value,
+                                                              std::span<float> grad) override {
+    return std::make_unique<LayerReplica>(*this, value, grad);
+  }
+  [[nodiscard]] std::unique_ptr<Updater> make_updater(std::size_t n) const override {
+    if (!optimizer) throw Error("Sequential: compile the model first (optimizer and loss)");
+    return std::make_unique<OptimizerUpdater>(*optimizer, n);
+  }
+};
+
+inline LayerReplica::LayerReplica(const LayerProgram& m, std::span<const float> value, std::span<float> grad)
+    : m_(m), value_(value), grad_(grad), acts_(m.layers.size()) {
+  std::size_t off = 0;
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    layers_.push_back(m.layers[l]->clone());
+    std::vector<ParamRef> refs;
+    for (const auto& p : m.specs[l]) {
+      const std::size_t n = p.shape.elements();
+      refs.push_back({value.subspan(off, n), grad.subspan(off, n)});
+      off += n;
+    }
+    layers_.back()->bind(refs);
+  }
+}
+
+inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) {
+  out.rows = rows.size();
+  copy_rows(*b.x, rows, x_);
+  if (b.y) copy_rows(*b.y, rows, y_);
+  const bool train = info.phase == Phase::Train;
+  const Tensor<float>* in = &x_;
+  RunInfo run{train, info.replica, m_.seed, info.iteration, 0};
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    run.layer = l;
+    layers_[l]->forward(*in, acts_[l], run);
+    in = &acts_[l];
+  }
+  const Tensor<float>& pred = *in;
+  if (info.phase == Phase::Predict) {
+    const std::size_t w = pred.shape()[0] ? pred.size() / pred.shape()[0] : 0;
+    if (pred.size()) std::copy_n(pred.data(), pred.size(), b.predictions + rows.begin * w);
+    return;
+  }
+  out.loss = m_.loss->compute(pred, y_, train ? &d_[0] : nullptr, info.scale);
+  out.metrics.resize(m_.metrics.size());
+  for (std::size_t k = 0; k < m_.metrics.size(); ++k) out.metrics[k] = m_.metrics[k]->total(pred, y_);
+  if (train) backward(info.replicas);
+}
+
+inline void LayerReplica::backward(int replicas) {
+  int cur = 0;
+  for (std::size_t l = layers_.size(); l-- > 0;) {
+    const Tensor<float>& in = l ? acts_[l - 1] : x_;
+    const bool need_dx = l > m_.first_trainable;
+    layers_[l]->backward(in, acts_[l], d_[cur], need_dx ? &d_[1 - cur] : nullptr);
+    if (!need_dx) break;
+    cur = 1 - cur;
+  }
+  // L2: every replica adds its 1/p share of the gradient, so the sum adds it once
+  m_.for_each_l2([&](std::size_t off, std::size_t n, float l2) {
+    const float k = 2.f * l2 / static_cast<float>(replicas);
+    for (std::size_t i = off; i < off + n; ++i) grad_[i] += k * value_[i];
+  });
+}
+
+}  // namespace strata::nn::detail

@@ -1,0 +1,67 @@
+#pragma once
+//! Executor: how a strategy runs a model's training, evaluation and
+//! prediction (see strategy/program.hpp for the seam). One executor per
+//! placement, in its own file (mirrored_executor.hpp,
+//! central_storage_executor.hpp, multi_worker_executor.hpp,
+//! parameter_server_executor.hpp); a placement is given one by
+//! specializing detail::ExecutorFor<Placement>. A strategy whose placement
+//! has none fails to compile with a sentence saying so.
+//!   std::unique_ptr<strata::Executor> ex = strategy.any().make_executor(program);
+//!   ex->place(init);  auto totals = ex->run_pass(pass);
+
+#include <memory>
+#include <span>
+
+#include <strata/core/concepts.hpp>
+#include <strata/strategy/program.hpp>
+
+namespace strata {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  //! Places the variables, starting from `init` (across workers: the
+  //! chief's), with fresh optimizer state. Collective across workers.
+  virtual void place(const Tensor<float>& init) = 0;
+  //! Fresh optimizer state (a new compile), where the variables are placed.
+  virtual void reset_optimizer() = 0;
+  [[nodiscard]] virtual bool placed() const noexcept = 0;
+  //! The variables' logical value (one copy, flat).
+  [[nodiscard]] virtual const Tensor<float>& value() const = 0;
+  //! Sets every copy (and the servers') to `v`.
+  virtual void assign(const Tensor<float>& v) = 0;
+  //! Runs a pass; returns its sums (at its end, every worker's).
+  virtual PassTotals run_pass(Pass& pass) = 0;
+  //! Predictions of a whole dataset, `all` rows in dataset order: across
+  //! workers, joins what each computed (collective); `per_worker`: each
+  //! worker predicted only its own data.
+  virtual void join_predictions(std::span<float> /*all*/, bool /*per_worker*/) {}
+  //! Before fit's epochs: false when this process does not drive them but
+  //! served the ones that do until they ended (parameter-server ranks
+  //! other than the chief), holding the trained value after. `pass` gives
+  //! the data to build the model from.
+  virtual bool begin_fit(Pass& /*pass*/) { return true; }
+  //! After fit's epochs (also when they failed).
+  virtual void end_fit() {}
+  //! The process that reports (prints) for all.
+  [[nodiscard]] virtual bool is_chief() const noexcept { return true; }
+};
+
+namespace detail {
+//! The executor of placement `P`: a static `make(strategy, program)`
+//! returning std::unique_ptr<Executor>. Specialized next to each executor.
+template <class P>
+struct ExecutorFor {
+  static_assert(dependent_false<P>,
+                "strata: this placement policy has no executor, so no model can train under it: specialize "
+                "strata::detail::ExecutorFor<YourPlacement> with a static make(strategy, program) returning "
+                "std::unique_ptr<strata::Executor> (see strategy/mirrored_executor.hpp)");
+};
+
+template <class S>
+std::unique_ptr<Executor> make_executor(S& s, ModelProgram& program) {
+  return ExecutorFor<typename S::placement_policy>::make(s, program);
+}
+}  // namespace detail
+
+}  // namespace strata

@@ -1,0 +1,121 @@
+#pragma once
+//! The executor of Mirrored (and OneDevice) placement: every local replica
+//! keeps a copy of the variables; gradients are all-reduced (summed) and
+//! every copy gets the same update. With the sharded update (ZeRO stage 1,
+//! which TensorFlow's MirroredStrategy does not have) the gradients are
+//! reduce-scattered instead, each replica updates only its 1/p slice with
+//! its 1/p of the optimizer state, and the slices are all-gathered into
+//! every copy: the same sums, so bitwise the same weights as the unsharded
+//! update with the direct all-reduce, and optimizer state per replica
+//! divided by p.
+//!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
+//!   s.executor_options().sharded_update = strata::ShardedUpdate::Off;   // before making the model
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <strata/comm/reduce_op.hpp>
+#include <strata/policy/placement.hpp>
+#include <strata/strategy/sync_executor.hpp>
+
+namespace strata {
+
+//! Whether a mirrored executor shards the optimizer update over replicas.
+enum class ShardedUpdate {
+  Auto,  //!< sharded where it is faster: 2 or more replicas in one process (docs/performance.md)
+  On,    //!< sharded wherever the replicas' collectives allow it (one process)
+  Off,   //!< every replica updates its whole copy
+};
+
+//! What a strategy tells its executor.
+struct ExecutorOptions {
+  ShardedUpdate sharded_update = ShardedUpdate::Auto;
+};
+
+namespace detail {
+
+template <class S>
+class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
+  using Base = SyncExecutor<S, MirroredExecutor<S>>;
+  friend Base;
+
+ public:
+  MirroredExecutor(S& s, ModelProgram& program, ExecutorOptions o) : Base(s, program), opts_(o) {}
+
+  [[nodiscard]] const Tensor<float>& value() const override { return vars_->value(); }
+  void assign(const Tensor<float>& v) override { vars_->assign(v); }
+  //! Whether the update is sharded (decided when the variables are placed).
+  [[nodiscard]] bool sharded() const noexcept { return sharded_; }
+
+  void reset_optimizer() override {
+    if (!vars_) return;
+    updaters_.clear();
+    for (std::size_t r = 0; r < replicas_; ++r)
+      updaters_.push_back(this->program_.make_updater(sharded_ ? mine(r).size() : this->program_.num_params()));
+  }
+
+ private:
+  static constexpr bool can_shard = requires(typename S::context_type& c, std::span<const float> in, std::span<float> out) {
+    c.reduce_scatter(in, out, Sum);
+    c.all_gather(in, out);
+  };
+
+  void place_values(const Tensor<float>& init, std::size_t local) {
+    vars_.emplace(init, static_cast<int>(local));
+    replicas_ = local;
+    sharded_ = can_shard && local > 1 && opts_.sharded_update != ShardedUpdate::Off;
+    shards_.clear();
+    if (sharded_)
+      for (std::size_t r = 0; r < local; ++r) shards_.emplace_back(Shape{mine(r).size()});
+  }
+  std::span<const float> replica_value(std::size_t r) { return vars_->copy(static_cast<int>(r)).span(); }
+  //! Replica r's slice under the sharded update (the reduce-scatter's shard).
+  Range mine(std::size_t r) const { return shard_range(this->program_.num_params(), replicas_, r); }
+
+  template <class Ctx>
+  void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
+    std::span<float> w = vars_->copy(static_cast<int>(r)).span();
+    std::span<float> g = this->grads_[r].span();
+    if constexpr (can_shard) {
+      if (sharded_) {
+        const Range m = mine(r);
+        std::span<float> shard = shards_[r].span();
+        ctx.reduce_scatter(std::span<const float>(g), shard, Sum);
+        updaters_[r]->apply(w.subspan(m.begin, m.size()), shard, 0, it);
+        // all-gather from a buffer no one writes meanwhile (not from the copies being written)
+        std::copy_n(w.data() + m.begin, m.size(), shard.data());
+        ctx.all_gather(std::span<const float>(shard), w);
+        return;
+      }
+    }
+    ctx.all_reduce(g, Sum);
+    updaters_[r]->apply(w, g, 0, it);
+  }
+
+  ExecutorOptions opts_;
+  std::optional<MirroredVariable<float>> vars_;
+  std::vector<std::unique_ptr<Updater>> updaters_;
+  std::vector<Tensor<float>> shards_;  // per replica: its reduced gradient slice, then its updated values
+  std::size_t replicas_ = 0;
+  bool sharded_ = false;
+};
+
+template <>
+struct ExecutorFor<Mirrored> {
+  template <class S>
+  static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
+    ExecutorOptions o;
+    if constexpr (requires { s.executor_options(); }) o = s.executor_options();
+    return std::make_unique<MirroredExecutor<S>>(s, program, o);
+  }
+};
+//! One device: a mirrored executor of one replica.
+template <>
+struct ExecutorFor<OneDevice> : ExecutorFor<Mirrored> {};
+
+}  // namespace detail
+}  // namespace strata

@@ -1,0 +1,182 @@
+#pragma once
+//! The executor of ParameterServer placement: the variables live on the
+//! servers (sharded, with the optimizer state), each batch of fit is one
+//! step on one worker (pull the servers' value into the worker's copy,
+//! forward, loss, backward, push the gradient), and the chief keeps a copy
+//! of its own for evaluation and prediction, refreshed from the servers
+//! after each training pass. Over MPI, the ranks other than the chief serve
+//! it during fit and hold the trained value after.
+//!   strata::ParameterServerStrategy s{{.workers = 4, .servers = 2}};
+//!   auto model = s.scope([] { return strata::nn::Sequential{...}; });   // trains through this executor
+//! Not deterministic unless staleness is 0.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <strata/policy/placement.hpp>
+#include <strata/ps/runtime.hpp>
+#include <strata/strategy/executor.hpp>
+#include <strata/strategy/variable.hpp>
+
+namespace strata::detail {
+
+class ParameterServerExecutor final : public Executor {
+ public:
+  ParameterServerExecutor(ParameterServerRuntime& rt, ModelProgram& program) : rt_(rt), program_(program) {}
+
+  [[nodiscard]] bool placed() const noexcept override { return copies_.has_value(); }
+  [[nodiscard]] bool is_chief() const noexcept override { return rt_.role() == ParameterServerRuntime::Role::Chief; }
+  [[nodiscard]] const Tensor<float>& value() const override { return copies_->copy(0); }
+
+  //! Copy 0 is the chief's (evaluate, predict, get_weights), copy 1 + w
+  //! worker w's pull of the servers' value.
+  void place(const Tensor<float>& init) override {
+    const int copies = rt_.num_workers() + 1;
+    copies_.emplace(init, copies);
+    grads_.assign(static_cast<std::size_t>(copies), Tensor<float>{Shape{program_.num_params()}});
+    reps_.clear();
+    for (int r = 0; r < copies; ++r)
+      reps_.push_back(program_.make_replica(copies_->copy(r).span(), grads_[static_cast<std::size_t>(r)].span()));
+    reset_optimizer();
+  }
+
+  //! The servers get the variables (sharded) and a fresh optimizer, whose
+  //! state they update only on their shards' elements. Collective over MPI.
+  void reset_optimizer() override {
+    if (!copies_) return;
+    updater_ = program_.make_updater(program_.num_params());
+    rt_.create_variables(program_.variable_shapes(), value(),
+                         [u = updater_.get()](std::span<float> w, std::span<const float> g, std::size_t offset,
+                                              std::uint64_t step) { u->apply(w, g, offset, static_cast<std::int64_t>(step)); });
+  }
+
+  void assign(const Tensor<float>& v) override {
+    rt_.assign(v.span());
+    copies_->assign(v);
+  }
+
+  PassTotals run_pass(Pass& pass) override {
+    return pass.phase == Phase::Train ? train(pass) : on_chief(pass);
+  }
+
+  bool begin_fit(Pass& pass) override {
+    if (is_chief()) return true;
+    if (!placed() && !pass.next()) pass.empty();  // build the model from the data, or from its Input
+    rt_.set_step([this](int w, const StepInput& in) { return worker_step(w, in); });
+    Tensor<float> trained{Shape{program_.num_params()}};
+    rt_.serve(trained.span());
+    copies_->assign(trained);
+    return false;
+  }
+  //! The servers and workers of other processes return from fit with the chief's value.
+  void end_fit() override {
+    if (placed()) rt_.end_training(value().span());
+  }
+
+ private:
+  //! A training step on worker `w`. Dropout is keyed by the step's number,
+  //! not the worker, so a rescheduled step draws the same masks.
+  StepOutput worker_step(int w, const StepInput& in) {
+    const auto r = static_cast<std::size_t>(w) + 1;
+    rt_.pull(w, copies_->copy(static_cast<int>(r)).span());
+    const std::size_t rows = in.x.shape()[0];
+    ReplicaResult res;
+    reps_[r]->step(Batch{&in.x, &in.y, nullptr}, Range{0, rows},
+                   StepInfo{Phase::Train, 0, 1, static_cast<std::uint64_t>(in.iteration),
+                            rows ? 1.f / static_cast<float>(rows) : 0.f},
+                   res);
+    rt_.push(w, grads_[r].span());
+    return StepOutput{res.loss, std::move(res.metrics), res.rows};
+  }
+
+  //! One pass of fit on the chief: each batch a step scheduled on some
+  //! worker, at most two per worker in flight; results taken in order (logs,
+  //! progress and callbacks as in synchronous training). The chief's copy
+  //! holds the servers' value after.
+  PassTotals train(Pass& pass) {
+    PassTotals t;
+    t.metrics.assign(program_.num_metrics(), 0.0);
+    rt_.set_step([this](int w, const StepInput& in) { return worker_step(w, in); });
+    std::deque<RemoteValue<StepOutput>> inflight;
+    const auto window = 2 * static_cast<std::size_t>(rt_.num_workers());
+    std::size_t scheduled = 0, steps = 0;
+    bool stop = false;
+    const auto collect = [&] {
+      const StepOutput out = inflight.front().get();
+      inflight.pop_front();
+      t.loss += out.loss;
+      t.local += out.rows;
+      t.samples += out.rows;
+      for (std::size_t m = 0; m < t.metrics.size() && m < out.metrics.size(); ++m) t.metrics[m] += out.metrics[m];
+      stop = pass.end_step(steps++, t) || stop;
+    };
+    try {
+      while (!stop && (!pass.max_steps || scheduled < pass.max_steps)) {
+        std::optional<Batch> b = pass.next();
+        if (!b) break;
+        pass.begin_step(scheduled);
+        inflight.push_back(rt_.schedule(StepInput{*b->x, *b->y, (*pass.iteration)++}));
+        ++scheduled;
+        while (inflight.size() > window) collect();
+      }
+      while (!inflight.empty()) collect();
+      rt_.join();
+    } catch (...) {
+      try {
+        rt_.join();  // the steps still running use the model
+      } catch (...) {
+      }
+      throw;
+    }
+    if (placed()) rt_.read(copies_->copy(0).span());
+    return t;
+  }
+
+  //! Evaluation and prediction: the chief's copy, one replica on the caller's thread.
+  PassTotals on_chief(Pass& pass) {
+    PassTotals t;
+    t.metrics.assign(program_.num_metrics(), 0.0);
+    for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
+      std::optional<Batch> b = pass.next();
+      if (!b) break;
+      pass.begin_step(steps);
+      const std::size_t rows = b->x->shape()[0];
+      if (rows) {
+        ReplicaResult res;
+        reps_[0]->step(*b, Range{0, rows},
+                       StepInfo{pass.phase, 0, 1, static_cast<std::uint64_t>(*pass.iteration),
+                                1.f / static_cast<float>(rows)},
+                       res);
+        if (pass.phase != Phase::Predict) {
+          t.loss += res.loss;
+          t.local += res.rows;
+          for (std::size_t m = 0; m < t.metrics.size(); ++m) t.metrics[m] += res.metrics[m];
+        }
+        t.samples += rows;
+      }
+      if (pass.end_step(steps++, t)) break;
+    }
+    return t;
+  }
+
+  ParameterServerRuntime& rt_;
+  ModelProgram& program_;
+  std::optional<MirroredVariable<float>> copies_;
+  std::vector<Tensor<float>> grads_;
+  std::vector<std::unique_ptr<ReplicaProgram>> reps_;
+  std::unique_ptr<Updater> updater_;
+};
+
+template <>
+struct ExecutorFor<ParameterServer> {
+  template <class S>
+  static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
+    return std::make_unique<ParameterServerExecutor>(s.runtime(), program);
+  }
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,127 @@
+#pragma once
+//! The seam between a model and the strategy that trains it. The model
+//! describes; the strategy executes.
+//!
+//! The model (strata/nn's Sequential) gives the strategy's executor a
+//! ModelProgram: the flat parameter layout, per-replica programs (the layers
+//! bound to one copy of the parameters and one gradient buffer, running
+//! forward, loss and backward on rows of a batch), and the optimizer's
+//! elementwise update. It hands batches and callbacks over as a Pass.
+//!
+//! The executor (one per placement: strategy/*_executor.hpp) decides
+//! everything else: where the variables and optimizer state live, how a
+//! global batch is split over replicas (and workers), how gradients are
+//! reduced, where and how the update is applied, and how logs are summed.
+//!   auto ex = strategy.any().make_executor(program);
+//!   ex->place(init);  ex->run_pass(pass);  ex->value();
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <strata/core/partition.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata {
+
+//! What a pass over the data computes.
+enum class Phase { Train, Evaluate, Predict };
+
+//! One batch as the model hands it to an executor: features and labels as
+//! float tensors with the same first extent (no labels when predicting),
+//! and where predictions go (rows x output width, Predict only).
+struct Batch {
+  const Tensor<float>* x = nullptr;
+  const Tensor<float>* y = nullptr;
+  float* predictions = nullptr;
+};
+
+//! Where and what one replica computes in a step.
+struct StepInfo {
+  Phase phase = Phase::Train;
+  int replica = 0;              //!< global replica id (keys dropout masks)
+  int replicas = 1;             //!< replicas whose gradients are summed into one update (shares of L2)
+  std::uint64_t iteration = 0;  //!< the optimizer's step (keys dropout masks)
+  float scale = 1.f;            //!< each example's loss is multiplied by this (1 / global batch)
+};
+
+//! The sums a replica's rows contribute to a pass's logs.
+struct ReplicaResult {
+  double loss = 0;              //!< sum of the per-example losses (unscaled)
+  std::vector<double> metrics;  //!< each metric's sum over the rows
+  std::size_t rows = 0;
+};
+
+//! A model's layers bound to one replica's copy of the parameters and one
+//! gradient buffer (made by ModelProgram::make_replica).
+class ReplicaProgram {
+ public:
+  virtual ~ReplicaProgram() = default;
+  //! Forward on rows `rows` of b.x; unless predicting, the loss and metrics
+  //! against b.y into `out`; when training, the gradient of (scale x the
+  //! rows' loss sum) plus this replica's 1/replicas share of the
+  //! regularization gradient into the bound gradient buffer (overwritten).
+  //! Predicting, rows' outputs go to b.predictions + rows.begin x width.
+  virtual void step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) = 0;
+};
+
+//! The optimizer's update of a contiguous slice of the parameters, with the
+//! optimizer state (e.g. Adam's moments) of `n` elements it was made for.
+class Updater {
+ public:
+  virtual ~Updater() = default;
+  //! w -= f(g) elementwise; `offset`: where w starts within the state's n
+  //! elements; `step`: updates before this one.
+  virtual void apply(std::span<float> w, std::span<const float> g, std::size_t offset, std::int64_t step) = 0;
+};
+
+//! What a model gives an executor.
+class ModelProgram {
+ public:
+  virtual ~ModelProgram() = default;
+  //! Parameters, flat: every variable end to end.
+  [[nodiscard]] virtual std::size_t num_params() const = 0;
+  //! The variables' shapes in that order (partitioners shard by them).
+  [[nodiscard]] virtual std::vector<Shape> variable_shapes() const = 0;
+  //! Elements of one prediction row.
+  [[nodiscard]] virtual std::size_t output_width() const = 0;
+  [[nodiscard]] virtual std::size_t num_metrics() const = 0;
+  //! A replica bound to `value` (read) and `grad` (written), num_params() each.
+  [[nodiscard]] virtual std::unique_ptr<ReplicaProgram> make_replica(std::span<const float> value,
+                                                                      std::span<float> grad) = 0;
+  //! The optimizer with fresh state for `n` elements.
+  [[nodiscard]] virtual std::unique_ptr<Updater> make_updater(std::size_t n) const = 0;
+};
+
+//! Running sums of a pass. `loss`, `metrics` and `local` cover the rows
+//! this process computed (at a pass's end: every worker's); `samples`
+//! counts the global batches' rows.
+struct PassTotals {
+  double loss = 0;
+  std::vector<double> metrics;
+  std::size_t samples = 0;
+  std::size_t local = 0;
+};
+
+//! One pass over the data, as the model drives it: the batches (already
+//! converted, the model built for them), and the hooks between steps.
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  Phase phase = Phase::Train;
+  std::size_t max_steps = 0;     //!< 0: until the data ends
+  bool per_worker = false;       //!< the data is this worker's own share of each global batch
+  std::int64_t* iteration = nullptr;  //!< the model's optimizer step, advanced by training steps
+  //! This process's next batch (nullopt: its data ended).
+  virtual std::optional<Batch> next() = 0;
+  //! A batch of no rows shaped like the data's (a worker out of data takes part with it).
+  virtual Batch empty() = 0;
+  virtual void begin_step(std::size_t /*step*/) {}
+  //! After each step; true stops the pass.
+  virtual bool end_step(std::size_t /*step*/, const PassTotals&) { return false; }
+};
+
+}  // namespace strata

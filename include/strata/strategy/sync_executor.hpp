@@ -1,0 +1,146 @@
+#pragma once
+//! The synchronous loop shared by the executors of synchronous placements
+//! (mirrored, central storage, across workers): every global batch is split
+//! into contiguous, balanced row ranges, one per replica (of every worker);
+//! each replica computes the gradient of (sum of its rows' losses) / (global
+//! batch size); the placement's executor reduces and applies it (Derived::
+//! apply). p replicas thus take the step one replica takes on the whole
+//! batch. Deterministic: per-replica sums are added in replica order.
+//!   class MyExecutor : public strata::detail::SyncExecutor<S, MyExecutor> { ... apply(ctx, r, it) ... };
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <strata/core/partition.hpp>
+#include <strata/strategy/executor.hpp>
+#include <strata/strategy/variable.hpp>
+
+namespace strata::detail {
+
+//! The workers of a strategy in one process: just this one.
+struct OneWorker {
+  [[nodiscard]] int size() const noexcept { return 1; }
+  [[nodiscard]] int index() const noexcept { return 0; }
+  void sum(std::span<double>) {}
+  void sum(std::span<float>) {}
+  void broadcast(std::span<float>) {}
+};
+
+//! A strategy's workers: what its `workers()` returns (across processes), else OneWorker.
+template <class S>
+auto workers_of(S& s) {
+  if constexpr (requires { s.workers(); }) return s.workers();
+  else return OneWorker{};
+}
+
+template <class S, class Derived>
+class SyncExecutor : public Executor {
+ public:
+  SyncExecutor(S& s, ModelProgram& program) : s_(s), program_(program), workers_(workers_of(s)) {}
+
+  [[nodiscard]] bool placed() const noexcept override { return !reps_.empty(); }
+  [[nodiscard]] bool is_chief() const noexcept override { return workers_.index() == 0; }
+
+  //! Every worker starts from the chief's `init`; the placement keeps it
+  //! (Derived::place_values) and each local replica is bound to its view.
+  void place(const Tensor<float>& init) override {
+    Tensor<float> start = init;
+    workers_.broadcast(start.span());
+    const auto local = static_cast<std::size_t>(s_.num_local_replicas());
+    derived().place_values(start, local);
+    reps_.clear();
+    grads_.assign(local, Tensor<float>{Shape{program_.num_params()}});
+    results_.assign(local, ReplicaResult{});
+    for (std::size_t r = 0; r < local; ++r) reps_.push_back(program_.make_replica(derived().replica_value(r), grads_[r].span()));
+    reset_optimizer();
+  }
+
+  PassTotals run_pass(Pass& pass) override {
+    PassTotals t;
+    t.metrics.assign(program_.num_metrics(), 0.0);
+    // With each worker's own share (sharded by file) the workers agree on
+    // every global batch; one out of data takes part with an empty share
+    // until all are. Predicting, each worker predicts its own rows alone.
+    const bool own = pass.per_worker;
+    const bool agree = own && pass.phase != Phase::Predict;
+    for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
+      std::optional<Batch> b = pass.next();
+      std::size_t global = 0;
+      if (agree) {
+        double rows[1] = {b ? static_cast<double>(b->x->shape()[0]) : 0.0};
+        workers_.sum(rows);
+        global = static_cast<std::size_t>(rows[0]);
+        if (global == 0) break;
+        if (!b) b = pass.empty();
+      } else {
+        if (!b) break;
+        global = b->x->shape()[0];
+      }
+      pass.begin_step(steps);
+      step(*b, pass, global, own, t);
+      if (pass.end_step(steps++, t)) break;
+    }
+    if (pass.phase != Phase::Predict) sum_totals(t);
+    return t;
+  }
+
+  void join_predictions(std::span<float> all, bool per_worker) override {
+    if (!per_worker) workers_.sum(all);
+  }
+
+ protected:
+  Derived& derived() noexcept { return static_cast<Derived&>(*this); }
+
+  //! One global batch of `global` rows (`own`: b is this worker's share of it).
+  void step(const Batch& b, const Pass& pass, std::size_t global, bool own, PassTotals& t) {
+    if (global == 0) return;
+    const int sync = s_.num_replicas_in_sync();
+    const auto p = static_cast<std::size_t>(own ? s_.num_local_replicas() : sync);
+    const float scale = 1.f / static_cast<float>(global);
+    const std::int64_t it = *pass.iteration;
+    if (pass.phase == Phase::Predict && !own && workers_.size() > 1)  // other workers' rows: zero before the sum
+      std::fill_n(b.predictions, global * program_.output_width(), 0.f);
+    s_.run([&](auto& ctx) {
+      const std::size_t r = local_index(ctx);
+      const int g = ctx.replica_id_in_sync_group();
+      const Range rows = own ? shard_range(b.x->shape()[0], p, r) : shard_range(global, p, static_cast<std::size_t>(g));
+      reps_[r]->step(b, rows, StepInfo{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale}, results_[r]);
+      if (pass.phase == Phase::Train) derived().apply(ctx, r, it);
+    });
+    if (pass.phase != Phase::Predict)
+      for (const ReplicaResult& res : results_) {  // replica order: deterministic
+        t.loss += res.loss;
+        t.local += res.rows;
+        for (std::size_t m = 0; m < t.metrics.size(); ++m) t.metrics[m] += res.metrics[m];
+      }
+    t.samples += global;
+    if (pass.phase == Phase::Train) ++*pass.iteration;
+  }
+
+  //! Collective across workers: the totals of every worker's rows (running
+  //! sums within a pass cover this worker's rows only).
+  void sum_totals(PassTotals& t) {
+    if (workers_.size() == 1) return;
+    std::vector<double> v{t.loss, static_cast<double>(t.local)};
+    v.insert(v.end(), t.metrics.begin(), t.metrics.end());
+    workers_.sum(v);
+    t.loss = v[0];
+    t.local = static_cast<std::size_t>(v[1]);
+    std::copy(v.begin() + 2, v.end(), t.metrics.begin());
+  }
+
+  S& s_;
+  ModelProgram& program_;
+  decltype(workers_of(std::declval<S&>())) workers_;
+  std::vector<Tensor<float>> grads_;  // per local replica, bound to its program
+  std::vector<std::unique_ptr<ReplicaProgram>> reps_;
+  std::vector<ReplicaResult> results_;
+};
+
+}  // namespace strata::detail
