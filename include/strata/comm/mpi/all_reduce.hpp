@@ -1,0 +1,212 @@
+#pragma once
+//! The all-reduce algorithms over MPI, each under the collective contract:
+//! the ring (written once in comm/algorithm/ring.hpp, here over MpiRingLink),
+//! direct (every rank's data to every rank in the contract's own exchange,
+//! reduced in rank order), native (MPI_Allreduce after the contract), and
+//! the automatic choice between them (AutoSelector).
+//!   detail::mpi::all_reduce_with<Sum>(exchange, in, out, n, n, Ring{});
+//! Ring and direct reduce in a fixed order: bitwise the same on every rank
+//! and every run. Native reduces in MPI's order (deterministic for a given
+//! MPI library, rank count and size).
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <strata/comm/algorithm/direct.hpp>
+#include <strata/comm/algorithm/native.hpp>
+#include <strata/comm/algorithm/ring.hpp>
+#include <strata/comm/mpi/exchange.hpp>
+#include <strata/comm/reduce_op.hpp>
+
+namespace strata {
+
+//! An algorithm a caller may name for one MPI all-reduce.
+//!   comm.all_reduce(grad, strata::Sum, strata::Ring{});
+template <class A>
+concept MpiAllReduceAlgorithm = std::same_as<A, Ring> || std::same_as<A, Direct> || std::same_as<A, Native> ||
+                                std::same_as<A, AutoReduce>;
+
+//! What AutoReduce picks for a message size, and why (a sentence).
+//!   std::puts(comm.auto_choice(16 << 20).reason.c_str());
+struct AutoChoice {
+  std::string_view algorithm;
+  std::string reason;
+};
+
+namespace detail::mpi {
+
+template <ReduceOperation Op>
+MPI_Op op_of() noexcept {
+  if constexpr (Op::kind == OpKind::min) return MPI_MIN;
+  else if constexpr (Op::kind == OpKind::max) return MPI_MAX;
+  else if constexpr (Op::kind == OpKind::product) return MPI_PROD;
+  else return MPI_SUM;  // sum, and mean before its division
+}
+
+//! The ring link over MPI: a step sends our chunk to the right neighbour and
+//! receives the left one's into staging, in `pipeline` messages so that the
+//! reduction of one overlaps the arrival of the next.
+template <class T>
+class MpiRingLink {
+ public:
+  MpiRingLink(Exchange& ex, T* data) : ex_(ex), data_(data) {}
+  [[nodiscard]] int rank() const noexcept { return ex_.rank(); }
+  [[nodiscard]] int size() const noexcept { return ex_.size(); }
+
+  template <class Fn>
+  void step(std::size_t k, Range send, Range recv, Fn fn) {
+    const int p = ex_.size(), me = ex_.rank();
+    const int left = (me + p - 1) % p, right = (me + 1) % p;
+    // The left neighbour splits its send range exactly as we split our receive range.
+    const std::size_t n = recv.size(), rblocks = blocks_for(n), sblocks = blocks_for(send.size());
+    auto& staging = ex_.staging();
+    if (staging.size() < n * sizeof(T)) staging.resize(n * sizeof(T));
+    T* stage = reinterpret_cast<T*>(staging.data());
+    Pending recvs, sends;
+    recvs.reqs.assign(rblocks, MPI_REQUEST_NULL);
+    sends.reqs.assign(sblocks, MPI_REQUEST_NULL);
+    for (std::size_t b = 0; b < rblocks; ++b) {
+      const Range rb = shard_range(n, rblocks, b);
+      check(MPI_Irecv(stage + rb.begin, static_cast<int>(rb.size()), datatype<T>(), left, tag_ring, ex_.comm(),
+                      &recvs.reqs[b]),
+            "MPI_Irecv");
+    }
+    for (std::size_t b = 0; b < sblocks; ++b) {
+      const Range sb = shard_range(send.size(), sblocks, b);
+      check(MPI_Isend(data_ + send.begin + sb.begin, static_cast<int>(sb.size()), datatype<T>(), right, tag_ring,
+                      ex_.comm(), &sends.reqs[b]),
+            "MPI_Isend");
+    }
+    std::size_t next = 0;
+    ex_.wait_until([&] {
+      while (next < rblocks) {
+        int flag = 0;
+        MPI_Test(&recvs.reqs[next], &flag, MPI_STATUS_IGNORE);
+        if (!flag) return false;
+        const Range rb = shard_range(n, rblocks, next);
+        fn(data_ + recv.begin + rb.begin, stage + rb.begin, rb.size());
+        ++next;
+      }
+      return sends.test_all();
+    }, [&] {
+      return "ring step " + std::to_string(k) + ": " +
+             (next < rblocks ? "rank " + std::to_string(left) + " (left neighbour) did not deliver its chunk"
+                             : "rank " + std::to_string(right) + " (right neighbour) did not take our chunk");
+    });
+  }
+
+ private:
+  //! Messages per step: enough to overlap, none smaller than 64 KiB; none for an empty chunk.
+  [[nodiscard]] std::size_t blocks_for(std::size_t elems) const noexcept {
+    if (elems == 0) return 0;
+    return std::clamp<std::size_t>(elems * sizeof(T) / (std::size_t{64} << 10), 1,
+                                   static_cast<std::size_t>(std::max(1, ex_.options().ring_pipeline)));
+  }
+
+  Exchange& ex_;
+  T* data_;
+};
+
+//! One all-reduce of `n` elements from `in` into `out` (`out_n` elements;
+//! the contract rejects out_n != n on every rank) with the named algorithm.
+template <ReduceOperation Op, class T, class Algo>
+void all_reduce_with(Exchange& ex, const T* in, T* out, std::size_t n, std::size_t out_n, Algo) {
+  const int p = ex.size();
+  const CallDesc d{.kind = CallKind::all_reduce, .op = Op::kind, .dtype = dtype_name<T>(), .in_count = n,
+                   .out_count = out_n, .has_op = true, .algorithm = Algo::name};
+  if constexpr (std::same_as<Algo, Direct>) {
+    // One message per peer carries the header and the data; every rank
+    // reduces all inputs in rank order: bitwise identical everywhere.
+    const auto seq = ex.enter(d, in, n * sizeof(T));
+    const void* const* raw = ex.take_payloads(in, n * sizeof(T));
+    const T* few[16] = {};
+    std::vector<const T*> many(p > 16 ? static_cast<std::size_t>(p) : 0);
+    const T** ins = p > 16 ? many.data() : few;
+    for (int r = 0; r < p; ++r) ins[r] = static_cast<const T*>(raw[r]);
+    T* outs[1] = {out};
+    reduce_range<Op>(ins, static_cast<std::size_t>(p), outs, 1, 0, n, static_cast<std::size_t>(p));
+    ex.done(seq);
+  } else if constexpr (std::same_as<Algo, Native>) {
+    const auto seq = ex.enter(d, nullptr, 0);
+    if (n) {
+      const int count = as_count(n, "all_reduce");
+      check(MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, count, datatype<T>(), op_of<Op>(), ex.comm()),
+            "MPI_Allreduce");
+      finalize<Op>(out, n, static_cast<std::size_t>(p));
+    }
+    ex.done(seq);
+  } else {
+    static_assert(std::same_as<Algo, Ring>);
+    const auto seq = ex.enter(d, nullptr, 0);
+    if (in != out && n) std::copy_n(in, n, out);
+    MpiRingLink<T> link(ex, out);
+    ring_all_reduce<Op>(link, out, n, std::max<std::size_t>(1, ex.options().ring_chunk_bytes / sizeof(T)));
+    ex.done(seq);
+  }
+}
+
+//! AutoReduce's decision for a communicator: a forced algorithm (options or
+//! the STRATA_MPI_ALLREDUCE environment variable), else rules by size and
+//! transport from MpiOptions. Every input is agreed at construction, so
+//! every rank decides the same.
+class AutoSelector {
+ public:
+  explicit AutoSelector(const Exchange& ex) {
+    std::string forced = ex.options().force_algorithm;
+    force_source_ = "MpiOptions::force_algorithm";
+    if (forced.empty())
+      if (const char* e = std::getenv("STRATA_MPI_ALLREDUCE"); e && *e) {
+        forced = e;
+        force_source_ = "STRATA_MPI_ALLREDUCE";
+      }
+    if (!forced.empty()) {
+      for (std::string_view a : {Ring::name, Direct::name, Native::name})
+        if (forced == a) forced_ = a;
+      if (forced_.empty())
+        force_error_ = "strata: " + force_source_ + "=" + forced + " names no all-reduce algorithm (ring, direct, native)";
+    }
+  }
+
+  //! The algorithm for `bytes` per rank, on the hot path (no strings built).
+  [[nodiscard]] std::string_view choose(const Exchange& ex, std::size_t bytes) const {
+    if (!force_error_.empty()) throw Error(force_error_);
+    if (!forced_.empty()) return forced_;
+    if (ex.size() == 1 || bytes <= direct_max(ex)) return Direct::name;
+    if (ring_min(ex) != 0 && bytes >= ring_min(ex)) return Ring::name;
+    return Native::name;
+  }
+
+  //! choose(), with the reason in a sentence.
+  [[nodiscard]] AutoChoice explain(const Exchange& ex, std::size_t bytes) const {
+    const std::string_view a = choose(ex, bytes);  // the rules; what follows only explains them
+    if (!forced_.empty()) return {a, "forced by " + force_source_ + "=" + std::string(a)};
+    if (ex.size() == 1) return {a, "one rank: nothing to exchange"};
+    const std::string sz = std::to_string(bytes) + " B", net = ex.network() ? "net " : "shm ";
+    const std::string where = ex.network() ? "over a network (" + ex.network_why() + ")" : "in shared memory";
+    if (a == Direct::name)
+      return {a, sz + " <= direct_max_bytes_" + net + std::to_string(direct_max(ex)) + ", ranks talk " + where +
+                     ": one exchange carries the contract and the data"};
+    if (a == Ring::name)
+      return {a, sz + " >= ring_min_bytes_" + net + std::to_string(ring_min(ex)) + ", ranks talk " + where +
+                     ": the ring's pipelined steps beat MPI_Allreduce there"};
+    return {a, sz + " between the direct and ring thresholds, ranks talk " + where + ": MPI_Allreduce"};
+  }
+
+ private:
+  static std::size_t direct_max(const Exchange& ex) noexcept {
+    return ex.network() ? ex.options().direct_max_bytes_net : ex.options().direct_max_bytes_shm;
+  }
+  static std::size_t ring_min(const Exchange& ex) noexcept {
+    return ex.network() ? ex.options().ring_min_bytes_net : ex.options().ring_min_bytes_shm;
+  }
+
+  std::string_view forced_;  // the algorithm forced by the options or the environment, if any
+  std::string force_source_, force_error_;
+};
+
+}  // namespace detail::mpi
+}  // namespace strata

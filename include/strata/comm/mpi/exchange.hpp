@@ -1,0 +1,436 @@
+#pragma once
+//! The contract exchange over MPI, and the waiting every MPI call shares.
+//! Before a collective moves data, every rank's call (sequence number, kind,
+//! operation, dtype, counts, root, algorithm) reaches every other rank in a
+//! fixed-size header (with the direct algorithm's data when both are small),
+//! so ranks that disagree all raise the same CollectiveMismatch instead of
+//! hanging or corrupting memory. Waiting is polling under a deadline: abort
+//! notices from other ranks and the caller's interrupt flag are honoured
+//! while waiting, and nothing waits longer than MpiOptions::timeout.
+//! MpiCommunicator owns one Exchange; the all-reduce algorithms
+//! (all_reduce.hpp) and point-to-point messages (point_to_point.hpp) wait
+//! through it.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <strata/comm/mpi/contract.hpp>
+#include <strata/comm/mpi/handles.hpp>
+#include <strata/comm/mpi/mpi.hpp>
+#include <strata/comm/mpi/options.hpp>
+#include <strata/comm/mpi/runtime.hpp>
+
+namespace strata::detail::mpi {
+
+//! What a rank is doing while it waits: a collective, or one message to or
+//! from a peer (the words every error names it with).
+struct Activity {
+  enum Kind : std::uint8_t { collective, send, recv } kind = collective;
+  int peer = -1, tag = -1;
+  std::size_t count = 0;
+  std::string_view dtype{};
+};
+
+class Exchange {
+ public:
+  //! Duplicates `parent` without blocking (a rank that never calls this is
+  //! reported, not waited for) and agrees on shared memory or network.
+  Exchange(MPI_Comm parent, MpiOptions opts) : opts_(std::move(opts)) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Comm_idup(parent, comm_.out(), &req), "MPI_Comm_idup");
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    for (int i = 0;; ++i) {
+      int flag = 0;
+      MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      if (flag) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        runtime().note_failure(opts_.timeout);
+        throw CollectiveTimeout("strata: creating an MPI communicator timed out after " +
+                                std::to_string(opts_.timeout.count()) + " ms: not every rank created it");
+      }
+      relax(i);
+    }
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    last_seen_.assign(static_cast<std::size_t>(size_), 0);
+    inbox_.resize(static_cast<std::size_t>(size_));
+    calls_.resize(static_cast<std::size_t>(size_));
+    // Shared memory or network? Every rank must choose the same algorithms, so
+    // the answer is agreed: network if any rank sees one.
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    MPI_Comm_size(node, &node_size_);
+    MPI_Comm_free(&node);
+    int flags[2] = {node_size_ < size_ ? 1 : 0, 0};
+    if (const char* btl = std::getenv("OMPI_MCA_btl"); btl && *btl) {
+      // shared memory is off when "^..." excludes it, or a plain list leaves it out
+      const std::string b = btl;
+      const bool names_shm = b.find("vader") != std::string::npos || b.find("sm") != std::string::npos;
+      flags[1] = (b[0] == '^') == names_shm ? 1 : 0;
+    }
+    int any[2] = {0, 0};
+    check(MPI_Allreduce(flags, any, 2, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce");
+    network_ = any[0] || any[1];
+    network_why_ = any[0] ? "ranks span several nodes" : any[1] ? "shared memory transport disabled (OMPI_MCA_btl)" : "";
+  }
+
+  [[nodiscard]] MPI_Comm comm() const noexcept { return comm_; }
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] const MpiOptions& options() const noexcept { return opts_; }
+  [[nodiscard]] bool network() const noexcept { return network_; }
+  [[nodiscard]] const std::string& network_why() const noexcept { return network_why_; }
+  [[nodiscard]] int node_size() const noexcept { return node_size_; }
+  [[nodiscard]] std::uint64_t completed() const noexcept { return completed_; }
+  [[nodiscard]] const std::string& poisoned() const noexcept { return poisoned_; }
+  //! Every rank's call of the collective in progress (index = rank).
+  [[nodiscard]] const WireCall& call_of(int r) const noexcept { return calls_[static_cast<std::size_t>(r)]; }
+  //! Scratch memory of the ring (kept between calls: no allocation per call).
+  std::vector<std::byte>& staging() noexcept { return staging_; }
+  void set_interrupt(const std::atomic<bool>* flag) noexcept { interrupt_ = flag; }
+
+  //! Starts collective `d`: checks this communicator is usable, exchanges the
+  //! header with every other rank, and raises CollectiveMismatch on every
+  //! rank if they disagree. `bytes` of `payload` (the direct algorithm's
+  //! data) travel in the header's message when both fit in fused_max bytes,
+  //! else as a second message that take_payloads() receives once the
+  //! headers agree, so that no rank receives data of a size it did not expect.
+  std::uint64_t enter(const CallDesc& d, const void* payload, std::size_t bytes) {
+    if (!poisoned_.empty())
+      throw CollectiveAborted("strata: " + d.str() + " on rank " + std::to_string(rank_) +
+                              ": this communicator is unusable: " + poisoned_ + " (create a new one to continue)");
+    const std::uint64_t seq = ++entered_;
+    now_ = Activity{};
+    cur_ = d;
+    cur_seq_ = seq;
+    deadline_ = std::chrono::steady_clock::now() + opts_.timeout;
+    const auto me = static_cast<std::size_t>(rank_);
+    calls_[me] = to_wire(seq, d);
+    fused_ = sizeof(WireCall) + bytes <= fused_max;
+    calls_[me].separate = (bytes && !fused_) ? 1 : 0;  // a separate payload message follows
+    if (size_ == 1) {
+      if (auto why = contract_violation(calls_, rank_); !why.empty()) throw CollectiveMismatch(why);
+      return seq;
+    }
+    Pending& recvs = header_recvs_;  // reused: no allocation per call
+    Pending& sends = header_sends_;
+    const Pending::OnThrow cancel_recvs{recvs}, cancel_sends{sends};
+    recvs.reqs.assign(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+    sends.reqs.clear();
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        auto& box = inbox_[static_cast<std::size_t>(r)];
+        if (box.size() < fused_max) box.resize(fused_max);
+        check(MPI_Irecv(box.data(), static_cast<int>(fused_max), MPI_BYTE, r, tag_call, comm_,
+                        &recvs.reqs[static_cast<std::size_t>(r)]),
+              "MPI_Irecv");
+      }
+    outbox_.resize(sizeof(WireCall) + (fused_ ? bytes : 0));
+    std::memcpy(outbox_.data(), &calls_[me], sizeof(WireCall));
+    if (fused_ && bytes) std::memcpy(outbox_.data() + sizeof(WireCall), payload, bytes);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        sends.reqs.push_back(MPI_REQUEST_NULL);
+        check(MPI_Isend(outbox_.data(), static_cast<int>(outbox_.size()), MPI_BYTE, r, tag_call, comm_,
+                        &sends.reqs.back()),
+              "MPI_Isend");
+        if (!fused_)
+          each_block(bytes, [&](std::size_t off, std::size_t len) {
+            payload_sends_.reqs.push_back(MPI_REQUEST_NULL);
+            check(MPI_Isend(static_cast<const std::byte*>(payload) + off, as_count(len, "all_reduce"), MPI_BYTE, r,
+                            tag_data, comm_, &payload_sends_.reqs.back()),
+                  "MPI_Isend");
+          });
+      }
+    got_.assign(static_cast<std::size_t>(size_), 0);
+    got_[me] = 1;
+    int missing = size_ - 1;
+    wait_until([&] {
+      for (int r = 0; r < size_ && missing; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        if (got_[ur]) continue;
+        int flag = 0;
+        MPI_Status st;
+        MPI_Test(&recvs.reqs[ur], &flag, &st);
+        if (!flag) continue;
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        if (static_cast<std::size_t>(count) < sizeof(WireCall))
+          throw CollectiveError("strata: rank " + std::to_string(r) + " sent a malformed collective header (" +
+                                std::to_string(count) + " bytes)");
+        std::memcpy(&calls_[ur], inbox_[ur].data(), sizeof(WireCall));
+        last_seen_[ur] = calls_[ur].seq;
+        got_[ur] = 1;
+        --missing;
+      }
+      return !missing && sends.test_all();
+    }, [&] { return who_never_arrived(); });
+    if (!agree()) {
+      if (auto why = contract_violation(calls_, rank_); !why.empty()) {
+        drain_payloads();
+        throw CollectiveMismatch(why);
+      }
+    }
+    return seq;
+  }
+
+  //! The collective `seq` finished on this rank.
+  void done(std::uint64_t seq) noexcept { completed_ = seq; }
+
+  //! Starts one point-to-point message: checks this communicator is usable
+  //! and starts its deadline (point-to-point messages take no sequence number:
+  //! they never meet the collectives' headers).
+  void begin_message(const Activity& a) {
+    now_ = a;
+    if (!poisoned_.empty())
+      throw CollectiveAborted("strata: " + activity() + " on rank " + std::to_string(rank_) +
+                              ": this communicator is unusable: " + poisoned_ + " (create a new one to continue)");
+    deadline_ = std::chrono::steady_clock::now() + opts_.timeout;
+  }
+
+  //! The direct algorithm's inputs, indexed by rank (ours is `mine`): in the
+  //! header messages, or received now as separate messages of `bytes`.
+  const void* const* take_payloads(const void* mine, std::size_t bytes) {
+    ptrs_.assign(static_cast<std::size_t>(size_), nullptr);
+    ptrs_[static_cast<std::size_t>(rank_)] = mine;
+    if (size_ == 1) return ptrs_.data();
+    if (fused_) {
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_) ptrs_[static_cast<std::size_t>(r)] = inbox_[static_cast<std::size_t>(r)].data() + sizeof(WireCall);
+      return ptrs_.data();
+    }
+    Pending recvs;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        auto& box = inbox_[static_cast<std::size_t>(r)];
+        if (box.size() < bytes) box.resize(bytes);
+        ptrs_[static_cast<std::size_t>(r)] = box.data();
+        each_block(bytes, [&](std::size_t off, std::size_t len) {
+          recvs.reqs.push_back(MPI_REQUEST_NULL);
+          check(MPI_Irecv(box.data() + off, static_cast<int>(len), MPI_BYTE, r, tag_data, comm_, &recvs.reqs.back()),
+                "MPI_Irecv");
+        });
+      }
+    wait_until([&] { return recvs.test_all() && payload_sends_.test_all(); },
+               [&] { return std::string("the direct exchange's data did not arrive"); });
+    payload_sends_.reqs.clear();
+    return ptrs_.data();
+  }
+
+  //! Polls `ready()` until it returns true. Meanwhile: a notice that another
+  //! rank aborted raises CollectiveAborted with its reason; the interrupt
+  //! flag raises CollectiveAborted; the deadline raises CollectiveTimeout
+  //! with `missing()`. The communicator is then unusable, except after a
+  //! timeout when `poison_on_timeout` is false (nothing was left half done).
+  template <class Ready, class Missing>
+  void wait_until(Ready ready, Missing missing, bool poison_on_timeout = true) {
+    for (int i = 0;; ++i) {
+      if (ready()) return;
+      if ((i & 15) == 15) {  // fast calls never pay for these checks
+        check_abort_notice();
+        if (interrupt_ && interrupt_->load(std::memory_order_relaxed)) {
+          poison("abandoned because a replica of rank " + std::to_string(rank_) + " failed");
+          throw CollectiveAborted("strata: " + activity() + " on rank " + std::to_string(rank_) +
+                                  " abandoned: a local replica failed");
+        }
+        if (std::chrono::steady_clock::now() > deadline_) {
+          const std::string msg = "strata: " + activity() + " on rank " + std::to_string(rank_) + " of " +
+                                  std::to_string(size_) + " timed out after " + std::to_string(opts_.timeout.count()) +
+                                  " ms: " + missing();
+          if (poison_on_timeout) poison(activity() + " timed out");
+          throw CollectiveTimeout(msg);
+        }
+      }
+      relax(i);
+    }
+  }
+
+  //! Tells every other rank that this one failed (`why`), so that their calls
+  //! on this communicator raise CollectiveAborted carrying it instead of
+  //! waiting; this communicator is unusable afterwards. Bounded: returns
+  //! within the timeout (at most 2 s) even if ranks are gone.
+  void abort(const std::string& why) {
+    if (remote_abort_) return;  // the failure came from another rank, which told everyone
+    if (poisoned_.empty()) poison("rank " + std::to_string(rank_) + " aborted: " + why);
+    if (abort_sent_) return;
+    abort_sent_ = true;
+    const std::string msg = why.substr(0, 2000);  // small: sent eagerly, so it leaves even if nobody receives yet
+    Pending sends;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        sends.reqs.push_back(MPI_REQUEST_NULL);
+        MPI_Isend(msg.data(), static_cast<int>(msg.size()), MPI_CHAR, r, tag_abort, comm_, &sends.reqs.back());
+      }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(2));
+    for (int i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
+      if (sends.test_all()) break;
+      relax(i);
+    }
+  }
+
+  //! This communicator is unusable from now on, for `why`.
+  void poison(std::string why) {
+    if (poisoned_.empty()) poisoned_ = std::move(why);
+    runtime().note_failure(opts_.timeout);
+  }
+
+  //! More ranks than cores: after a while, let the awaited rank run.
+  static void relax(int i) noexcept {
+    if (i > 2000) std::this_thread::yield();
+  }
+
+  //! Whether two memory ranges overlap (MPI forbids aliased send and receive buffers).
+  static bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return an && bn && x < y + bn && y < x + an;
+  }
+
+  //! Header and payload travel as one message up to here (under eager limits).
+  static constexpr std::size_t fused_max = 4096;
+
+ private:
+  //! What this rank is doing, for messages: "collective #3 all_reduce(...)",
+  //! "recv(from rank 1, tag 7, 1000 float32)".
+  [[nodiscard]] std::string activity() const {
+    if (now_.kind == Activity::collective) return "collective #" + std::to_string(cur_seq_) + " " + cur_.str();
+    std::string s = now_.kind == Activity::send ? "send(to rank " : "recv(from rank ";
+    s += std::to_string(now_.peer);
+    s += ", tag ";
+    s += std::to_string(now_.tag);
+    s += ", ";
+    s += std::to_string(now_.count);
+    s += ' ';
+    s += now_.dtype;
+    s += ')';
+    return s;
+  }
+
+  [[nodiscard]] std::string who_never_arrived() const {
+    std::string who, report;
+    for (int r = 0; r < size_; ++r)
+      if (!got_[static_cast<std::size_t>(r)]) {
+        if (!who.empty()) who += ", ";
+        who += std::to_string(r);
+        const auto last = last_seen_[static_cast<std::size_t>(r)];
+        // appended piece by piece: GCC 12 -O3 warns falsely (-Wrestrict) on "#" + string
+        report += "\n  rank ";
+        report += std::to_string(r);
+        report += ": last completed collective ";
+        if (last) {
+          report += '#';
+          report += std::to_string(last);
+        } else {
+          report += "none";
+        }
+      }
+    if (who.empty()) return "every rank arrived, but the headers this rank sent were not received";
+    return "rank(s) " + who + " never arrived" + report;
+  }
+
+  //! Every rank's all-reduce or barrier equals ours and is valid (the common
+  //! case, checked without allocating); anything else takes the full check.
+  [[nodiscard]] bool agree() const noexcept {
+    const auto& a = calls_[static_cast<std::size_t>(rank_)];
+    if (a.kind != static_cast<std::uint8_t>(CallKind::all_reduce) &&
+        a.kind != static_cast<std::uint8_t>(CallKind::barrier))
+      return false;
+    if (a.in_count != a.out_count) return false;
+    return std::all_of(calls_.begin(), calls_.end(), [&](const auto& b) { return same_call(a, b); });
+  }
+
+  //! After a disagreement: take (and drop) the payloads other ranks sent
+  //! separately and let ours be taken, so the communicator stays consistent.
+  void drain_payloads() {
+    // per rank: the bytes of payload it sent us separately, still to take
+    std::vector<std::size_t> left(static_cast<std::size_t>(size_), 0);
+    for (int r = 0; r < size_; ++r) {
+      const auto& c = calls_[static_cast<std::size_t>(r)];
+      if (r != rank_ && c.separate) left[static_cast<std::size_t>(r)] = c.in_count * dtype_bytes(c.dtype);
+    }
+    std::vector<std::byte> sink;
+    wait_until([&] {
+      bool pending = false;
+      for (int r = 0; r < size_; ++r) {
+        auto& l = left[static_cast<std::size_t>(r)];
+        while (l) {
+          int flag = 0, count = 0;
+          MPI_Message msg;
+          MPI_Status st;
+          MPI_Improbe(r, tag_data, comm_, &flag, &msg, &st);
+          if (!flag) break;
+          MPI_Get_count(&st, MPI_BYTE, &count);
+          sink.resize(static_cast<std::size_t>(count));
+          MPI_Mrecv(sink.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+          l -= std::min(l, static_cast<std::size_t>(count));
+        }
+        pending = pending || l;
+      }
+      return payload_sends_.test_all() && !pending;
+    }, [&] { return std::string("ranks did not take the data of a collective they disagreed on"); });
+    payload_sends_.reqs.clear();
+  }
+
+  void check_abort_notice() {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, tag_abort, comm_, &flag, &st);
+    if (!flag) return;
+    int count = 0;
+    MPI_Get_count(&st, MPI_CHAR, &count);
+    std::string why(static_cast<std::size_t>(count), '\0');
+    MPI_Recv(why.data(), count, MPI_CHAR, st.MPI_SOURCE, tag_abort, comm_, MPI_STATUS_IGNORE);
+    remote_abort_ = true;
+    poison("rank " + std::to_string(st.MPI_SOURCE) + " failed: " + why);
+    throw CollectiveAborted("strata: " + activity() + " on rank " + std::to_string(rank_) + " abandoned: rank " +
+                            std::to_string(st.MPI_SOURCE) + " failed: " + why);
+  }
+
+  //! The direct algorithm's separate payload travels in messages of at most
+  //! this size: over TCP under Open MPI's eager limit (64 KiB), so that they
+  //! leave at once instead of waiting for the receiver's handshake; in
+  //! shared memory as one message (the single-copy path is faster).
+  [[nodiscard]] std::size_t payload_block() const noexcept { return network_ ? std::size_t{32} << 10 : SIZE_MAX; }
+  //! f(offset, length) for each message of a separate payload of `bytes`:
+  //! sender and receiver split it alike.
+  template <class F>
+  void each_block(std::size_t bytes, F f) const {
+    for (std::size_t off = 0; off < bytes; off += payload_block()) f(off, std::min(payload_block(), bytes - off));
+  }
+
+  CommHandle comm_;
+  int rank_ = 0, size_ = 1;
+  MpiOptions opts_;
+  bool network_ = false;
+  int node_size_ = 1;
+  std::string network_why_;
+  std::uint64_t entered_ = 0, completed_ = 0;
+  std::vector<std::uint64_t> last_seen_;       // per rank: the last collective it arrived at with us
+  std::vector<std::vector<std::byte>> inbox_;  // per rank: its header (+ payload) of this collective
+  std::vector<WireCall> calls_;                // per rank: its call of this collective
+  std::vector<std::byte> outbox_, staging_;
+  bool fused_ = true;
+  Pending payload_sends_;  // the direct algorithm's separate payload messages
+  Pending header_recvs_, header_sends_;
+  std::vector<char> got_;          // per rank: its header arrived
+  std::vector<const void*> ptrs_;  // per rank: its direct payload
+  std::string poisoned_;
+  bool remote_abort_ = false, abort_sent_ = false;
+  const std::atomic<bool>* interrupt_ = nullptr;
+  Activity now_{};
+  CallDesc cur_;
+  std::uint64_t cur_seq_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+}  // namespace strata::detail::mpi

@@ -1,0 +1,91 @@
+#pragma once
+//! Owned MPI handles of the MPI communicator: the requests of a call in
+//! flight (cancelled when the call fails) and the duplicated communicator
+//! (freed with it), plus the message tags its protocol uses.
+
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include <strata/comm/mpi/mpi.hpp>
+
+namespace strata::detail::mpi {
+
+//! Tags of the communicator's own messages. Point-to-point messages use
+//! tags from p2p_tag_base up (see point_to_point.hpp), so a user's tag can
+//! never be taken for a collective's header, data or abort notice.
+enum Tag : int { tag_call = 1, tag_ring = 2, tag_abort = 3, tag_data = 4, p2p_tag_base = 8 };
+
+//! Requests of a call in flight: whatever is still pending when the call
+//! fails is cancelled (receives) or released (sends).
+struct Pending {
+  std::vector<MPI_Request> reqs;
+  Pending() = default;
+  Pending(Pending&& o) noexcept : reqs(std::move(o.reqs)) { o.reqs.clear(); }
+  Pending& operator=(Pending&& o) noexcept {
+    if (this != &o) {
+      cancel();
+      reqs = std::move(o.reqs);
+      o.reqs.clear();
+    }
+    return *this;
+  }
+  ~Pending() { cancel(); }
+  //! Cancels `p`'s requests when the scope is left by an exception (the
+  //! communicator's reused request lists, kept between calls to avoid allocating).
+  struct OnThrow {
+    Pending& p;
+    int live = std::uncaught_exceptions();
+    ~OnThrow() {
+      if (std::uncaught_exceptions() > live) p.cancel();
+    }
+  };
+  void cancel() noexcept {
+    for (auto& r : reqs) {
+      if (r == MPI_REQUEST_NULL) continue;
+      int done = 0;
+      MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+      if (!done) {
+        MPI_Cancel(&r);
+        if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+      }
+    }
+    reqs.clear();
+  }
+  //! Whether every request has completed (the completed ones become MPI_REQUEST_NULL).
+  [[nodiscard]] bool test_all() {
+    int all = 0;
+    MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &all, MPI_STATUSES_IGNORE);
+    return all != 0;
+  }
+};
+
+//! An owned communicator: freed when destroyed (unless MPI is already
+//! finalized), handed over when moved. Converts to MPI_Comm for MPI calls.
+class CommHandle {
+ public:
+  CommHandle() = default;
+  CommHandle(CommHandle&& o) noexcept : c_(std::exchange(o.c_, MPI_COMM_NULL)) {}
+  CommHandle& operator=(CommHandle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      c_ = std::exchange(o.c_, MPI_COMM_NULL);
+    }
+    return *this;
+  }
+  ~CommHandle() { reset(); }
+  operator MPI_Comm() const noexcept { return c_; }  // NOLINT: used as the handle it wraps
+  //! Where MPI_Comm_idup writes the new communicator.
+  MPI_Comm* out() noexcept { return &c_; }
+
+ private:
+  void reset() noexcept {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (c_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&c_);
+    c_ = MPI_COMM_NULL;
+  }
+  MPI_Comm c_ = MPI_COMM_NULL;
+};
+
+}  // namespace strata::detail::mpi
