@@ -11,8 +11,11 @@
 //!   comm.all_reduce(grad, strata::Sum);                  // algorithm chosen by size
 //!   comm.all_reduce(grad, strata::Sum, strata::Ring{});  // or named
 //! One thread at a time may call a communicator (MPI_THREAD_SERIALIZED).
+//! Point-to-point send/recv (tagged, matched in order, bounded by the same
+//! timeout) make it a strata::Communicator.
 //! The pieces: exchange.hpp (the contract exchange and the waiting),
-//! all_reduce.hpp (the algorithms and the automatic choice).
+//! all_reduce.hpp (the algorithms and the automatic choice),
+//! point_to_point.hpp (send and recv).
 
 #include <atomic>
 #include <cstddef>
@@ -26,6 +29,7 @@
 #include <strata/comm/mpi/exchange.hpp>
 #include <strata/comm/mpi/mpi.hpp>
 #include <strata/comm/mpi/options.hpp>
+#include <strata/comm/mpi/point_to_point.hpp>
 #include <strata/comm/mpi/runtime.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/threads/communicator.hpp>
@@ -187,6 +191,32 @@ class MpiCommunicator {
                          "MPI_Allgatherv");
     }
     ex_.done(seq);
+  }
+
+  //! Sends `data` to rank `peer` under `tag` (0 or more); the peer's
+  //! recv(buffer, rank(), tag) of the same count and type takes it. Returns
+  //! once the message has left: at once up to 4 KiB, else when the peer's recv
+  //! takes it, or raises CollectiveTimeout after the timeout naming the peer
+  //! and the tag (like MPI_Send: two ranks that both send large messages to
+  //! each other before receiving wait for each other until the timeout).
+  //!   comm.send(activations, /*peer=*/1, /*tag=*/7);
+  //! An invalid peer (this rank, out of range) or a negative tag is a strata::Error.
+  template <Buffer B>
+  void send(B&& data, int peer, int tag) {
+    detail::mpi::send_message(ex_, std::ranges::data(data), std::ranges::size(data), peer, tag);
+  }
+
+  //! Receives into `data` the next message rank `peer` sent under `tag`
+  //! (messages of one peer and tag arrive in the order sent). Raises
+  //! CollectiveMismatch naming the peer, the tag and both sizes when its count
+  //! or element type differs from `data`'s, CollectiveTimeout naming the peer
+  //! and the tag when no message arrives within the timeout; after either,
+  //! the communicator stays usable. Abort notices and the interrupt flag end
+  //! the wait as they end a collective's.
+  //!   comm.recv(grads, /*peer=*/1, /*tag=*/8);
+  template <MutableBuffer B>
+  void recv(B&& data, int peer, int tag) {
+    detail::mpi::recv_message(ex_, std::ranges::data(data), std::ranges::size(data), peer, tag);
   }
 
   //! The algorithm AutoReduce picks for `bytes` per rank, and why (the same
