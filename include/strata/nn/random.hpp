@@ -1,42 +1,22 @@
 #pragma once
-//! Seeded random numbers that do not depend on thread scheduling: a
-//! counter-based generator (SplitMix64 over a key and a counter), so a
-//! replica's stream is a pure function of (seed, replica, step).
+//! The layers' names for the seeded generator of core/random.hpp (which
+//! data/ shares): same functions, same values, so initializations and
+//! dropout masks are unchanged.
 //!   strata::nn::Rng rng{strata::nn::detail::mix(seed, replica, step)};
 //!   float u = rng.uniform();   // [0, 1)
+//! Deterministic: a replica's stream is a pure function of (seed, replica, step).
 
-#include <cstdint>
+#include <strata/core/random.hpp>
 
 namespace strata::nn {
 
 namespace detail {
-constexpr std::uint64_t splitmix(std::uint64_t x) noexcept {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-//! Combines words into one well-mixed key.
-constexpr std::uint64_t mix(std::uint64_t a, std::uint64_t b) noexcept { return splitmix(a ^ splitmix(b)); }
-template <class... R>
-constexpr std::uint64_t mix(std::uint64_t a, std::uint64_t b, R... rest) noexcept {
-  return mix(mix(a, b), rest...);
-}
+using strata::detail::mix;
+using strata::detail::splitmix;
 }  // namespace detail
 
-//! A small deterministic generator: the i-th draw is splitmix(key + i).
-class Rng {
- public:
-  explicit constexpr Rng(std::uint64_t key) noexcept : key_(key) {}
-  constexpr std::uint64_t next() noexcept { return detail::splitmix(key_ + 0x632BE59BD9B4E019ull * ++n_); }
-  //! Uniform in [0, 1) with 24 random bits (exact in float).
-  constexpr float uniform() noexcept { return static_cast<float>(next() >> 40) * 0x1.0p-24f; }
-  //! Uniform integer in [0, n) for 0 < n <= 2^32 (multiply-shift on 32 random bits).
-  constexpr std::uint64_t below(std::uint64_t n) noexcept { return ((next() >> 32) * n) >> 32; }
-
- private:
-  std::uint64_t key_;
-  std::uint64_t n_ = 0;
-};
+//! strata::Rng under the name the layers have always used.
+//!   strata::nn::Rng rng{1};  float u = rng.uniform();
+using strata::Rng;
 
 }  // namespace strata::nn

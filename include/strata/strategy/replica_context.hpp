@@ -1,27 +1,37 @@
 #pragma once
 //! ReplicaContext: what the function given to Strategy::run receives. It
-//! names the replica and offers the collectives of its team, using the
-//! strategy's reduce policy unless another algorithm is named.
+//! names the replica and offers the collectives and the point-to-point
+//! messages of its communicator (any strata::Communicator; the thread team's
+//! by default), using the strategy's reduce policy unless another algorithm
+//! is named.
 //!   strategy.run([](auto& ctx) { ctx.all_reduce(grad, strata::Mean); });
+//!   strategy.run([](auto& ctx) { if (ctx.replica_id_in_sync_group() == 0) ctx.send(x, 1, 0); });
+//! Determinism: that of the communicator's calls (bitwise for the thread team).
 
 #include <utility>
 
+#include <strata/comm/communicator.hpp>
 #include <strata/comm/threads/communicator.hpp>
 
 namespace strata {
 
-template <AllReduceAlgorithm Algo>
+//! One replica's view of its strategy: its id, the replica count, and the
+//! calls of communicator `Comm`, all-reduces through `Algo`.
+//!   strata::ReplicaContext<strata::Direct> ctx{comm};   // Comm = ThreadCommunicator
+//!   ctx.all_reduce(grad, strata::Sum);
+template <AllReduceAlgorithm Algo, Communicator Comm = ThreadCommunicator>
 class ReplicaContext {
  public:
   using all_reduce_algorithm = Algo;
+  using communicator_type = Comm;
 
-  explicit ReplicaContext(ThreadCommunicator comm) : comm_(comm) {}
+  explicit ReplicaContext(Comm comm) : comm_(std::move(comm)) {}
 
   //! This replica's id, 0 .. num_replicas_in_sync() - 1.
   [[nodiscard]] int replica_id_in_sync_group() const noexcept { return comm_.rank(); }
   [[nodiscard]] int num_replicas_in_sync() const noexcept { return comm_.size(); }
   //! The communicator, to name an algorithm explicitly or reach every collective.
-  [[nodiscard]] ThreadCommunicator& communicator() noexcept { return comm_; }
+  [[nodiscard]] Comm& communicator() noexcept { return comm_; }
 
   template <MutableBuffer R, ReduceOperation Op>
   void all_reduce(R&& data, Op op) { comm_.all_reduce(std::forward<R>(data), op, Algo{}); }
@@ -38,9 +48,14 @@ class ReplicaContext {
   template <Buffer In, MutableBuffer Out>
   void all_gather(In&& in, Out&& out) { comm_.all_gather(std::forward<In>(in), std::forward<Out>(out)); }
   void barrier() { comm_.barrier(); }
+  //! Point-to-point, as the communicator's send / recv (tagged, in order per peer and tag).
+  template <Buffer B>
+  void send(B&& data, int peer, int tag) { comm_.send(std::forward<B>(data), peer, tag); }
+  template <MutableBuffer B>
+  void recv(B&& data, int peer, int tag) { comm_.recv(std::forward<B>(data), peer, tag); }
 
  private:
-  ThreadCommunicator comm_;
+  Comm comm_;
 };
 
 }  // namespace strata

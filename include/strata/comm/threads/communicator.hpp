@@ -6,16 +6,20 @@
 //! make the same calls in the same order (checked: see CollectiveMismatch).
 //!   comm.all_reduce(grad, strata::Mean);            // in place, automatic algorithm
 //!   comm.all_reduce(in, out, strata::Sum, strata::Ring{});
+//! It also moves tagged point-to-point messages (send / recv), and models
+//! strata::Communicator (comm/communicator.hpp).
 
 #include <algorithm>
 #include <cstddef>
 #include <ranges>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include <strata/comm/algorithm/direct.hpp>
 #include <strata/comm/algorithm/ring.hpp>
+#include <strata/comm/communicator.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/threads/team.hpp>
 #include <strata/core/concepts.hpp>
@@ -175,6 +179,38 @@ class ThreadCommunicator {
     team_->leave(rank_, seq, d);
   }
 
+  //! Sends `data` to replica `peer` with `tag` (>= 0). Returns without
+  //! waiting for the receiver: the data is copied, into the receiver's memory
+  //! if it already waits in the matching recv, else into a recycled buffer,
+  //! so `data` may be reused at once.
+  //!   comm.send(activations, comm.rank() + 1, /*tag=*/0);
+  //! Messages from one replica to another with one tag arrive in send order.
+  template <Buffer B>
+  void send(B&& data, int peer, int tag) {
+    using T = detail::buffer_element_t<B>;
+    check_peer("send", peer, tag);
+    const std::size_t n = std::ranges::size(data);
+    team_->send(rank_, peer, tag,
+                detail::P2pBuffer{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T),
+                                  .in = std::ranges::data(data), .out = nullptr});
+  }
+
+  //! Receives into `data` the next message that replica `peer` sent to this
+  //! replica with `tag`. Its element type and count must equal `data`'s
+  //! (else CollectiveMismatch naming both); no matching send within
+  //! CommOptions::timeout raises CollectiveTimeout naming the peer and tag,
+  //! a failed replica releases it with CollectiveAborted.
+  //!   comm.recv(activations, comm.rank() - 1, /*tag=*/0);
+  template <MutableBuffer B>
+  void recv(B&& data, int peer, int tag) {
+    using T = detail::buffer_element_t<B>;
+    check_peer("recv", peer, tag);
+    const std::size_t n = std::ranges::size(data);
+    team_->recv(rank_, peer, tag,
+                detail::P2pBuffer{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T), .in = nullptr,
+                                  .out = std::ranges::data(data)});
+  }
+
   //! The algorithm AutoReduce picks for `bytes` per replica.
   [[nodiscard]] std::string_view auto_choice(std::size_t bytes) const noexcept {
     const std::size_t t = team_->options().auto_ring_min_bytes;
@@ -182,6 +218,16 @@ class ThreadCommunicator {
   }
 
  private:
+  void check_peer(const char* call, int peer, int tag) const {
+    if (peer == rank_ || peer < 0 || peer >= size())
+      throw Error("strata: " + std::string(call) + " on replica " + std::to_string(rank_) + ": peer " +
+                  std::to_string(peer) + (peer == rank_ ? " is this replica itself" : " is not a replica") +
+                  "; name another replica of the team, 0 .. " + std::to_string(size() - 1));
+    if (tag < 0)
+      throw Error("strata: " + std::string(call) + " on replica " + std::to_string(rank_) + " with peer " +
+                  std::to_string(peer) + ": tag " + std::to_string(tag) + " is negative; tags are >= 0");
+  }
+
   template <class T>
   std::vector<const T*> inputs(std::size_t offset) {
     std::vector<const T*> v(static_cast<std::size_t>(size()));
@@ -222,5 +268,7 @@ class ThreadCommunicator {
   detail::Team* team_;
   int rank_;
 };
+
+static_assert(Communicator<ThreadCommunicator>, "ThreadCommunicator must model strata::Communicator");
 
 }  // namespace strata

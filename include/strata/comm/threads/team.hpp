@@ -3,7 +3,9 @@
 //! counters that act as barriers, the published buffers and call
 //! descriptions, and the waiting discipline (spin briefly, then block with a
 //! deadline) that makes every collective either complete or raise an error
-//! naming the replicas that are missing. Never a silent hang.
+//! naming the replicas that are missing, and the mailbox of point-to-point
+//! messages (mailbox.hpp) under the same abort and timeout rules. Never a
+//! silent hang.
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include <strata/comm/threads/call.hpp>
+#include <strata/comm/threads/mailbox.hpp>
 #include <strata/comm/threads/options.hpp>
 #include <strata/core/error.hpp>
 
@@ -49,7 +52,9 @@ struct alignas(64) Slot {
 
 class Team {
  public:
-  Team(int p, CommOptions opts) : p_(p), opts_(opts), slots_(std::make_unique<Slot[]>(static_cast<std::size_t>(p))) {
+  Team(int p, CommOptions opts)
+      : p_(p), opts_(opts), slots_(std::make_unique<Slot[]>(static_cast<std::size_t>(std::max(p, 1)))),
+        mailbox_(std::max(p, 1)) {
     if (p < 1) throw Error("strata: a team needs at least one replica, got " + std::to_string(p));
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     // With a core per replica, the awaited replica is running: spin on the
@@ -72,6 +77,7 @@ class Team {
       s.progress.store(0);
       s.departed.store(false);
     }
+    mailbox_.reset();
     std::lock_guard lk(mu_);
     aborted_.store(false);
     abort_reason_.clear();
@@ -86,16 +92,36 @@ class Team {
       aborted_.store(true);
     }
     cv_.notify_all();
+    mailbox_.wake_all();
   }
   [[nodiscard]] bool aborted() const noexcept { return aborted_.load(); }
   //! The flag itself, for a waiter outside the team (an MPI leader) to watch.
   [[nodiscard]] const std::atomic<bool>& aborted_flag() const noexcept { return aborted_; }
+  //! "replica 2 failed: <its error>", once aborted.
+  [[nodiscard]] std::string abort_reason() {
+    std::lock_guard lk(mu_);
+    return abort_reason_;
+  }
+  [[nodiscard]] bool departed(int r) const noexcept { return slots_[static_cast<std::size_t>(r)].departed.load(); }
 
   //! Replica `r` returned from its function: a collective it never called
   //! can no longer complete, and waiters say so at once.
   void depart(int r) {
     slot(r).departed.store(true);
     notify();
+    mailbox_.wake_all();  // a receiver waiting on `r` can stop waiting
+  }
+
+  //! Point-to-point: buffers `b` for `dst` (or copies it straight into the
+  //! receive `dst` waits in); returns without waiting for `dst`.
+  void send(int me, int dst, int tag, const P2pBuffer& b) { mailbox_.send(me, dst, tag, b); }
+  //! Receives the next message from `src` with `tag` into `b`, or raises
+  //! CollectiveMismatch / CollectiveTimeout / CollectiveAborted.
+  void recv(int me, int src, int tag, const P2pBuffer& b) {
+    mailbox_.recv(me, src, tag, b, *this, opts_.timeout, spin_, [this] {
+      if (oversubscribed_) std::this_thread::yield();
+      else cpu_relax();
+    });
   }
 
   //! Enters collective call number (arrived + 1): publishes the call and its
@@ -210,6 +236,7 @@ class Team {
   int spin_;
   bool oversubscribed_;
   std::unique_ptr<Slot[]> slots_;
+  Mailbox mailbox_;
   std::atomic<bool> aborted_{false};
   std::atomic<int> sleepers_{0};
   std::mutex mu_;

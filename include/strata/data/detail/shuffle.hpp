@@ -11,7 +11,7 @@
 
 #include <strata/data/detail/node.hpp>
 #include <strata/data/element.hpp>
-#include <strata/nn/random.hpp>
+#include <strata/core/random.hpp>
 
 namespace strata::data::detail {
 
@@ -45,7 +45,7 @@ class ShuffleStream final : public Stream<Item> {
  private:
   StreamPtr<Item> up_;
   std::size_t buffer_size_;
-  nn::Rng rng_;
+  Rng rng_;
   std::vector<Item> buf_;
   bool filled_ = false;
 };
@@ -64,7 +64,7 @@ class ShuffleNode final : public ForwardingNode<E, ShuffleNode<E>> {
   template <class Item>
   StreamPtr<Item> stream() const {
     const std::uint64_t pass = passes_.fetch_add(1, std::memory_order_relaxed);
-    const std::uint64_t key = nn::detail::mix(seed_, reshuffle_ ? pass : 0);
+    const std::uint64_t key = strata::detail::mix(seed_, reshuffle_ ? pass : 0);
     return std::make_unique<ShuffleStream<Item>>(open_stream<Item>(*this->up_), buffer_size_, key);
   }
 
