@@ -235,7 +235,7 @@ class Coordinator {
       Task t;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !queue_.empty() || release_idle_ || fatal_; });
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty() || release_idle_; });
         if (stop_) return;
         if (queue_.empty()) {
           // join() released the idle: a worker behind the others finishes

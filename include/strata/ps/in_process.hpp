@@ -2,7 +2,11 @@
 //! The parameter server in one process: the servers are a ShardStore (each
 //! shard's pushes and pulls serialized by its own lock, different shards
 //! concurrently; a server's work runs on the thread that asks for it, as a
-//! call instead of a message), the workers are the Coordinator's threads.
+//! call instead of a message), the workers are the Coordinator's threads,
+//! each running its steps itself. The Coordinator and its StalenessClock are
+//! the same ones that schedule MPI worker ranks (ps/mpi.hpp); what this
+//! transport adds is in their hooks: a completed synchronous round applied on
+//! the store, a failed worker's staged gradients dropped from it.
 //!   strata::InProcessParameterServers ps{{.workers = 4, .servers = 2, .staleness = 1}};
 
 #include <memory>
@@ -17,6 +21,7 @@
 
 namespace strata {
 
+//! ParameterServerRuntime with servers and workers in this process (see the file comment).
 class InProcessParameterServers final : public ParameterServerRuntime {
  public:
   explicit InProcessParameterServers(ParameterServerOptions o)

@@ -5,7 +5,8 @@
 //! `bound` steps behind it. bound 0 is lock-step (synchronous); no bound is
 //! fully asynchronous. A worker that stops (done, or failed) no longer holds
 //! the others back. Waiting is bounded: a worker held back longer than the
-//! timeout raises CollectiveTimeout naming the workers it waited for.
+//! timeout raises CollectiveTimeout naming the workers it waited for. The
+//! Coordinator keeps one for both transports (worker threads, MPI worker ranks).
 //!   strata::StalenessClock clock{4, 1, std::chrono::seconds(30)};   // 4 workers, at most 1 step apart
 //!   clock.begin(w);  /* pull, compute, push */  clock.end(w);
 
@@ -24,6 +25,7 @@
 
 namespace strata {
 
+//! Stale-synchronous-parallel clocks of `workers` workers (see the file comment).
 class StalenessClock {
  public:
   //! `workers` workers; `bound`: how many steps a worker may run ahead of the
