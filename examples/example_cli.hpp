@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include <algorithm>
 
@@ -33,9 +35,12 @@ struct Args {
   bool if_present = false;   // for the test suite: exit 77 ("skipped") when MNIST is not there
 };
 
-[[noreturn]] inline void usage(const char* prog, const std::string& why) {
+// `known`: the strategy names the program accepts (strata::strategy_names, or
+// strata::MpiStrategies::names where it includes strata/strategy/by_name_mpi.hpp).
+[[noreturn]] inline void usage(const char* prog, const std::string& why,
+                               std::span<const std::string_view> known = strata::strategy_names) {
   std::string names;
-  for (auto n : strata::strategy_names) {
+  for (auto n : known) {
     if (!names.empty()) names += '|';  // (not "|" + name: GCC 12 -O3 warns falsely, -Wrestrict)
     names += n;
   }
@@ -48,19 +53,20 @@ struct Args {
   std::exit(2);
 }
 
-inline Args parse(int argc, char** argv, Args a = {}) {
+inline Args parse(int argc, char** argv, Args a = {},
+                  std::span<const std::string_view> known = strata::strategy_names) {
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "--quiet" || k == "--if-present") {
       (k == "--quiet" ? a.quiet : a.if_present) = true;
       continue;
     }
-    if (i + 1 >= argc) usage(argv[0], "missing value after " + k);
+    if (i + 1 >= argc) usage(argv[0], "missing value after " + k, known);
     const std::string v = argv[++i];
     auto num = [&](auto& out) {
       char* end = nullptr;
       const long long n = std::strtoll(v.c_str(), &end, 10);
-      if (!end || *end || n < 0) usage(argv[0], "expected a non-negative number after " + k + ", got " + v);
+      if (!end || *end || n < 0) usage(argv[0], "expected a non-negative number after " + k + ", got " + v, known);
       out = static_cast<std::remove_reference_t<decltype(out)>>(n);
     };
     if (k == "--strategy") a.strategy = v;
@@ -80,12 +86,12 @@ inline Args parse(int argc, char** argv, Args a = {}) {
     else if (k == "--save") a.save = v;
     else if (k == "--train-limit") num(a.train_limit);
     else if (k == "--min-accuracy") a.min_accuracy = std::strtod(v.c_str(), nullptr);
-    else usage(argv[0], "unknown option " + k);
+    else usage(argv[0], "unknown option " + k, known);
   }
-  if (a.batch == 0) usage(argv[0], "--batch must be at least 1");
-  if (a.workers < 1 || a.servers < 1) usage(argv[0], "--workers and --servers must be at least 1");
-  if (std::find(strata::strategy_names.begin(), strata::strategy_names.end(), a.strategy) == strata::strategy_names.end())
-    usage(argv[0], "unknown strategy " + a.strategy);
+  if (a.batch == 0) usage(argv[0], "--batch must be at least 1", known);
+  if (a.workers < 1 || a.servers < 1) usage(argv[0], "--workers and --servers must be at least 1", known);
+  if (std::find(known.begin(), known.end(), a.strategy) == known.end())
+    usage(argv[0], "unknown strategy " + a.strategy, known);
   return a;
 }
 

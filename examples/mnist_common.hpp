@@ -85,9 +85,11 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
 }
 
 //! main() of an MNIST example: parse, load, train under the named strategy.
-inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model,
-                      double target) {
-  Args a = parse(argc, argv);
+//! `Strategies`: the names it accepts and how it builds them
+//! (strata::MpiStrategies where the example includes by_name_mpi.hpp).
+template <class Strategies = strata::InProcessStrategies>
+int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model, double target) {
+  Args a = parse(argc, argv, {}, Strategies::names);
   if (a.min_accuracy < 0) a.min_accuracy = target;
   if (a.if_present) {
     const auto dir = a.data.empty() ? strata::data::default_mnist_dir() : std::filesystem::path(a.data);
@@ -101,8 +103,8 @@ inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Seq
     const strata::StrategyChoice choice{
         .replicas = a.replicas, .workers = a.workers, .servers = a.servers, .staleness = a.staleness,
         .cluster = a.cluster};
-    return strata::with_strategy(a.strategy, choice,
-                                 [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
+    return Strategies::with(a.strategy, choice,
+                            [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     return 1;

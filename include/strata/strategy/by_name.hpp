@@ -2,10 +2,18 @@
 //! Choosing an in-process strategy at run time, by name (a command line's
 //! --strategy): the same generic code then runs under the strategy's type.
 //!   return strata::with_strategy("mirrored", 4, [&](auto& strategy) { return train(strategy); });
+//! This header never includes <mpi.h>, so every target may use it (strata.hpp
+//! includes it). The strategies that need MPI (multi_worker_mirrored, and
+//! parameter_server across the ranks of an mpirun job) come with the opt-in
+//! header strata/strategy/by_name_mpi.hpp: with_mpi_strategy accepts every
+//! name here plus those, for targets that link the strata-mpi dependency.
+//! The choice between the two is the program's, made where it includes them
+//! (e.g. `#if STRATA_HAS_MPI` in a file whose target links strata-mpi
+//! whenever the backend is built), never by a macro of a dependency.
 
-#include <algorithm>
 #include <array>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -14,26 +22,8 @@
 #include <strata/core/error.hpp>
 #include <strata/strategy/parameter_server.hpp>
 #include <strata/strategy/strategy.hpp>
-#if defined(STRATA_MPI_ENABLED)  // set by the strata-mpi dependency
-#include <algorithm>
-#include <thread>
-
-#include <cstdlib>
-
-#include <strata/ps/mpi.hpp>
-#include <strata/strategy/multi_worker.hpp>
-#endif
 
 namespace strata {
-
-//! The names with_strategy accepts ("multi_worker_mirrored" where built with the MPI backend).
-#if defined(STRATA_MPI_ENABLED)
-inline constexpr std::array<std::string_view, 6> strategy_names{
-    "default", "one_device", "mirrored", "central_storage", "parameter_server", "multi_worker_mirrored"};
-#else
-inline constexpr std::array<std::string_view, 5> strategy_names{"default", "one_device", "mirrored",
-                                                                "central_storage", "parameter_server"};
-#endif
 
 //! What with_strategy needs besides the name.
 struct StrategyChoice {
@@ -41,75 +31,63 @@ struct StrategyChoice {
   int workers = 2;   //!< parameter_server: worker threads
   int servers = 1;   //!< parameter_server: server shards' hosts
   std::optional<std::uint64_t> staleness = std::nullopt;  //!< parameter_server: bound (none: asynchronous)
-  std::string cluster = {};  //!< parameter_server under mpirun: a ClusterSpec ("": chief 0, `servers` servers, workers)
+  std::string cluster = {};  //!< parameter_server under mpirun (by_name_mpi.hpp): a ClusterSpec ("": chief 0, `servers` servers, workers)
 };
 
-namespace detail {
-//! The size of the MPI job this process was started in (1 when not under mpirun).
-inline int launched_ranks() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
-    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
-  return 1;
-}
-}  // namespace detail
+//! The strategies of one process, by name: what with_strategy builds.
+//!   for (auto n : strata::InProcessStrategies::names) std::puts(n.data());
+//!   strata::InProcessStrategies::with("mirrored", {.replicas = 2}, fn);
+struct InProcessStrategies {
+  static constexpr std::array<std::string_view, 5> names{"default", "one_device", "mirrored", "central_storage",
+                                                         "parameter_server"};
 
-//! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
-//! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
-//! 0 for one per core; "parameter_server": `workers` worker threads and
-//! `servers` servers in this process, `staleness` its bound; "multi_worker_mirrored": this process is one worker of
-//! the MPI job with `replicas` local replicas, 0 for its share of the node's
-//! cores) and returns what fn returns (the same type for every
-//! strategy). An unknown name throws strata::Error listing the known ones.
-template <class F>
-auto with_strategy(std::string_view name, StrategyChoice c, F&& fn) -> std::invoke_result_t<F&, DefaultStrategy&> {
-  const int replicas = c.replicas;
-  if (name == "default") return fn(get_strategy());
-  if (name == "one_device") {
-    OneDeviceStrategy s{cpu(0)};
-    return fn(s);
-  }
-  if (name == "mirrored") {
-    MirroredStrategy s{cpu_replicas(replicas)};
-    return fn(s);
-  }
-  if (name == "central_storage") {
-    CentralStorageStrategy s{cpu_replicas(replicas)};
-    return fn(s);
-  }
-  if (name == "parameter_server") {
-    if constexpr (std::is_invocable_v<F&, ParameterServerStrategy&>) {
-      const ParameterServerOptions o{.workers = c.workers, .servers = c.servers, .staleness = c.staleness};
-#if defined(STRATA_MPI_ENABLED)
-      if (detail::launched_ranks() > 1 || !c.cluster.empty()) {  // under mpirun: ranks are the roles
-        (void)detail::mpi::runtime();
-        int world = 1;
-        MPI_Comm_size(MPI_COMM_WORLD, &world);
-        MpiParameterServers rt{c.cluster.empty() ? ClusterSpec::from_counts(c.servers, world)
-                                                 : ClusterSpec::parse(c.cluster, world),
-                               o};
-        ParameterServerStrategy s{rt};
-        return fn(s);
-      }
-#endif
-      ParameterServerStrategy s{o};
+  //! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
+  //! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
+  //! 0 for one per core; "parameter_server": `workers` worker threads and
+  //! `servers` servers in this process, `staleness` its bound) and returns what
+  //! fn returns (the same type for every strategy). An unknown name throws
+  //! strata::Error listing `known`.
+  template <class F>
+  static auto with(std::string_view name, StrategyChoice c, F&& fn,
+                   std::span<const std::string_view> known = names) -> std::invoke_result_t<F&, DefaultStrategy&> {
+    const int replicas = c.replicas;
+    if (name == "default") return fn(get_strategy());
+    if (name == "one_device") {
+      OneDeviceStrategy s{cpu(0)};
       return fn(s);
-    } else {
-      throw Error("this program's code needs synchronous replicas (Strategy::run); it cannot run under "
-                  "parameter_server");
     }
+    if (name == "mirrored") {
+      MirroredStrategy s{cpu_replicas(replicas)};
+      return fn(s);
+    }
+    if (name == "central_storage") {
+      CentralStorageStrategy s{cpu_replicas(replicas)};
+      return fn(s);
+    }
+    if (name == "parameter_server") {
+      if constexpr (std::is_invocable_v<F&, ParameterServerStrategy&>) {
+        ParameterServerStrategy s{ParameterServerOptions{.workers = c.workers, .servers = c.servers,
+                                                         .staleness = c.staleness}};
+        return fn(s);
+      } else {
+        throw Error("this program's code needs synchronous replicas (Strategy::run); it cannot run under "
+                    "parameter_server");
+      }
+    }
+    std::string list;
+    for (auto n : known) list += (list.empty() ? "" : ", ") + std::string(n);
+    throw Error("unknown strategy '" + std::string(name) + "' (known: " + list + ")");
   }
-#if defined(STRATA_MPI_ENABLED)
-  if (name == "multi_worker_mirrored") {
-    auto workers = MpiCommunicator::world();
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int local = replicas > 0 ? replicas : std::max(1, cores / workers.ranks_on_node());
-    MultiWorkerMirroredStrategy s{std::move(workers), cpu_replicas(local)};
-    return fn(s);
-  }
-#endif
-  std::string known;
-  for (auto n : strategy_names) known += (known.empty() ? "" : ", ") + std::string(n);
-  throw Error("unknown strategy '" + std::string(name) + "' (known: " + known + ")");
+};
+
+//! The names with_strategy accepts.
+inline constexpr const auto& strategy_names = InProcessStrategies::names;
+
+//! Calls fn(strategy) with the in-process strategy named `name` (see
+//! InProcessStrategies::with) and returns what fn returns.
+template <class F>
+auto with_strategy(std::string_view name, StrategyChoice c, F&& fn) {
+  return InProcessStrategies::with(name, std::move(c), std::forward<F>(fn));
 }
 template <class F>
 auto with_strategy(std::string_view name, int replicas, F&& fn) {

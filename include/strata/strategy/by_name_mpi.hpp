@@ -1,0 +1,80 @@
+#pragma once
+//! Choosing a strategy by name, the MPI strategies included: everything
+//! by_name.hpp offers, plus "multi_worker_mirrored" (this process is one
+//! worker of the mpirun job) and "parameter_server" across the job's ranks
+//! (chief, servers and workers as a ClusterSpec assigns them). Opt-in: it
+//! needs the MPI backend (its target links the strata-mpi dependency) and
+//! stops the build with the Meson option to enable otherwise.
+//!   #include <strata/strategy/by_name_mpi.hpp>
+//!   return strata::with_mpi_strategy(argv_strategy, {.replicas = 2}, [&](auto& s) { return train(s); });
+
+#include <strata/comm/mpi/mpi.hpp>  // first: the #error naming -Dmpi=enabled when the backend is off
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <strata/ps/mpi.hpp>
+#include <strata/strategy/by_name.hpp>
+#include <strata/strategy/multi_worker.hpp>
+
+namespace strata {
+
+namespace detail {
+//! The size of the MPI job this process was started in (1 when not under mpirun).
+inline int launched_ranks() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
+  return 1;
+}
+}  // namespace detail
+
+//! The strategies by name, those across MPI ranks included: what
+//! with_mpi_strategy builds.
+//!   for (auto n : strata::MpiStrategies::names) std::puts(n.data());
+//!   strata::MpiStrategies::with("multi_worker_mirrored", {.replicas = 1}, fn);
+struct MpiStrategies {
+  static constexpr std::array<std::string_view, 6> names{
+      "default", "one_device", "mirrored", "central_storage", "parameter_server", "multi_worker_mirrored"};
+
+  //! InProcessStrategies::with, and: "multi_worker_mirrored": this process is
+  //! one worker of the MPI job with `replicas` local replicas, 0 for its share
+  //! of the node's cores; "parameter_server" under mpirun (or with a
+  //! `cluster`): the job's ranks are the chief, servers and workers.
+  template <class F>
+  static auto with(std::string_view name, StrategyChoice c, F&& fn) -> std::invoke_result_t<F&, DefaultStrategy&> {
+    if (name == "parameter_server" && (detail::launched_ranks() > 1 || !c.cluster.empty())) {
+      if constexpr (std::is_invocable_v<F&, ParameterServerStrategy&>) {
+        const ParameterServerOptions o{.workers = c.workers, .servers = c.servers, .staleness = c.staleness};
+        (void)detail::mpi::runtime();
+        int world = 1;
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        MpiParameterServers rt{c.cluster.empty() ? ClusterSpec::from_counts(c.servers, world)
+                                                 : ClusterSpec::parse(c.cluster, world),
+                               o};
+        ParameterServerStrategy s{rt};
+        return fn(s);
+      }
+    }
+    if (name == "multi_worker_mirrored") {
+      auto workers = MpiCommunicator::world();
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      const int local = c.replicas > 0 ? c.replicas : std::max(1, cores / workers.ranks_on_node());
+      MultiWorkerMirroredStrategy s{std::move(workers), cpu_replicas(local)};
+      return fn(s);
+    }
+    return InProcessStrategies::with(name, std::move(c), std::forward<F>(fn), names);
+  }
+};
+
+//! Calls fn(strategy) with the strategy named `name`, the MPI strategies
+//! included (see MpiStrategies::with), and returns what fn returns.
+template <class F>
+auto with_mpi_strategy(std::string_view name, StrategyChoice c, F&& fn) {
+  return MpiStrategies::with(name, std::move(c), std::forward<F>(fn));
+}
+
+}  // namespace strata
