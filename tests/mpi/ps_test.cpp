@@ -13,6 +13,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/ps/mpi.hpp>
+#include <strata/strategy/parameter_server.hpp>
 #include <strata/strata.hpp>
 
 #include "../blobs.hpp"
