@@ -14,8 +14,11 @@
 //!   detail::MpiChief chief{link, spec, options, layout, value};
 //!   auto out = chief.schedule(std::move(batch));  chief.join();
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>

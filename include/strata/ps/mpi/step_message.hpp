@@ -6,6 +6,7 @@
 //!   detail::send_step(link, worker_rank, ctx, in);          // the chief
 //!   auto [ctx, in] = detail::recv_step(link, st, w, chief);  // the worker
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>

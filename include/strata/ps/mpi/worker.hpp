@@ -14,6 +14,7 @@
 #include <exception>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <strata/ps/cluster_spec.hpp>
