@@ -18,7 +18,6 @@
 #include <concepts>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include <strata/nn/data_pass.hpp>
+#include <strata/nn/fit_loop.hpp>
 #include <strata/nn/layer.hpp>
 #include <strata/nn/logs.hpp>
 #include <strata/nn/model_options.hpp>
@@ -35,43 +36,6 @@
 #include <strata/strategy/strategy.hpp>
 
 namespace strata::nn {
-
-namespace detail {
-template <class T>
-struct is_tensor : std::false_type {};
-template <Element T>
-struct is_tensor<Tensor<T>> : std::true_type {};
-template <class T>
-struct is_distributed : std::false_type {};
-template <class D>
-struct is_distributed<Distributed<D>> : std::true_type {};
-
-//! A tensor as float: the tensor itself when it already is, else a converted copy.
-template <class T>
-const Tensor<float>& as_float(const Tensor<T>& t, Tensor<float>& holder) {
-  if constexpr (std::same_as<T, float>) {
-    return t;
-  } else {
-    if (holder.shape() != t.shape()) holder = Tensor<float>(t.shape());
-    for (std::size_t i = 0; i < t.size(); ++i) holder[i] = static_cast<float>(t[i]);
-    return holder;
-  }
-}
-
-//! A pass whose batches and hooks are functions (what the model hands an executor).
-struct FnPass final : Pass {
-  std::function<std::optional<Batch>()> next_fn;
-  std::function<Batch()> empty_fn;
-  std::function<void(std::size_t)> begin_fn;
-  std::function<bool(std::size_t, const PassTotals&)> end_fn;
-  std::optional<Batch> next() override { return next_fn(); }
-  Batch empty() override { return empty_fn(); }
-  void begin_step(std::size_t s) override {
-    if (begin_fn) begin_fn(s);
-  }
-  bool end_step(std::size_t s, const PassTotals& t) override { return end_fn && end_fn(s, t); }
-};
-}  // namespace detail
 
 class Sequential {
  public:
@@ -104,7 +68,7 @@ class Sequential {
   [[nodiscard]] std::int64_t iterations() const noexcept { return iterations_; }
   [[nodiscard]] const std::vector<std::unique_ptr<Layer>>& layers() const noexcept { return m_->layers; }
 
-  //! Sets the loss, optimizer and metrics. Call before fit/evaluate.
+  //! Sets the loss, optimizer and metrics (before fit/evaluate).
   template <std::derived_from<Optimizer> O, std::derived_from<Loss> L>
   void compile(O optimizer, L loss, MetricList metrics = {}, CompileOptions opts = {}) {
     m_->optimizer = std::make_unique<O>(std::move(optimizer));
@@ -202,11 +166,11 @@ class Sequential {
     std::size_t rows = 0;
     detail::FnPass pass;
     pass.phase = Phase::Predict;
-    pass.per_worker = per_worker(data);  // sharded by file: each worker predicts its own rows
+    pass.per_worker = detail::per_worker(data);  // sharded by file: each worker predicts its own rows
     pass.iteration = &iterations_;
     pass.next_fn = [&]() -> std::optional<Batch> {
       if (!(e = it.next())) return std::nullopt;
-      const Tensor<float>& x = detail::as_float(features_of(*e), x_holder_);
+      const Tensor<float>& x = detail::as_float(detail::features_of(*e), x_holder_);
       build(detail::sample_shape(x.shape()));
       detail::resize(parts.emplace_back(), x.shape()[0], m_->shapes.back());
       rows += x.shape()[0];
@@ -278,16 +242,6 @@ class Sequential {
   }
 
  private:
-  template <class E>
-  static const auto& features_of(const E& e) {
-    if constexpr (detail::is_tensor<E>::value) return e;
-    else return std::get<0>(e);
-  }
-  template <class D>
-  static bool per_worker(const D& data) {
-    if constexpr (detail::is_distributed<D>::value) return data.per_worker;
-    else return false;
-  }
   template <class D>
   const auto& dataset_of(const D& data) const {
     if constexpr (detail::is_distributed<D>::value) {
@@ -307,9 +261,8 @@ class Sequential {
   detail::FnPass data_pass(It& it, const D& data, Phase phase) {
     detail::FnPass pass;
     pass.phase = phase;
-    pass.per_worker = per_worker(data);
+    pass.per_worker = detail::per_worker(data);
     pass.iteration = &iterations_;
-    // the batch points into the element: it lives until the next one
     auto e = std::make_shared<std::optional<std::remove_cvref_t<decltype(*it.next())>>>();
     pass.next_fn = [this, &it, e]() -> std::optional<Batch> {
       if (!(*e = it.next())) return std::nullopt;
@@ -320,7 +273,7 @@ class Sequential {
                          " must have the same first (batch) extent");
       build(detail::sample_shape(x.shape()));
       label_tail_.assign(y.shape().dims().begin() + 1, y.shape().dims().end());
-      return Batch{&x, &y, nullptr};
+      return Batch{&x, &y, nullptr};  // into the element, which lives until the next one
     };
     pass.empty_fn = [this] {
       if (!built()) {
@@ -350,65 +303,18 @@ class Sequential {
     }
     History history;
     try {
-      history = epochs(data, opts, validation);
+      history = detail::fit_epochs(
+          *ex_, ds, opts, [&](auto& it) { return data_pass(it, data, Phase::Train); },
+          [this](const PassTotals& t) { return logs_of(t); },
+          [&](Logs& logs) {
+            if (validation)
+              for (const auto& [k, v] : evaluate(*validation).items()) logs.set("val_" + k, v);
+          });
     } catch (...) {
       ex_->end_fit();
       throw;
     }
     ex_->end_fit();
-    return history;
-  }
-
-  template <class D, class V>
-  History epochs(const D& data, const FitOptions& opts, const V* validation) {
-    const auto& ds = dataset_of(data);
-    History history;
-    for (auto* cb : opts.callbacks) {
-      cb->stop_training = false;
-      cb->on_train_begin();
-    }
-    Logs logs;
-    bool stop = false;
-    for (int epoch = 0; epoch < opts.epochs && !stop; ++epoch) {
-      for (auto* cb : opts.callbacks) cb->on_epoch_begin(epoch);
-      const Verbosity verbose = speaker(opts.verbose);
-      if (verbose != Verbosity::Silent) std::fprintf(opts.out, "Epoch %d/%d\n", epoch + 1, opts.epochs);
-      std::optional<std::size_t> total = ds.cardinality();
-      if (opts.steps_per_epoch) total = total ? std::min(*total, opts.steps_per_epoch) : opts.steps_per_epoch;
-      detail::Progress progress(verbose, opts.out, total);
-      auto it = ds.iterator();
-      std::size_t steps = 0;
-      auto pass = data_pass(it, data, Phase::Train);
-      pass.max_steps = opts.steps_per_epoch;
-      pass.begin_fn = [&](std::size_t s) {
-        for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(s));
-      };
-      pass.end_fn = [&](std::size_t s, const PassTotals& t) {
-        // running logs (an O(parameters) regularization sum with L2) only for whoever reads them
-        progress.update(steps = s + 1, t.samples, [&] { return logs_of(t); });
-        if (!opts.callbacks.empty()) {
-          const Logs running = logs_of(t);
-          for (auto* cb : opts.callbacks) {
-            cb->on_batch_end(static_cast<int>(s), running);
-            stop = stop || cb->stop_training;
-          }
-        }
-        return stop;
-      };
-      const PassTotals t = ex_->run_pass(pass);
-      logs = logs_of(t);
-      if (validation) {
-        const Logs val = evaluate(*validation);
-        for (const auto& [k, v] : val.items()) logs.set("val_" + k, v);
-      }
-      progress.finish(steps, t.samples, logs);
-      history.append(logs);
-      for (auto* cb : opts.callbacks) {
-        cb->on_epoch_end(epoch, logs);
-        stop = stop || cb->stop_training;
-      }
-    }
-    for (auto* cb : opts.callbacks) cb->on_train_end(logs);
     return history;
   }
 
