@@ -3,7 +3,10 @@
 // plain MPI_Allreduce, measured in the same run, interleaved size by size so
 // that a busy machine disturbs them alike. nccl-tests columns: algbw = S/t,
 // busbw = algbw * 2(p-1)/p; "vs mpi" = MPI_Allreduce's time / this time
-// (above 1: faster than MPI_Allreduce).
+// (above 1: faster than MPI_Allreduce). At the end, the decision table:
+// per size, what auto chose (after measuring its first calls of that size
+// class: those are this bench's warm-up), every algorithm's time, and auto
+// against native and MPI_Allreduce (the promise: "vs mpi" at least 0.95).
 //   mpirun -np 2 mpi_allreduce_bench [--min 1K] [--max 64M] [--rounds 5]
 //   mpirun -np 2 --mca btl self,tcp mpi_allreduce_bench     # over TCP
 #include <algorithm>
@@ -49,6 +52,12 @@ int main(int argc, char** argv) {
       {"direct", [&](std::vector<float>& v) { comm.all_reduce(v, strata::Sum, strata::Direct{}); },
        std::size_t{1} << 20},
   };
+  struct Row {
+    std::size_t bytes;
+    std::vector<double> t;  // per algorithm (0: not run)
+    strata::AutoChoice choice;
+  };
+  std::vector<Row> table;
   for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
     const std::size_t n = bytes / sizeof(float);
     const int max_iters = bench::iterations_for(bytes, p);
@@ -84,6 +93,23 @@ int main(int argc, char** argv) {
                     a == 1 ? std::string(comm.auto_choice(bytes).algorithm).c_str() : "");
       }
     }
+    Row row{bytes, std::vector<double>(algos.size(), 0.0), comm.auto_choice(bytes)};
+    for (std::size_t a = 0; a < algos.size(); ++a)
+      if (bytes <= algos[a].max_bytes) row.t[a] = best[a];
+    table.push_back(std::move(row));
     if (rank == 0) std::fflush(stdout);
   }
+  if (rank != 0) return 0;
+  std::printf("\n# decision table: auto's choice by size (times in us, best of %d rounds; vs = other's time / auto's)\n",
+              rounds);
+  std::printf("# %8s %-7s %10s %10s %10s %10s %10s %9s %7s\n", "size(B)", "chosen", "mpi", "native", "ring", "direct",
+              "auto", "vs native", "vs mpi");
+  for (const auto& r : table) {
+    auto us = [&](std::size_t a) { return r.t[a] > 0 ? std::to_string(static_cast<long long>(r.t[a] * 1e6 + 0.5)) : "-"; };
+    std::printf("%10zu %-7s %10s %10s %10s %10s %10s %9.2f %7.2f\n", r.bytes, std::string(r.choice.algorithm).c_str(),
+                us(0).c_str(), us(2).c_str(), us(3).c_str(), us(4).c_str(), us(1).c_str(), r.t[2] / r.t[1],
+                r.t[0] / r.t[1]);
+  }
+  std::printf("# why:\n");
+  for (const auto& r : table) std::printf("#   %s\n", r.choice.reason.c_str());
 }

@@ -147,7 +147,9 @@ TEST_CASE("broadcast from every root, reduce_scatter and all_gather with uneven 
 }
 
 TEST_CASE("auto_choice: by size, the same on every rank, with its reason; forcing an algorithm") {
-  auto c = make();
+  strata::MpiOptions rules;
+  rules.auto_tune = false;  // the size rules, not a measurement: the choices below are fixed
+  auto c = strata::MpiCommunicator::world(rules);
   const auto small = c.auto_choice(1024);
   CHECK(small.algorithm == "direct");
   CHECK(small.reason.find("direct_max_bytes") != std::string::npos);
@@ -164,6 +166,41 @@ TEST_CASE("auto_choice: by size, the same on every rank, with its reason; forcin
   tree.force_algorithm = "tree";
   auto bad = strata::MpiCommunicator::world(tree);
   CHECK_THROWS_WITH_AS((void)bad.auto_choice(8), doctest::Contains("names no all-reduce algorithm"), strata::Error);
+}
+
+TEST_CASE("auto_choice measured: a size class's first calls try each algorithm, then every rank keeps the same") {
+  strata::MpiOptions o;
+  o.tune_rounds = 1;
+  auto c = strata::MpiCommunicator::world(o);
+  const int p = c.size();
+  const std::size_t n = 16384;  // 64 KiB of float: above the direct threshold, so measured
+  const std::size_t bytes = n * sizeof(float);
+  std::vector<std::string_view> tried;
+  for (int call = 0; call < 3; ++call) {  // native, ring, direct: one trial each
+    const auto before = c.auto_choice(bytes);
+    CHECK(before.reason.find("not measured yet") != std::string::npos);
+    tried.push_back(before.algorithm);
+    std::vector<float> v(n, static_cast<float>(c.rank() + 1));
+    c.all_reduce(v, strata::Sum);
+    CHECK(v[0] == static_cast<float>(p * (p + 1) / 2));  // trials are real all-reduces
+    CHECK(v[n - 1] == static_cast<float>(p * (p + 1) / 2));
+  }
+  CHECK(tried == std::vector<std::string_view>{"native", "ring", "direct"});
+  const auto after = c.auto_choice(bytes);
+  CAPTURE(after.reason);
+  CHECK(after.reason.find("measured on this communicator's first calls") != std::string::npos);
+  CHECK(after.reason.find("ring ") != std::string::npos);  // the times of what it tried
+  CHECK(c.auto_choice(40000).algorithm == after.algorithm);  // the same size class (32 KiB, 64 KiB]
+  CHECK(c.auto_choice(std::size_t{1} << 20).reason.find("not measured yet") != std::string::npos);
+  // every rank decided the same
+  const std::vector<int> mine{after.algorithm == "native" ? 0 : after.algorithm == "ring" ? 1 : 2};
+  std::vector<int> all(static_cast<std::size_t>(p));
+  c.all_gather(mine, all);
+  for (int r = 0; r < p; ++r) CHECK(all[static_cast<std::size_t>(r)] == mine[0]);
+  std::vector<float> v(n, 1.f);
+  c.all_reduce(v, strata::Sum);  // the kept algorithm, no longer measured
+  CHECK(v[7] == static_cast<float>(p));
+  CHECK(c.auto_choice(bytes).algorithm == after.algorithm);
 }
 
 TEST_CASE("contract: ranks that disagree all raise CollectiveMismatch naming each rank's call") {

@@ -10,8 +10,12 @@
 //! MPI library, rank count and size).
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -149,10 +153,24 @@ void all_reduce_with(Exchange& ex, const T* in, T* out, std::size_t n, std::size
   }
 }
 
-//! AutoReduce's decision for a communicator: a forced algorithm (options or
-//! the STRATA_MPI_ALLREDUCE environment variable), else rules by size and
-//! transport from MpiOptions. Every input is agreed at construction, so
-//! every rank decides the same.
+//! AutoReduce's decision for a communicator. In order:
+//! - a forced algorithm (MpiOptions::force_algorithm, else the environment
+//!   variable STRATA_MPI_ALLREDUCE);
+//! - one rank, or data that travels in the contract's own message (up to
+//!   4056 bytes; without auto_tune, up to direct_max_bytes_shm/net): direct,
+//!   since one exchange then carries the contract and the data, fewer
+//!   messages than any other algorithm needs;
+//! - with MpiOptions::auto_tune (the default), a measurement: the first calls
+//!   of each size class (powers of two) try native, ring and (up to 1 MiB)
+//!   direct in turn, `tune_rounds` times each; then every rank's best time
+//!   per algorithm is agreed (one small extra collective, MIN over ranks: the
+//!   rank that arrived last waited least for the others) and the fastest is
+//!   kept for that size class, native unless another beats it by 5% (the
+//!   promise is never to be more than 5% slower than MPI_Allreduce, and
+//!   native is MPI_Allreduce after the contract);
+//! - without it, rules by size and transport from MpiOptions.
+//! Every rank makes the same calls in the same order (the contract checks
+//! it), so every rank tries and then picks the same algorithms.
 class AutoSelector {
  public:
   explicit AutoSelector(const Exchange& ex) {
@@ -175,21 +193,68 @@ class AutoSelector {
   [[nodiscard]] std::string_view choose(const Exchange& ex, std::size_t bytes) const {
     if (!force_error_.empty()) throw Error(force_error_);
     if (!forced_.empty()) return forced_;
-    if (ex.size() == 1 || bytes <= direct_max(ex)) return Direct::name;
+    if (ex.size() == 1 || bytes <= direct_rule(ex)) return Direct::name;
+    if (ex.options().auto_tune) {
+      const Bucket& b = buckets_[bucket_of(bytes)];
+      return b.chosen ? candidates[b.chosen - 1] : candidates[b.trials % candidates_for(bytes)];
+    }
     if (ring_min(ex) != 0 && bytes >= ring_min(ex)) return Ring::name;
     return Native::name;
   }
 
+  //! Whether the next call of `bytes` is a measurement (then record() its time).
+  [[nodiscard]] bool measuring(const Exchange& ex, std::size_t bytes) const noexcept {
+    return forced_.empty() && force_error_.empty() && ex.options().auto_tune && ex.size() > 1 &&
+           bytes > direct_rule(ex) && !buckets_[bucket_of(bytes)].chosen;
+  }
+
+  //! A measured call of `bytes` took `seconds` on this rank. After the last
+  //! trial of its size class, agrees with every rank on the times (a
+  //! collective: every rank gets here at the same call) and decides.
+  void record(Exchange& ex, std::size_t bytes, double seconds) {
+    Bucket& b = buckets_[bucket_of(bytes)];
+    const std::size_t k = candidates_for(bytes), which = b.trials % k;
+    b.best[which] = std::min(b.best[which], seconds);
+    if (++b.trials < k * static_cast<std::size_t>(std::max(1, ex.options().tune_rounds))) return;
+    double agreed[3] = {b.best[0], b.best[1], b.best[2]};
+    all_reduce_with<MinOp>(ex, agreed, agreed, 3, 3, Direct{});
+    std::size_t pick = 0;  // native...
+    for (std::size_t a = 1; a < k; ++a)  // ...unless another is 5% faster than it and the fastest so far
+      if (agreed[a] < 0.95 * agreed[0] && agreed[a] < agreed[pick]) pick = a;
+    std::copy_n(agreed, 3, b.best);
+    b.chosen = static_cast<std::uint8_t>(pick + 1);
+  }
+
   //! choose(), with the reason in a sentence.
   [[nodiscard]] AutoChoice explain(const Exchange& ex, std::size_t bytes) const {
-    const std::string_view a = choose(ex, bytes);  // the rules; what follows only explains them
+    const std::string_view a = choose(ex, bytes);  // the decision; what follows only explains it
     if (!forced_.empty()) return {a, "forced by " + force_source_ + "=" + std::string(a)};
     if (ex.size() == 1) return {a, "one rank: nothing to exchange"};
     const std::string sz = std::to_string(bytes) + " B", net = ex.network() ? "net " : "shm ";
     const std::string where = ex.network() ? "over a network (" + ex.network_why() + ")" : "in shared memory";
-    if (a == Direct::name)
-      return {a, sz + " <= direct_max_bytes_" + net + std::to_string(direct_max(ex)) + ", ranks talk " + where +
+    if (a == Direct::name && bytes <= direct_rule(ex))
+      return {a, sz + " <= " + (ex.options().auto_tune ? "" : "direct_max_bytes_" + net) +
+                     std::to_string(direct_rule(ex)) + ", ranks talk " + where +
                      ": one exchange carries the contract and the data"};
+    if (ex.options().auto_tune) {
+      const std::size_t i = bucket_of(bytes), k = candidates_for(bytes);
+      const Bucket& b = buckets_[i];
+      const std::string cls = "(" + std::to_string(i ? (std::size_t{1} << (i - 1)) : 0) + ", " +
+                              std::to_string(std::size_t{1} << i) + "] B";
+      if (!b.chosen)
+        return {a, sz + ", ranks talk " + where + ": size class " + cls + " not measured yet; its next call is trial " +
+                       std::to_string(b.trials + 1) + " of " +
+                       std::to_string(k * static_cast<std::size_t>(std::max(1, ex.options().tune_rounds))) +
+                       " and runs " + std::string(a)};
+      std::string times;
+      for (std::size_t c = 0; c < k; ++c) {
+        if (c) times += ", ";
+        times += std::string(candidates[c]) + " " + std::to_string(static_cast<long long>(b.best[c] * 1e6)) + " us";
+      }
+      return {a, sz + ", ranks talk " + where + ": measured on this communicator's first calls of size class " + cls +
+                     " (" + times + "): " + std::string(a) +
+                     (a == Native::name ? " (nothing beat MPI_Allreduce by 5%)" : " is the fastest")};
+    }
     if (a == Ring::name)
       return {a, sz + " >= ring_min_bytes_" + net + std::to_string(ring_min(ex)) + ", ranks talk " + where +
                      ": the ring's pipelined steps beat MPI_Allreduce there"};
@@ -197,6 +262,19 @@ class AutoSelector {
   }
 
  private:
+  //! What a size class may try, native first (the default when none is faster).
+  static constexpr std::string_view candidates[3] = {Native::name, Ring::name, Direct::name};
+  //! Direct sends every rank's data to every rank: tried only up to 1 MiB.
+  static std::size_t candidates_for(std::size_t bytes) noexcept { return bytes <= (std::size_t{1} << 20) ? 3 : 2; }
+  //! Size class: (2^(i-1), 2^i] bytes.
+  static std::size_t bucket_of(std::size_t bytes) noexcept {
+    return static_cast<std::size_t>(std::bit_width(bytes > 1 ? bytes - 1 : 0));
+  }
+  //! Direct without measuring up to here: with auto_tune, what fits in the
+  //! contract's own message; without, the option for the transport.
+  static std::size_t direct_rule(const Exchange& ex) noexcept {
+    return ex.options().auto_tune ? Exchange::fused_max - sizeof(WireCall) : direct_max(ex);
+  }
   static std::size_t direct_max(const Exchange& ex) noexcept {
     return ex.network() ? ex.options().direct_max_bytes_net : ex.options().direct_max_bytes_shm;
   }
@@ -204,6 +282,12 @@ class AutoSelector {
     return ex.network() ? ex.options().ring_min_bytes_net : ex.options().ring_min_bytes_shm;
   }
 
+  struct Bucket {
+    std::uint32_t trials = 0;
+    std::uint8_t chosen = 0;  // 1 + index into candidates; 0: still measuring
+    double best[3] = {1e30, 1e30, 1e30};  // seconds: this rank's best, then the agreed ones
+  };
+  std::array<Bucket, 65> buckets_{};
   std::string_view forced_;  // the algorithm forced by the options or the environment, if any
   std::string force_source_, force_error_;
 };

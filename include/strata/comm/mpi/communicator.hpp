@@ -18,6 +18,7 @@
 //! point_to_point.hpp (send and recv).
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -219,8 +220,10 @@ class MpiCommunicator {
     detail::mpi::recv_message(ex_, std::ranges::data(data), std::ranges::size(data), peer, tag);
   }
 
-  //! The algorithm AutoReduce picks for `bytes` per rank, and why (the same
-  //! on every rank: the inputs to the choice are agreed).
+  //! The algorithm AutoReduce picks for `bytes` per rank, and why, in a
+  //! sentence (the same on every rank: the inputs to the choice are agreed).
+  //! With MpiOptions::auto_tune, a size class's first calls measure the
+  //! algorithms, and the answer is then the measured fastest (see AutoSelector).
   [[nodiscard]] AutoChoice auto_choice(std::size_t bytes) const { return auto_.explain(ex_, bytes); }
 
   //! The algorithm auto_choice names, on the hot path (no strings built).
@@ -239,10 +242,17 @@ class MpiCommunicator {
   void all_reduce_impl(const T* in, T* out, std::size_t n, std::size_t out_n, Op, Algo) {
     detail::check_op<Op, T>();
     if constexpr (std::same_as<Algo, AutoReduce>) {
-      const auto a = choose(n * sizeof(T));  // the same rules as auto_choice, without building its reason
-      if (a == Ring::name) return detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Ring{});
-      if (a == Direct::name) return detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Direct{});
-      return detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Native{});
+      const std::size_t bytes = n * sizeof(T);
+      const auto a = choose(bytes);  // the same decision as auto_choice, without building its reason
+      auto run = [&] {
+        if (a == Ring::name) detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Ring{});
+        else if (a == Direct::name) detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Direct{});
+        else detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Native{});
+      };
+      if (!auto_.measuring(ex_, bytes)) return run();
+      const auto t0 = std::chrono::steady_clock::now();
+      run();
+      auto_.record(ex_, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     } else {
       detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Algo{});
     }

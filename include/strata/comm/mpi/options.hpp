@@ -25,8 +25,17 @@ struct MpiOptions {
   //! contract costs no extra exchange...
   std::size_t direct_max_bytes_shm = 4056;
   std::size_t direct_max_bytes_net = std::size_t{256} << 10;
-  //! ...the ring at or above these many bytes (0 = never)...
-  std::size_t ring_min_bytes_shm = std::size_t{16} << 20;
+  //! With auto_tune, direct up to 4056 bytes (what fits in the contract's
+  //! message) and above that, measured: the first calls of each size class
+  //! (powers of two) try the algorithms `tune_rounds` times each, and the
+  //! ranks agree on the fastest for that class. Costs nothing at construction; the trials
+  //! are real all-reduces (correct results), some with a slower algorithm.
+  //! Reduction order then depends on the measurement: name an algorithm
+  //! where bitwise run-to-run reproducibility matters.
+  bool auto_tune = true;
+  int tune_rounds = 3;
+  //! Without auto_tune: the ring at or above these many bytes (0 = never)...
+  std::size_t ring_min_bytes_shm = std::size_t{32} << 20;
   std::size_t ring_min_bytes_net = std::size_t{4} << 20;
   //! ...and MPI_Allreduce (after the contract's exchange) in between.
   //! Names an algorithm to use always ("ring", "direct", "native"); empty:
