@@ -29,6 +29,7 @@
 #include <strata/comm/mpi/mpi.hpp>
 #include <strata/comm/mpi/options.hpp>
 #include <strata/comm/mpi/runtime.hpp>
+#include <strata/comm/mpi/transport.hpp>
 
 namespace strata::detail::mpi {
 
@@ -45,43 +46,16 @@ class Exchange {
  public:
   //! Duplicates `parent` without blocking (a rank that never calls this is
   //! reported, not waited for) and agrees on shared memory or network.
-  Exchange(MPI_Comm parent, MpiOptions opts) : opts_(std::move(opts)) {
-    MPI_Request req = MPI_REQUEST_NULL;
-    check(MPI_Comm_idup(parent, comm_.out(), &req), "MPI_Comm_idup");
-    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
-    for (int i = 0;; ++i) {
-      int flag = 0;
-      MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-      if (flag) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        runtime().note_failure(opts_.timeout);
-        throw CollectiveTimeout("strata: creating an MPI communicator timed out after " +
-                                std::to_string(opts_.timeout.count()) + " ms: not every rank created it");
-      }
-      relax(i);
-    }
+  Exchange(MPI_Comm parent, MpiOptions opts) : comm_(CommHandle::dup(parent, opts.timeout)), opts_(std::move(opts)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     last_seen_.assign(static_cast<std::size_t>(size_), 0);
     inbox_.resize(static_cast<std::size_t>(size_));
     calls_.resize(static_cast<std::size_t>(size_));
-    // Shared memory or network? Every rank must choose the same algorithms, so
-    // the answer is agreed: network if any rank sees one.
-    MPI_Comm node = MPI_COMM_NULL;
-    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-    MPI_Comm_size(node, &node_size_);
-    MPI_Comm_free(&node);
-    int flags[2] = {node_size_ < size_ ? 1 : 0, 0};
-    if (const char* btl = std::getenv("OMPI_MCA_btl"); btl && *btl) {
-      // shared memory is off when "^..." excludes it, or a plain list leaves it out
-      const std::string b = btl;
-      const bool names_shm = b.find("vader") != std::string::npos || b.find("sm") != std::string::npos;
-      flags[1] = (b[0] == '^') == names_shm ? 1 : 0;
-    }
-    int any[2] = {0, 0};
-    check(MPI_Allreduce(flags, any, 2, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce");
-    network_ = any[0] || any[1];
-    network_why_ = any[0] ? "ranks span several nodes" : any[1] ? "shared memory transport disabled (OMPI_MCA_btl)" : "";
+    const Transport t = detect_transport(comm_, size_);
+    network_ = t.network;
+    node_size_ = t.node_size;
+    network_why_ = t.why;
   }
 
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_; }

@@ -3,11 +3,15 @@
 //! flight (cancelled when the call fails) and the duplicated communicator
 //! (freed with it), plus the message tags its protocol uses.
 
+#include <chrono>
 #include <exception>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <strata/comm/mpi/mpi.hpp>
+#include <strata/comm/mpi/runtime.hpp>
 
 namespace strata::detail::mpi {
 
@@ -74,6 +78,25 @@ class CommHandle {
     return *this;
   }
   ~CommHandle() { reset(); }
+  //! A duplicate of `parent`, made without blocking, so that a rank that
+  //! never calls this is reported (CollectiveTimeout after `timeout`), not waited for.
+  static CommHandle dup(MPI_Comm parent, std::chrono::milliseconds timeout) {
+    CommHandle h;
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Comm_idup(parent, h.out(), &req), "MPI_Comm_idup");
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (int i = 0;; ++i) {
+      int flag = 0;
+      MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      if (flag) return h;
+      if (std::chrono::steady_clock::now() > deadline) {
+        runtime().note_failure(timeout);
+        throw CollectiveTimeout("strata: creating an MPI communicator timed out after " +
+                                std::to_string(timeout.count()) + " ms: not every rank created it");
+      }
+      if (i > 2000) std::this_thread::yield();
+    }
+  }
   operator MPI_Comm() const noexcept { return c_; }  // NOLINT: used as the handle it wraps
   //! Where MPI_Comm_idup writes the new communicator.
   MPI_Comm* out() noexcept { return &c_; }
