@@ -168,6 +168,7 @@ class LayerProgram final : public ModelProgram {
                                                               std::span<float> grad) override {
     return std::make_unique<LayerReplica>(*this, value, grad);
   }
+  [[nodiscard]] bool compiled() const override { return optimizer != nullptr; }
   [[nodiscard]] std::unique_ptr<Updater> make_updater(std::size_t n) const override {
     if (!optimizer) throw Error("Sequential: compile the model first (optimizer and loss)");
     return std::make_unique<OptimizerUpdater>(*optimizer, n);

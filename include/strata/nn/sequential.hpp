@@ -307,8 +307,9 @@ class Sequential {
           *ex_, ds, opts, [&](auto& it) { return data_pass(it, data, Phase::Train); },
           [this](const PassTotals& t) { return logs_of(t); },
           [&](Logs& logs) {
-            if (validation)
-              for (const auto& [k, v] : evaluate(*validation).items()) logs.set("val_" + k, v);
+            if (!validation) return;
+            const Logs val = evaluate(*validation);
+            for (const auto& [k, v] : val.items()) logs.set("val_" + k, v);
           });
     } catch (...) {
       ex_->end_fit();

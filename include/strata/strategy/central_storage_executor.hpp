@@ -26,7 +26,7 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   [[nodiscard]] const Tensor<float>& value() const override { return var_->value(); }
   void assign(const Tensor<float>& v) override { var_->assign(v); }
   void reset_optimizer() override {
-    if (var_) updater_ = this->program_.make_updater(this->program_.num_params());
+    if (var_ && this->program_.compiled()) updater_ = this->program_.make_updater(this->program_.num_params());
   }
 
  private:

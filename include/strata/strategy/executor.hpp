@@ -23,7 +23,8 @@ class Executor {
   //! Places the variables, starting from `init` (across workers: the
   //! chief's), with fresh optimizer state. Collective across workers.
   virtual void place(const Tensor<float>& init) = 0;
-  //! Fresh optimizer state (a new compile), where the variables are placed.
+  //! Fresh optimizer state (a new compile), where the variables are placed;
+  //! nothing before the model is compiled.
   virtual void reset_optimizer() = 0;
   [[nodiscard]] virtual bool placed() const noexcept = 0;
   //! The variables' logical value (one copy, flat).

@@ -52,8 +52,8 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   [[nodiscard]] bool sharded() const noexcept { return sharded_; }
 
   void reset_optimizer() override {
-    if (!vars_) return;
     updaters_.clear();
+    if (!vars_ || !this->program_.compiled()) return;
     for (std::size_t r = 0; r < replicas_; ++r)
       updaters_.push_back(this->program_.make_updater(sharded_ ? mine(r).size() : this->program_.num_params()));
   }

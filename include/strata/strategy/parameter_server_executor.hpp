@@ -47,7 +47,7 @@ class ParameterServerExecutor final : public Executor {
   //! The servers get the variables (sharded) and a fresh optimizer, whose
   //! state they update only on their shards' elements. Collective over MPI.
   void reset_optimizer() override {
-    if (!copies_) return;
+    if (!copies_ || !program_.compiled()) return;
     updater_ = program_.make_updater(program_.num_params());
     rt_.create_variables(program_.variable_shapes(), value(),
                          [u = updater_.get()](std::span<float> w, std::span<const float> g, std::size_t offset,

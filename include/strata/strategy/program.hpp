@@ -92,7 +92,9 @@ class ModelProgram {
   //! A replica bound to `value` (read) and `grad` (written), num_params() each.
   [[nodiscard]] virtual std::unique_ptr<ReplicaProgram> make_replica(std::span<const float> value,
                                                                       std::span<float> grad) = 0;
-  //! The optimizer with fresh state for `n` elements.
+  //! Whether the optimizer is known yet (the model was compiled).
+  [[nodiscard]] virtual bool compiled() const = 0;
+  //! The optimizer with fresh state for `n` elements (once compiled).
   [[nodiscard]] virtual std::unique_ptr<Updater> make_updater(std::size_t n) const = 0;
 };
 
