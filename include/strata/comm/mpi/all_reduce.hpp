@@ -162,7 +162,8 @@ void all_reduce_with(Exchange& ex, const T* in, T* out, std::size_t n, std::size
 //!   messages than any other algorithm needs;
 //! - with MpiOptions::auto_tune (the default), a measurement: the first calls
 //!   of each size class (powers of two) try native, ring and (up to 1 MiB)
-//!   direct in turn, `tune_rounds` times each; then every rank's best time
+//!   direct in turn, `tune_rounds` times each (more below 256 KiB, where a
+//!   trial is cheap and noisy); then every rank's best time
 //!   per algorithm is agreed (one small extra collective, MIN over ranks: the
 //!   rank that arrived last waited least for the others) and the fastest is
 //!   kept for that size class, native unless another beats it by 5% (the
@@ -215,7 +216,7 @@ class AutoSelector {
     Bucket& b = buckets_[bucket_of(bytes)];
     const std::size_t k = candidates_for(bytes), which = b.trials % k;
     b.best[which] = std::min(b.best[which], seconds);
-    if (++b.trials < k * static_cast<std::size_t>(std::max(1, ex.options().tune_rounds))) return;
+    if (++b.trials < k * rounds_for(ex, bytes)) return;
     double agreed[3] = {b.best[0], b.best[1], b.best[2]};
     all_reduce_with<MinOp>(ex, agreed, agreed, 3, 3, Direct{});
     std::size_t pick = 0;  // native...
@@ -244,7 +245,7 @@ class AutoSelector {
       if (!b.chosen)
         return {a, sz + ", ranks talk " + where + ": size class " + cls + " not measured yet; its next call is trial " +
                        std::to_string(b.trials + 1) + " of " +
-                       std::to_string(k * static_cast<std::size_t>(std::max(1, ex.options().tune_rounds))) +
+                       std::to_string(k * rounds_for(ex, bytes)) +
                        " and runs " + std::string(a)};
       std::string times;
       for (std::size_t c = 0; c < k; ++c) {
@@ -266,6 +267,14 @@ class AutoSelector {
   static constexpr std::string_view candidates[3] = {Native::name, Ring::name, Direct::name};
   //! Direct sends every rank's data to every rank: tried only up to 1 MiB.
   static std::size_t candidates_for(std::size_t bytes) noexcept { return bytes <= (std::size_t{1} << 20) ? 3 : 2; }
+  //! Trials of each algorithm: tune_rounds, more for small sizes (up to 32
+  //! under 8 KiB), where one trial takes microseconds and one descheduled
+  //! rank would decide alone. A function of the size: the same on every rank.
+  static std::size_t rounds_for(const Exchange& ex, std::size_t bytes) noexcept {
+    const auto r = static_cast<std::size_t>(std::max(1, ex.options().tune_rounds));
+    return std::clamp<std::size_t>(r * ((std::size_t{256} << 10) / std::max<std::size_t>(bytes, 1)), r,
+                                   std::max<std::size_t>(r, 32));
+  }
   //! Size class: (2^(i-1), 2^i] bytes.
   static std::size_t bucket_of(std::size_t bytes) noexcept {
     return static_cast<std::size_t>(std::bit_width(bytes > 1 ? bytes - 1 : 0));
