@@ -1,6 +1,7 @@
 // Asynchronous training needs variables on parameter servers, not mirrored copies.
 // expect: asynchronous training applies each worker's gradients as they arrive, which needs the variables on parameter servers
 #include <strata/strata.hpp>
+#include <strata/strategy/parameter_server.hpp>
 #ifdef STRATA_CONTROL
 using S = strata::Strategy<strata::Asynchronous, strata::ParameterServer, strata::PushPull>;
 int main() { S s{{.workers = 1}}; }

@@ -35,7 +35,12 @@ namespace strata {
 namespace detail {
 template <class Sync, class Placement, class Reduce>
 consteval bool validate_composition() {
-  if constexpr (std::same_as<Placement, ParameterServer>) {
+  if constexpr (std::same_as<Sync, Asynchronous> && std::same_as<Placement, ParameterServer> &&
+                std::same_as<Reduce, PushPull>) {
+    // the valid composition, reached only when its specialization is not visible
+    static_assert(dependent_false<Placement>,
+                  "strata: ParameterServerStrategy is an opt-in header: #include <strata/strategy/parameter_server.hpp>");
+  } else if constexpr (std::same_as<Placement, ParameterServer>) {
     static_assert(dependent_false<Placement>,
                   "strata: ParameterServer placement is trained by workers pushing gradients as they go: use "
                   "strata::Asynchronous with strata::PushPull (ParameterServerStrategy; staleness 0 gives "
