@@ -182,7 +182,9 @@ class ThreadCommunicator {
   //! Sends `data` to replica `peer` with `tag` (>= 0). Returns without
   //! waiting for the receiver: the data is copied, into the receiver's memory
   //! if it already waits in the matching recv, else into a recycled buffer,
-  //! so `data` may be reused at once.
+  //! so `data` may be reused at once. Unreceived messages queue without a
+  //! bound (a sender far ahead of its receiver holds that many copies);
+  //! their buffers are recycled, so steady traffic allocates nothing.
   //!   comm.send(activations, comm.rank() + 1, /*tag=*/0);
   //! Messages from one replica to another with one tag arrive in send order.
   template <Buffer B>
