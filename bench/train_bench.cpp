@@ -64,7 +64,9 @@ Data load(const std::string& dir_arg, std::size_t limit) {
   }
   const std::size_t n = limit ? limit : 60000;
   Data d{strata::Tensor<float>{{n, 28, 28}}, strata::Tensor<std::int32_t>{{n}},
-         "synthetic (no MNIST in " + dir.string() + ")"};
+         "synthetic (no MNIST in " + dir.string() +
+             "; steps here can be slower than mnist_mlp's, whose MNIST loading changes how glibc serves the "
+             "per-step batch buffers: see docs/performance.md)"};
   strata::Rng rng{1};
   for (auto& v : d.x) v = (rng.uniform() - 0.1307f) / 0.3081f;
   for (auto& v : d.y) v = static_cast<std::int32_t>(rng.below(10));
