@@ -2,16 +2,17 @@
 //! Choosing an in-process strategy at run time, by name (a command line's
 //! --strategy): the same generic code then runs under the strategy's type.
 //!   return strata::with_strategy("mirrored", 4, [&](auto& strategy) { return train(strategy); });
-//! This header never includes <mpi.h>, so every target may use it (strata.hpp
-//! includes it). The strategies that need MPI (multi_worker_mirrored, and
-//! parameter_server across the ranks of an mpirun job) come with the opt-in
-//! header strata/strategy/by_name_mpi.hpp: with_mpi_strategy accepts every
-//! name here plus those, for targets that link the strata-mpi dependency.
+//! This header never includes <mpi.h>, so every target may use it. The
+//! strategies that need MPI (multi_worker_mirrored, and parameter_server
+//! across the ranks of an mpirun job) come with the opt-in header
+//! strata/strategy/by_name_mpi.hpp: with_mpi_strategy accepts every name
+//! here plus those, for targets that link the strata-mpi dependency.
 //! The choice between the two is the program's, made where it includes them
 //! (e.g. `#if STRATA_HAS_MPI` in a file whose target links strata-mpi
 //! whenever the backend is built), never by a macro of a dependency.
 
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
