@@ -146,3 +146,14 @@ TEST_CASE("with_strategy builds the strategy a name gives, and refuses unknown n
   CHECK_THROWS_WITH_AS(strata::with_strategy("mirored", 2, probe), doctest::Contains("unknown strategy 'mirored'"),
                        strata::Error);
 }
+
+TEST_CASE("cpu_replicas_for_batch: one per core, but never fewer than min_rows rows each") {
+  const auto cores = static_cast<std::size_t>(std::max(1u, std::thread::hardware_concurrency()));
+  CHECK(strata::cpu_replicas_for_batch(1).size() == 1);
+  CHECK(strata::cpu_replicas_for_batch(0).size() == 1);
+  CHECK(strata::cpu_replicas_for_batch(63).size() == std::min<std::size_t>(1, cores));
+  CHECK(strata::cpu_replicas_for_batch(128).size() == std::min<std::size_t>(4, cores));
+  CHECK(strata::cpu_replicas_for_batch(1 << 20).size() == cores);
+  CHECK(strata::cpu_replicas_for_batch(128, 8).size() == std::min<std::size_t>(16, cores));
+  CHECK(strata::cpu_replicas_for_batch(128, 0).size() == cores);
+}
