@@ -6,7 +6,7 @@
 #include <strata/config.hpp>
 
 #if !STRATA_HAS_MPI
-#error "strata/comm/mpi needs the MPI backend: install Open MPI (libopenmpi-dev) and configure strata with -Dmpi=enabled, then use the strata_mpi dependency"
+#error "strata/comm/mpi needs the MPI backend: install Open MPI (libopenmpi-dev) and configure strata with -Dmpi=enabled (meson setup -Dmpi=enabled), and link the target with the strata-mpi dependency (strata_mpi_dep)"
 #endif
 
 #ifndef OMPI_SKIP_MPICXX
