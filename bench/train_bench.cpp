@@ -4,15 +4,18 @@
 // data (MNIST, standardized, when it is in ~/.cache/strata/mnist or --data;
 // MNIST-shaped synthetic data otherwise), and the same timed region (one
 // fit() of --epochs whole epochs of the training set, after the model is
-// built). Each configuration runs --runs times, each time with a fresh
-// strategy and model (as separate runs of the example would), and the
-// median is reported with the spread: the machines this runs on are shared
-// and noisy, and a single short measurement is not a number to compare.
+// built). Each configuration runs --runs times, each run in a fresh
+// process (as separate runs of the example are: what earlier runs freed
+// changes how glibc serves the per-step batch buffers, by 10-20% on the
+// same configuration, see docs/performance.md), and the median is reported
+// with the spread: the machines this runs on are shared and noisy, and a
+// single short measurement is not a number to compare.
 //   ./build/bench/train_bench [--models mlp,cnn] [--strategies one_device,mirrored,central_storage]
 //                             [--replicas 1,2] [--batch 128] [--epochs 5] [--runs 5] [--examples N] [--data DIR]
 // Compare: ./build/examples/mnist_mlp --strategy mirrored --replicas 2 --quiet
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -93,6 +96,27 @@ double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
   return static_cast<double>(n) * u.epochs / (bench::now_s() - t0);
 }
 
+// The shell's single-quoted form of `s`.
+std::string shell_quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Runs `self --child 1 <args>` and returns the samples/s it prints.
+double run_child(const std::string& self, const std::string& args) {
+  const std::string cmd = shell_quoted(self) + " --child 1" + args;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) throw strata::Error("train_bench: cannot start " + cmd);
+  double sps = -1;
+  const int got = std::fscanf(f, "%lf", &sps);
+  const int status = pclose(f);
+  if (got != 1 || status != 0 || !(sps > 0))
+    throw strata::Error("train_bench: the measuring process failed (exit status " + std::to_string(status) +
+                        "): " + cmd);
+  return sps;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t k = v.size() / 2;
@@ -101,11 +125,12 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   std::vector<std::string> models{"mlp"}, strategies{"one_device", "mirrored", "central_storage"};
   std::vector<int> replicas{1, 2};
   Setup u;
   int runs = 5;
+  bool child = false;  // measure one run of one configuration and print its samples/s
   std::size_t examples = 0;
   std::string data_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -118,6 +143,7 @@ int main(int argc, char** argv) {
     else if (k == "--runs") runs = std::stoi(v);
     else if (k == "--examples") examples = std::stoul(v);
     else if (k == "--data") data_dir = v;
+    else if (k == "--child") child = v == "1";
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -128,8 +154,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   const Data d = load(data_dir, examples);
+  if (child) {
+    const double sps =
+        strata::with_strategy(strategies.at(0), replicas.at(0), [&](auto& s) { return run_once(s, models.at(0), d, u); });
+    std::printf("%.1f\n", sps);
+    return 0;
+  }
+  std::string common = " --batch " + std::to_string(u.batch) + " --epochs " + std::to_string(u.epochs) +
+                       " --examples " + std::to_string(examples);
+  if (!data_dir.empty()) common += " --data " + shell_quoted(data_dir);
   std::printf("# training throughput as examples/mnist_mlp measures it: fit() of %d epoch(s) of %zu examples, %s;\n"
-              "# shuffle + batch %zu + prefetch 2, Adam; median of %d runs (fresh strategy and model each); %u cores\n",
+              "# shuffle + batch %zu + prefetch 2, Adam; median of %d runs (each in a fresh process); %u cores\n",
               u.epochs, d.x.shape()[0], d.source.c_str(), u.batch, runs, std::thread::hardware_concurrency());
   std::printf("%6s %16s %9s %14s %10s %10s %9s %11s\n", "model", "strategy", "replicas", "median/s", "min/s", "max/s",
               "speedup", "efficiency");
@@ -140,7 +175,8 @@ int main(int argc, char** argv) {
         if (st == "one_device" && p != 1) continue;
         std::vector<double> sps;
         for (int r = 0; r < runs; ++r)
-          sps.push_back(strata::with_strategy(st, p, [&](auto& s) { return run_once(s, model, d, u); }));
+          sps.push_back(run_child(argv[0], common + " --models " + shell_quoted(model) + " --strategies " + shell_quoted(st) +
+                                               " --replicas " + std::to_string(p)));
         const double med = median(sps);
         if (base == 0 && p == 1) base = med;
         std::printf("%6s %16s %9d %14.0f %10.0f %10.0f", model.c_str(), st.c_str(), p, med,
@@ -150,4 +186,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
   }
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+  return 1;
 }
