@@ -19,7 +19,7 @@ namespace example {
 
 struct Args {
   std::string strategy = "mirrored";
-  int replicas = 0;  // 0: one per core
+  int replicas = 0;  // 0: one per core, at least 32 rows of the batch each (cpu_replicas_for_batch)
   int workers = 2;   // parameter_server: worker threads
   int servers = 1;   // parameter_server: servers
   std::optional<std::uint64_t> staleness;  // parameter_server: bound (none: asynchronous)

@@ -101,7 +101,7 @@ int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential
   try {
     const auto mnist = load(a);
     const strata::StrategyChoice choice{
-        .replicas = a.replicas, .workers = a.workers, .servers = a.servers, .staleness = a.staleness,
+        .replicas = a.replicas, .batch = a.batch, .workers = a.workers, .servers = a.servers, .staleness = a.staleness,
         .cluster = a.cluster};
     return Strategies::with(a.strategy, choice,
                             [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });

@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <cstddef>
 #include <type_traits>
 #include <utility>
 
@@ -28,7 +29,10 @@ namespace strata {
 
 //! What with_strategy needs besides the name.
 struct StrategyChoice {
-  int replicas = 0;  //!< mirrored / central_storage / multi_worker_mirrored: replicas (0: by cores)
+  int replicas = 0;  //!< mirrored / central_storage / multi_worker_mirrored: replicas (0: by cores and batch)
+  //! The global batch the replicas train on: with `replicas` 0, mirrored and
+  //! central_storage take cpu_replicas_for_batch(batch) (0: one per core).
+  std::size_t batch = 0;
   int workers = 2;   //!< parameter_server: worker threads
   int servers = 1;   //!< parameter_server: server shards' hosts
   std::optional<std::uint64_t> staleness = std::nullopt;  //!< parameter_server: bound (none: asynchronous)
@@ -44,25 +48,27 @@ struct InProcessStrategies {
 
   //! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
   //! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
-  //! 0 for one per core; "parameter_server": `workers` worker threads and
+  //! 0 for one per core (at least 32 rows each when `batch` is given); "parameter_server": `workers` worker threads and
   //! `servers` servers in this process, `staleness` its bound) and returns what
   //! fn returns (the same type for every strategy). An unknown name throws
   //! strata::Error listing `known`.
   template <class F>
   static auto with(std::string_view name, StrategyChoice c, F&& fn,
                    std::span<const std::string_view> known = names) -> std::invoke_result_t<F&, DefaultStrategy&> {
-    const int replicas = c.replicas;
+    const auto devices = [&] {
+      return c.replicas == 0 && c.batch ? cpu_replicas_for_batch(c.batch) : cpu_replicas(c.replicas);
+    };
     if (name == "default") return fn(get_strategy());
     if (name == "one_device") {
       OneDeviceStrategy s{cpu(0)};
       return fn(s);
     }
     if (name == "mirrored") {
-      MirroredStrategy s{cpu_replicas(replicas)};
+      MirroredStrategy s{devices()};
       return fn(s);
     }
     if (name == "central_storage") {
-      CentralStorageStrategy s{cpu_replicas(replicas)};
+      CentralStorageStrategy s{devices()};
       return fn(s);
     }
     if (name == "parameter_server") {
