@@ -5,6 +5,8 @@
 //     (synthetic MNIST-shaped data, global batch 128 and 1024), samples/s.
 // Every figure is the median of --runs runs.
 //   ./build/bench/sharded_update_bench [--replicas 1,2,4] [--runs 5]
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -85,6 +87,12 @@ double train_rate(int p, bool sharded, std::size_t batch, std::size_t rows) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Each synthetic batch is a fresh 401 KiB tensor; whether glibc serves it
+  // from fresh pages (page faults + zeroing: up to 40% of a step) depends on
+  // what the process freed before (docs/performance.md, train_bench). Pin the
+  // allocator so that the comparison measures the update, not that.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
   std::vector<int> replicas{1, 2, 4};
   int runs = 5;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -26,7 +26,11 @@ namespace strata {
 
 //! Whether a mirrored executor shards the optimizer update over replicas.
 enum class ShardedUpdate {
-  Auto,  //!< sharded where it is faster: 2 or more replicas in one process (docs/performance.md)
+  //! Sharded from 3 replicas in one process: measured faster there (the
+  //! update alone 1.5x at 4 replicas, whole MLP steps 1.04-1.07x), slower at 2
+  //! (0.91-0.96x: two collectives instead of one cost more than half the
+  //! update saves; docs/performance.md).
+  Auto,
   On,    //!< sharded wherever the replicas' collectives allow it (one process)
   Off,   //!< every replica updates its whole copy
 };
@@ -67,7 +71,8 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   void place_values(const Tensor<float>& init, std::size_t local) {
     vars_.emplace(init, static_cast<int>(local));
     replicas_ = local;
-    sharded_ = can_shard && local > 1 && opts_.sharded_update != ShardedUpdate::Off;
+    sharded_ = can_shard && local > 1 &&
+               (opts_.sharded_update == ShardedUpdate::On || (opts_.sharded_update == ShardedUpdate::Auto && local >= 3));
     shards_.clear();
     if (sharded_)
       for (std::size_t r = 0; r < local; ++r) shards_.emplace_back(Shape{mine(r).size()});
