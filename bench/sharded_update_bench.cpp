@@ -3,6 +3,9 @@
 //     all-reduce + whole update on every replica, against reduce-scatter +
 //     1/p of the update + all-gather; (2) whole training steps of the MLP
 //     (synthetic MNIST-shaped data, global batch 128 and 1024), samples/s.
+// (3) the fixed per-step cost of p replicas: an empty run(), and a run()
+//     with one 4-byte all-reduce (what every step pays whatever its work),
+//     at p up to more replicas than cores.
 // Every figure is the median of --runs runs.
 //   ./build/bench/sharded_update_bench [--replicas 1,2,4] [--runs 5]
 #include <malloc.h>
@@ -84,6 +87,23 @@ double train_rate(int p, bool sharded, std::size_t batch, std::size_t rows) {
   return 2.0 * static_cast<double>(rows) / (bench::now_s() - t0);
 }
 
+// Microseconds per run() of p replicas doing nothing, or one tiny all-reduce.
+double overhead_us(int p, bool reduce, int reps) {
+  strata::MirroredStrategy s{strata::cpu_replicas(p)};
+  const auto once = [&] {
+    s.run([&](auto& ctx) {
+      if (reduce) {
+        float v[1] = {1.f};
+        ctx.all_reduce(std::span<float>(v), strata::Sum);
+      }
+    });
+  };
+  for (int i = 0; i < 50; ++i) once();
+  const double t0 = bench::now_s();
+  for (int i = 0; i < reps; ++i) once();
+  return (bench::now_s() - t0) / reps * 1e6;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,6 +124,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::printf("# The fixed cost of a step: run() of p replicas (median of %d runs of 2000)\n", runs);
+  std::printf("%9s %16s %22s\n", "replicas", "empty run(us)", "run+all_reduce(us)");
+  for (int p : {1, 2, 4, 8, 16}) {
+    std::vector<double> a, b;
+    for (int r = 0; r < runs; ++r) {
+      a.push_back(overhead_us(p, false, 2000));
+      b.push_back(overhead_us(p, true, 2000));
+    }
+    std::printf("%9d %16.1f %22.1f\n", p, median(a), median(b));
+  }
+  std::printf("\n");
   const std::size_t n = 784 * 128 + 128 + 128 * 10 + 10;  // the MNIST MLP's parameters
   std::printf("# The Adam update of %zu parameters (median of %d runs of 200 updates)\n", n, runs);
   std::printf("%9s %16s %16s %9s\n", "replicas", "unsharded(us)", "sharded(us)", "speedup");
