@@ -6,6 +6,7 @@
 //!   strata::AnyStrategy& s = strata::current_strategy();
 //!   s.run([&](strata::AnyReplicaContext& ctx) { ctx.all_reduce(grad, strata::Sum); });
 
+#include <concepts>
 #include <functional>
 #include <memory>
 #include <span>
@@ -14,6 +15,7 @@
 
 #include <strata/comm/reduce_op.hpp>
 #include <strata/policy/placement.hpp>
+#include <strata/policy/sync.hpp>
 #include <strata/strategy/executor.hpp>
 
 namespace strata {
@@ -48,8 +50,8 @@ class AnyStrategy {
   //! The executor that trains `program` under this strategy (see
   //! strategy/executor.hpp); it keeps references to both.
   [[nodiscard]] virtual std::unique_ptr<Executor> make_executor(ModelProgram& program) = 0;
-  //! Processes taking part, and this one's index (0 is the chief, the one
-  //! that prints); 1 and 0 in one process.
+  //! The processes of a synchronous multi-worker job (1 otherwise), and
+  //! this one's index (0 is the chief, the one that prints).
   [[nodiscard]] virtual int num_workers() const noexcept { return 1; }
   [[nodiscard]] virtual int worker_index() const noexcept { return 0; }
 };
@@ -97,7 +99,11 @@ class ErasedStrategy final : public AnyStrategy {
     });
   }
   std::unique_ptr<Executor> make_executor(ModelProgram& program) override { return detail::make_executor(s_, program); }
-  int num_workers() const noexcept override { return s_.num_workers(); }
+  //! The synchronous peers: a parameter server's workers are not (they answer to its chief).
+  int num_workers() const noexcept override {
+    if constexpr (std::same_as<typename S::sync_policy, Synchronous>) return s_.num_workers();
+    else return 1;
+  }
   int worker_index() const noexcept override { return s_.worker_index(); }
 
  private:
