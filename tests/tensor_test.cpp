@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -121,4 +122,31 @@ TEST_CASE("partition: balanced shards cover the range exactly") {
       CHECK(anext == n);
     }
   CHECK(strata::shard_range(10, 4, 1) == strata::Range{3, 6});
+}
+
+TEST_CASE("large host blocks are recycled (no fresh pages per step), within bounds") {
+  using Cache = strata::detail::HostBlockCache;
+  const std::size_t n = Cache::min_bytes / sizeof(float) + 17;  // an unusual size: no other test holds one
+  const float* first = nullptr;
+  {
+    strata::Tensor<float> t{{n}};
+    first = t.data();
+    t[0] = 5.f;
+  }
+  strata::Tensor<float> again{{n}};
+  CHECK(again.data() == first);  // the block came back
+  CHECK(again[0] == 0.f);        // and is zeroed as any new tensor
+  // a full cache frees instead of holding more: at most max_blocks come back
+  std::vector<strata::Tensor<float>> many;
+  std::vector<const float*> seen;
+  for (std::size_t i = 0; i < Cache::max_blocks + 8; ++i) seen.push_back(many.emplace_back(strata::Shape{n + 1}).data());
+  many.clear();
+  std::size_t reused = 0;
+  for (std::size_t i = 0; i < Cache::max_blocks + 8; ++i) {
+    const float* p = many.emplace_back(strata::Shape{n + 1}).data();
+    reused += std::find(seen.begin(), seen.end(), p) != seen.end();
+  }
+  CHECK(reused >= 1);
+  CHECK(reused <= Cache::max_blocks);
+  CHECK(Cache::instance().take(12345) == nullptr);  // nothing of a size never freed
 }
