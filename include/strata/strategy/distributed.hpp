@@ -1,6 +1,6 @@
 #pragma once
 //! A dataset marked for distribution by a strategy (Strategy::distribute).
-//! It knows nothing about datasets: models split each global batch.
+//! It knows nothing about datasets: the strategy's executor splits each global batch.
 
 namespace strata {
 
