@@ -459,8 +459,8 @@ TEST_CASE("a transport failure ends the run without failing a worker; the next r
 
 TEST_CASE("a round hook that throws (the servers cannot apply the round) ends the run with its error") {
   strata_test::Watchdog dog("coordinator round hook failure", 60s);
+  std::atomic<int> rounds{0};  // before the coordinator: its destructor may still announce a round
   strata::Coordinator c{{.workers = 2, .staleness = 0, .timeout = 10s}};
-  std::atomic<int> rounds{0};
   c.clock().on_round([&](std::uint64_t n) {
     ++rounds;
     if (n == 2) throw strata::Error("no server applied round 2");
