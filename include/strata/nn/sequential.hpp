@@ -95,9 +95,8 @@ class Sequential {
     ex_->place(init);
   }
 
-  //! Trains on `data`: a dataset of (features, labels) batches, or one made
-  //! by strategy.distribute(...). Returns the per-epoch logs (empty on the
-  //! parameter-server ranks that serve the chief's fit).
+  //! Trains on `data` ((features, labels) batches, or strategy.distribute(...)); returns
+  //! the per-epoch logs (empty on the parameter-server ranks that serve the chief's fit).
   template <class D>
   History fit(const D& data, FitOptions opts = {}) {
     return fit_impl(data, opts, static_cast<const D*>(nullptr));
