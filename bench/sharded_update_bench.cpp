@@ -48,12 +48,11 @@ double update_us(int p, bool sharded, std::size_t n, int reps) {
     s.run([&](auto& ctx) {
       const auto r = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
       std::span<float> wr(w[r]), gr(g[r]);
-      if (sharded) {
-        const auto m = strata::shard_range(n, static_cast<std::size_t>(p), r);
-        ctx.reduce_scatter(std::span<const float>(gr), std::span<float>(shard[r]), strata::Sum);
-        adam.apply(wr.subspan(m.begin, m.size()), shard[r], st[r], 0, step);
-        std::copy_n(wr.data() + m.begin, m.size(), shard[r].data());
-        ctx.all_gather(std::span<const float>(shard[r]), wr);
+      if (sharded) {  // what the mirrored executor runs
+        strata::detail::sharded_update(ctx, wr, gr, shard[r], strata::shard_range(n, static_cast<std::size_t>(p), r),
+                                       [&](std::span<float> w, std::span<const float> gs) {
+                                         adam.apply(w, gs, st[r], 0, step);
+                                       });
       } else {
         ctx.all_reduce(gr, strata::Sum);
         adam.apply(wr, gr, st[r], 0, step);

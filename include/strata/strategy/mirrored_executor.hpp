@@ -42,6 +42,21 @@ struct ExecutorOptions {
 
 namespace detail {
 
+//! One replica's share of the sharded update: reduce-scatter `grad` into
+//! `shard` (this replica's slice `mine` of the sum), `update(values, grad)`
+//! on that slice of `values`, all-gather every replica's updated slice into
+//! `values`. Collective over ctx's replicas; `shard` holds mine.size().
+//!   sharded_update(ctx, w, g, shard, shard_range(n, p, r), [&](auto w, auto g) { adam.apply(w, g, st, 0, it); });
+template <class Ctx, class Update>
+void sharded_update(Ctx& ctx, std::span<float> values, std::span<const float> grad, std::span<float> shard, Range mine,
+                    Update&& update) {
+  ctx.reduce_scatter(grad, shard, Sum);
+  update(values.subspan(mine.begin, mine.size()), std::span<const float>(shard));
+  // all-gather from a buffer no one writes meanwhile (not from the copies being written)
+  std::copy_n(values.data() + mine.begin, mine.size(), shard.data());
+  ctx.all_gather(std::span<const float>(shard), values);
+}
+
 template <class S>
 class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   using Base = SyncExecutor<S, MirroredExecutor<S>>;
@@ -58,7 +73,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   void reset_optimizer() override {
     updaters_.clear();
     if (!vars_ || !this->program_.compiled()) return;
-    for (std::size_t r = 0; r < replicas_; ++r)
+    for (std::size_t r = 0; r < shards(); ++r)
       updaters_.push_back(this->program_.make_updater(sharded_ ? mine(r).size() : this->program_.num_params()));
   }
 
@@ -70,7 +85,6 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
 
   void place_values(const Tensor<float>& init, std::size_t local) {
     vars_.emplace(init, static_cast<int>(local));
-    replicas_ = local;
     sharded_ = can_shard && local > 1 &&
                (opts_.sharded_update == ShardedUpdate::On || (opts_.sharded_update == ShardedUpdate::Auto && local >= 3));
     shards_.clear();
@@ -78,8 +92,9 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
       for (std::size_t r = 0; r < local; ++r) shards_.emplace_back(Shape{mine(r).size()});
   }
   std::span<const float> replica_value(std::size_t r) { return vars_->copy(static_cast<int>(r)).span(); }
-  //! Replica r's slice under the sharded update (the reduce-scatter's shard).
-  Range mine(std::size_t r) const { return shard_range(this->program_.num_params(), replicas_, r); }
+  //! The replicas sharing the update, and replica r's slice of it (the reduce-scatter's shard).
+  std::size_t shards() const { return static_cast<std::size_t>(vars_->replicas()); }
+  Range mine(std::size_t r) const { return shard_range(this->program_.num_params(), shards(), r); }
 
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
@@ -87,13 +102,8 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     std::span<float> g = this->grads_[r].span();
     if constexpr (can_shard) {
       if (sharded_) {
-        const Range m = mine(r);
-        std::span<float> shard = shards_[r].span();
-        ctx.reduce_scatter(std::span<const float>(g), shard, Sum);
-        updaters_[r]->apply(w.subspan(m.begin, m.size()), shard, 0, it);
-        // all-gather from a buffer no one writes meanwhile (not from the copies being written)
-        std::copy_n(w.data() + m.begin, m.size(), shard.data());
-        ctx.all_gather(std::span<const float>(shard), w);
+        sharded_update(ctx, w, g, shards_[r].span(), mine(r),
+                       [&](std::span<float> ws, std::span<const float> gs) { updaters_[r]->apply(ws, gs, 0, it); });
         return;
       }
     }
@@ -105,7 +115,6 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   std::optional<MirroredVariable<float>> vars_;
   std::vector<std::unique_ptr<Updater>> updaters_;
   std::vector<Tensor<float>> shards_;  // per replica: its reduced gradient slice, then its updated values
-  std::size_t replicas_ = 0;
   bool sharded_ = false;
 };
 
@@ -113,9 +122,7 @@ template <>
 struct ExecutorFor<Mirrored> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
-    ExecutorOptions o;
-    if constexpr (requires { s.executor_options(); }) o = s.executor_options();
-    return std::make_unique<MirroredExecutor<S>>(s, program, o);
+    return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options());
   }
 };
 //! One device: a mirrored executor of one replica.

@@ -108,10 +108,8 @@ class ParameterServerExecutor final : public Executor {
     const auto collect = [&] {
       const StepOutput out = inflight.front().get();
       inflight.pop_front();
-      t.loss += out.loss;
-      t.local += out.rows;
+      t.add(out.loss, out.rows, out.metrics);
       t.samples += out.rows;
-      for (std::size_t m = 0; m < t.metrics.size() && m < out.metrics.size(); ++m) t.metrics[m] += out.metrics[m];
       stop = pass.end_step(steps++, t) || stop;
     };
     try {
@@ -151,11 +149,7 @@ class ParameterServerExecutor final : public Executor {
                        StepInfo{pass.phase, 0, 1, static_cast<std::uint64_t>(*pass.iteration),
                                 1.f / static_cast<float>(rows)},
                        res);
-        if (pass.phase != Phase::Predict) {
-          t.loss += res.loss;
-          t.local += res.rows;
-          for (std::size_t m = 0; m < t.metrics.size(); ++m) t.metrics[m] += res.metrics[m];
-        }
+        if (pass.phase != Phase::Predict) t.add(res.loss, res.rows, res.metrics);
         t.samples += rows;
       }
       if (pass.end_step(steps++, t)) break;

@@ -106,6 +106,13 @@ struct PassTotals {
   std::vector<double> metrics;
   std::size_t samples = 0;
   std::size_t local = 0;
+
+  //! Adds what one replica (or one worker's step) computed on `rows` rows.
+  void add(double row_loss, std::size_t rows, std::span<const double> row_metrics) {
+    loss += row_loss;
+    local += rows;
+    for (std::size_t m = 0; m < metrics.size() && m < row_metrics.size(); ++m) metrics[m] += row_metrics[m];
+  }
 };
 
 //! One pass over the data, as the model drives it: the batches (already

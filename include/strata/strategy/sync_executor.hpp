@@ -114,11 +114,7 @@ class SyncExecutor : public Executor {
       if (pass.phase == Phase::Train) derived().apply(ctx, r, it);
     });
     if (pass.phase != Phase::Predict)
-      for (const ReplicaResult& res : results_) {  // replica order: deterministic
-        t.loss += res.loss;
-        t.local += res.rows;
-        for (std::size_t m = 0; m < t.metrics.size(); ++m) t.metrics[m] += res.metrics[m];
-      }
+      for (const ReplicaResult& res : results_) t.add(res.loss, res.rows, res.metrics);  // replica order: deterministic
     t.samples += global;
     if (pass.phase == Phase::Train) ++*pass.iteration;
   }
