@@ -39,12 +39,15 @@ class Straggle final : public nn::detail::LayerBase<Straggle> {
   explicit Straggle(std::chrono::microseconds d) : d_(d) {}
   std::string kind() const override { return "Straggle"; }
   strata::Shape build(const strata::Shape& in) override { return in; }
-  void forward(const Tensor<float>& x, Tensor<float>& y, const nn::RunInfo& info) override {
-    y = x;
+  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
+    y.resize(c, x.shape());
+    c.copy(y.data(), x.data(), x.size() * sizeof(float));
     if (info.training && info.replica == 0) std::this_thread::sleep_for(d_);
   }
-  void backward(const Tensor<float>&, const Tensor<float>&, const Tensor<float>& dy, Tensor<float>* dx) override {
-    if (dx) *dx = dy;
+  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
+    if (!dx) return;
+    dx->resize(c, dy.shape());
+    c.copy(dx->data(), dy.data(), dy.size() * sizeof(float));
   }
 
  private:

@@ -12,6 +12,7 @@
 // single short measurement is not a number to compare.
 //   ./build/bench/train_bench [--models mlp,cnn] [--strategies one_device,mirrored,central_storage]
 //                             [--replicas 1,2] [--batch 128] [--epochs 5] [--runs 5] [--examples N] [--data DIR]
+//                             [--device cpu|gpu]   (gpu: one_device on GPU 0, with the CUDA backend)
 // Compare: ./build/examples/mnist_mlp --strategy mirrored --replicas 2 --quiet
 #include <algorithm>
 #include <cstdio>
@@ -28,6 +29,10 @@
 #include <strata/nn/max_pool2d.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
+
+#if STRATA_HAS_CUDA  // bench/meson.build links strata-cuda whenever the backend is built
+#include <strata/cuda.hpp>
+#endif
 
 #include "bench_util.hpp"
 
@@ -132,7 +137,7 @@ int main(int argc, char** argv) try {
   int runs = 5;
   bool child = false;  // measure one run of one configuration and print its samples/s
   std::size_t examples = 0;
-  std::string data_dir;
+  std::string data_dir, device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--models") models = bench::split_commas(v);
@@ -144,6 +149,7 @@ int main(int argc, char** argv) try {
     else if (k == "--examples") examples = std::stoul(v);
     else if (k == "--data") data_dir = v;
     else if (k == "--child") child = v == "1";
+    else if (k == "--device") device = v;
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -153,19 +159,35 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "--runs, --epochs and --batch must be at least 1\n");
     return 2;
   }
+  if (device != "cpu" && device != "gpu") {
+    std::fprintf(stderr, "--device is cpu or gpu, got %s\n", device.c_str());
+    return 2;
+  }
+  const strata::Device dev = device == "gpu" ? strata::gpu(0) : strata::cpu(0);
+  if (dev.is_gpu() && strata::gpu_count() == 0) {
+    std::fprintf(stderr, "train_bench: --device gpu, but this build has no CUDA backend or the machine no GPU\n");
+    return 77;
+  }
+  if (dev.is_gpu()) {
+    strategies.erase(std::remove_if(strategies.begin(), strategies.end(), [](auto& st) { return st != "one_device"; }),
+                     strategies.end());
+    if (strategies.empty()) strategies = {"one_device"};
+    replicas = {1};
+  }
   const Data d = load(data_dir, examples);
   if (child) {
-    const double sps =
-        strata::with_strategy(strategies.at(0), replicas.at(0), [&](auto& s) { return run_once(s, models.at(0), d, u); });
+    const double sps = strata::with_strategy(strategies.at(0), strata::StrategyChoice{.replicas = replicas.at(0), .device = dev},
+                                             [&](auto& s) { return run_once(s, models.at(0), d, u); });
     std::printf("%.1f\n", sps);
     return 0;
   }
-  std::string common = " --batch " + std::to_string(u.batch) + " --epochs " + std::to_string(u.epochs) +
+  std::string common = " --device " + device + " --batch " + std::to_string(u.batch) + " --epochs " + std::to_string(u.epochs) +
                        " --examples " + std::to_string(examples);
   if (!data_dir.empty()) common += " --data " + shell_quoted(data_dir);
   std::printf("# training throughput as examples/mnist_mlp measures it: fit() of %d epoch(s) of %zu examples, %s;\n"
-              "# shuffle + batch %zu + prefetch 2, Adam; median of %d runs (each in a fresh process); %u cores\n",
-              u.epochs, d.x.shape()[0], d.source.c_str(), u.batch, runs, std::thread::hardware_concurrency());
+              "# shuffle + batch %zu + prefetch 2, Adam; median of %d runs (each in a fresh process); %u cores; device %s\n",
+              u.epochs, d.x.shape()[0], d.source.c_str(), u.batch, runs, std::thread::hardware_concurrency(),
+              strata::describe(dev).c_str());
   std::printf("%6s %16s %9s %14s %10s %10s %9s %11s\n", "model", "strategy", "replicas", "median/s", "min/s", "max/s",
               "speedup", "efficiency");
   for (const auto& model : models) {

@@ -18,7 +18,9 @@
 namespace example {
 
 struct Args {
-  std::string strategy = "mirrored";
+  std::string strategy = "mirrored";  // on a GPU: one_device unless named
+  bool strategy_named = false;
+  std::string device = "auto";  // cpu | gpu | gpu:N | auto (a GPU when the program has the CUDA backend and one is present)
   int replicas = 0;  // 0: one per core, at least 32 rows of the batch each (cpu_replicas_for_batch)
   int workers = 2;   // parameter_server: worker threads
   int servers = 1;   // parameter_server: servers
@@ -45,7 +47,7 @@ struct Args {
     names += n;
   }
   std::fprintf(stderr,
-               "%s: %s\nusage: %s [--strategy %s] [--replicas N]\n"
+               "%s: %s\nusage: %s [--strategy %s] [--replicas N] [--device cpu|gpu|gpu:N|auto]\n"
                "          [--workers W] [--servers S] [--staleness K] [--cluster SPEC]   (parameter_server)\n"
                "          [--epochs N] [--batch N] [--data DIR] [--seed N] [--save FILE] [--train-limit N] [--quiet]\n"
                "          [--min-accuracy X] [--if-present]\n",
@@ -69,7 +71,12 @@ inline Args parse(int argc, char** argv, Args a = {},
       if (!end || *end || n < 0) usage(argv[0], "expected a non-negative number after " + k + ", got " + v, known);
       out = static_cast<std::remove_reference_t<decltype(out)>>(n);
     };
-    if (k == "--strategy") a.strategy = v;
+    if (k == "--strategy") a.strategy = v, a.strategy_named = true;
+    else if (k == "--device") {
+      if (v != "cpu" && v != "gpu" && v != "auto" && v.rfind("gpu:", 0) != 0)
+        usage(argv[0], "--device takes cpu, gpu, gpu:N or auto, got " + v, known);
+      a.device = v;
+    }
     else if (k == "--replicas") num(a.replicas);
     else if (k == "--workers") num(a.workers);
     else if (k == "--servers") num(a.servers);
@@ -93,6 +100,17 @@ inline Args parse(int argc, char** argv, Args a = {},
   if (std::find(known.begin(), known.end(), a.strategy) == known.end())
     usage(argv[0], "unknown strategy " + a.strategy, known);
   return a;
+}
+
+//! The device --device names: "auto" is the first GPU when the program can
+//! train on one (strata::gpu_count()), else the CPU. On a GPU the default
+//! strategy is one_device (strategies of several replicas run on CPUs so far).
+inline strata::Device device_of(Args& a) {
+  strata::Device d = strata::cpu(0);
+  if (a.device == "gpu" || (a.device == "auto" && strata::gpu_count() > 0)) d = strata::gpu(0);
+  else if (a.device.rfind("gpu:", 0) == 0) d = strata::gpu(std::atoi(a.device.c_str() + 4));
+  if (d.is_gpu() && !a.strategy_named) a.strategy = "one_device";
+  return d;
 }
 
 }  // namespace example

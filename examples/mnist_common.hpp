@@ -11,6 +11,9 @@
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
+#if STRATA_HAS_CUDA  // examples/meson.build links strata-cuda whenever the backend is built
+#include <strata/cuda.hpp>  // --device gpu
+#endif
 
 #include "example_cli.hpp"
 
@@ -67,6 +70,7 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
     where += strategy.staleness() ? std::to_string(*strategy.staleness()) : std::string("unbounded");
   } else {
     where = std::to_string(strategy.num_replicas_in_sync()) + " replica(s)";
+    if (strategy.devices().front().is_gpu()) where += " on " + strata::describe(strategy.devices().front());
     if (strategy.any().num_workers() > 1) {
       where += " on ";
       where += std::to_string(strategy.any().num_workers());
@@ -99,10 +103,20 @@ int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential
     }
   }
   try {
+    const strata::Device device = device_of(a);
+    if (a.if_present && device.is_gpu() && strata::gpu_count() == 0) {
+      std::printf("SKIP: no GPU (or no CUDA backend in this build)\n");
+      return 77;
+    }
+    if (!a.quiet) std::printf("device: %s\n", device.is_gpu() ? strata::describe(device).c_str() : "cpu");
     const auto mnist = load(a);
-    const strata::StrategyChoice choice{
-        .replicas = a.replicas, .batch = a.batch, .workers = a.workers, .servers = a.servers, .staleness = a.staleness,
-        .cluster = a.cluster};
+    const strata::StrategyChoice choice{.replicas = a.replicas,
+                                        .batch = a.batch,
+                                        .workers = a.workers,
+                                        .servers = a.servers,
+                                        .staleness = a.staleness,
+                                        .device = device,
+                                        .cluster = a.cluster};
     return Strategies::with(a.strategy, choice,
                             [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
   } catch (const std::exception& e) {

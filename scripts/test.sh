@@ -2,7 +2,9 @@
 # The whole test suite, three times: a release build with g++ (unit tests,
 # MPI tests under mpirun, compile-fail tests, packaging test; warnings are
 # errors), then the unit tests under ThreadSanitizer (g++) and under
-# AddressSanitizer+UBSan (clang++). Ends with the line "N passed, M failed"; exits non-zero if any
+# AddressSanitizer+UBSan (clang++); the sanitizer builds leave the CUDA
+# backend out (no GPU here: its tests only compile and skip, which the
+# release build already does). Ends with the line "N passed, M failed"; exits non-zero if any
 # test failed or a build broke.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,9 +64,10 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 only_unit=(--no-suite compile_fail --no-suite packaging --no-suite readme --no-suite examples --no-suite mpi)
 suite "release (g++)" build g++ -- -Dbuildtype=release
 suite "ThreadSanitizer (g++)" build-tsan g++ "${only_unit[@]}" -- \
-  -Dbuildtype=debugoptimized -Db_sanitize=thread -Dbench=false -Dexamples=false
+  -Dbuildtype=debugoptimized -Db_sanitize=thread -Dbench=false -Dexamples=false -Dcuda=disabled
 suite "AddressSanitizer + UBSan (clang++)" build-asan clang++ "${only_unit[@]}" -- \
-  -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbench=false -Dexamples=false
+  -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbench=false -Dexamples=false \
+  -Dcuda=disabled
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -671,22 +671,30 @@ class Affine : public nn::detail::LayerBase<Affine> {
     return {{"w", Shape{n_}, nn::Init::GlorotUniform, n_, n_, 0.f}, {"b", Shape{n_}}};
   }
   void bind(std::span<const nn::ParamRef> p) override { w_ = p[0], b_ = p[1]; }
-  void forward(const Tensor<float>& x, Tensor<float>& y, const nn::RunInfo&) override {
-    nn::detail::resize(y, x.shape()[0], Shape{n_});
+  using nn::Layer::backward;
+  using nn::Layer::forward;
+  // a host-only layer: its buffers' elements through host_span() (which refuses a GPU's)
+  void forward(nn::Compute& c, const nn::Act& xb, nn::Act& yb, const nn::RunInfo&) override {
+    nn::detail::resize(c, yb, xb.shape()[0], Shape{n_});
+    const auto x = xb.host_span();
+    const auto y = yb.host_span();
     for (std::size_t i = 0; i < x.size(); ++i) y[i] = w_.value[i % n_] * x[i] + b_.value[i % n_];
   }
-  void backward(const Tensor<float>& x, const Tensor<float>&, const Tensor<float>& dy, Tensor<float>* dx) override {
+  void backward(nn::Compute& c, const nn::Act& xb, const nn::Act&, const nn::Act& dyb, nn::Act* dxb) override {
+    const auto x = xb.host_span();
+    const auto dy = dyb.host_span();
     if (bug_ != Bug::AccumulatesGrad) {
       std::fill(w_.grad.begin(), w_.grad.end(), 0.f);
       std::fill(b_.grad.begin(), b_.grad.end(), 0.f);
     }
     for (std::size_t i = 0; i < x.size(); ++i) {
       w_.grad[i % n_] += (bug_ == Bug::KernelTwice ? 2.f : 1.f) * dy[i] * x[i];
-      if (bug_ != Bug::BiasOnlyWithDx || dx) b_.grad[i % n_] += dy[i];
+      if (bug_ != Bug::BiasOnlyWithDx || dxb) b_.grad[i % n_] += dy[i];
     }
-    if (!dx) return;
-    nn::detail::resize(*dx, x.shape()[0], Shape{n_});
-    for (std::size_t i = 0; i < x.size(); ++i) (*dx)[i] = (bug_ == Bug::DxSign ? -1.f : 1.f) * dy[i] * w_.value[i % n_];
+    if (!dxb) return;
+    nn::detail::resize(c, *dxb, xb.shape()[0], Shape{n_});
+    const auto dx = dxb->host_span();
+    for (std::size_t i = 0; i < x.size(); ++i) dx[i] = (bug_ == Bug::DxSign ? -1.f : 1.f) * dy[i] * w_.value[i % n_];
   }
 
  private:

@@ -129,3 +129,34 @@ TEST_CASE("short training runs keep their recorded bits under every in-process s
     CHECK(run_hash.second == expected(run_hash.first));
   }
 }
+
+// The executor of a device with its own memory (a GPU's, strategy/
+// device_executor.hpp) is the same training loop as one CPU replica: run on
+// the host's compute in place of a GPU's, it gives one replica's bits.
+// (On a GPU the kernels round differently: tests/gpu compare within a
+// tolerance.)
+TEST_CASE("the device executor on the host compute trains bitwise like one CPU replica") {
+  strata::OneDeviceStrategy cpu{strata::cpu(0)};
+  const std::uint64_t want = run(cpu);
+  auto& maker = strata::detail::gpu_backend().make;
+  const auto saved = maker;
+  maker = [](int, strata::MatmulPrecision) -> std::unique_ptr<strata::kernels::Compute> {
+    return std::make_unique<strata::kernels::HostCompute>();
+  };
+  strata::OneDeviceStrategy dev{strata::gpu(0)};
+  const std::uint64_t got = run(dev);
+  maker = saved;
+  CHECK(got == want);
+}
+
+TEST_CASE("a GPU device without the CUDA backend is an error naming what to include") {
+  auto& maker = strata::detail::gpu_backend().make;
+  const auto saved = maker;
+  maker = nullptr;
+  strata::OneDeviceStrategy dev{strata::gpu(0)};
+  CHECK_THROWS_WITH_AS(run(dev), doctest::Contains("/gpu:0 needs the CUDA backend: include <strata/cuda.hpp>"),
+                       strata::Error);
+  maker = saved;
+  CHECK_THROWS_WITH_AS(strata::MirroredStrategy({strata::gpu(0), strata::gpu(1)}),
+                       doctest::Contains("/gpu:0: replicas of this strategy run on CPUs only so far"), strata::Error);
+}

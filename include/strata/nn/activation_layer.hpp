@@ -19,20 +19,18 @@ class ActivationLayer : public LayerBase<Derived> {
     shape_ = input;
     return input;
   }
-  void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo&) override {
+  using Layer::backward;
+  using Layer::forward;
+
+  void forward(Compute& c, const Act& x, Act& y, const RunInfo&) override {
     check_input(this->kind(), shape_, x);
-    resize(y, x.shape()[0], shape_);
-    if constexpr (A == Activation::ReLU) {
-      relu_forward(x.data(), y.data(), x.size());
-    } else {
-      std::copy_n(x.data(), x.size(), y.data());
-      activate(A, y.data(), y.size(), last());
-    }
+    resize(c, y, x.shape()[0], shape_);
+    if (x.size()) c.bias_activate(A, x.data(), nullptr, y.data(), x.size() / last(), last());
   }
-  void backward(const Tensor<float>&, const Tensor<float>& y, const Tensor<float>& dy, Tensor<float>* dx) override {
+  void backward(Compute& c, const Act&, const Act& y, const Act& dy, Act* dx) override {
     if (!dx) return;
-    resize(*dx, y.shape()[0], shape_);
-    activation_backward(A, y.data(), dy.data(), dx->data(), y.size(), last());
+    resize(c, *dx, y.shape()[0], shape_);
+    if (y.size()) c.activation_backward(A, y.data(), dy.data(), dx->data(), y.size() / last(), last());
   }
 
  private:

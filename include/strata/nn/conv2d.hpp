@@ -13,7 +13,6 @@
 #include <vector>
 
 #include <strata/core/error.hpp>
-#include <strata/nn/blas.hpp>
 #include <strata/nn/layer.hpp>
 #include <strata/nn/padding.hpp>
 #include <strata/tensor/tensor.hpp>
@@ -68,7 +67,6 @@ class Conv2D : public detail::LayerBase<Conv2D> {
     if (opts_.padding == Padding::Valid && (kh_ > input[0] || kw_ > input[1]))
       throw ShapeError(what + ": the kernel " + grid(kh_, kw_) + " is larger than the " + grid(input[0], input[1]) +
                        " input with valid padding; use a smaller kernel or Padding::Same");
-    detail::blas_single_threaded();
     in_ = input;
     h_ = input[0], w_ = input[1], c_ = input[2];
     const auto rows = detail::window_1d(h_, kh_, opts_.strides[0], opts_.padding);
@@ -98,48 +96,38 @@ class Conv2D : public detail::LayerBase<Conv2D> {
     bias_ = params[1];
   }
 
-  void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo& /*info*/) override {
+  using Layer::backward;
+  using Layer::forward;
+
+  void forward(Compute& c, const Act& x, Act& y, const RunInfo& /*info*/) override {
     require_bound("forward");
     detail::check_input(describe(), in_, x);
     const std::size_t batch = x.shape()[0];
-    detail::resize(y, batch, out_);
-    im2col(x);
+    detail::resize(c, y, batch, out_);
+    if (batch == 0) return;
+    im2col(c, x);
     const std::size_t m = batch * oh_ * ow_, k = patch(), n = filters_;
-    detail::gemm(false, false, m, n, k, 1.f, col_.data(), k, kernel_.value.data(), n, 0.f, y.data(), n);
-    const float* b = bias_.value.data();
-    float* out = y.data();
-    for (std::size_t r = 0; r < m; ++r, out += n)
-      for (std::size_t f = 0; f < n; ++f) out[f] += b[f];
+    c.gemm(false, false, m, n, k, 1.f, col_.data(), k, kernel_.value.data(), n, 0.f, y.data(), n);
+    c.bias_activate(kernels::Activation::Linear, y.data(), bias_.value.data(), y.data(), m, n);
   }
 
-  void backward(const Tensor<float>& x, const Tensor<float>& /*y*/, const Tensor<float>& dy,
-                Tensor<float>* dx) override {
+  void backward(Compute& c, const Act& x, const Act& /*y*/, const Act& dy, Act* dx) override {
     require_bound("backward");
     detail::check_input(describe(), in_, x);
     const std::size_t batch = x.shape()[0];
     if (dy.shape().rank() != 4 || dy.shape()[0] != batch || detail::sample_shape(dy.shape()) != out_)
       throw ShapeError(describe() + "::backward: expected dy [" + std::to_string(batch) + ", " +
                        out_.str().substr(1) + " (the output of the forward pass) but got " + dy.shape().str());
-    // x is the last forward's input (the interface says so), whose columns
-    // are cached; rebuild them only when a backward with dx has reused the
-    // buffer since, or when the caller passes some other tensor after all.
-    if (!col_valid_ || col_src_ != x.data() || col_batch_ != batch) im2col(x);
+    if (batch && (!col_valid_ || col_src_ != x.data() || col_batch_ != batch)) im2col(c, x);
     const std::size_t m = batch * oh_ * ow_, k = patch(), n = filters_;
-    detail::gemm(true, false, k, n, m, 1.f, col_.data(), k, dy.data(), n, 0.f, kernel_.grad.data(), n);
-    float* db = bias_.grad.data();
-    std::fill(db, db + n, 0.f);
-    const float* g = dy.data();
-    for (std::size_t r = 0; r < m; ++r, g += n)
-      for (std::size_t f = 0; f < n; ++f) db[f] += g[f];
+    c.gemm(true, false, k, n, m, 1.f, col_.data(), k, dy.data(), n, 0.f, kernel_.grad.data(), n);
+    c.column_sums(dy.data(), bias_.grad.data(), m, n);
     if (dx == nullptr) return;
-    detail::resize(*dx, batch, in_);
-    dx->fill(0.f);
+    detail::resize(c, *dx, batch, in_);
     if (batch == 0) return;
-    // The columns are no longer needed: reuse their storage for dL/dcol, which
-    // keeps one buffer of this size per replica instead of two.
     col_valid_ = false;
-    detail::gemm(false, true, m, k, n, 1.f, dy.data(), n, kernel_.value.data(), n, 0.f, col_.data(), k);
-    col2im(*dx);
+    c.gemm(false, true, m, k, n, 1.f, dy.data(), n, kernel_.value.data(), n, 0.f, col_.data(), k);
+    c.col2im(window(batch), col_.data(), dx->data());
   }
 
  private:
@@ -175,61 +163,17 @@ class Conv2D : public detail::LayerBase<Conv2D> {
   //! others read padding (first == last when the whole row is padding).
   //! Channels-last makes those taps one contiguous run of (last - first) * C
   //! floats, so im2col and col2im move whole runs instead of single pixels.
-  template <class Visit>
-  void for_each_run(std::size_t batch, Visit&& visit) const {
-    using Index = std::ptrdiff_t;
-    const auto h = static_cast<Index>(h_), w = static_cast<Index>(w_), kw = static_cast<Index>(kw_);
-    std::size_t col = 0;
-    for (std::size_t b = 0; b < batch; ++b) {
-      const std::size_t image = b * h_ * w_ * c_;
-      for (std::size_t oh = 0; oh < oh_; ++oh) {
-        const Index ih0 = static_cast<Index>(oh * opts_.strides[0]) - static_cast<Index>(pad_top_);
-        for (std::size_t ow = 0; ow < ow_; ++ow) {
-          const Index iw0 = static_cast<Index>(ow * opts_.strides[1]) - static_cast<Index>(pad_left_);
-          const Index first = std::max<Index>(0, -iw0);
-          const Index last = std::clamp<Index>(w - iw0, first, kw);
-          for (std::size_t i = 0; i < kh_; ++i, col += kw_ * c_) {
-            const Index ih = ih0 + static_cast<Index>(i);
-            if (ih < 0 || ih >= h) {
-              visit(col, std::size_t{0}, std::size_t{0}, std::size_t{0});
-              continue;
-            }
-            const auto pixel = static_cast<std::size_t>(ih * w + iw0 + first);
-            visit(col, image + pixel * c_, static_cast<std::size_t>(first), static_cast<std::size_t>(last));
-          }
-        }
-      }
-    }
+  [[nodiscard]] kernels::Window2D window(std::size_t batch) const {
+    return {batch, h_, w_, c_, kh_, kw_, opts_.strides[0], opts_.strides[1], pad_top_, pad_left_, oh_, ow_};
   }
 
-  //! col_[(b, oh, ow), (i, j, c)] = x[b, oh*sh + i - pad_top, ow*sw + j - pad_left, c] (0 in the padding).
-  void im2col(const Tensor<float>& x) {
-    const std::size_t batch = x.shape()[0], run = kw_ * c_;
-    col_.resize(batch * oh_ * ow_ * patch());
-    const float* in = x.data();
-    float* col = col_.data();
-    for_each_run(batch, [&](std::size_t at, std::size_t from, std::size_t first, std::size_t last) {
-      float* row = col + at;
-      std::fill(row, row + first * c_, 0.f);
-      std::copy(in + from, in + from + (last - first) * c_, row + first * c_);
-      std::fill(row + last * c_, row + run, 0.f);
-    });
+  void im2col(Compute& c, const Act& x) {
+    const std::size_t batch = x.shape()[0];
+    col_.resize(c, Shape{batch * oh_ * ow_, patch()});
+    c.im2col(window(batch), x.data(), col_.data());
     col_src_ = x.data();
     col_batch_ = batch;
     col_valid_ = true;
-  }
-
-  //! The adjoint of im2col: adds each column entry back onto its input pixel
-  //! (overlapping windows accumulate; padding entries are dropped).
-  void col2im(Tensor<float>& dx) const {
-    float* out = dx.data();
-    const float* col = col_.data();
-    for_each_run(dx.shape()[0], [&](std::size_t at, std::size_t to, std::size_t first, std::size_t last) {
-      const float* row = col + at + first * c_;
-      float* dst = out + to;
-      const std::size_t len = (last - first) * c_;
-      for (std::size_t e = 0; e < len; ++e) dst[e] += row[e];
-    });
   }
 
   std::size_t filters_, kh_, kw_;
@@ -239,7 +183,7 @@ class Conv2D : public detail::LayerBase<Conv2D> {
   std::size_t h_ = 0, w_ = 0, c_ = 0, oh_ = 0, ow_ = 0, pad_top_ = 0, pad_left_ = 0;
   ParamRef kernel_{}, bias_{};
   // Per-replica scratch, reused between calls: [batch * OH * OW, kh * kw * C].
-  std::vector<float> col_;
+  kernels::Scratch<float> col_;  // the last im2col (kept for backward)
   const float* col_src_ = nullptr;
   std::size_t col_batch_ = 0;
   bool col_valid_ = false;

@@ -8,7 +8,6 @@
 #include <string>
 
 #include <strata/nn/activation.hpp>
-#include <strata/nn/blas.hpp>
 #include <strata/nn/layer.hpp>
 
 namespace strata::nn {
@@ -36,7 +35,6 @@ class Dense final : public detail::LayerBase<Dense> {
       throw ShapeError("Dense: was declared with input size " + std::to_string(*input_dim_) + " but receives " +
                        input.str());
     in_ = input[0];
-    detail::blas_single_threaded();
     return Shape{units_};
   }
   [[nodiscard]] std::vector<ParamSpec> params() const override {
@@ -49,39 +47,32 @@ class Dense final : public detail::LayerBase<Dense> {
     if (opts_.use_bias) bias_ = p[1];
   }
 
-  void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo&) override {
+  using Layer::backward;
+  using Layer::forward;
+
+  void forward(Compute& c, const Act& x, Act& y, const RunInfo&) override {
     detail::check_input("Dense", Shape{in_}, x);
     const std::size_t b = x.shape()[0];
-    detail::resize(y, b, Shape{units_});
+    detail::resize(c, y, b, Shape{units_});
     if (b == 0) return;
-    float* out = y.data();
-    if (opts_.use_bias)
-      for (std::size_t i = 0; i < b; ++i) std::copy_n(bias_.value.data(), units_, out + i * units_);
-    detail::gemm(false, false, b, units_, in_, 1.f, x.data(), in_, kernel_.value.data(), units_,
-                 opts_.use_bias ? 1.f : 0.f, out, units_);
-    detail::activate(opts_.activation, out, y.size(), units_);
+    c.dense_forward(opts_.activation, x.data(), kernel_.value.data(), opts_.use_bias ? bias_.value.data() : nullptr,
+                    y.data(), b, in_, units_);
   }
 
-  void backward(const Tensor<float>& x, const Tensor<float>& y, const Tensor<float>& dy,
-                Tensor<float>* dx) override {
+  void backward(Compute& c, const Act& x, const Act& y, const Act& dy, Act* dx) override {
     const std::size_t b = x.shape()[0];
     const float* dz = dy.data();
     if (opts_.activation != Activation::Linear) {
-      dz_.resize(dy.size());
-      detail::activation_backward(opts_.activation, y.data(), dy.data(), dz_.data(), dy.size(), units_);
+      dz_.resize(c, dy.shape());
+      c.activation_backward(opts_.activation, y.data(), dy.data(), dz_.data(), b, units_);
       dz = dz_.data();
     }
     // dkernel = x^T dz (zero when the batch is empty: gemm with k = 0 clears)
-    detail::gemm(true, false, in_, units_, b, 1.f, x.data(), in_, dz, units_, 0.f, kernel_.grad.data(), units_);
-    if (opts_.use_bias) {
-      float* db = bias_.grad.data();
-      std::fill_n(db, units_, 0.f);
-      for (std::size_t i = 0; i < b; ++i)
-        for (std::size_t j = 0; j < units_; ++j) db[j] += dz[i * units_ + j];
-    }
+    c.gemm(true, false, in_, units_, b, 1.f, x.data(), in_, dz, units_, 0.f, kernel_.grad.data(), units_);
+    if (opts_.use_bias) c.column_sums(dz, bias_.grad.data(), b, units_);
     if (dx) {
-      detail::resize(*dx, b, Shape{in_});
-      detail::gemm(false, true, b, in_, units_, 1.f, dz, units_, kernel_.value.data(), units_, 0.f, dx->data(), in_);
+      detail::resize(c, *dx, b, Shape{in_});
+      if (b) c.gemm(false, true, b, in_, units_, 1.f, dz, units_, kernel_.value.data(), units_, 0.f, dx->data(), in_);
     }
   }
 
@@ -96,7 +87,7 @@ class Dense final : public detail::LayerBase<Dense> {
   DenseOptions opts_;
   std::size_t in_ = 0;
   ParamRef kernel_, bias_;
-  std::vector<float> dz_;
+  kernels::Scratch<float> dz_;  // dL/d(pre-activation), in the replica's space
 };
 
 }  // namespace strata::nn

@@ -58,32 +58,29 @@ class Dropout : public detail::LayerBase<Dropout> {
     in_ = input;
     built_ = true;
     masked_ = false;
-    mask_.clear();
+    mask_ = {};
     return input;
   }
 
-  void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo& info) override {
+  using Layer::backward;
+  using Layer::forward;
+
+  void forward(Compute& c, const Act& x, Act& y, const RunInfo& info) override {
     if (!built_) throw Error(describe() + "::forward: call build(input shape) first");
     detail::check_input(describe(), in_, x);
-    detail::resize(y, x.shape()[0], in_);
+    detail::resize(c, y, x.shape()[0], in_);
     masked_ = info.training && rate_ > 0.f;
     if (!masked_) {
-      y.copy_from(x);
+      c.copy(y.data(), x.data(), x.size() * sizeof(float));
       return;
     }
-    const float scale = 1.f / (1.f - rate_);
-    Rng rng{detail::mix(info.seed, static_cast<std::uint64_t>(info.replica), info.step, info.layer, salt_)};
-    mask_.resize(x.size());
-    const float* in = x.data();
-    float* out = y.data();
-    for (std::size_t i = 0; i < mask_.size(); ++i) {
-      mask_[i] = rng.uniform() < rate_ ? 0.f : scale;
-      out[i] = in[i] * mask_[i];
-    }
+    mask_.resize(c, x.shape());
+    if (x.size())
+      c.dropout(x.data(), y.data(), mask_.data(), x.size(),
+                detail::mix(info.seed, static_cast<std::uint64_t>(info.replica), info.step, info.layer, salt_), rate_);
   }
 
-  void backward(const Tensor<float>& x, const Tensor<float>& /*y*/, const Tensor<float>& dy,
-                Tensor<float>* dx) override {
+  void backward(Compute& c, const Act& x, const Act& /*y*/, const Act& dy, Act* dx) override {
     if (!built_) throw Error(describe() + "::backward: call build(input shape) first");
     detail::check_input(describe(), in_, x);
     if (dy.shape() != x.shape())
@@ -93,14 +90,12 @@ class Dropout : public detail::LayerBase<Dropout> {
       throw Error(describe() + "::backward: the last training forward pass had " + std::to_string(mask_.size()) +
                   " activations but dy has " + std::to_string(dy.size()) + "; call forward(x, y) first");
     if (dx == nullptr) return;
-    detail::resize(*dx, x.shape()[0], in_);
+    detail::resize(c, *dx, x.shape()[0], in_);
     if (!masked_) {
-      dx->copy_from(dy);
+      c.copy(dx->data(), dy.data(), dy.size() * sizeof(float));
       return;
     }
-    const float* g = dy.data();
-    float* out = dx->data();
-    for (std::size_t i = 0; i < mask_.size(); ++i) out[i] = g[i] * mask_[i];
+    if (dy.size()) c.multiply(dy.data(), mask_.data(), dx->data(), dy.size());
   }
 
  private:
@@ -115,7 +110,7 @@ class Dropout : public detail::LayerBase<Dropout> {
   bool built_ = false;
   Shape in_;
   bool masked_ = false;      // whether the last forward applied mask_
-  std::vector<float> mask_;  // 0 or 1 / (1 - rate) per activation of the last training forward
+  kernels::Scratch<float> mask_;  // 0 or 1 / (1 - rate) per activation of the last training forward
 };
 
 }  // namespace strata::nn

@@ -5,8 +5,12 @@
 //! cache and is bound to that replica's view of the parameters (its own copy
 //! under Mirrored placement, the shared one under CentralStorage).
 //!   struct Twice : strata::nn::Layer { ... };   // see nn/relu.hpp for a small one
-//! Tensors passed to forward/backward are [batch, ...per-sample shape];
-//! the batch may be 0 (a replica that got no samples of a short last batch).
+//! Buffers passed to forward/backward are [batch, ...per-sample shape] in
+//! the memory of the replica's Compute (kernels/compute.hpp: host or a GPU);
+//! a layer reaches its elements only through that Compute's operations, so
+//! one layer file runs in every space. The batch may be 0 (a replica that
+//! got no samples of a short last batch). On host tensors, the non-virtual
+//! forward/backward overloads run a layer on the host compute.
 
 #include <cstddef>
 #include <cstdint>
@@ -16,10 +20,16 @@
 #include <vector>
 
 #include <strata/core/error.hpp>
+#include <strata/kernels/buffer.hpp>
+#include <strata/kernels/host/compute.hpp>
 #include <strata/nn/random.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::nn {
+
+using kernels::Compute;
+//! What layers pass between them: a float buffer in the replica's space.
+using Act = kernels::Buffer<float>;
 
 //! How a parameter starts.
 enum class Init { Zeros, GlorotUniform };
@@ -34,7 +44,8 @@ struct ParamSpec {
 };
 
 //! Where a bound parameter lives: its value (read-only to layers; the
-//! optimizer updates it) and its gradient, both flat.
+//! optimizer updates it) and its gradient, both flat, in the memory of the
+//! Compute the layer runs on (never dereferenced by a layer off the host).
 struct ParamRef {
   std::span<const float> value;
   std::span<float> grad;
@@ -49,6 +60,18 @@ struct RunInfo {
   std::uint64_t layer = 0; //!< index of the layer in its model (keys per-layer random streams)
 };
 
+namespace detail {
+//! A host tensor as a buffer of the host compute (for the host-tensor overloads).
+inline Act borrow_host(const Tensor<float>& t) {
+  return Act::borrow(kernels::host_compute(), const_cast<float*>(t.data()), t.shape());
+}
+//! A host buffer's elements into host tensor `t`, which takes its shape.
+inline void store_host(const Act& a, Tensor<float>& t) {
+  if (t.shape() != a.shape()) t = Tensor<float>(a.shape());
+  if (a.size()) std::copy_n(a.data(), a.size(), t.data());
+}
+}  // namespace detail
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -62,24 +85,49 @@ class Layer {
   [[nodiscard]] virtual std::vector<ParamSpec> params() const { return {}; }
   //! Binds storage for the parameters, in params() order.
   virtual void bind(std::span<const ParamRef> /*params*/) {}
-  //! y = layer(x). `y` is resized by the layer as needed (reuse it between calls).
-  virtual void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo& info) = 0;
+  //! y = layer(x) on `c`. `y` is resized by the layer as needed (reuse it between calls).
+  virtual void forward(Compute& c, const Act& x, Act& y, const RunInfo& info) = 0;
   //! Given x, y of the last forward and dL/dy, writes dL/dparams into the
   //! bound gradients (overwriting them) and, when `dx` is not null, dL/dx.
-  virtual void backward(const Tensor<float>& x, const Tensor<float>& y, const Tensor<float>& dy,
-                        Tensor<float>* dx) = 0;
+  virtual void backward(Compute& c, const Act& x, const Act& y, const Act& dy, Act* dx) = 0;
+
+  //! forward on host tensors (the host compute; parameters bound to host memory).
+  void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo& info) {
+    Compute& c = kernels::host_compute();
+    Act out;
+    forward(c, detail::borrow_host(x), out, info);
+    detail::store_host(out, y);
+  }
+  //! backward on host tensors.
+  void backward(const Tensor<float>& x, const Tensor<float>& y, const Tensor<float>& dy, Tensor<float>* dx) {
+    Compute& c = kernels::host_compute();
+    Act out;
+    backward(c, detail::borrow_host(x), detail::borrow_host(y), detail::borrow_host(dy), dx ? &out : nullptr);
+    if (dx) detail::store_host(out, *dx);
+  }
   //! A copy of this built layer with its own caches (bindings are not copied meaningfully: rebind).
   [[nodiscard]] virtual std::unique_ptr<Layer> clone() const = 0;
+
 };
 
 namespace detail {
-//! Makes `t` have shape [batch, per_sample...], reallocating only when the element count changes.
-inline void resize(Tensor<float>& t, std::size_t batch, const Shape& per_sample) {
+//! [batch, per_sample...].
+inline Shape batch_shape(std::size_t batch, const Shape& per_sample) {
   std::vector<std::size_t> dims;
   dims.reserve(per_sample.rank() + 1);
   dims.push_back(batch);
   dims.insert(dims.end(), per_sample.dims().begin(), per_sample.dims().end());
-  Shape s(std::move(dims));
+  return Shape(std::move(dims));
+}
+
+//! Makes `t` have shape [batch, per_sample...] in `c`'s space, reallocating only to grow.
+inline void resize(Compute& c, Act& t, std::size_t batch, const Shape& per_sample) {
+  t.resize(c, batch_shape(batch, per_sample));
+}
+
+//! Makes host tensor `t` have shape [batch, per_sample...], reallocating only when the element count changes.
+inline void resize(Tensor<float>& t, std::size_t batch, const Shape& per_sample) {
+  Shape s = batch_shape(batch, per_sample);
   if (t.size() == s.elements()) t.reshape(std::move(s));
   else t = Tensor<float>(std::move(s));
 }
@@ -90,7 +138,7 @@ inline Shape sample_shape(const Shape& batch_shape) {
   return Shape(std::vector<std::size_t>(batch_shape.dims().begin() + 1, batch_shape.dims().end()));
 }
 
-inline void check_input(const std::string& layer, const Shape& want, const Tensor<float>& x) {
+inline void check_input(const std::string& layer, const Shape& want, const Act& x) {
   if (x.shape().rank() == 0 || sample_shape(x.shape()) != want)
     throw ShapeError(layer + ": expected input [batch, " + want.str().substr(1) + " but got " + x.shape().str());
 }

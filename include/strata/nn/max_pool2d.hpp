@@ -76,70 +76,35 @@ class MaxPool2D : public detail::LayerBase<MaxPool2D> {
     oh_ = rows.out, ow_ = cols.out, pad_top_ = rows.pad_before, pad_left_ = cols.pad_before;
     out_ = Shape{oh_, ow_, c_};
     built_ = true;
-    argmax_.clear();
+    argmax_ = {};
     return out_;
   }
 
-  void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo& /*info*/) override {
+  using Layer::backward;
+  using Layer::forward;
+
+  void forward(Compute& c, const Act& x, Act& y, const RunInfo& /*info*/) override {
     if (!built_) throw Error(describe() + "::forward: call build(input shape) first");
     detail::check_input(describe(), in_, x);
     const std::size_t batch = x.shape()[0];
-    detail::resize(y, batch, out_);
-    argmax_.resize(y.size());
-    const float* in = x.data();
-    float* out = y.data();
-    std::uint32_t* arg = argmax_.data();
-    for (std::size_t b = 0; b < batch; ++b) {
-      const std::size_t image = b * h_ * w_ * c_;
-      for (std::size_t oh = 0; oh < oh_; ++oh) {
-        const auto [i0, i1] = clip(oh * sh_, pad_top_, ph_, h_);
-        for (std::size_t ow = 0; ow < ow_; ++ow, out += c_, arg += c_) {
-          const auto [j0, j1] = clip(ow * sw_, pad_left_, pw_, w_);
-          // Same padding never yields an empty window (pad_before < pool), so
-          // the first tap always exists and seeds the running maximum.
-          bool seeded = false;
-          for (std::size_t i = i0; i < i1; ++i)
-            for (std::size_t j = j0; j < j1; ++j) {
-              const auto at = static_cast<std::uint32_t>((i * w_ + j) * c_);
-              const float* v = in + image + at;
-              if (!seeded) {
-                for (std::size_t c = 0; c < c_; ++c) out[c] = v[c], arg[c] = at + static_cast<std::uint32_t>(c);
-                seeded = true;
-                continue;
-              }
-              // Strictly greater keeps the first maximum on ties; a NaN wins
-              // so that a diverged activation shows instead of being hidden.
-              for (std::size_t c = 0; c < c_; ++c) {
-                const bool take = v[c] > out[c] || v[c] != v[c];
-                out[c] = take ? v[c] : out[c];
-                arg[c] = take ? at + static_cast<std::uint32_t>(c) : arg[c];
-              }
-            }
-        }
-      }
-    }
+    detail::resize(c, y, batch, out_);
+    argmax_.resize(c, y.shape());
+    if (batch) c.max_pool(window(batch), x.data(), y.data(), argmax_.data());
   }
 
-  void backward(const Tensor<float>& x, const Tensor<float>& /*y*/, const Tensor<float>& dy,
-                Tensor<float>* dx) override {
+  void backward(Compute& c, const Act& x, const Act& /*y*/, const Act& dy, Act* dx) override {
     if (!built_) throw Error(describe() + "::backward: call build(input shape) first");
     detail::check_input(describe(), in_, x);
     const std::size_t batch = x.shape()[0];
     if (dy.shape().rank() != 4 || dy.shape()[0] != batch || detail::sample_shape(dy.shape()) != out_)
       throw ShapeError(describe() + "::backward: expected dy [" + std::to_string(batch) + ", " +
                        out_.str().substr(1) + " (the output of the forward pass) but got " + dy.shape().str());
-    if (argmax_.size() != dy.size())
+    if (argmax_.compute() == nullptr || argmax_.size() != dy.size())
       throw Error(describe() + "::backward: no forward pass of this batch size to take the maxima from; "
                                "call forward(x, y) on this layer (or clone) first");
     if (dx == nullptr) return;
-    detail::resize(*dx, batch, in_);
-    dx->fill(0.f);
-    float* g = dx->data();
-    const float* up = dy.data();
-    // Overlapping windows (stride < pool) may share a maximum: accumulate.
-    const std::size_t per_out = oh_ * ow_ * c_, per_in = h_ * w_ * c_;
-    for (std::size_t b = 0; b < batch; ++b, g += per_in, up += per_out)
-      for (std::size_t o = 0; o < per_out; ++o) g[argmax_[b * per_out + o]] += up[o];
+    detail::resize(c, *dx, batch, in_);
+    if (batch) c.max_pool_backward(window(batch), dy.data(), argmax_.data(), dx->data());
   }
 
  private:
@@ -151,11 +116,8 @@ class MaxPool2D : public detail::LayerBase<MaxPool2D> {
 
   //! The input indices [first, last) a window starting at `start` (in padded
   //! coordinates) covers along an axis of `extent`.
-  static std::array<std::size_t, 2> clip(std::size_t start, std::size_t pad, std::size_t k,
-                                         std::size_t extent) noexcept {
-    const std::size_t first = start > pad ? start - pad : 0;
-    const std::size_t end = start + k > pad ? start + k - pad : 0;
-    return {std::min(first, extent), std::min(end, extent)};
+  [[nodiscard]] kernels::Window2D window(std::size_t batch) const {
+    return {batch, h_, w_, c_, ph_, pw_, sh_, sw_, pad_top_, pad_left_, oh_, ow_};
   }
 
   std::size_t ph_, pw_, sh_ = 0, sw_ = 0;
@@ -165,7 +127,7 @@ class MaxPool2D : public detail::LayerBase<MaxPool2D> {
   std::size_t h_ = 0, w_ = 0, c_ = 0, oh_ = 0, ow_ = 0, pad_top_ = 0, pad_left_ = 0;
   // Per replica: where each output's maximum lies within its sample. 32 bits
   // rather than a flat size_t lets the compare-and-select loop vectorize.
-  std::vector<std::uint32_t> argmax_;
+  kernels::Scratch<std::uint32_t> argmax_;  // per output: its maximum's offset in the image
 };
 
 }  // namespace strata::nn

@@ -17,34 +17,35 @@ class Metric {
  public:
   virtual ~Metric() = default;
   [[nodiscard]] virtual std::string name() const = 0;
-  //! Sum of the metric's per-example values over the batch.
-  [[nodiscard]] virtual double total(const Tensor<float>& pred, const Tensor<float>& labels) const = 0;
+  //! Adds the sum of the metric's per-example values over the batch to *acc (a double in c's space).
+  virtual void accumulate(Compute& c, const Act& pred, const Act& labels, double* acc, double* invalid) const = 0;
   //! Told the model's loss at compile time (Accuracy uses it to decide what labels mean).
   virtual void set_loss(const Loss&) {}
   [[nodiscard]] virtual std::unique_ptr<Metric> clone() const = 0;
+
+  //! On host tensors: the sum of the metric's per-example values over the batch.
+  [[nodiscard]] double total(const Tensor<float>& pred, const Tensor<float>& labels) const {
+    Compute& c = kernels::host_compute();
+    double sum = 0, invalid = 0;
+    accumulate(c, detail::borrow_host(pred), detail::borrow_host(labels), &sum, &invalid);
+    return sum;
+  }
 };
 
 namespace detail {
-inline std::size_t argmax(const float* p, std::size_t n) {
-  return static_cast<std::size_t>(std::max_element(p, p + n) - p);
-}
-inline double sparse_hits(const Tensor<float>& pred, const Tensor<float>& labels) {
-  const std::size_t b = pred.shape()[0], c = row_width(pred);
+inline void sparse_hits(Compute& c, const Act& pred, const Act& labels, double* acc, double* invalid) {
+  const std::size_t b = pred.shape()[0], k = row_width(pred);
   if (labels.size() != b)
     throw ShapeError("sparse_categorical_accuracy: " + std::to_string(b) + " predictions but labels of shape " +
                      labels.shape().str());
-  double hits = 0;
-  for (std::size_t i = 0; i < b; ++i) hits += static_cast<float>(argmax(pred.data() + i * c, c)) == labels[i];
-  return hits;
+  if (b) c.sparse_hits(pred.data(), labels.data(), b, k, acc, invalid);
 }
-inline double categorical_hits(const Tensor<float>& pred, const Tensor<float>& labels) {
+inline void categorical_hits(Compute& c, const Act& pred, const Act& labels, double* acc) {
   if (labels.shape() != pred.shape())
     throw ShapeError("categorical_accuracy: labels of shape " + labels.shape().str() + " for predictions of shape " +
                      pred.shape().str());
-  const std::size_t b = pred.shape()[0], c = row_width(pred);
-  double hits = 0;
-  for (std::size_t i = 0; i < b; ++i) hits += argmax(pred.data() + i * c, c) == argmax(labels.data() + i * c, c);
-  return hits;
+  const std::size_t b = pred.shape()[0], k = row_width(pred);
+  if (b) c.categorical_hits(pred.data(), labels.data(), b, k, acc);
 }
 }  // namespace detail
 
@@ -52,8 +53,8 @@ inline double categorical_hits(const Tensor<float>& pred, const Tensor<float>& l
 class SparseCategoricalAccuracy final : public Metric {
  public:
   [[nodiscard]] std::string name() const override { return "sparse_categorical_accuracy"; }
-  [[nodiscard]] double total(const Tensor<float>& p, const Tensor<float>& y) const override {
-    return detail::sparse_hits(p, y);
+  void accumulate(Compute& c, const Act& p, const Act& y, double* acc, double* invalid) const override {
+    detail::sparse_hits(c, p, y, acc, invalid);
   }
   [[nodiscard]] std::unique_ptr<Metric> clone() const override { return std::make_unique<SparseCategoricalAccuracy>(*this); }
 };
@@ -62,8 +63,8 @@ class SparseCategoricalAccuracy final : public Metric {
 class CategoricalAccuracy final : public Metric {
  public:
   [[nodiscard]] std::string name() const override { return "categorical_accuracy"; }
-  [[nodiscard]] double total(const Tensor<float>& p, const Tensor<float>& y) const override {
-    return detail::categorical_hits(p, y);
+  void accumulate(Compute& c, const Act& p, const Act& y, double* acc, double*) const override {
+    detail::categorical_hits(c, p, y, acc);
   }
   [[nodiscard]] std::unique_ptr<Metric> clone() const override { return std::make_unique<CategoricalAccuracy>(*this); }
 };
@@ -74,14 +75,12 @@ class Accuracy final : public Metric {
  public:
   [[nodiscard]] std::string name() const override { return "accuracy"; }
   void set_loss(const Loss& l) override { sparse_ = l.sparse_labels(); }
-  [[nodiscard]] double total(const Tensor<float>& p, const Tensor<float>& y) const override {
-    if (sparse_) return detail::sparse_hits(p, y);
-    if (detail::row_width(p) > 1) return detail::categorical_hits(p, y);
+  void accumulate(Compute& c, const Act& p, const Act& y, double* acc, double* invalid) const override {
+    if (sparse_) return detail::sparse_hits(c, p, y, acc, invalid);
+    if (detail::row_width(p) > 1) return detail::categorical_hits(c, p, y, acc);
     if (y.size() != p.size())
       throw ShapeError("accuracy: labels of shape " + y.shape().str() + " for predictions of shape " + p.shape().str());
-    double hits = 0;
-    for (std::size_t i = 0; i < p.size(); ++i) hits += (p[i] > 0.5f) == (y[i] > 0.5f);
-    return hits;
+    if (p.size()) c.binary_hits(p.data(), y.data(), p.size(), acc);
   }
   [[nodiscard]] std::unique_ptr<Metric> clone() const override { return std::make_unique<Accuracy>(*this); }
 
@@ -95,8 +94,8 @@ class MeanLoss final : public Metric {
   template <std::derived_from<Loss> L>
   explicit MeanLoss(L loss) : loss_(std::make_shared<L>(std::move(loss))) {}
   [[nodiscard]] std::string name() const override { return loss_->name(); }
-  [[nodiscard]] double total(const Tensor<float>& p, const Tensor<float>& y) const override {
-    return loss_->compute(p, y, nullptr, 1.f);
+  void accumulate(Compute& c, const Act& p, const Act& y, double* acc, double* invalid) const override {
+    loss_->accumulate(c, p, y, nullptr, 1.f, acc, invalid);
   }
   [[nodiscard]] std::unique_ptr<Metric> clone() const override { return std::make_unique<MeanLoss>(*this); }
 

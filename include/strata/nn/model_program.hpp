@@ -36,7 +36,14 @@ inline std::string lower_name(const std::string& kind) {
   return s;
 }
 
-//! rows [r.begin, r.end) of `src` into `dst`.
+//! rows [r.begin, r.end) of host tensor `src` into `dst` in `c`'s space.
+inline void copy_rows(Compute& c, const Tensor<float>& src, Range r, Act& dst) {
+  const Shape s = sample_shape(src.shape());
+  resize(c, dst, r.size(), s);
+  const std::size_t w = s.elements();
+  if (r.size()) c.upload(dst.data(), src.data() + r.begin * w, r.size() * w * sizeof(float));
+}
+//! The same on host tensors.
 inline void copy_rows(const Tensor<float>& src, Range r, Tensor<float>& dst) {
   const Shape s = sample_shape(src.shape());
   resize(dst, r.size(), s);
@@ -49,24 +56,29 @@ class LayerProgram;
 //! One replica's layers, bound to its view of the parameters and its gradient buffer.
 class LayerReplica final : public ReplicaProgram {
  public:
-  LayerReplica(const LayerProgram& m, std::span<const float> value, std::span<float> grad);
+  LayerReplica(const LayerProgram& m, Compute& c, std::span<const float> value, std::span<float> grad);
   void step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) override;
 
  private:
   void backward(int replicas);
+  void read_sums(ReplicaResult& out);
 
   const LayerProgram& m_;
+  Compute& c_;
   std::span<const float> value_;
   std::span<float> grad_;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<Tensor<float>> acts_;
-  Tensor<float> x_, y_, d_[2];
+  std::vector<Act> acts_;
+  Act x_, y_, d_[2];
+  kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels
+  std::vector<double> host_sums_;
 };
 
 //! The optimizer with its state for a slice of the parameters.
 class OptimizerUpdater final : public Updater {
  public:
-  OptimizerUpdater(const Optimizer& o, std::size_t n) : opt_(o.clone()), state_(o.make_state(n)) {}
+  OptimizerUpdater(const Optimizer& o, std::size_t n, Compute& c = kernels::host_compute())
+      : opt_(o.clone()), state_(o.make_state(n, c)) {}
   void apply(std::span<float> w, std::span<const float> g, std::size_t offset, std::int64_t step) override {
     opt_->apply(w, g, state_, offset, step);
   }
@@ -166,17 +178,25 @@ class LayerProgram final : public ModelProgram {
   [[nodiscard]] std::size_t num_metrics() const override { return metrics.size(); }
   [[nodiscard]] std::unique_ptr<ReplicaProgram> make_replica(std::span<const float> value,
                                                               std::span<float> grad) override {
-    return std::make_unique<LayerReplica>(*this, value, grad);
+    return make_replica_on(kernels::host_compute(), value, grad);
+  }
+  [[nodiscard]] std::unique_ptr<ReplicaProgram> make_replica_on(Compute& c, std::span<const float> value,
+                                                                 std::span<float> grad) override {
+    return std::make_unique<LayerReplica>(*this, c, value, grad);
   }
   [[nodiscard]] bool compiled() const override { return optimizer != nullptr; }
   [[nodiscard]] std::unique_ptr<Updater> make_updater(std::size_t n) const override {
+    return make_updater_on(kernels::host_compute(), n);
+  }
+  [[nodiscard]] std::unique_ptr<Updater> make_updater_on(Compute& c, std::size_t n) const override {
     if (!optimizer) throw Error("Sequential: compile the model first (optimizer and loss)");
-    return std::make_unique<OptimizerUpdater>(*optimizer, n);
+    return std::make_unique<OptimizerUpdater>(*optimizer, n, c);
   }
 };
 
-inline LayerReplica::LayerReplica(const LayerProgram& m, std::span<const float> value, std::span<float> grad)
-    : m_(m), value_(value), grad_(grad), acts_(m.layers.size()) {
+inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<const float> value,
+                                  std::span<float> grad)
+    : m_(m), c_(c), value_(value), grad_(grad), acts_(m.layers.size()) {
   std::size_t off = 0;
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     layers_.push_back(m.layers[l]->clone());
@@ -188,45 +208,71 @@ inline LayerReplica::LayerReplica(const LayerProgram& m, std::span<const float> 
     }
     layers_.back()->bind(refs);
   }
+  sums_.resize(c, Shape{m.metrics.size() + 2});
+  host_sums_.resize(m.metrics.size() + 2);
 }
 
 inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) {
   out.rows = rows.size();
-  copy_rows(*b.x, rows, x_);
-  if (b.y) copy_rows(*b.y, rows, y_);
+  copy_rows(c_, *b.x, rows, x_);
+  if (b.y) copy_rows(c_, *b.y, rows, y_);
   const bool train = info.phase == Phase::Train;
-  const Tensor<float>* in = &x_;
+  const Act* in = &x_;
   RunInfo run{train, info.replica, m_.seed, info.iteration, 0};
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     run.layer = l;
-    layers_[l]->forward(*in, acts_[l], run);
+    layers_[l]->forward(c_, *in, acts_[l], run);
     in = &acts_[l];
   }
-  const Tensor<float>& pred = *in;
+  const Act& pred = *in;
   if (info.phase == Phase::Predict) {
     const std::size_t w = pred.shape()[0] ? pred.size() / pred.shape()[0] : 0;
-    if (pred.size()) std::copy_n(pred.data(), pred.size(), b.predictions + rows.begin * w);
+    if (pred.size()) c_.download(b.predictions + rows.begin * w, pred.data(), pred.size() * sizeof(float));
     return;
   }
-  out.loss = m_.loss->compute(pred, y_, train ? &d_[0] : nullptr, info.scale);
-  out.metrics.resize(m_.metrics.size());
-  for (std::size_t k = 0; k < m_.metrics.size(); ++k) out.metrics[k] = m_.metrics[k]->total(pred, y_);
+  // the sums start at zero in the replica's space; the host adds in place
+  double* sums = sums_.data();
+  const std::size_t nm = m_.metrics.size();
+  if (c_.where() == kernels::Where::Host) {
+    std::fill_n(sums, nm + 2, 0.0);
+  } else {
+    host_sums_.assign(nm + 2, 0.0);
+    c_.upload(sums, host_sums_.data(), (nm + 2) * sizeof(double));
+  }
+  m_.loss->accumulate(c_, pred, y_, train ? &d_[0] : nullptr, info.scale, sums, sums + nm + 1);
+  for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
   if (train) backward(info.replicas);
+  read_sums(out);
+}
+
+inline void LayerReplica::read_sums(ReplicaResult& out) {
+  const std::size_t nm = m_.metrics.size();
+  const double* s = sums_.data();
+  if (c_.where() != kernels::Where::Host) {
+    c_.download(host_sums_.data(), sums_.data(), (nm + 2) * sizeof(double));
+    s = host_sums_.data();
+  }
+  if (s[nm + 1] != 0)
+    throw Error(m_.loss->name() + ": " + std::to_string(static_cast<long long>(s[nm + 1])) + " of " +
+                std::to_string(out.rows) + " labels of the batch are not class indices in [0, " +
+                std::to_string(m_.output_width()) + ") (counted on " + c_.name() + ")");
+  out.loss = s[0];
+  out.metrics.assign(s + 1, s + 1 + nm);
 }
 
 inline void LayerReplica::backward(int replicas) {
   int cur = 0;
   for (std::size_t l = layers_.size(); l-- > 0;) {
-    const Tensor<float>& in = l ? acts_[l - 1] : x_;
+    const Act& in = l ? acts_[l - 1] : x_;
     const bool need_dx = l > m_.first_trainable;
-    layers_[l]->backward(in, acts_[l], d_[cur], need_dx ? &d_[1 - cur] : nullptr);
+    layers_[l]->backward(c_, in, acts_[l], d_[cur], need_dx ? &d_[1 - cur] : nullptr);
     if (!need_dx) break;
     cur = 1 - cur;
   }
   // L2: every replica adds its 1/p share of the gradient, so the sum adds it once
   m_.for_each_l2([&](std::size_t off, std::size_t n, float l2) {
     const float k = 2.f * l2 / static_cast<float>(replicas);
-    for (std::size_t i = off; i < off + n; ++i) grad_[i] += k * value_[i];
+    c_.axpy(k, value_.data() + off, grad_.data() + off, n);
   });
 }
 

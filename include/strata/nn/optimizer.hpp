@@ -3,7 +3,9 @@
 //! any slice of the flat parameter vector: under CentralStorage each replica
 //! updates its own slice of the one central copy (and of the one optimizer
 //! state); under Mirrored each replica updates its whole copy with its own
-//! copy of the state. Optimizer state follows the placement of its variables.
+//! copy of the state. Optimizer state follows the placement of its variables:
+//! it lives in the space of the Compute it was made for (a GPU replica's
+//! moments stay on its GPU), and updates run there (kernels/compute.hpp).
 //!   strata::nn::OptimizerState st = opt.make_state(n);
 //!   opt.apply(w, g, st, /*offset=*/0, /*step=*/0);
 
@@ -14,13 +16,17 @@
 #include <string>
 #include <vector>
 
+#include <strata/kernels/buffer.hpp>
+#include <strata/kernels/host/compute.hpp>
 #include <strata/nn/learning_rate.hpp>
 
 namespace strata::nn {
 
-//! Per-element state vectors ("slots", e.g. Adam's m and v) of one placement copy.
+//! Per-element state vectors ("slots", e.g. Adam's m and v) of one placement
+//! copy, in the space of `compute`.
 struct OptimizerState {
-  std::vector<std::vector<float>> slots;
+  kernels::Compute* compute = nullptr;
+  std::vector<kernels::Buffer<float>> slots;
 };
 
 class Optimizer {
@@ -28,14 +34,28 @@ class Optimizer {
   virtual ~Optimizer() = default;
   [[nodiscard]] virtual std::string name() const = 0;
   [[nodiscard]] virtual std::size_t slot_count() const noexcept = 0;
-  [[nodiscard]] OptimizerState make_state(std::size_t n) const {
-    return {std::vector<std::vector<float>>(slot_count(), std::vector<float>(n, 0.f))};
+  //! Zeroed state for `n` elements in `c`'s space.
+  [[nodiscard]] OptimizerState make_state(std::size_t n, kernels::Compute& c = kernels::host_compute()) const {
+    OptimizerState s{&c, {}};
+    for (std::size_t i = 0; i < slot_count(); ++i) {
+      s.slots.emplace_back(c, Shape{n});
+      c.fill(s.slots.back().data(), 0.f, n);
+    }
+    return s;
   }
-  //! One update of w[i] (i = offset + local index into the state) from g;
-  //! `step` counts updates before this one (0 for the first).
-  virtual void apply(std::span<float> w, std::span<const float> g, OptimizerState& s, std::size_t offset,
-                     std::int64_t step) const = 0;
+  //! One update of w[i] (i = offset + local index into the state) from g, on
+  //! the state's compute (w and g in its space); `step` counts updates
+  //! before this one (0 for the first).
+  void apply(std::span<float> w, std::span<const float> g, OptimizerState& s, std::size_t offset,
+             std::int64_t step) const {
+    update(s.compute ? *s.compute : kernels::host_compute(), w, g, s, offset, step);
+  }
   [[nodiscard]] virtual std::unique_ptr<Optimizer> clone() const = 0;
+
+ protected:
+  virtual void update(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,
+                      std::size_t offset, std::int64_t step) const = 0;
+  static float* slot(OptimizerState& s, std::size_t i, std::size_t offset) { return s.slots[i].data() + offset; }
 };
 
 }  // namespace strata::nn

@@ -15,15 +15,18 @@ namespace detail {
 template <class Derived>
 class Relabel : public LayerBase<Derived> {
  public:
-  void forward(const Tensor<float>& x, Tensor<float>& y, const RunInfo&) override {
+  using Layer::backward;
+  using Layer::forward;
+
+  void forward(Compute& c, const Act& x, Act& y, const RunInfo&) override {
     check_input(this->kind(), in_, x);
-    resize(y, x.shape()[0], out_);
-    std::copy_n(x.data(), x.size(), y.data());
+    resize(c, y, x.shape()[0], out_);
+    c.copy(y.data(), x.data(), x.size() * sizeof(float));
   }
-  void backward(const Tensor<float>&, const Tensor<float>& y, const Tensor<float>& dy, Tensor<float>* dx) override {
+  void backward(Compute& c, const Act&, const Act& y, const Act& dy, Act* dx) override {
     if (!dx) return;
-    resize(*dx, y.shape()[0], in_);
-    std::copy_n(dy.data(), dy.size(), dx->data());
+    resize(c, *dx, y.shape()[0], in_);
+    c.copy(dx->data(), dy.data(), dy.size() * sizeof(float));
   }
 
  protected:

@@ -21,28 +21,15 @@ class SGD final : public Optimizer {
   }
   [[nodiscard]] std::string name() const override { return "SGD"; }
   [[nodiscard]] std::size_t slot_count() const noexcept override { return o_.momentum > 0.f ? 1 : 0; }
-  void apply(std::span<float> w, std::span<const float> g, OptimizerState& s, std::size_t offset,
-             std::int64_t step) const override {
-    const float lr = lr_(step);
-    const std::size_t n = w.size();
-    if (o_.momentum == 0.f) {
-      for (std::size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-      return;
-    }
-    float* v = s.slots[0].data() + offset;
-    const float m = o_.momentum;
-    if (o_.nesterov)
-      for (std::size_t i = 0; i < n; ++i) {
-        v[i] = m * v[i] - lr * g[i];
-        w[i] += m * v[i] - lr * g[i];
-      }
-    else
-      for (std::size_t i = 0; i < n; ++i) {
-        v[i] = m * v[i] - lr * g[i];
-        w[i] += v[i];
-      }
-  }
   [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return std::make_unique<SGD>(*this); }
+
+ protected:
+  void update(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,
+              std::size_t offset, std::int64_t step) const override {
+    if (w.empty()) return;
+    c.sgd(w.data(), g.data(), o_.momentum == 0.f ? nullptr : slot(s, 0, offset), w.size(),
+          kernels::SgdStep{lr_(step), o_.momentum, o_.nesterov});
+  }
 
  private:
   LearningRate lr_;

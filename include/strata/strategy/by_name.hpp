@@ -36,6 +36,8 @@ struct StrategyChoice {
   int workers = 2;   //!< parameter_server: worker threads
   int servers = 1;   //!< parameter_server: server shards' hosts
   std::optional<std::uint64_t> staleness = std::nullopt;  //!< parameter_server: bound (none: asynchronous)
+  //! default / one_device: the device of the one replica (the others run on CPUs so far).
+  Device device = cpu(0);
   std::string cluster = {};  //!< parameter_server under mpirun (by_name_mpi.hpp): a ClusterSpec ("": chief 0, `servers` servers, workers)
 };
 
@@ -58,20 +60,27 @@ struct InProcessStrategies {
     const auto devices = [&] {
       return c.replicas == 0 && c.batch ? cpu_replicas_for_batch(c.batch) : cpu_replicas(c.replicas);
     };
-    if (name == "default") return fn(get_strategy());
-    if (name == "one_device") {
-      OneDeviceStrategy s{cpu(0)};
+    if (name == "default") {
+      if (!c.device.is_gpu()) return fn(get_strategy());
+      DefaultStrategy s{c.device};
       return fn(s);
     }
+    if (name == "one_device") {
+      OneDeviceStrategy s{c.device};
+      return fn(s);
+    }
+    // a GPU named for a strategy of CPU replicas: its constructor refuses it with a sentence
     if (name == "mirrored") {
-      MirroredStrategy s{devices()};
+      MirroredStrategy s{c.device.is_gpu() ? std::vector<Device>{c.device} : devices()};
       return fn(s);
     }
     if (name == "central_storage") {
-      CentralStorageStrategy s{devices()};
+      CentralStorageStrategy s{c.device.is_gpu() ? std::vector<Device>{c.device} : devices()};
       return fn(s);
     }
     if (name == "parameter_server") {
+      if (c.device.is_gpu())
+        throw Error("strata: parameter_server runs its workers on CPUs so far, not on " + c.device.str());
       if constexpr (std::is_invocable_v<F&, ParameterServerStrategy&>) {
         ParameterServerStrategy s{ParameterServerOptions{.workers = c.workers, .servers = c.servers,
                                                          .staleness = c.staleness}};

@@ -1,6 +1,7 @@
 #pragma once
-//! Devices a strategy places replicas on. Only CPU replicas exist in the
-//! core; GPU devices arrive with the CUDA backend.
+//! Devices a strategy places replicas on: CPU replicas (threads) and GPUs.
+//! A GPU replica needs the CUDA backend (<strata/cuda.hpp> and strata's
+//! CUDA kernels linked); naming one costs nothing without it.
 
 #include <algorithm>
 #include <cstddef>
@@ -12,17 +13,25 @@
 
 namespace strata {
 
-//! One execution context: a CPU replica is a thread.
+//! One execution context: a CPU replica is a thread, a GPU replica a CUDA
+//! device (its stream, cuBLAS handle and memory pool).
 struct Device {
-  enum class Kind { cpu };
+  enum class Kind { cpu, gpu };
   Kind kind = Kind::cpu;
   int index = 0;
-  [[nodiscard]] std::string str() const { return "/cpu:" + std::to_string(index); }
+  [[nodiscard]] bool is_gpu() const noexcept { return kind == Kind::gpu; }
+  [[nodiscard]] std::string str() const { return (is_gpu() ? "/gpu:" : "/cpu:") + std::to_string(index); }
   friend bool operator==(const Device&, const Device&) = default;
 };
 
 //! The CPU replica `i`.
 inline Device cpu(int i = 0) { return Device{Device::Kind::cpu, i}; }
+//! The CUDA device `i`.
+//!   strata::OneDeviceStrategy s{strata::gpu(0)};
+inline Device gpu(int i = 0) {
+  if (i < 0) throw Error("strata::gpu: a device index is >= 0, got " + std::to_string(i));
+  return Device{Device::Kind::gpu, i};
+}
 
 //! `n` CPU replicas; n = 0 means one per hardware thread.
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};

@@ -20,6 +20,8 @@
 
 #include <strata/comm/reduce_op.hpp>
 #include <strata/policy/placement.hpp>
+#include <strata/strategy/device_compute.hpp>
+#include <strata/strategy/device_executor.hpp>
 #include <strata/strategy/sync_executor.hpp>
 
 namespace strata {
@@ -38,6 +40,9 @@ enum class ShardedUpdate {
 //! What a strategy tells its executor.
 struct ExecutorOptions {
   ShardedUpdate sharded_update = ShardedUpdate::Auto;
+  //! The number format of a GPU replica's matrix products (values and
+  //! optimizer state stay FP32; host products are always FP32).
+  MatmulPrecision matmul = MatmulPrecision::FP32;
 };
 
 namespace detail {
@@ -125,9 +130,17 @@ struct ExecutorFor<Mirrored> {
     return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options());
   }
 };
-//! One device: a mirrored executor of one replica.
+//! One device: on a CPU, a mirrored executor of one replica; on a GPU, the
+//! device executor (everything in the GPU's memory, strategy/device_executor.hpp).
 template <>
-struct ExecutorFor<OneDevice> : ExecutorFor<Mirrored> {};
+struct ExecutorFor<OneDevice> {
+  template <class S>
+  static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
+    const Device& d = s.devices().front();
+    if (d.is_gpu()) return std::make_unique<DeviceExecutor>(program, make_compute(d, s.executor_options().matmul));
+    return ExecutorFor<Mirrored>::make(s, program);
+  }
+};
 
 }  // namespace detail
 }  // namespace strata

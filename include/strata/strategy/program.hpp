@@ -22,7 +22,9 @@
 #include <span>
 #include <vector>
 
+#include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
+#include <strata/kernels/compute.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -92,10 +94,24 @@ class ModelProgram {
   //! A replica bound to `value` (read) and `grad` (written), num_params() each.
   [[nodiscard]] virtual std::unique_ptr<ReplicaProgram> make_replica(std::span<const float> value,
                                                                       std::span<float> grad) = 0;
+  //! A replica running on `c` (a GPU's compute: `value` and `grad` in its
+  //! memory). A program that only runs on the host keeps this default.
+  [[nodiscard]] virtual std::unique_ptr<ReplicaProgram> make_replica_on(kernels::Compute& c, std::span<const float> value,
+                                                                         std::span<float> grad) {
+    if (c.where() != kernels::Where::Host)
+      throw Error("this model program runs on the host only; it cannot make a replica on " + c.name());
+    return make_replica(value, grad);
+  }
   //! Whether the optimizer is known yet (the model was compiled).
   [[nodiscard]] virtual bool compiled() const = 0;
   //! The optimizer with fresh state for `n` elements (once compiled).
   [[nodiscard]] virtual std::unique_ptr<Updater> make_updater(std::size_t n) const = 0;
+  //! The optimizer with fresh state for `n` elements in `c`'s space, updating there.
+  [[nodiscard]] virtual std::unique_ptr<Updater> make_updater_on(kernels::Compute& c, std::size_t n) const {
+    if (c.where() != kernels::Where::Host)
+      throw Error("this model program updates on the host only; it cannot update on " + c.name());
+    return make_updater(n);
+  }
 };
 
 //! Running sums of a pass. `loss`, `metrics` and `local` cover the rows

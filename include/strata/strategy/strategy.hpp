@@ -217,6 +217,11 @@ class Strategy : public detail::StrategySurface<Strategy<Sync, Placement, Reduce
     if (std::same_as<Placement, OneDevice> && d.size() != 1)
       throw Error("strata: OneDeviceStrategy runs on exactly one device, got " + std::to_string(d.size()) +
                   "; use MirroredStrategy for several");
+    if (!std::same_as<Placement, OneDevice>)
+      for (const Device& dev : d)
+        if (dev.is_gpu())
+          throw Error("strata: " + dev.str() + ": replicas of this strategy run on CPUs only so far; a GPU trains "
+                      "under OneDeviceStrategy{strata::gpu(i)} (several GPUs: the NCCL backend, not yet built)");
     return d;
   }
   void check_count(std::size_t n, const char* what) const {
@@ -242,6 +247,8 @@ using OneDeviceStrategy = Strategy<Synchronous, OneDevice, NoReduce>;
 class DefaultStrategy : public OneDeviceStrategy {
  public:
   DefaultStrategy() : OneDeviceStrategy({cpu(0)}, CommOptions{}, true) {}
+  //! The default strategy on `device` when asked (e.g. DefaultStrategy{gpu(0)}).
+  explicit DefaultStrategy(Device device) : OneDeviceStrategy({device}, CommOptions{}, true) {}
 };
 
 //! The process-wide default strategy.

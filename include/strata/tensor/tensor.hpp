@@ -49,18 +49,31 @@ class Tensor {
 
   Tensor() = default;
 
-  //! Elements are value-initialized (zero).
-  explicit Tensor(Shape shape) : Tensor(std::move(shape), T{}) {}
+  //! Elements are value-initialized (zero); a space that is not host
+  //! accessible zeroes them with its `zero(p, bytes)` hook.
+  explicit Tensor(Shape shape) : shape_(std::move(shape)) {
+    allocate();
+    if constexpr (Space::host_accessible)
+      std::fill(data_, data_ + size(), T{});
+    else
+      Space::zero(data_, bytes());
+  }
 
-  Tensor(Shape shape, T value) : shape_(std::move(shape)) {
+  Tensor(Shape shape, T value)
+    requires Space::host_accessible
+      : shape_(std::move(shape)) {
     allocate();
     fill(value);
   }
 
   //! Takes the elements in row-major order; their count must match the shape.
-  Tensor(Shape shape, std::initializer_list<T> values) : Tensor(std::move(shape), std::vector<T>(values)) {}
+  Tensor(Shape shape, std::initializer_list<T> values)
+    requires Space::host_accessible
+      : Tensor(std::move(shape), std::vector<T>(values)) {}
 
-  Tensor(Shape shape, const std::vector<T>& values) : shape_(std::move(shape)) {
+  Tensor(Shape shape, const std::vector<T>& values)
+    requires Space::host_accessible
+      : shape_(std::move(shape)) {
     if (values.size() != shape_.elements())
       throw ShapeError("Tensor: shape " + shape_.str() + " holds " + std::to_string(shape_.elements()) +
                        " elements but " + std::to_string(values.size()) + " values were given");
@@ -70,7 +83,7 @@ class Tensor {
 
   Tensor(const Tensor& other) : shape_(other.shape_) {
     allocate();
-    if (size()) std::memcpy(data_, other.data_, bytes());
+    copy_bytes(data_, other.data_, bytes());
   }
   Tensor(Tensor&& other) noexcept
       : shape_(std::exchange(other.shape_, Shape{0})), data_(std::exchange(other.data_, nullptr)) {}
@@ -113,19 +126,35 @@ class Tensor {
     shape_ = std::move(shape);
   }
 
-  // A contiguous range: usable directly as a collective's buffer.
-  T* begin() noexcept { return data_; }
-  T* end() noexcept { return data_ + size(); }
-  const T* begin() const noexcept { return data_; }
-  const T* end() const noexcept { return data_ + size(); }
+  // A contiguous range: usable directly as a collective's buffer. Element
+  // access needs a host-accessible space (a device tensor's elements are
+  // read through to_host or a Compute's download).
+  T* begin() noexcept
+    requires Space::host_accessible
+  { return data_; }
+  T* end() noexcept
+    requires Space::host_accessible
+  { return data_ + size(); }
+  const T* begin() const noexcept
+    requires Space::host_accessible
+  { return data_; }
+  const T* end() const noexcept
+    requires Space::host_accessible
+  { return data_ + size(); }
 
-  T& operator[](std::size_t i) noexcept { return data_[i]; }
-  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  T& operator[](std::size_t i) noexcept
+    requires Space::host_accessible
+  { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept
+    requires Space::host_accessible
+  { return data_[i]; }
 
   //! Element at a multi-index, bounds-checked: t(i, j).
   template <std::integral... I>
+    requires Space::host_accessible
   T& operator()(I... idx) { return data_[offset({static_cast<std::size_t>(idx)...})]; }
   template <std::integral... I>
+    requires Space::host_accessible
   const T& operator()(I... idx) const { return data_[offset({static_cast<std::size_t>(idx)...})]; }
 
   void fill(T value)
@@ -137,7 +166,7 @@ class Tensor {
     if (src.shape_ != shape_)
       throw ShapeError("Tensor::copy_from: destination shape " + shape_.str() + " differs from source shape " +
                        src.shape_.str());
-    if (size()) std::memcpy(data_, src.data_, bytes());
+    copy_bytes(data_, src.data_, bytes());
   }
 
   //! Exact comparison: same shape and bitwise-equal values (NaN != NaN).
@@ -147,6 +176,15 @@ class Tensor {
 
  private:
   void allocate() { data_ = static_cast<T*>(Space::allocate(bytes())); }
+  //! Within the space: its `copy(dst, src, bytes)` hook when it has one
+  //! (device memory), else memcpy.
+  static void copy_bytes(T* dst, const T* src, std::size_t n) {
+    if (n == 0) return;
+    if constexpr (requires { Space::copy(dst, src, n); })
+      Space::copy(dst, src, n);
+    else
+      std::memcpy(dst, src, n);
+  }
 
   void check_reshape(const Shape& s) const {
     if (s.elements() != size())

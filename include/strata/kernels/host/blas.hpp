@@ -1,13 +1,13 @@
 #pragma once
-//! Matrix products for the layers: row-major single-precision GEMM through a
+//! Host matrix products: row-major single-precision GEMM through a
 //! CBLAS (OpenBLAS). OpenBLAS is told to stay on one thread: each replica
 //! already has a core, and a BLAS thread pool per call would fight them.
-//!   strata::nn::detail::gemm(false, true, m, n, k, 1.f, a, k, b, k, 0.f, c, n);  // C = A * B^T
+//!   strata::kernels::host::gemm(false, true, m, n, k, 1.f, a, k, b, k, 0.f, c, n);  // C = A * B^T
 
 #include <strata/config.hpp>
 
 #if !STRATA_HAS_CBLAS
-#error "strata/nn needs a CBLAS: install libopenblas-dev and reconfigure (meson setup --reconfigure)"
+#error "strata/nn and strata/kernels/host need a CBLAS: install libopenblas-dev and reconfigure (meson setup --reconfigure)"
 #endif
 
 #include <cblas.h>
@@ -17,7 +17,7 @@
 
 extern "C" void openblas_set_num_threads(int);
 
-namespace strata::nn::detail {
+namespace strata::kernels::host {
 
 inline void blas_single_threaded() {
   static std::once_flag once;
@@ -40,4 +40,4 @@ inline void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::
               static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-}  // namespace strata::nn::detail
+}  // namespace strata::kernels::host

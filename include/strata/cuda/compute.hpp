@@ -1,0 +1,328 @@
+#pragma once
+//! CudaCompute: kernels::Compute on one GPU. Matrix products go through
+//! cuBLAS, every other op through strata's own kernels, all enqueued on the
+//! compute's non-blocking stream (calls return before their work ends,
+//! except download and synchronize).
+//!   strata::cuda::CudaCompute gpu{0};
+//!   gpu.gemm(false, false, m, n, k, 1.f, a, k, b, n, 0.f, y, n);  gpu.synchronize();
+//!
+//! How to build a GPU program: this header is plain C++ (g++ compiles it;
+//! it includes only <cuda_runtime_api.h> and <cublas_v2.h>). The kernels
+//! live in include/strata/kernels/cuda/*.cuh and are compiled ONCE per
+//! program by nvcc, through the single translation unit
+//! include/strata/cuda/strata_cuda.cu, which also defines make_compute:
+//!   nvcc -std=c++20 -O3 -Iinclude -Ibuild/include -gencode arch=compute_90,code=[sm_90,compute_90]
+//!        -c include/strata/cuda/strata_cuda.cu -o strata_cuda.o
+//!   g++ -std=c++20 -Iinclude -Ibuild/include -I/usr/local/cuda/include main.cpp strata_cuda.o
+//!       -L/usr/local/cuda/lib64 -lcublas -lcudart
+//! With Meson, depend on `strata_cuda_dep` (a static library of that one
+//! translation unit, with cudart and cuBLAS).
+//!
+//! Determinism: for fixed shapes every op is bitwise reproducible run to
+//! run except the loss and metric accumulators (atomic adds of doubles
+//! across blocks). Against HostCompute: im2col, col2im, max_pool,
+//! max_pool_backward, dropout, multiply, sgd and adam are bitwise equal;
+//! gemm, sums and transcendental functions agree to FP32 rounding.
+//!
+//! CUDA graphs: begin_capture(), then any calls but upload, download and
+//! synchronize, then end_capture() gives a cuda::Graph that replays them.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include <strata/cuda/device.hpp>
+#include <strata/cuda/error.hpp>
+#include <strata/cuda/graph.hpp>
+#include <strata/cuda/launch.hpp>
+#include <strata/cuda/make_compute.hpp>
+#include <strata/cuda/staging.hpp>
+#include <strata/cuda/stream.hpp>
+#include <strata/kernels/compute.hpp>
+
+namespace strata::cuda {
+
+namespace detail {
+struct CublasDestroy {
+  void operator()(cublasHandle_t h) const noexcept { (void)cublasDestroy(h); }
+};
+struct CudaFree {
+  void operator()(void* p) const noexcept { (void)cudaFree(p); }
+};
+//! Lets the device's default memory pool keep freed memory instead of
+//! returning it to the driver at each synchronization (a training step
+//! frees and reallocates the same sizes every step).
+inline void keep_pool_memory(int device) {
+  cudaMemPool_t pool = nullptr;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  std::uint64_t threshold = std::numeric_limits<std::uint64_t>::max();
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+        "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
+}
+inline int as_int(std::size_t v, const char* what) {
+  if (v > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw ShapeError(std::string("CudaCompute::gemm: ") + what + " = " + std::to_string(v) +
+                     " exceeds cuBLAS's 32-bit sizes; split the product");
+  return static_cast<int>(v);
+}
+}  // namespace detail
+
+//! kernels::Compute on GPU `device`: a non-blocking stream, a cuBLAS handle
+//! bound to it (with its own workspace, so captures need no allocation),
+//! memory from the device's stream-ordered pool, pinned staging buffers for
+//! upload and download. One per replica thread; not thread-safe.
+//!   strata::cuda::CudaCompute gpu{0, strata::cuda::MathMode::TF32};
+//!   float* y = static_cast<float*>(gpu.allocate(bytes));  gpu.fill(y, 0.f, n);
+class CudaCompute final : public kernels::Compute {
+ public:
+  //! cuBLAS's recommended workspace for Hopper (4 MiB suffice before it).
+  static constexpr std::size_t cublas_workspace_bytes = std::size_t{32} << 20;
+
+  explicit CudaCompute(int device = 0, MathMode math = MathMode::FP32)
+      : device_((require_device(device, "CudaCompute"), device)), stream_(device) {
+    DeviceGuard g{device_};
+    detail::keep_pool_memory(device_);
+    cublasHandle_t h = nullptr;
+    check(cublasCreate(&h), "cublasCreate");
+    blas_.reset(h);
+    check(cublasSetStream(h, stream_.get()), "cublasSetStream");
+    void* ws = nullptr;
+    check_allocation(cudaMalloc(&ws, cublas_workspace_bytes), "cudaMalloc (cuBLAS workspace)", cublas_workspace_bytes,
+                     device_);
+    workspace_.reset(ws);
+    check(cublasSetWorkspace(h, ws, cublas_workspace_bytes), "cublasSetWorkspace");
+    set_math_mode(math);
+    name_ = "cuda:" + std::to_string(device_) + " (" + device_name(device_) + ")";
+  }
+  CudaCompute(const CudaCompute&) = delete;
+  CudaCompute& operator=(const CudaCompute&) = delete;
+  ~CudaCompute() override {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_.get(), &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+      cudaGraph_t g = nullptr;  // an abandoned capture: end it so the stream can be destroyed
+      if (cudaStreamEndCapture(stream_.get(), &g) == cudaSuccess && g) (void)cudaGraphDestroy(g);
+    }
+    (void)cudaStreamSynchronize(stream_.get());
+    (void)cudaGetLastError();
+  }
+
+  [[nodiscard]] kernels::Where where() const noexcept override { return kernels::Where::Cuda; }
+  [[nodiscard]] std::string name() const override { return name_; }
+  //! The stream every call of this compute is ordered on.
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] MathMode math_mode() const noexcept { return math_; }
+  //! Changes the number format of later matrix products.
+  void set_math_mode(MathMode m) {
+    DeviceGuard g{device_};
+    check(cublasSetMathMode(blas_.get(), m == MathMode::TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+          "cublasSetMathMode");
+    math_ = m;
+  }
+
+  // -- graphs ----------------------------------------------------------------
+  //! Starts recording this compute's calls into a graph instead of running them.
+  void begin_capture() {
+    DeviceGuard g{device_};
+    if (capturing()) throw Error(name_ + ": begin_capture while a capture is already open; call end_capture() first");
+    check(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  }
+  //! Ends the capture begun by begin_capture() and instantiates it.
+  [[nodiscard]] Graph end_capture() {
+    DeviceGuard g{device_};
+    if (!capturing()) throw Error(name_ + ": end_capture without begin_capture()");
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamEndCapture(stream_.get(), &graph), "cudaStreamEndCapture");
+    struct Destroy {
+      void operator()(cudaGraph_t p) const noexcept { (void)cudaGraphDestroy(p); }
+    };
+    std::unique_ptr<CUgraph_st, Destroy> owned(graph);
+    cudaGraphExec_t exec = nullptr;
+    check(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch), "cudaGraphInstantiate");
+    return Graph(exec, stream_.get());
+  }
+  //! Whether a capture is open on this compute's stream.
+  [[nodiscard]] bool capturing() const {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(stream_.get(), &st), "cudaStreamIsCapturing");
+    return st != cudaStreamCaptureStatusNone;
+  }
+
+  // -- memory ----------------------------------------------------------------
+  [[nodiscard]] void* allocate(std::size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    DeviceGuard g{device_};
+    void* p = nullptr;
+    check_allocation(cudaMallocAsync(&p, bytes, stream_.get()), "cudaMallocAsync", bytes, device_);
+    return p;
+  }
+  void deallocate(void* p, std::size_t /*bytes*/) noexcept override {
+    if (!p) return;
+    int previous = device_;
+    (void)cudaGetDevice(&previous);
+    if (previous != device_) (void)cudaSetDevice(device_);
+    (void)cudaFreeAsync(p, stream_.get());
+    if (previous != device_) (void)cudaSetDevice(previous);
+  }
+  void upload(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    DeviceGuard g{device_};
+    refuse_in_capture("upload");
+    stager_.upload(stream_.get(), dst, src, bytes);
+  }
+  void download(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    DeviceGuard g{device_};
+    refuse_in_capture("download");
+    stager_.download(stream_.get(), dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes == 0 || dst == src) return;
+    DeviceGuard g{device_};
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_.get()), "cudaMemcpyAsync(DeviceToDevice)");
+  }
+  void fill(float* x, float value, std::size_t n) override {
+    DeviceGuard g{device_};
+    detail::launch_fill(stream_.get(), x, value, n);
+  }
+  void synchronize() override {
+    DeviceGuard g{device_};
+    refuse_in_capture("synchronize");
+    stream_.synchronize();
+  }
+
+  // -- products --------------------------------------------------------------
+  //! Row-major C = alpha op(A) op(B) + beta C as the column-major product
+  //! C^T = op(B)^T op(A)^T, which is what cuBLAS computes.
+  void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+            std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) override {
+    if (m == 0 || n == 0) return;
+    DeviceGuard g{device_};
+    if (k == 0) {
+      detail::launch_scale_matrix(stream_.get(), c, beta, m, n, ldc);
+      return;
+    }
+    const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int im = detail::as_int(m, "m"), in = detail::as_int(n, "n"), ik = detail::as_int(k, "k");
+    const int ia = detail::as_int(lda, "lda"), ib = detail::as_int(ldb, "ldb"), ic = detail::as_int(ldc, "ldc");
+    if (math_ == MathMode::BF16)
+      check(cublasGemmEx(blas_.get(), tb, ta, in, im, ik, &alpha, b, CUDA_R_32F, ib, a, CUDA_R_32F, ia, &beta, c,
+                         CUDA_R_32F, ic, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx(CUBLAS_COMPUTE_32F_FAST_16BF)");
+    else
+      check(cublasSgemm(blas_.get(), tb, ta, in, im, ik, &alpha, b, ib, a, ia, &beta, c, ic), "cublasSgemm");
+  }
+
+  // -- maps and reductions ---------------------------------------------------
+  void bias_activate(kernels::Activation a, const float* x, const float* bias, float* y, std::size_t rows,
+                     std::size_t cols) override {
+    DeviceGuard g{device_};
+    detail::launch_bias_activate(stream_.get(), a, x, bias, y, rows, cols);
+  }
+  void activation_backward(kernels::Activation a, const float* y, const float* dy, float* dz, std::size_t rows,
+                           std::size_t cols) override {
+    DeviceGuard g{device_};
+    detail::launch_activation_backward(stream_.get(), a, y, dy, dz, rows, cols);
+  }
+  void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) override {
+    DeviceGuard g{device_};
+    detail::launch_column_sums(stream_.get(), x, out, rows, cols);
+  }
+  void axpy(float a, const float* x, float* y, std::size_t n) override {
+    DeviceGuard g{device_};
+    detail::launch_axpy(stream_.get(), a, x, y, n);
+  }
+  void dropout(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key, float rate) override {
+    DeviceGuard g{device_};
+    detail::launch_dropout(stream_.get(), x, y, mask, n, key, rate);
+  }
+  void multiply(const float* x, const float* mask, float* y, std::size_t n) override {
+    DeviceGuard g{device_};
+    detail::launch_multiply(stream_.get(), x, mask, y, n);
+  }
+
+  // -- losses and metrics ----------------------------------------------------
+  void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
+                           std::size_t classes, bool from_logits, double* acc, double* invalid) override {
+    DeviceGuard g{device_};
+    detail::launch_sparse_crossentropy(stream_.get(), pred, labels, d, scale, rows, classes, from_logits, acc,
+                                       invalid);
+  }
+  void categorical_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
+                                std::size_t classes, bool from_logits, double* acc) override {
+    DeviceGuard g{device_};
+    detail::launch_categorical_crossentropy(stream_.get(), pred, labels, d, scale, rows, classes, from_logits, acc);
+  }
+  void mean_squared_error(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
+                          std::size_t width, double* acc) override {
+    DeviceGuard g{device_};
+    detail::launch_mean_squared_error(stream_.get(), pred, labels, d, scale, rows, width, acc);
+  }
+  void sparse_hits(const float* pred, const float* labels, std::size_t rows, std::size_t classes, double* acc,
+                   double* invalid) override {
+    DeviceGuard g{device_};
+    detail::launch_sparse_hits(stream_.get(), pred, labels, rows, classes, acc, invalid);
+  }
+  void categorical_hits(const float* pred, const float* labels, std::size_t rows, std::size_t classes,
+                        double* acc) override {
+    DeviceGuard g{device_};
+    detail::launch_categorical_hits(stream_.get(), pred, labels, rows, classes, acc);
+  }
+  void binary_hits(const float* pred, const float* labels, std::size_t n, double* acc) override {
+    DeviceGuard g{device_};
+    detail::launch_binary_hits(stream_.get(), pred, labels, n, acc);
+  }
+  void add_square_sum(const float* x, std::size_t n, float k, double* acc) override {
+    DeviceGuard g{device_};
+    detail::launch_add_square_sum(stream_.get(), x, n, k, acc);
+  }
+
+  // -- images ----------------------------------------------------------------
+  void im2col(const kernels::Window2D& w, const float* x, float* col) override {
+    DeviceGuard g{device_};
+    detail::launch_im2col(stream_.get(), w, x, col);
+  }
+  void col2im(const kernels::Window2D& w, const float* col, float* dx) override {
+    DeviceGuard g{device_};
+    detail::launch_col2im(stream_.get(), w, col, dx);
+  }
+  void max_pool(const kernels::Window2D& w, const float* x, float* y, std::uint32_t* argmax) override {
+    DeviceGuard g{device_};
+    detail::launch_max_pool(stream_.get(), w, x, y, argmax);
+  }
+  void max_pool_backward(const kernels::Window2D& w, const float* dy, const std::uint32_t* argmax,
+                         float* dx) override {
+    DeviceGuard g{device_};
+    detail::launch_max_pool_backward(stream_.get(), w, dy, argmax, dx);
+  }
+
+  // -- optimizer updates -----------------------------------------------------
+  void sgd(float* w, const float* grad, float* v, std::size_t n, const kernels::SgdStep& s) override {
+    DeviceGuard g{device_};
+    detail::launch_sgd(stream_.get(), w, grad, v, n, s);
+  }
+  void adam(float* w, const float* grad, float* m, float* v, std::size_t n, const kernels::AdamStep& s) override {
+    DeviceGuard g{device_};
+    detail::launch_adam(stream_.get(), w, grad, m, v, n, s);
+  }
+
+ private:
+  void refuse_in_capture(const char* call) const {
+    if (capturing())
+      throw Error(name_ + ": " + call +
+                  " cannot be captured into a CUDA graph (it waits on the host, or a replay would copy stale "
+                  "staging memory); call it before begin_capture() or after end_capture()");
+  }
+
+  int device_;
+  MathMode math_ = MathMode::FP32;
+  Stream stream_;
+  std::unique_ptr<void, detail::CudaFree> workspace_;  // declared before blas_: freed after the handle
+  std::unique_ptr<cublasContext, detail::CublasDestroy> blas_;
+  detail::Stager stager_;
+  std::string name_;
+};
+
+}  // namespace strata::cuda

@@ -1,0 +1,20 @@
+//! The CUDA backend's one translation unit: every kernel of strata and
+//! make_compute. A GPU program compiles this file once with nvcc and links
+//! it (Meson: strata_cuda_dep); everything else is headers for g++.
+//!   nvcc -std=c++20 -O3 -Iinclude -I<build>/include -gencode arch=compute_90,code=[sm_90,compute_90]
+//!        -c include/strata/cuda/strata_cuda.cu -o strata_cuda.o
+
+#include <strata/cuda/compute.hpp>
+#include <strata/kernels/cuda/conv.cuh>
+#include <strata/kernels/cuda/losses.cuh>
+#include <strata/kernels/cuda/maps.cuh>
+#include <strata/kernels/cuda/optim.cuh>
+#include <strata/kernels/cuda/reductions.cuh>
+
+namespace strata::cuda {
+
+std::unique_ptr<kernels::Compute> make_compute(int device, MathMode math) {
+  return std::make_unique<CudaCompute>(device, math);
+}
+
+}  // namespace strata::cuda

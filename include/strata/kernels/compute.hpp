@@ -1,0 +1,161 @@
+#pragma once
+//! The compute vocabulary: every operation a layer, loss, metric or
+//! optimizer needs, with one implementation per memory space. Layers are
+//! written once against this interface; the replica's Compute (HostCompute:
+//! CBLAS and vectorizable loops; CudaCompute: cuBLAS and kernels on the
+//! replica's stream, <strata/cuda.hpp>) decides where and how they run.
+//! Pointers passed in are in the Compute's space (device pointers for a
+//! CudaCompute); calls are ordered as issued (on a GPU: stream-ordered, so
+//! a call returns before its work ends, except download and synchronize).
+//!   strata::kernels::HostCompute& c = strata::kernels::host_compute();
+//!   c.gemm(false, false, m, n, k, 1.f, a, k, b, n, 0.f, y, n);  c.bias_activate(Activation::ReLU, y, bias, m, n);
+//! Deterministic on the host (fixed order); on a GPU the matrix products
+//! and the row/column sums are deterministic for fixed shapes, the loss and
+//! metric accumulators (atomic adds) are not bitwise across runs.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace strata::kernels {
+
+//! Which kind of memory a Compute's pointers address.
+enum class Where { Host, Cuda };
+
+//! An activation applied after a layer's affine part.
+enum class Activation { Linear, ReLU, Sigmoid, Tanh, Softmax };
+
+constexpr std::string_view activation_name(Activation a) {
+  switch (a) {
+    case Activation::Linear: return "linear";
+    case Activation::ReLU: return "relu";
+    case Activation::Sigmoid: return "sigmoid";
+    case Activation::Tanh: return "tanh";
+    case Activation::Softmax: return "softmax";
+  }
+  return "?";
+}
+
+//! The number format of matrix products on a GPU: FP32 (default), TF32
+//! tensor cores (10-bit mantissa inputs, FP32 accumulation), or BF16 inputs
+//! with FP32 accumulation. Values, every other op and optimizer state stay
+//! FP32; host products are always FP32.
+//!   strata::OneDeviceStrategy s{strata::gpu(0)};  s.executor_options().matmul = strata::MatmulPrecision::TF32;
+enum class MatmulPrecision { FP32, TF32, BF16 };
+
+//! A 2-D window over NHWC images (convolution patches or pooling windows):
+//! `batch` images of h x w x c, windows kh x kw at strides sh, sw with
+//! pad_top / pad_left zero (or skipped) rows and columns before the image,
+//! giving oh x ow windows per image.
+struct Window2D {
+  std::size_t batch = 0, h = 0, w = 0, c = 0;
+  std::size_t kh = 0, kw = 0, sh = 1, sw = 1, pad_top = 0, pad_left = 0, oh = 0, ow = 0;
+};
+
+//! The optimizer updates the vocabulary knows.
+struct SgdStep {
+  float lr = 0.f, momentum = 0.f;
+  bool nesterov = false;
+};
+struct AdamStep {
+  float lr_t = 0.f;  //!< the step size with Adam's bias correction folded in
+  float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-7f;
+};
+
+class Compute {
+ public:
+  virtual ~Compute() = default;
+  [[nodiscard]] virtual Where where() const noexcept = 0;
+  //! "host", "cuda:0 (NVIDIA H100 80GB HBM3)": for messages.
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  // -- memory --------------------------------------------------------------
+  //! `bytes` of this space's memory (aligned for any element; null for 0).
+  [[nodiscard]] virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+  //! dst (this space) <- host src; `src` may be reused when this returns.
+  virtual void upload(void* dst, const void* src, std::size_t bytes) = 0;
+  //! host dst <- src (this space); the bytes are on the host when this returns.
+  virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void fill(float* x, float value, std::size_t n) = 0;
+  //! Returns when every call issued before it has finished (a no-op on the host).
+  virtual void synchronize() = 0;
+
+  // -- products ------------------------------------------------------------
+  //! Row-major C[m x n] = alpha * op(A) * op(B) + beta * C with op(A) m x k,
+  //! op(B) k x n (k = 0: C = beta * C).
+  virtual void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                    const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+                    std::size_t ldc) = 0;
+
+  //! A dense layer's forward: y[rows x out] = act(x[rows x in] * w[in x out]
+  //! + bias) (bias may be null). By default a product, then bias_activate; a
+  //! space may fuse them differently.
+  virtual void dense_forward(Activation a, const float* x, const float* w, const float* bias, float* y,
+                             std::size_t rows, std::size_t in, std::size_t out) {
+    gemm(false, false, rows, out, in, 1.f, x, in, w, out, 0.f, y, out);
+    bias_activate(a, y, bias, y, rows, out);
+  }
+
+  // -- maps and reductions -------------------------------------------------
+  //! y[r, :] = act(x[r, :] + bias) over rows x cols (bias may be null; y may be x).
+  virtual void bias_activate(Activation a, const float* x, const float* bias, float* y, std::size_t rows,
+                             std::size_t cols) = 0;
+  //! dz = dL/dz of y = act(z) from y and dy (dz may be dy); softmax over rows of `cols`.
+  virtual void activation_backward(Activation a, const float* y, const float* dy, float* dz, std::size_t rows,
+                                   std::size_t cols) = 0;
+  //! out[j] = sum over r of x[r, j] (overwritten; zeros for no rows).
+  virtual void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) = 0;
+  //! y += a * x.
+  virtual void axpy(float a, const float* x, float* y, std::size_t n) = 0;
+  //! y = x * mask where mask_i = (draw_i < rate ? 0 : 1 / (1 - rate)), draw_i
+  //! the i-th uniform of strata::Rng{key} (bitwise the same masks in every
+  //! space); the mask is kept in `mask` for the backward pass.
+  virtual void dropout(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key, float rate) = 0;
+  //! y = x * mask (elementwise).
+  virtual void multiply(const float* x, const float* mask, float* y, std::size_t n) = 0;
+
+  // -- losses and metrics --------------------------------------------------
+  // Each adds its sum over the rows to *acc (a double in this space) and,
+  // when `d` is not null, writes scale * d(sum)/d(pred). Labels are floats.
+  // A label that is not a class index is counted into *invalid (a double in
+  // this space) on a GPU; the host throws at once, naming the example.
+  virtual void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
+                                   std::size_t classes, bool from_logits, double* acc, double* invalid) = 0;
+  virtual void categorical_crossentropy(const float* pred, const float* labels, float* d, float scale,
+                                        std::size_t rows, std::size_t classes, bool from_logits, double* acc) = 0;
+  //! Per example: the mean over its `width` elements of (pred - label)^2.
+  virtual void mean_squared_error(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
+                                  std::size_t width, double* acc) = 0;
+  //! Examples whose argmax is the label index (sparse), the label's argmax
+  //! (categorical), or, one value each, on the label's side of 0.5 (binary).
+  virtual void sparse_hits(const float* pred, const float* labels, std::size_t rows, std::size_t classes,
+                           double* acc, double* invalid) = 0;
+  virtual void categorical_hits(const float* pred, const float* labels, std::size_t rows, std::size_t classes,
+                                double* acc) = 0;
+  virtual void binary_hits(const float* pred, const float* labels, std::size_t n, double* acc) = 0;
+  //! *acc += k * sum of x_i^2 (the L2 penalty as reported in the loss).
+  virtual void add_square_sum(const float* x, std::size_t n, float k, double* acc) = 0;
+
+  // -- images --------------------------------------------------------------
+  //! col[(b, oh, ow), (i, j, c)] = x at that window position (0 in the padding).
+  virtual void im2col(const Window2D& g, const float* x, float* col) = 0;
+  //! dx = the sum of every column entry into the position it came from (overwritten).
+  virtual void col2im(const Window2D& g, const float* col, float* dx) = 0;
+  //! y = the maximum of each window (NaN wins); argmax = the input offset
+  //! within its image that gave it.
+  virtual void max_pool(const Window2D& g, const float* x, float* y, std::uint32_t* argmax) = 0;
+  //! dx = dy routed to the arguments of the maxima (overwritten).
+  virtual void max_pool_backward(const Window2D& g, const float* dy, const std::uint32_t* argmax, float* dx) = 0;
+
+  // -- optimizer updates (elementwise: any slice of the parameters) ---------
+  //! Keras' SGD: v = momentum * v - lr * g, w += v (or Nesterov's form); no
+  //! momentum: w -= lr * g and `v` is unused.
+  virtual void sgd(float* w, const float* g, float* v, std::size_t n, const SgdStep& s) = 0;
+  //! Adam in one pass: m, v updated, w -= lr_t * m / (sqrt(v) + epsilon).
+  virtual void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) = 0;
+};
+
+}  // namespace strata::kernels

@@ -1,0 +1,118 @@
+#pragma once
+//! HostCompute: the compute vocabulary (kernels/compute.hpp) on the host:
+//! CBLAS matrix products, vectorizable loops, memory from HostSpace. One
+//! instance serves every CPU replica (it keeps no state).
+//!   strata::kernels::Compute& c = strata::kernels::host_compute();
+//!   strata::kernels::Buffer<float> y{c, strata::Shape{4, 10}};
+//! Deterministic: fixed order, one BLAS thread.
+
+#include <cstring>
+#include <string>
+
+#include <strata/kernels/compute.hpp>
+#include <strata/kernels/host/blas.hpp>
+#include <strata/kernels/host/images.hpp>
+#include <strata/kernels/host/losses.hpp>
+#include <strata/kernels/host/maps.hpp>
+#include <strata/kernels/host/optim.hpp>
+#include <strata/tensor/space.hpp>
+
+namespace strata::kernels {
+
+class HostCompute final : public Compute {
+ public:
+  HostCompute() { host::blas_single_threaded(); }
+  [[nodiscard]] Where where() const noexcept override { return Where::Host; }
+  [[nodiscard]] std::string name() const override { return "host"; }
+
+  [[nodiscard]] void* allocate(std::size_t bytes) override { return HostSpace::allocate(bytes); }
+  void deallocate(void* p, std::size_t bytes) noexcept override { HostSpace::deallocate(p, bytes); }
+  void upload(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
+  void download(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes && dst != src) std::memmove(dst, src, bytes);
+  }
+  void fill(float* x, float value, std::size_t n) override { std::fill_n(x, n, value); }
+  void synchronize() override {}
+
+  void gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+            std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) override {
+    host::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  //! The bias is copied into every row and the product added to it (beta =
+  //! 1): the order of operations strata's pinned CPU results were made with.
+  void dense_forward(Activation a, const float* x, const float* w, const float* bias, float* y, std::size_t rows,
+                     std::size_t in, std::size_t out) override {
+    if (rows == 0) return;
+    if (bias)
+      for (std::size_t i = 0; i < rows; ++i) std::copy_n(bias, out, y + i * out);
+    host::gemm(false, false, rows, out, in, 1.f, x, in, w, out, bias ? 1.f : 0.f, y, out);
+    host::bias_activate(a, y, nullptr, y, rows, out);
+  }
+
+  void bias_activate(Activation a, const float* x, const float* bias, float* y, std::size_t rows,
+                     std::size_t cols) override {
+    host::bias_activate(a, x, bias, y, rows, cols);
+  }
+  void activation_backward(Activation a, const float* y, const float* dy, float* dz, std::size_t rows,
+                           std::size_t cols) override {
+    host::activation_backward(a, y, dy, dz, rows, cols);
+  }
+  void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) override {
+    host::column_sums(x, out, rows, cols);
+  }
+  void axpy(float a, const float* x, float* y, std::size_t n) override { host::axpy(a, x, y, n); }
+  void dropout(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key, float rate) override {
+    host::dropout(x, y, mask, n, key, rate);
+  }
+  void multiply(const float* x, const float* mask, float* y, std::size_t n) override { host::multiply(x, mask, y, n); }
+
+  void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
+                           std::size_t classes, bool from_logits, double* acc, double* /*invalid*/) override {
+    host::sparse_crossentropy(pred, labels, d, scale, rows, classes, from_logits, acc);
+  }
+  void categorical_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
+                                std::size_t classes, bool from_logits, double* acc) override {
+    host::categorical_crossentropy(pred, labels, d, scale, rows, classes, from_logits, acc);
+  }
+  void mean_squared_error(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
+                          std::size_t width, double* acc) override {
+    host::mean_squared_error(pred, labels, d, scale, rows, width, acc);
+  }
+  void sparse_hits(const float* pred, const float* labels, std::size_t rows, std::size_t classes, double* acc,
+                   double* /*invalid*/) override {
+    host::sparse_hits(pred, labels, rows, classes, acc);
+  }
+  void categorical_hits(const float* pred, const float* labels, std::size_t rows, std::size_t classes,
+                        double* acc) override {
+    host::categorical_hits(pred, labels, rows, classes, acc);
+  }
+  void binary_hits(const float* pred, const float* labels, std::size_t n, double* acc) override {
+    host::binary_hits(pred, labels, n, acc);
+  }
+  void add_square_sum(const float* x, std::size_t n, float k, double* acc) override {
+    host::add_square_sum(x, n, k, acc);
+  }
+
+  void im2col(const Window2D& g, const float* x, float* col) override { host::im2col(g, x, col); }
+  void col2im(const Window2D& g, const float* col, float* dx) override { host::col2im(g, col, dx); }
+  void max_pool(const Window2D& g, const float* x, float* y, std::uint32_t* argmax) override {
+    host::max_pool(g, x, y, argmax);
+  }
+  void max_pool_backward(const Window2D& g, const float* dy, const std::uint32_t* argmax, float* dx) override {
+    host::max_pool_backward(g, dy, argmax, dx);
+  }
+
+  void sgd(float* w, const float* g, float* v, std::size_t n, const SgdStep& s) override { host::sgd(w, g, v, n, s); }
+  void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) override {
+    host::adam(w, g, m, v, n, s);
+  }
+};
+
+//! The process's host compute (stateless, shared by every CPU replica).
+inline HostCompute& host_compute() {
+  static HostCompute c;
+  return c;
+}
+
+}  // namespace strata::kernels

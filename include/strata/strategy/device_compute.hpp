@@ -1,0 +1,57 @@
+#pragma once
+//! Which Compute (kernels/compute.hpp) runs a device's replica: the host's
+//! for a CPU, the CUDA backend's for a GPU. The core never includes CUDA
+//! headers: <strata/cuda.hpp> registers the GPU's maker when a program
+//! includes it (and links strata's CUDA kernels).
+//!   std::unique_ptr<strata::kernels::Compute> c = strata::detail::make_compute(strata::gpu(0), {});
+
+#include <memory>
+#include <string>
+
+#include <strata/core/error.hpp>
+#include <strata/kernels/compute.hpp>
+#include <strata/strategy/device.hpp>
+
+namespace strata {
+
+//! The number format of a GPU replica's matrix products (kernels/compute.hpp).
+using kernels::MatmulPrecision;
+
+namespace detail {
+
+//! What the CUDA backend tells the core (set by <strata/cuda.hpp>; empty without it).
+struct GpuBackend {
+  std::unique_ptr<kernels::Compute> (*make)(int device, MatmulPrecision precision) = nullptr;
+  int (*count)() = nullptr;                  //!< usable GPUs (0: none, or no driver)
+  std::string (*name)(int device) = nullptr;  //!< "NVIDIA H100 80GB HBM3"
+};
+
+inline GpuBackend& gpu_backend() {
+  static GpuBackend b;
+  return b;
+}
+
+//! A compute owned by the caller for a GPU device (the host's is shared:
+//! kernels::host_compute()). Throws when the CUDA backend is not in the program.
+inline std::unique_ptr<kernels::Compute> make_compute(const Device& d, MatmulPrecision precision) {
+  if (!d.is_gpu()) throw Error("strata: " + d.str() + " runs on the shared host compute (kernels::host_compute())");
+  if (!gpu_backend().make)
+    throw Error("strata: " + d.str() + " needs the CUDA backend: include <strata/cuda.hpp> in the program and link "
+                "strata's CUDA kernels (Meson: dependency('strata-cuda'); else compile strata/cuda/strata_cuda.cu)");
+  return gpu_backend().make(d.index, precision);
+}
+
+}  // namespace detail
+
+//! How many GPUs this program can train on: 0 without the CUDA backend
+//! (<strata/cuda.hpp>), without a driver, or without a device.
+//!   const strata::Device d = strata::gpu_count() ? strata::gpu(0) : strata::cpu(0);
+inline int gpu_count() { return detail::gpu_backend().count ? detail::gpu_backend().count() : 0; }
+
+//! "/gpu:0 (NVIDIA H100 80GB HBM3)", "/cpu:0": a device, as a person reads it.
+inline std::string describe(const Device& d) {
+  if (d.is_gpu() && detail::gpu_backend().name) return d.str() + " (" + detail::gpu_backend().name(d.index) + ")";
+  return d.str();
+}
+
+}  // namespace strata

@@ -1,0 +1,111 @@
+#pragma once
+//! The executor of one replica on a device with its own memory (a GPU):
+//! the variables, their gradient, the optimizer state and every activation
+//! live in the device's memory, behind its Compute (kernels/compute.hpp);
+//! the host sends each batch's rows and reads back a step's loss and
+//! metric sums (a few doubles) and, when asked, the variables' value.
+//! Calls on the compute are stream-ordered: a step's kernels are queued
+//! while the host prepares the next batch.
+//!   strata::OneDeviceStrategy s{strata::gpu(0)};   // its executor is this one
+//! Deterministic for a fixed device and shapes up to the order of the loss
+//! and metric sums (added atomically on a GPU; they do not feed the weights).
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <span>
+
+#include <strata/kernels/buffer.hpp>
+#include <strata/strategy/executor.hpp>
+#include <strata/strategy/program.hpp>
+
+namespace strata::detail {
+
+class DeviceExecutor final : public Executor {
+ public:
+  DeviceExecutor(ModelProgram& program, std::unique_ptr<kernels::Compute> compute)
+      : program_(program), owned_(std::move(compute)), c_(owned_.get()) {}
+  //! On a compute the caller keeps alive (e.g. kernels::host_compute()).
+  DeviceExecutor(ModelProgram& program, kernels::Compute& compute) : program_(program), c_(&compute) {}
+
+  [[nodiscard]] kernels::Compute& compute() noexcept { return *c_; }
+  [[nodiscard]] bool placed() const noexcept override { return rep_ != nullptr; }
+
+  void place(const Tensor<float>& init) override {
+    const std::size_t n = program_.num_params();
+    if (init.size() != n)
+      throw ShapeError("DeviceExecutor::place: " + std::to_string(init.size()) + " initial values for " +
+                       std::to_string(n) + " parameters");
+    rep_.reset();
+    value_.resize(*c_, Shape{n});
+    grad_.resize(*c_, Shape{n});
+    c_->upload(value_.data(), init.data(), init.bytes());
+    c_->fill(grad_.data(), 0.f, n);
+    rep_ = program_.make_replica_on(*c_, {value_.data(), n}, {grad_.data(), n});
+    host_.reset();
+    reset_optimizer();
+  }
+
+  void reset_optimizer() override {
+    updater_.reset();
+    if (rep_ && program_.compiled()) updater_ = program_.make_updater_on(*c_, program_.num_params());
+  }
+
+  //! The variables, read back from the device (cached until they change).
+  [[nodiscard]] const Tensor<float>& value() const override {
+    if (!host_) {
+      host_.emplace(Shape{program_.num_params()});
+      if (host_->size()) c_->download(host_->data(), value_.data(), host_->bytes());
+    }
+    return *host_;
+  }
+
+  void assign(const Tensor<float>& v) override {
+    if (v.size() != value_.size())
+      throw ShapeError("DeviceExecutor::assign: " + std::to_string(v.size()) + " values for " +
+                       std::to_string(value_.size()) + " parameters");
+    c_->upload(value_.data(), v.data(), v.bytes());
+    host_.reset();
+  }
+
+  PassTotals run_pass(Pass& pass) override {
+    PassTotals t;
+    t.metrics.assign(program_.num_metrics(), 0.0);
+    for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
+      std::optional<Batch> b = pass.next();
+      if (!b) break;
+      const std::size_t rows = b->x->shape()[0];
+      pass.begin_step(steps);
+      if (rows) step(*b, pass, rows, t);
+      if (pass.end_step(steps++, t)) break;
+    }
+    return t;
+  }
+
+ private:
+  void step(const Batch& b, Pass& pass, std::size_t rows, PassTotals& t) {
+    const std::int64_t it = *pass.iteration;
+    const float scale = 1.f / static_cast<float>(rows);
+    rep_->step(b, Range{0, rows}, StepInfo{pass.phase, 0, 1, static_cast<std::uint64_t>(it), scale}, result_);
+    if (pass.phase == Phase::Train) {
+      if (!updater_) throw Error("Sequential: compile the model first (optimizer and loss)");
+      const std::size_t n = program_.num_params();
+      updater_->apply({value_.data(), n}, {grad_.data(), n}, 0, it);
+      host_.reset();
+      ++*pass.iteration;
+    }
+    if (pass.phase != Phase::Predict) t.add(result_.loss, result_.rows, result_.metrics);
+    t.samples += rows;
+  }
+
+  ModelProgram& program_;
+  std::unique_ptr<kernels::Compute> owned_;
+  kernels::Compute* c_;
+  kernels::Buffer<float> value_, grad_;
+  std::unique_ptr<ReplicaProgram> rep_;
+  std::unique_ptr<Updater> updater_;
+  ReplicaResult result_;
+  mutable std::optional<Tensor<float>> host_;
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,165 @@
+// CudaCompute against the host compute (kernels::host_compute()): products,
+// maps, reductions, losses and metrics. Transcendental functions, sums and
+// products agree within FP32 tolerance; the elementwise ops whose host loop
+// has one rounding per operation (axpy, multiply, dropout) are bitwise equal.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <strata/core/random.hpp>
+#include <strata/cuda/compute.hpp>
+#include <strata/kernels/host/compute.hpp>
+
+#include "gpu_util.hpp"
+
+using strata::kernels::Activation;
+using namespace gpu_test;
+
+TEST_CASE("CudaCompute names its device and refuses devices that do not exist") {
+  CHECK(gpu().where() == strata::kernels::Where::Cuda);
+  CHECK(gpu().name().rfind("cuda:0 (", 0) == 0);
+  CHECK(strata::cuda::make_compute(0)->where() == strata::kernels::Where::Cuda);
+  const int n = strata::cuda::device_count();
+  CHECK_THROWS_WITH_AS(strata::cuda::make_compute(n), doctest::Contains("no CUDA device"), strata::CudaError);
+  CHECK_THROWS_AS(strata::cuda::CudaCompute(-1), strata::CudaError);
+}
+
+TEST_CASE("gemm: every transpose, leading dimensions, k = 0 and empty products") {
+  const std::size_t m = 37, n = 29, k = 53;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      const std::size_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+      const auto a = random_floats((ta ? k : m) * lda, 1), b = random_floats((tb ? n : k) * ldb, 2);
+      const auto c0 = random_floats(m * ldc, 3);
+      auto want = c0;
+      host().gemm(ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, 0.5f, want.data(), ldc);
+      Dev<float> da(gpu(), a), db(gpu(), b), dc(gpu(), c0);
+      gpu().gemm(ta, tb, m, n, k, 0.75f, da, lda, db, ldb, 0.5f, dc, ldc);
+      check_close(dc.read(), want, 1e-5, 1e-4, "gemm");
+    }
+  // k = 0: C = beta C, and beta = 0 clears C even where it held NaN
+  std::vector<float> c(6, 2.f);
+  c[1] = std::numeric_limits<float>::quiet_NaN();
+  Dev<float> dc(gpu(), c);
+  gpu().gemm(false, false, 2, 3, 0, 1.f, nullptr, 1, nullptr, 3, 0.f, dc, 3);
+  check_bitwise(dc.read(), std::vector<float>(6, 0.f), "k = 0, beta = 0");
+  dc.write(std::vector<float>(6, 2.f));
+  gpu().gemm(false, false, 2, 3, 0, 1.f, nullptr, 1, nullptr, 3, 0.5f, dc, 3);
+  check_bitwise(dc.read(), std::vector<float>(6, 1.f), "k = 0, beta = 0.5");
+  gpu().gemm(false, false, 0, 3, 4, 1.f, nullptr, 4, nullptr, 3, 0.f, dc, 3);  // m = 0: nothing to touch
+  check_bitwise(dc.read(), std::vector<float>(6, 1.f), "m = 0");
+}
+
+TEST_CASE("gemm in TF32 and BF16 math modes stays close to FP32") {
+  const std::size_t m = 64, n = 48, k = 256;
+  const auto a = random_floats(m * k, 4), b = random_floats(k * n, 5);
+  std::vector<float> want(m * n);
+  host().gemm(false, false, m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, want.data(), n);
+  for (auto mode : {strata::cuda::MathMode::TF32, strata::cuda::MathMode::BF16}) {
+    strata::cuda::CudaCompute c{0, mode};
+    CHECK(c.math_mode() == mode);
+    Dev<float> da(c, a), db(c, b), dc(c, m * n);
+    c.gemm(false, false, m, n, k, 1.f, da, k, db, n, 0.f, dc, n);
+    // |sum| of 256 products of [-2, 2] values is ~ 20; 8-bit (BF16) inputs: ~1% of sqrt(k) * 4
+    check_close(dc.read(), want, 2e-2, mode == strata::cuda::MathMode::TF32 ? 0.1 : 0.6, "reduced-precision gemm");
+  }
+}
+
+TEST_CASE("bias_activate and activation_backward match the host for every activation") {
+  const std::size_t rows = 13, cols = 37;  // softmax rows wider than a warp
+  const auto x = random_floats(rows * cols, 6, -4.f, 4.f), bias = random_floats(cols, 7);
+  const auto dy = random_floats(rows * cols, 8);
+  for (Activation a : {Activation::Linear, Activation::ReLU, Activation::Sigmoid, Activation::Tanh,
+                       Activation::Softmax}) {
+    CAPTURE(strata::kernels::activation_name(a));
+    for (bool with_bias : {false, true}) {
+      std::vector<float> y(rows * cols);
+      host().bias_activate(a, x.data(), with_bias ? bias.data() : nullptr, y.data(), rows, cols);
+      Dev<float> dx(gpu(), x), db(gpu(), bias), d_y(gpu(), rows * cols);
+      gpu().bias_activate(a, dx, with_bias ? db.get() : nullptr, d_y, rows, cols);
+      check_close(d_y.read(), y, 1e-5, 1e-6, "bias_activate");
+      gpu().bias_activate(a, dx, with_bias ? db.get() : nullptr, dx, rows, cols);  // in place
+      check_close(dx.read(), y, 1e-5, 1e-6, "bias_activate in place");
+
+      std::vector<float> dz(rows * cols);
+      host().activation_backward(a, y.data(), dy.data(), dz.data(), rows, cols);
+      Dev<float> dyd(gpu(), dy), dzd(gpu(), rows * cols);
+      gpu().activation_backward(a, dx, dyd, dzd, rows, cols);
+      check_close(dzd.read(), dz, 1e-5, 1e-6, "activation_backward");
+      gpu().activation_backward(a, dx, dyd, dyd, rows, cols);  // dz = dy
+      check_close(dyd.read(), dz, 1e-5, 1e-6, "activation_backward in place");
+    }
+  }
+}
+
+TEST_CASE("column_sums: short and tall inputs, deterministic, zeros for no rows") {
+  for (std::size_t rows : {std::size_t{1}, std::size_t{1000}, std::size_t{70001}}) {
+    for (std::size_t cols : {std::size_t{10}, std::size_t{33}}) {
+      CAPTURE(rows);
+      CAPTURE(cols);
+      const auto x = random_floats(rows * cols, static_cast<unsigned>(rows + cols));
+      std::vector<double> exact(cols), mass(cols);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t j = 0; j < cols; ++j) exact[j] += x[r * cols + j], mass[j] += std::abs(x[r * cols + j]);
+      std::vector<float> want(cols);
+      host().column_sums(x.data(), want.data(), rows, cols);
+      Dev<float> dx(gpu(), x), out(gpu(), cols, -1.f);
+      gpu().column_sums(dx, out, rows, cols);
+      const auto got = out.read();
+      for (std::size_t j = 0; j < cols; ++j) {
+        CHECK(close(got[j], exact[j], 0, 1e-6 * mass[j] + 1e-6));
+        CHECK(close(got[j], want[j], 0, 1e-5 * mass[j] + 1e-6));
+      }
+      gpu().column_sums(dx, out, rows, cols);
+      check_bitwise(out.read(), got, "column_sums run twice");
+    }
+  }
+  Dev<float> out(gpu(), 5, 3.f);
+  gpu().column_sums(nullptr, out, 0, 5);
+  check_bitwise(out.read(), std::vector<float>(5, 0.f), "column_sums of no rows");
+}
+
+TEST_CASE("fill, copy, axpy and multiply are bitwise the host's") {
+  const std::size_t n = 100003;
+  const auto x = random_floats(n, 9), y0 = random_floats(n, 10);
+  auto y = y0;
+  host().axpy(-0.37f, x.data(), y.data(), n);
+  Dev<float> dx(gpu(), x), dy(gpu(), y0), dz(gpu(), n);
+  gpu().axpy(-0.37f, dx, dy, n);
+  check_bitwise(dy.read(), y, "axpy");
+  std::vector<float> z(n);
+  host().multiply(x.data(), y0.data(), z.data(), n);
+  dy.write(y0);
+  gpu().multiply(dx, dy, dz, n);
+  check_bitwise(dz.read(), z, "multiply");
+  gpu().fill(dz, 1.5f, n);
+  check_bitwise(dz.read(), std::vector<float>(n, 1.5f), "fill");
+  gpu().copy(dz, dx, n * sizeof(float));
+  check_bitwise(dz.read(), x, "copy");
+  gpu().fill(dz, 0.f, 0);  // n = 0 launches nothing
+}
+
+TEST_CASE("dropout draws the host Rng's masks bit for bit") {
+  const std::size_t n = 100003;
+  const std::uint64_t key = strata::detail::mix(42, 1, 7);
+  const float rate = 0.3f;
+  const auto x = random_floats(n, 11);
+  std::vector<float> y(n), mask(n);
+  host().dropout(x.data(), y.data(), mask.data(), n, key, rate);
+  strata::Rng rng{key};  // the formula itself, not only the host's loop
+  std::vector<float> formula(n);
+  for (float& m : formula) m = rng.uniform() < rate ? 0.f : 1.f / (1.f - rate);
+  check_bitwise(mask, formula, "the host's mask against the Rng formula");
+  const auto dropped = static_cast<double>(std::count(mask.begin(), mask.end(), 0.f));
+  CHECK(close(dropped / n, rate, 0, 0.01));
+  Dev<float> dx(gpu(), x), dy(gpu(), n), dm(gpu(), n);
+  gpu().dropout(dx, dy, dm, n, key, rate);
+  check_bitwise(dm.read(), mask, "dropout mask");
+  check_bitwise(dy.read(), y, "dropout output");
+}
