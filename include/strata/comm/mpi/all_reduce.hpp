@@ -2,7 +2,8 @@
 //! The all-reduce algorithms over MPI, each under the collective contract:
 //! the ring (written once in comm/algorithm/ring.hpp, here over MpiRingLink),
 //! direct (every rank's data to every rank in the contract's own exchange,
-//! reduced in rank order), native (MPI_Allreduce after the contract), and
+//! reduced in rank order), native (MPI_Iallreduce after the contract, waited for
+//! under the deadline), and
 //! the automatic choice between them (AutoSelector).
 //!   detail::mpi::all_reduce_with<Sum>(exchange, in, out, n, n, Ring{});
 //! Ring and direct reduce in a fixed order: bitwise the same on every rank
@@ -138,8 +139,10 @@ void all_reduce_with(Exchange& ex, const T* in, T* out, std::size_t n, std::size
     const auto seq = ex.enter(d, nullptr, 0);
     if (n) {
       const int count = as_count(n, "all_reduce");
-      check(MPI_Allreduce(in == out ? MPI_IN_PLACE : in, out, count, datatype<T>(), op_of<Op>(), ex.comm()),
-            "MPI_Allreduce");
+      MPI_Request req = MPI_REQUEST_NULL;  // non-blocking, so a rank stopped after the contract times out
+      check(MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out, count, datatype<T>(), op_of<Op>(), ex.comm(), &req),
+            "MPI_Iallreduce");
+      ex.wait_collective(req, "MPI_Iallreduce");
       finalize<Op>(out, n, static_cast<std::size_t>(p));
     }
     ex.done(seq);

@@ -6,7 +6,10 @@
 //! that disagree raise CollectiveMismatch together instead of hanging or
 //! corrupting memory, and a rank that never arrives is named by the
 //! CollectiveTimeout the others raise. Waiting is polling with a deadline:
-//! no call blocks for longer than MpiOptions::timeout.
+//! no call blocks for longer than MpiOptions::timeout. After the contract,
+//! data moves by non-blocking MPI collectives (MPI_Iallreduce, MPI_Ibcast,
+//! ...) waited for under the same deadline, so a rank that stops responding
+//! mid-call is named by a CollectiveTimeout too.
 //!   auto comm = strata::MpiCommunicator::world();
 //!   comm.all_reduce(grad, strata::Sum);                  // algorithm chosen by size
 //!   comm.all_reduce(grad, strata::Sum, strata::Ring{});  // or named
@@ -21,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -60,15 +64,17 @@ class MpiCommunicator {
 
   //! Ranks with the same `color` form a new communicator, ordered by `key`
   //! (then by rank here). Collective, under the contract.
+  //! MPI_Comm_split has no non-blocking form: every rank's (color, key) is
+  //! first gathered under the deadline, so that it runs only once every rank
+  //! is known present (a rank that never arrives is named, not waited for).
   MpiCommunicator split(int color, int key) {
-    const detail::CallDesc d{.kind = detail::CallKind::barrier};
-    const auto seq = ex_.enter(d, nullptr, 0);
+    const std::int64_t mine[2] = {color, key};
+    std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size()));
+    all_gather(mine, all);
     MPI_Comm c = MPI_COMM_NULL;
     detail::mpi::check(MPI_Comm_split(ex_.comm(), color, key, &c), "MPI_Comm_split");
-    ex_.done(seq);
-    MpiCommunicator out(c, ex_.options());
-    MPI_Comm_free(&c);
-    return out;
+    const detail::mpi::CommHandle split_comm = detail::mpi::CommHandle::adopt(c);  // freed once duplicated
+    return MpiCommunicator(split_comm, ex_.options());
   }
 
   [[nodiscard]] int rank() const noexcept { return ex_.rank(); }
@@ -122,8 +128,10 @@ class MpiCommunicator {
     const auto seq = ex_.enter(d, nullptr, 0);
     if (n) {
       const int count = detail::mpi::as_count(n, "broadcast");
-      detail::mpi::check(MPI_Bcast(std::ranges::data(data), count, detail::mpi::datatype<T>(), root, ex_.comm()),
-                         "MPI_Bcast");
+      MPI_Request req = MPI_REQUEST_NULL;
+      detail::mpi::check(
+          MPI_Ibcast(std::ranges::data(data), count, detail::mpi::datatype<T>(), root, ex_.comm(), &req), "MPI_Ibcast");
+      ex_.wait_collective(req, "MPI_Ibcast (root rank " + std::to_string(root) + ")");
     }
     ex_.done(seq);
   }
@@ -142,20 +150,19 @@ class MpiCommunicator {
                              .in_count = n, .out_count = std::ranges::size(out), .has_op = true};
     const auto seq = ex_.enter(d, nullptr, 0);
     if (n) {
-      std::vector<int> counts(static_cast<std::size_t>(p));
+      std::vector<int>& counts = ex_.counts();  // MPI reads it until the call completes
+      counts.resize(static_cast<std::size_t>(p));
       for (int r = 0; r < p; ++r)
         counts[static_cast<std::size_t>(r)] = detail::mpi::as_count(
             shard_range(n, static_cast<std::size_t>(p), static_cast<std::size_t>(r)).size(), "reduce_scatter");
       const T* src = std::ranges::data(in);
       T* dst = std::ranges::data(out);
-      std::vector<T> copy;
-      if (detail::mpi::Exchange::overlaps(src, n, dst, std::ranges::size(out))) {
-        copy.assign(src, src + n);
-        src = copy.data();
-      }
-      detail::mpi::check(MPI_Reduce_scatter(src, dst, counts.data(), detail::mpi::datatype<T>(),
-                                            detail::mpi::op_of<Op>(), ex_.comm()),
-                         "MPI_Reduce_scatter");
+      if (detail::mpi::Exchange::overlaps(src, n, dst, std::ranges::size(out))) src = staged_copy(src, n);
+      MPI_Request req = MPI_REQUEST_NULL;
+      detail::mpi::check(MPI_Ireduce_scatter(src, dst, counts.data(), detail::mpi::datatype<T>(),
+                                             detail::mpi::op_of<Op>(), ex_.comm(), &req),
+                         "MPI_Ireduce_scatter");
+      ex_.wait_collective(req, "MPI_Ireduce_scatter");
       detail::finalize<Op>(dst, std::ranges::size(out), static_cast<std::size_t>(p));
     }
     ex_.done(seq);
@@ -171,7 +178,10 @@ class MpiCommunicator {
     const detail::CallDesc d{.kind = detail::CallKind::all_gather, .dtype = dtype_name<T>(),
                              .in_count = std::ranges::size(in), .out_count = std::ranges::size(out)};
     const auto seq = ex_.enter(d, nullptr, 0);
-    std::vector<int> counts(static_cast<std::size_t>(p)), displs(static_cast<std::size_t>(p));
+    std::vector<int>& counts = ex_.counts();  // MPI reads both until the call completes
+    std::vector<int>& displs = ex_.displs();
+    counts.resize(static_cast<std::size_t>(p));
+    displs.resize(static_cast<std::size_t>(p));
     std::size_t off = 0;
     for (int r = 0; r < p; ++r) {
       const auto c = static_cast<std::size_t>(ex_.call_of(r).in_count);
@@ -181,15 +191,14 @@ class MpiCommunicator {
     }
     if (off) {
       const T* src = std::ranges::data(in);
-      std::vector<T> copy;
-      if (detail::mpi::Exchange::overlaps(src, std::ranges::size(in), std::ranges::data(out), off)) {
-        copy.assign(src, src + std::ranges::size(in));
-        src = copy.data();
-      }
-      detail::mpi::check(MPI_Allgatherv(src, counts[static_cast<std::size_t>(rank())], detail::mpi::datatype<T>(),
-                                        std::ranges::data(out), counts.data(), displs.data(),
-                                        detail::mpi::datatype<T>(), ex_.comm()),
-                         "MPI_Allgatherv");
+      if (detail::mpi::Exchange::overlaps(src, std::ranges::size(in), std::ranges::data(out), off))
+        src = staged_copy(src, std::ranges::size(in));
+      MPI_Request req = MPI_REQUEST_NULL;
+      detail::mpi::check(MPI_Iallgatherv(src, counts[static_cast<std::size_t>(rank())], detail::mpi::datatype<T>(),
+                                         std::ranges::data(out), counts.data(), displs.data(),
+                                         detail::mpi::datatype<T>(), ex_.comm(), &req),
+                         "MPI_Iallgatherv");
+      ex_.wait_collective(req, "MPI_Iallgatherv");
     }
     ex_.done(seq);
   }
@@ -237,6 +246,16 @@ class MpiCommunicator {
 
  private:
   MpiCommunicator(MPI_Comm parent, MpiOptions opts) : ex_(parent, std::move(opts)), auto_(ex_) {}
+
+  //! `n` elements of `src` copied into the exchange's staging (an input
+  //! that overlaps the output; kept alive with the call if it is abandoned).
+  template <class T>
+  const T* staged_copy(const T* src, std::size_t n) {
+    auto& st = ex_.staging();
+    if (st.size() < n * sizeof(T)) st.resize(n * sizeof(T));
+    std::memcpy(st.data(), src, n * sizeof(T));
+    return reinterpret_cast<const T*>(st.data());
+  }
 
   template <class T, ReduceOperation Op, class Algo>
   void all_reduce_impl(const T* in, T* out, std::size_t n, std::size_t out_n, Op, Algo) {

@@ -36,23 +36,40 @@ namespace strata::detail::mpi {
 //! What a rank is doing while it waits: a collective, or one message to or
 //! from a peer (the words every error names it with).
 struct Activity {
-  enum Kind : std::uint8_t { collective, send, recv } kind = collective;
+  enum Kind : std::uint8_t { collective, send, recv, setup } kind = collective;
   int peer = -1, tag = -1;
   std::size_t count = 0;
   std::string_view dtype{};
+  std::string_view call{};  //!< setup: what is being set up ("creating a communicator")
+};
+
+//! A non-blocking collective given up at its deadline: MPI offers no way to
+//! cancel or free it, so its request and the memory it may still touch (our
+//! staging, counts) are kept until the process ends, never reused.
+struct Abandoned {
+  MPI_Request req = MPI_REQUEST_NULL;
+  std::vector<std::byte> staging;
+  std::vector<int> counts, displs;
 };
 
 class Exchange {
  public:
   //! Duplicates `parent` without blocking (a rank that never calls this is
   //! reported, not waited for) and agrees on shared memory or network.
+  //! The transport is agreed by non-blocking collectives under the same
+  //! deadline (MPI_Comm_split_type, which has no non-blocking form, runs
+  //! only once every rank is known present).
   Exchange(MPI_Comm parent, MpiOptions opts) : comm_(CommHandle::dup(parent, opts.timeout)), opts_(std::move(opts)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     last_seen_.assign(static_cast<std::size_t>(size_), 0);
     inbox_.resize(static_cast<std::size_t>(size_));
     calls_.resize(static_cast<std::size_t>(size_));
-    const Transport t = detect_transport(comm_, size_);
+    begin_setup("creating a communicator");
+    const Transport t = detect_transport(comm_, size_, [&](MPI_Request& req, std::string_view what) {
+      wait_collective(req, what);
+    });
+    now_ = Activity{};
     network_ = t.network;
     node_size_ = t.node_size;
     network_why_ = t.why;
@@ -160,6 +177,41 @@ class Exchange {
 
   //! The collective `seq` finished on this rank.
   void done(std::uint64_t seq) noexcept { completed_ = seq; }
+
+  //! Starts a set-up step outside the numbered collectives (creating or
+  //! splitting a communicator, agreeing on a run): its own deadline.
+  void begin_setup(std::string_view what) {
+    now_ = Activity{.kind = Activity::setup, .call = what};
+    deadline_ = std::chrono::steady_clock::now() + opts_.timeout;
+  }
+
+  //! Waits for the non-blocking collective `req` (MPI_Iallreduce, MPI_Ibcast,
+  //! ...) under the current call's deadline, abort notices and interrupt
+  //! flag. `what` names the MPI call. A rank that stopped responding after
+  //! the contract is named by the CollectiveTimeout; the request (and the
+  //! staging and counts it may still use) is then abandoned, never reused.
+  void wait_collective(MPI_Request& req, std::string_view what) {
+    try {
+      wait_until([&] {
+        int flag = 0;
+        MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+        return flag != 0;
+      }, [&] {
+        return "rank(s) " + others() + " did not complete " + std::string(what) +
+               " with this rank (stopped, hung or gone after the call began)";
+      });
+    } catch (...) {
+      if (req != MPI_REQUEST_NULL) {
+        graveyard().push_back(Abandoned{req, std::move(staging_), std::move(counts_), std::move(displs_)});
+        req = MPI_REQUEST_NULL;
+      }
+      throw;
+    }
+  }
+  //! Scratch arrays of a non-blocking collective's counts and displacements
+  //! (MPI reads them until it completes).
+  std::vector<int>& counts() noexcept { return counts_; }
+  std::vector<int>& displs() noexcept { return displs_; }
 
   //! Starts one point-to-point message: checks this communicator is usable
   //! and starts its deadline (point-to-point messages take no sequence number:
@@ -277,6 +329,7 @@ class Exchange {
   //! What this rank is doing, for messages: "collective #3 all_reduce(...)",
   //! "recv(from rank 1, tag 7, 1000 float32)".
   [[nodiscard]] std::string activity() const {
+    if (now_.kind == Activity::setup) return std::string(now_.call);
     if (now_.kind == Activity::collective) return "collective #" + std::to_string(cur_seq_) + " " + cur_.str();
     std::string s = now_.kind == Activity::send ? "send(to rank " : "recv(from rank ";
     s += std::to_string(now_.peer);
@@ -288,6 +341,23 @@ class Exchange {
     s += now_.dtype;
     s += ')';
     return s;
+  }
+
+  //! Every rank but this one ("1", "0, 2, 3").
+  [[nodiscard]] std::string others() const {
+    std::string s;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) {
+        if (!s.empty()) s += ", ";
+        s += std::to_string(r);
+      }
+    return s;
+  }
+
+  //! Collectives given up at their deadline, for the life of the process.
+  static std::vector<Abandoned>& graveyard() {
+    static std::vector<Abandoned>* g = new std::vector<Abandoned>;  // never destroyed: MPI may still use it at exit
+    return *g;
   }
 
   [[nodiscard]] std::string who_never_arrived() const {
@@ -358,12 +428,14 @@ class Exchange {
   void check_abort_notice() {
     int flag = 0;
     MPI_Status st;
-    MPI_Iprobe(MPI_ANY_SOURCE, tag_abort, comm_, &flag, &st);
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Improbe(MPI_ANY_SOURCE, tag_abort, comm_, &flag, &msg, &st);
     if (!flag) return;
     int count = 0;
     MPI_Get_count(&st, MPI_CHAR, &count);
     std::string why(static_cast<std::size_t>(count), '\0');
-    MPI_Recv(why.data(), count, MPI_CHAR, st.MPI_SOURCE, tag_abort, comm_, MPI_STATUS_IGNORE);
+    // matched and small (sent eagerly): already here, so this receive does not wait on the sender
+    MPI_Mrecv(why.data(), count, MPI_CHAR, &msg, MPI_STATUS_IGNORE);
     remote_abort_ = true;
     poison("rank " + std::to_string(st.MPI_SOURCE) + " failed: " + why);
     throw CollectiveAborted("strata: " + activity() + " on rank " + std::to_string(rank_) + " abandoned: rank " +
@@ -393,6 +465,7 @@ class Exchange {
   std::vector<std::vector<std::byte>> inbox_;  // per rank: its header (+ payload) of this collective
   std::vector<WireCall> calls_;                // per rank: its call of this collective
   std::vector<std::byte> outbox_, staging_;
+  std::vector<int> counts_, displs_;
   bool fused_ = true;
   Pending payload_sends_;  // the direct algorithm's separate payload messages
   Pending header_recvs_, header_sends_;

@@ -97,6 +97,12 @@ class CommHandle {
       if (i > 2000) std::this_thread::yield();
     }
   }
+  //! Takes ownership of `c` (freed with the handle).
+  static CommHandle adopt(MPI_Comm c) noexcept {
+    CommHandle h;
+    h.c_ = c;
+    return h;
+  }
   operator MPI_Comm() const noexcept { return c_; }  // NOLINT: used as the handle it wraps
   //! Where MPI_Comm_idup writes the new communicator.
   MPI_Comm* out() noexcept { return &c_; }

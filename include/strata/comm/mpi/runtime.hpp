@@ -38,7 +38,8 @@ class Runtime {
                     "; strata calls MPI from replica threads: initialize it with MPI_Init_thread and "
                     "MPI_THREAD_SERIALIZED (or let strata initialize it)");
     }
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &exit_comm_), "MPI_Comm_dup");
+    // non-blocking: a rank that never gets here is met (or not) at exit, under settle()'s bound
+    check(MPI_Comm_idup(MPI_COMM_WORLD, &exit_comm_, &exit_req_), "MPI_Comm_idup");
   }
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -67,15 +68,25 @@ class Runtime {
  private:
   //! Every rank meets here before MPI_Finalize; after a failure, only for a
   //! bounded time, then MPI_Abort ends the job (a rank may be hung).
+  //! The exit communicator (made by MPI_Comm_idup) is awaited here, under the same bound.
   void settle() {
     MPI_Request req = MPI_REQUEST_NULL;
-    if (MPI_Ibarrier(exit_comm_, &req) != MPI_SUCCESS) return;
+    bool barrier = false;
     const bool bounded = failed_.load();
     const auto deadline = std::chrono::steady_clock::now() + exit_timeout_;
     for (int i = 0;; ++i) {
       int done = 0;
-      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      if (done) return;
+      if (!barrier) {
+        MPI_Test(&exit_req_, &done, MPI_STATUS_IGNORE);
+        if (done) {
+          if (MPI_Ibarrier(exit_comm_, &req) != MPI_SUCCESS) return;
+          barrier = true;
+          done = 0;
+        }
+      } else {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+      }
       if (bounded && std::chrono::steady_clock::now() > deadline) {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -92,6 +103,7 @@ class Runtime {
 
   bool owner_ = false;
   MPI_Comm exit_comm_ = MPI_COMM_NULL;
+  MPI_Request exit_req_ = MPI_REQUEST_NULL;  // the MPI_Comm_idup making exit_comm_
   std::atomic<bool> failed_{false};
   std::mutex mu_;
   std::chrono::milliseconds exit_timeout_{0};

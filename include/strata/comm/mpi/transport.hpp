@@ -19,21 +19,31 @@ struct Transport {
 
 //! Collective over `comm` (of `size` ranks): network if any rank sees one,
 //! because the ranks span nodes or Open MPI's shared-memory transport is off.
-inline Transport detect_transport(MPI_Comm comm, int size) {
+//! Never blocks on an absent rank: the flags travel in non-blocking
+//! all-reduces that `wait(request, what)` waits for under a deadline, and
+//! MPI_Comm_split_type (no non-blocking form) runs only after the first of
+//! them proved every rank present.
+template <class Wait>
+Transport detect_transport(MPI_Comm comm, int size, Wait&& wait) {
   Transport t;
-  MPI_Comm node = MPI_COMM_NULL;
-  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-  MPI_Comm_size(node, &t.node_size);
-  MPI_Comm_free(&node);
-  int flags[2] = {t.node_size < size ? 1 : 0, 0};
+  int btl_off = 0, any_btl_off = 0;
   if (const char* btl = std::getenv("OMPI_MCA_btl"); btl && *btl) {
     // shared memory is off when "^..." excludes it, or a plain list leaves it out
     const std::string b = btl;
     const bool names_shm = b.find("vader") != std::string::npos || b.find("sm") != std::string::npos;
-    flags[1] = (b[0] == '^') == names_shm ? 1 : 0;
+    btl_off = (b[0] == '^') == names_shm ? 1 : 0;
   }
-  int any[2] = {0, 0};
-  check(MPI_Allreduce(flags, any, 2, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  MPI_Request req = MPI_REQUEST_NULL;
+  check(MPI_Iallreduce(&btl_off, &any_btl_off, 1, MPI_INT, MPI_MAX, comm, &req), "MPI_Iallreduce");
+  wait(req, "MPI_Iallreduce (every rank present before MPI_Comm_split_type)");
+  MPI_Comm node = MPI_COMM_NULL;
+  check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  MPI_Comm_size(node, &t.node_size);
+  MPI_Comm_free(&node);
+  int spans = t.node_size < size ? 1 : 0, any_spans = 0;
+  check(MPI_Iallreduce(&spans, &any_spans, 1, MPI_INT, MPI_MAX, comm, &req), "MPI_Iallreduce");
+  wait(req, "MPI_Iallreduce (agreeing on the transport)");
+  const int any[2] = {any_spans, any_btl_off};
   t.network = any[0] || any[1];
   t.why = any[0] ? "ranks span several nodes" : any[1] ? "shared memory transport disabled (OMPI_MCA_btl)" : "";
   return t;

@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -21,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/comm/mpi/handles.hpp>
 #include <strata/comm/mpi/mpi.hpp>
 #include <strata/comm/mpi/runtime.hpp>
 #include <strata/ps/partitioner.hpp>
@@ -35,15 +38,15 @@ enum PsTag : int { kAssign = 7101, kPull, kPullReply, kPush, kAck, kApply, kDrop
 //! and bounded, serialized point-to-point calls on it.
 class PsLink {
  public:
-  PsLink(MPI_Comm world, std::chrono::milliseconds timeout) : timeout_(timeout) {
-    (void)mpi::runtime();
-    mpi::check(MPI_Comm_dup(world, &comm_), "MPI_Comm_dup");
+  //! Duplicates `world` without blocking: a rank that never gets here is
+  //! reported (CollectiveTimeout after `timeout`), not waited for.
+  PsLink(MPI_Comm world, std::chrono::milliseconds timeout)
+      : timeout_(timeout), comm_(((void)mpi::runtime(), mpi::CommHandle::dup(world, timeout))) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
   PsLink(const PsLink&) = delete;
   PsLink& operator=(const PsLink&) = delete;
-  ~PsLink() { MPI_Comm_free(&comm_); }
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
@@ -81,35 +84,78 @@ class PsLink {
       if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
+  //! A message taken off the queue by probe() (matched: no other thread can
+  //! receive it), to be received with recv_all().
+  struct Message {
+    int source = -1, tag = -1;
+    MPI_Status status{};
+    MPI_Message handle = MPI_MESSAGE_NULL;
+  };
   //! A message with one of `tags` from `src` (MPI_ANY_SOURCE: anyone) if one is waiting.
-  bool poll(int src, std::initializer_list<int> tags, MPI_Status& st) {
+  bool poll(int src, std::initializer_list<int> tags, Message& m) {
     std::lock_guard lk(mu_);
     for (int tag : tags) {
       int flag = 0;
-      mpi::check(MPI_Iprobe(src, tag, comm_, &flag, &st), "MPI_Iprobe");
-      if (flag) return true;
+      mpi::check(MPI_Improbe(src, tag, comm_, &flag, &m.handle, &m.status), "MPI_Improbe");
+      if (flag) {
+        m.source = m.status.MPI_SOURCE;
+        m.tag = m.status.MPI_TAG;
+        return true;
+      }
     }
     return false;
   }
   //! Waits for a message with one of `tags` from `src`, at most the timeout.
-  MPI_Status probe(int src, std::initializer_list<int> tags, const std::string& what) {
+  Message probe(int src, std::initializer_list<int> tags, const std::string& what) {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    MPI_Status st;
+    Message m;
     for (int spins = 0;; ++spins) {
-      if (poll(src, tags, st)) return st;
+      if (poll(src, tags, m)) return m;
       if (std::chrono::steady_clock::now() > deadline) timed_out(what);
       if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
-  //! Receives the message `st` announced, whole.
+  //! Receives the message `m` announced, whole (MPI_Imrecv, bounded by the
+  //! timeout: a large message's data may still have to come from its sender).
   template <class T>
-  std::vector<T> recv_all(const MPI_Status& st, MPI_Datatype t) {
-    std::lock_guard lk(mu_);
+  std::vector<T> recv_all(Message& m, MPI_Datatype t) {
     int n = 0;
-    MPI_Get_count(&st, t, &n);
-    std::vector<T> v(static_cast<std::size_t>(n));
-    mpi::check(MPI_Recv(v.data(), n, t, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
-    return v;
+    MPI_Get_count(&m.status, t, &n);
+    auto v = std::make_unique<std::vector<T>>(static_cast<std::size_t>(n));
+    std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
+    {
+      std::lock_guard lk(mu_);
+      mpi::check(MPI_Imrecv(v->data(), n, t, &m.handle, reqs.data()), "MPI_Imrecv");
+    }
+    try {
+      wait_all(reqs, "the rest of a message from rank " + std::to_string(m.source));
+    } catch (...) {
+      (void)v.release();  // MPI may still write it: left to MPI for the life of the process
+      throw;
+    }
+    return std::move(*v);
+  }
+  //! Every rank's `mine` (fixed size, the same everywhere) gathered in rank
+  //! order by a non-blocking all-gather, bounded by the timeout.
+  std::vector<std::int64_t> all_gather(const std::vector<std::int64_t>& mine, const std::string& what) {
+    // on the heap: a collective MPI cannot cancel keeps its buffers if it times out
+    auto send = std::make_unique<std::vector<std::int64_t>>(mine);
+    auto all = std::make_unique<std::vector<std::int64_t>>(mine.size() * static_cast<std::size_t>(size_));
+    const int n = mpi::as_count(mine.size(), "an all-gather");
+    std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
+    {
+      std::lock_guard lk(mu_);
+      mpi::check(MPI_Iallgather(send->data(), n, MPI_INT64_T, all->data(), n, MPI_INT64_T, comm_, reqs.data()),
+                 "MPI_Iallgather");
+    }
+    try {
+      wait_all(reqs, what + " (an all-gather over every rank)");
+    } catch (...) {
+      (void)send.release();  // left to MPI for the life of the process
+      (void)all.release();
+      throw;
+    }
+    return std::move(*all);
   }
   [[noreturn]] void timed_out(const std::string& what) const {
     mpi::runtime().note_failure(timeout_);  // the job's exit must not wait for this rank's peers forever
@@ -119,7 +165,7 @@ class PsLink {
 
  private:
   std::chrono::milliseconds timeout_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  mpi::CommHandle comm_;
   int rank_ = 0, size_ = 0;
   std::string role_;
   std::mutex mu_;  // MPI_THREAD_SERIALIZED: one call at a time

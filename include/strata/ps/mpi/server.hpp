@@ -30,9 +30,9 @@ inline void serve_as_server(PsLink& link, const ServerLayout& layout, const Clus
   const auto& mine = layout.of(me);
   const auto& shards = layout.shards();
   for (;;) {
-    const MPI_Status st = link.probe(MPI_ANY_SOURCE, {kPull, kPush, kApply, kDrop, kAssign, kRead, kEnd}, "requests");
-    const int src = st.MPI_SOURCE;
-    switch (st.MPI_TAG) {
+    auto st = link.probe(MPI_ANY_SOURCE, {kPull, kPush, kApply, kDrop, kAssign, kRead, kEnd}, "requests");
+    const int src = st.source;
+    switch (st.tag) {
       case kPull: {
         (void)link.recv_all<float>(st, MPI_FLOAT);
         std::vector<float> out(layout.count_of(me));

@@ -34,7 +34,7 @@ inline void send_step(PsLink& link, int dst, const WorkerContext& ctx, const Ste
 }
 
 //! Receives the step whose header `st` announced from rank `chief`, for worker `w`.
-inline std::pair<WorkerContext, StepInput> recv_step(PsLink& link, const MPI_Status& st, int w, int chief) {
+inline std::pair<WorkerContext, StepInput> recv_step(PsLink& link, PsLink::Message& st, int w, int chief) {
   const auto h = link.recv_all<std::int64_t>(st, MPI_INT64_T);
   std::size_t at = 4;
   const auto shape = [&] {
@@ -76,10 +76,10 @@ struct StepAnswer {
 //! step `id`. A worker that does not answer raises CollectiveTimeout; one
 //! that answers another step, an Error.
 inline StepAnswer recv_answer(PsLink& link, int src, int w, std::uint64_t id) {
-  const MPI_Status st = link.probe(src, {kResult, kFailed},
+  auto st = link.probe(src, {kResult, kFailed},
                                    "worker " + std::to_string(w) + " (rank " + std::to_string(src) +
                                        ") to answer step " + std::to_string(id));
-  if (st.MPI_TAG == kFailed) {
+  if (st.tag == kFailed) {
     const auto m = link.recv_all<char>(st, MPI_CHAR);
     const std::string msg(m.begin(), m.end());
     return {{}, msg.substr(msg.find('\n') + 1)};

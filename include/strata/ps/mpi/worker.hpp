@@ -60,8 +60,8 @@ inline void serve_as_worker(PsLink& link, const ClusterSpec& spec,
                             std::span<float> final_value) {
   const int w = spec.worker_index(link.rank());
   for (;;) {
-    const MPI_Status st = link.probe(spec.chief, {kStep, kEnd}, "the chief's next step");
-    if (st.MPI_TAG == kEnd) {
+    auto st = link.probe(spec.chief, {kStep, kEnd}, "the chief's next step");
+    if (st.tag == kEnd) {
       const auto v = link.recv_all<float>(st, MPI_FLOAT);
       std::copy_n(v.data(), std::min(v.size(), final_value.size()), final_value.data());
       return;
