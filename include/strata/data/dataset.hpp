@@ -17,10 +17,12 @@
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <strata/core/error.hpp>
 #include <strata/data/detail/batch.hpp>
@@ -61,6 +63,22 @@ class Dataset {
   [[nodiscard]] RangeIterator<E> begin() const { return RangeIterator<E>(iterator()); }
   [[nodiscard]] std::default_sentinel_t end() const noexcept { return {}; }
 
+  //! The pipeline's random position: its shuffles' pass counters, in
+  //! pipeline order (which order each draws in the next pass it opens). A
+  //! checkpoint keeps them so that a resumed run reads the same orders.
+  [[nodiscard]] std::vector<std::uint64_t> pass_counters() const {
+    std::vector<std::uint64_t> out;
+    node_->pass_counters(out);
+    return out;
+  }
+  //! Sets what pass_counters() returned (of a pipeline built the same way).
+  void set_pass_counters(std::span<const std::uint64_t> c) const {
+    std::size_t at = 0;
+    if (pass_counters().size() != c.size())
+      throw Error("Dataset::set_pass_counters: the pipeline has " + std::to_string(pass_counters().size()) +
+                  " shuffles, got " + std::to_string(c.size()) + " counters (a pipeline built differently?)");
+    node_->set_pass_counters(c, at);
+  }
   //! Elements in one pass, when known; nullopt when infinite (repeat()) or
   //! unknown (from_function).
   [[nodiscard]] std::optional<std::size_t> cardinality() const {

@@ -5,8 +5,12 @@
 //!   History h = strata::nn::detail::fit_epochs(executor, dataset, opts, make_pass, logs_of, validate);
 
 #include <cstdio>
+#include <functional>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include <strata/nn/checkpoint.hpp>
 #include <strata/nn/data_pass.hpp>
 #include <strata/nn/logs.hpp>
 #include <strata/nn/model_options.hpp>
@@ -14,11 +18,26 @@
 
 namespace strata::nn::detail {
 
+//! What a backed-up fit (nn/fit_backup.hpp) asks of the epochs: where to
+//! start, and a call after every training step and at each epoch's end with
+//! the position reached (it saves when due; true stops, preempted).
+struct FitResume {
+  bool resumed = false;  //!< start comes from a checkpoint (else: the beginning)
+  TrainingPosition start;
+  std::function<bool(const TrainingPosition&, bool epoch_end)> after;
+};
+
 //! Runs opts.epochs passes of `ds` (each made by make_pass(iterator)) on
 //! `ex`; logs_of(totals) makes the logs; validate(logs) adds val_* entries.
+//! With `resume`: from its start (the dataset's pass counters set for that
+//! epoch, its first `batch` batches skipped), calling its `after`.
+//! With opts.check_finite the executor skips steps whose reduced gradient
+//! is not finite (strategy/program.hpp, Pass::FiniteCheck): an epoch's logs
+//! then carry "skipped_steps", its count. An epoch that gets no batch (or
+//! only empty ones) throws: there was nothing to train on.
 template <class Ds, class MakePass, class LogsOf, class Validate>
 History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass make_pass, LogsOf logs_of,
-                   Validate validate) {
+                   Validate validate, const FitResume* resume = nullptr) {
   History history;
   for (auto* cb : opts.callbacks) {
     cb->stop_training = false;
@@ -26,34 +45,68 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
   }
   Logs logs;
   bool stop = false;
-  for (int epoch = 0; epoch < opts.epochs && !stop; ++epoch) {
+  Pass::FiniteCheck finite{opts.max_bad_steps};
+  const int first = resume ? resume->start.epoch : 0;
+  for (int epoch = first; epoch < opts.epochs && !stop; ++epoch) {
     for (auto* cb : opts.callbacks) cb->on_epoch_begin(epoch);
     const Verbosity verbose = ex.is_chief() ? opts.verbose : Verbosity::Silent;  // only the chief prints
     if (verbose != Verbosity::Silent) std::fprintf(opts.out, "Epoch %d/%d\n", epoch + 1, opts.epochs);
     std::optional<std::size_t> total = ds.cardinality();
     if (opts.steps_per_epoch) total = total ? std::min(*total, opts.steps_per_epoch) : opts.steps_per_epoch;
     Progress progress(verbose, opts.out, total);
+    std::size_t skip = 0;
+    if (resume && resume->resumed && epoch == first) {
+      ds.set_pass_counters(resume->start.data_counters);
+      skip = resume->start.batch;
+    }
+    TrainingPosition at{0, epoch, skip, resume ? ds.pass_counters() : std::vector<std::uint64_t>{}};
     auto it = ds.iterator();
+    for (std::size_t k = 0; k < skip; ++k)  // the batches the resumed run trained already
+      if (!it.next()) throw Error("fit: resuming at batch " + std::to_string(skip) + " of epoch " +
+                                  std::to_string(epoch + 1) + ", but the dataset ends after " + std::to_string(k));
     std::size_t steps = 0;
     FnPass pass = make_pass(it);
-    pass.max_steps = opts.steps_per_epoch;
+    pass.finite = opts.check_finite ? &finite : nullptr;
+    const std::size_t skipped_before = finite.skipped;
+    const auto with_skipped = [&](Logs l) {
+      if (finite.skipped > skipped_before) l.set("skipped_steps", static_cast<double>(finite.skipped - skipped_before));
+      return l;
+    };
+    pass.max_steps = opts.steps_per_epoch ? (opts.steps_per_epoch > skip ? opts.steps_per_epoch - skip : 0) : 0;
+    if (opts.steps_per_epoch && pass.max_steps == 0) continue;  // the resumed epoch was complete
     pass.begin_fn = [&](std::size_t s) {
       for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(s));
     };
     pass.end_fn = [&](std::size_t s, const PassTotals& t) {
       // running logs (an O(parameters) regularization sum with L2) only for whoever reads them
-      progress.update(steps = s + 1, t.samples, [&] { return logs_of(t); });
+      progress.update(steps = s + 1, t.samples, [&] { return with_skipped(logs_of(t)); });
       if (!opts.callbacks.empty()) {
-        const Logs running = logs_of(t);
+        const Logs running = with_skipped(logs_of(t));
         for (auto* cb : opts.callbacks) {
           cb->on_batch_end(static_cast<int>(s), running);
           stop = stop || cb->stop_training;
         }
       }
+      if (resume) {
+        at.step = *pass.iteration;
+        at.batch = skip + s + 1;
+        if (resume->after(at, false)) stop = true;
+      }
       return stop;
     };
-    const PassTotals t = ex.run_pass(pass);
-    logs = logs_of(t);
+    PassTotals t;
+    try {
+      t = ex.run_pass(pass);
+    } catch (const NonFiniteError& e) {
+      throw NonFiniteError("fit: epoch " + std::to_string(epoch + 1) + "/" + std::to_string(opts.epochs) + ": " +
+                               e.what(),
+                           e.step());
+    }
+    if (t.samples == 0 && skip == 0)
+      throw Error("fit: the dataset gave no batches (or only empty ones) in epoch " + std::to_string(epoch + 1) + "/" +
+                  std::to_string(opts.epochs) +
+                  ": nothing to train on. Check its size against its batch size and any take, skip or filter");
+    logs = with_skipped(logs_of(t));
     validate(logs);
     progress.finish(steps, t.samples, logs);
     history.append(logs);
@@ -61,6 +114,7 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
       cb->on_epoch_end(epoch, logs);
       stop = stop || cb->stop_training;
     }
+    if (resume && !stop && resume->after({*pass.iteration, epoch + 1, 0, ds.pass_counters()}, true)) stop = true;
   }
   for (auto* cb : opts.callbacks) cb->on_train_end(logs);
   return history;

@@ -61,7 +61,7 @@ class LayerReplica final : public ReplicaProgram {
 
  private:
   void backward(int replicas);
-  void read_sums(ReplicaResult& out);
+  void read_sums(ReplicaResult& out, bool counted);
 
   const LayerProgram& m_;
   Compute& c_;
@@ -70,7 +70,7 @@ class LayerReplica final : public ReplicaProgram {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Act> acts_;
   Act x_, y_, d_[2];
-  kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels
+  kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels, non-finite gradient values
   std::vector<double> host_sums_;
 };
 
@@ -81,6 +81,28 @@ class OptimizerUpdater final : public Updater {
       : opt_(o.clone()), state_(o.make_state(n, c)) {}
   void apply(std::span<float> w, std::span<const float> g, std::size_t offset, std::int64_t step) override {
     opt_->apply(w, g, state_, offset, step);
+  }
+  std::vector<Tensor<float>> state() override {
+    std::vector<Tensor<float>> out;
+    for (auto& slot : state_.slots) {
+      Tensor<float> t{Shape{slot.size()}};
+      state_.compute->download(t.data(), slot.data(), t.bytes());
+      out.push_back(std::move(t));
+    }
+    if (!out.empty()) state_.compute->synchronize();
+    return out;
+  }
+  void set_state(std::span<const Tensor<float>> slots) override {
+    if (slots.size() != state_.slots.size())
+      throw ShapeError(opt_->name() + " keeps " + std::to_string(state_.slots.size()) + " state slots, got " +
+                       std::to_string(slots.size()));
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      if (slots[i].size() != state_.slots[i].size())
+        throw ShapeError(opt_->name() + " state slot " + std::to_string(i) + " holds " +
+                         std::to_string(state_.slots[i].size()) + " elements, got " + std::to_string(slots[i].size()));
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      state_.compute->upload(state_.slots[i].data(), slots[i].data(), slots[i].bytes());
+    state_.compute->synchronize();
   }
 
  private:
@@ -184,6 +206,13 @@ class LayerProgram final : public ModelProgram {
                                                                  std::span<float> grad) override {
     return std::make_unique<LayerReplica>(*this, c, value, grad);
   }
+  //! The layout, the optimizer and its hyper-parameters, the seed.
+  [[nodiscard]] std::vector<std::pair<std::string, std::string>> describe_for_fingerprint() const override {
+    auto f = ModelProgram::describe_for_fingerprint();
+    f.emplace_back("optimizer", optimizer ? optimizer->describe() : std::string("none (not compiled)"));
+    f.emplace_back("seed", std::to_string(seed));
+    return f;
+  }
   [[nodiscard]] bool compiled() const override { return optimizer != nullptr; }
   [[nodiscard]] std::unique_ptr<Updater> make_updater(std::size_t n) const override {
     return make_updater_on(kernels::host_compute(), n);
@@ -208,8 +237,8 @@ inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<c
     }
     layers_.back()->bind(refs);
   }
-  sums_.resize(c, Shape{m.metrics.size() + 2});
-  host_sums_.resize(m.metrics.size() + 2);
+  sums_.resize(c, Shape{m.metrics.size() + 3});
+  host_sums_.resize(m.metrics.size() + 3);
 }
 
 inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) {
@@ -234,22 +263,29 @@ inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info,
   double* sums = sums_.data();
   const std::size_t nm = m_.metrics.size();
   if (c_.where() == kernels::Where::Host) {
-    std::fill_n(sums, nm + 2, 0.0);
+    std::fill_n(sums, nm + 3, 0.0);
   } else {
-    host_sums_.assign(nm + 2, 0.0);
-    c_.upload(sums, host_sums_.data(), (nm + 2) * sizeof(double));
+    host_sums_.assign(nm + 3, 0.0);
+    c_.upload(sums, host_sums_.data(), (nm + 3) * sizeof(double));
   }
   m_.loss->accumulate(c_, pred, y_, train ? &d_[0] : nullptr, info.scale, sums, sums + nm + 1);
   for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
   if (train) backward(info.replicas);
-  read_sums(out);
+  // On a device, the gradient's NaN and infinite values are counted with the
+  // sums, for the executor's finiteness check without another read-back (a
+  // host executor checks the reduced gradient itself).
+  const bool count = train && c_.where() != kernels::Where::Host;
+  if (count) c_.count_nonfinite(grad_.data(), grad_.size(), sums + nm + 2);
+  read_sums(out, count);
 }
 
-inline void LayerReplica::read_sums(ReplicaResult& out) {
+//! out gets the loss and metric sums and, when `counted`, the gradient's
+//! non-finite count as one more entry past the metrics (DeviceExecutor reads it).
+inline void LayerReplica::read_sums(ReplicaResult& out, bool counted) {
   const std::size_t nm = m_.metrics.size();
   const double* s = sums_.data();
   if (c_.where() != kernels::Where::Host) {
-    c_.download(host_sums_.data(), sums_.data(), (nm + 2) * sizeof(double));
+    c_.download(host_sums_.data(), sums_.data(), (nm + 3) * sizeof(double));
     s = host_sums_.data();
   }
   if (s[nm + 1] != 0)
@@ -258,6 +294,7 @@ inline void LayerReplica::read_sums(ReplicaResult& out) {
                 std::to_string(m_.output_width()) + ") (counted on " + c_.name() + ")");
   out.loss = s[0];
   out.metrics.assign(s + 1, s + 1 + nm);
+  if (counted) out.metrics.push_back(s[nm + 2]);
 }
 
 inline void LayerReplica::backward(int replicas) {

@@ -25,7 +25,10 @@
 #include <utility>
 #include <vector>
 
+#include <strata/nn/backup_and_restore.hpp>
+#include <strata/nn/checkpoint.hpp>
 #include <strata/nn/data_pass.hpp>
+#include <strata/nn/fit_backup.hpp>
 #include <strata/nn/fit_loop.hpp>
 #include <strata/nn/layer.hpp>
 #include <strata/nn/logs.hpp>
@@ -121,6 +124,9 @@ class Sequential {
       return false;
     };
     const PassTotals t = ex_->run_pass(pass);
+    if (t.samples == 0)  // a loss and accuracy of 0 would read as a result
+      throw Error("Sequential::evaluate: the dataset gave no batches (or only empty ones): nothing to evaluate. "
+                  "Check its size against its batch size and any take, skip or filter");
     Logs logs = logs_of(t);
     progress.finish(steps, t.samples, logs);
     return logs;
@@ -229,6 +235,39 @@ class Sequential {
     ex_->assign(flat);
   }
   void save_weights(const std::filesystem::path& path) const { write_weights(path, get_weights()); }
+
+  //! Writes a checkpoint (nn/checkpoint.hpp): the weights, the optimizer's
+  //! state, the step count and `pos` (where in fit; default: no epoch
+  //! begun), atomically. Reads every copy it needs (under several workers,
+  //! call it on each; only the chief's file matters).
+  void save_checkpoint(const std::filesystem::path& path, TrainingPosition pos = {}) {
+    check_built("save_checkpoint");
+    check_compiled("save_checkpoint");
+    pos.step = iterations_;
+    io::write_tensor_file(path, detail::make_checkpoint(*m_, get_weights(), ex_->optimizer_state(), pos,
+                                                        strategy_->name(), strategy_->num_replicas_in_sync()),
+                          "save_checkpoint");
+  }
+  //! Loads a checkpoint written under any strategy: weights, optimizer
+  //! state and step count (all or nothing); returns where fit was.
+  TrainingPosition load_checkpoint(const std::filesystem::path& path) {
+    check_built("load_checkpoint");
+    check_compiled("load_checkpoint");
+    const std::string where = "load_checkpoint: " + path.string();
+    io::TensorFile f = io::read_tensor_file(path, "load_checkpoint");
+    TrainingPosition pos = detail::position_of(f, where);
+    auto [weights, slots] = detail::checkpoint_parts(*m_, f, where);
+    try {
+      set_weights(weights);
+    } catch (const ShapeError& e) {
+      throw ShapeError(where + " does not fit this model: " + e.what());
+    }
+    ex_->set_optimizer_state(slots);
+    iterations_ = pos.step;
+    return pos;
+  }
+  //! Under several workers: whether this one is the chief (the one that prints and writes).
+  [[nodiscard]] bool is_chief() const noexcept { return ex_->is_chief(); }
   //! Loads weights saved by save_weights; a file for another architecture
   //! or a corrupt file raises an Error and leaves the model unchanged.
   void load_weights(const std::filesystem::path& path) {
@@ -295,13 +334,23 @@ class Sequential {
   History fit_impl(const D& data, const FitOptions& opts, const V* validation) {
     check_compiled("fit");
     const auto& ds = dataset_of(data);
+    BackupAndRestore* backup_of = nullptr;
+    for (auto* cb : opts.callbacks)
+      if (auto* b = dynamic_cast<BackupAndRestore*>(cb)) {
+        if (backup_of) throw Error("fit: more than one BackupAndRestore among the callbacks");
+        backup_of = b;
+      }
     {
       auto it = ds.iterator();
       auto first = data_pass(it, data, Phase::Train);
       if (!ex_->begin_fit(first)) return {};  // this process served the ones training
+      if (backup_of && !built() && !first.next()) first.empty();  // a checkpoint loads into a built model
     }
     History history;
+    std::optional<detail::FitBackup<Sequential>> backup;
+    if (backup_of) backup.emplace(*this, *backup_of);
     try {
+      const detail::FitResume* resume = backup ? &backup->resume() : nullptr;
       history = detail::fit_epochs(
           *ex_, ds, opts, [&](auto& it) { return data_pass(it, data, Phase::Train); },
           [this](const PassTotals& t) { return logs_of(t); },
@@ -309,12 +358,14 @@ class Sequential {
             if (!validation) return;
             const Logs val = evaluate(*validation);
             for (const auto& [k, v] : val.items()) logs.set("val_" + k, v);
-          });
+          },
+          resume);
     } catch (...) {
       ex_->end_fit();
       throw;
     }
     ex_->end_fit();
+    if (backup) backup->finished();
     return history;
   }
 

@@ -1,9 +1,12 @@
 #pragma once
-//! The weights file format of save_weights / load_weights: a small binary
-//! file, little-endian, all-or-nothing on load.
-//!   "STRATAW1" | u32 count | count x { u32 name_len | name | u32 rank | rank x u64 dim | f32 data }
+//! The weights files of save_weights / load_weights: strata files
+//! (io/tensor_file.hpp) of kind "weights", one tensor per parameter,
+//! checksummed, all-or-nothing on load. Files of the first format
+//! ("STRATAW1": u32 count | count x {u32 name_len | name | u32 rank | rank x
+//! u64 dim | f32 data}, no checksums) still load. load_weights also takes a
+//! checkpoint (its weights).
 
-#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -12,22 +15,15 @@
 #include <vector>
 
 #include <strata/core/error.hpp>
+#include <strata/io/tensor_file.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::nn {
 
-//! One named tensor of a weights file.
-struct NamedTensor {
-  std::string name;
-  Tensor<float> value;
-};
+using io::NamedTensor;
 
 namespace detail {
-static_assert(std::endian::native == std::endian::little, "strata weights files are written little-endian");
-inline constexpr char weights_magic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'W', '1'};
-
-template <class T>
-void put(std::ofstream& f, T v) { f.write(reinterpret_cast<const char*>(&v), sizeof v); }
+inline constexpr char weights_magic_v1[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'W', '1'};
 
 template <class T>
 T get(std::ifstream& f, const std::filesystem::path& p) {
@@ -36,51 +32,31 @@ T get(std::ifstream& f, const std::filesystem::path& p) {
     throw Error("load_weights: " + p.string() + " is truncated (ended inside a header)");
   return v;
 }
-}  // namespace detail
 
-//! Writes the tensors to `path` (through a temporary file renamed into
-//! place, so a crash never leaves a half-written file under the name).
-inline void write_weights(const std::filesystem::path& path, const std::vector<NamedTensor>& ts) {
-  const auto tmp = std::filesystem::path(path.string() + ".tmp");
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error("save_weights: cannot open " + tmp.string() + " for writing");
-    f.write(detail::weights_magic, sizeof detail::weights_magic);
-    detail::put<std::uint32_t>(f, static_cast<std::uint32_t>(ts.size()));
-    for (const auto& t : ts) {
-      detail::put<std::uint32_t>(f, static_cast<std::uint32_t>(t.name.size()));
-      f.write(t.name.data(), static_cast<std::streamsize>(t.name.size()));
-      detail::put<std::uint32_t>(f, static_cast<std::uint32_t>(t.value.shape().rank()));
-      for (auto d : t.value.shape().dims()) detail::put<std::uint64_t>(f, d);
-      f.write(reinterpret_cast<const char*>(t.value.data()), static_cast<std::streamsize>(t.value.bytes()));
-    }
-    if (!f.flush()) throw Error("save_weights: writing " + tmp.string() + " failed");
-  }
-  std::filesystem::rename(tmp, path);
-}
-
-//! Reads every tensor of a weights file; throws strata::Error naming the
-//! file and what is wrong with it.
-inline std::vector<NamedTensor> read_weights(const std::filesystem::path& path) {
+//! A file of the first format ("STRATAW1", before checksums): read with
+//! the size checks it always had, and a finiteness check.
+inline std::vector<NamedTensor> read_weights_v1(const std::filesystem::path& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error("load_weights: cannot open " + path.string());
-  const auto file_size = std::filesystem::file_size(path);
+  std::error_code ec;
+  const auto file_size = std::filesystem::file_size(path, ec);
+  if (ec) throw Error("load_weights: " + path.string() + " cannot be read: " + ec.message());
   char magic[8];
-  if (!f.read(magic, 8) || std::memcmp(magic, detail::weights_magic, 8) != 0)
+  if (!f.read(magic, 8) || std::memcmp(magic, weights_magic_v1, 8) != 0)
     throw Error("load_weights: " + path.string() + " is not a strata weights file (bad magic)");
-  const auto count = detail::get<std::uint32_t>(f, path);
+  const auto count = get<std::uint32_t>(f, path);
   std::vector<NamedTensor> out;
   for (std::uint32_t i = 0; i < count; ++i) {
-    const auto len = detail::get<std::uint32_t>(f, path);
+    const auto len = get<std::uint32_t>(f, path);
     if (len > 4096) throw Error("load_weights: " + path.string() + " is corrupt (tensor name of " + std::to_string(len) + " bytes)");
     std::string name(len, '\0');
     if (!f.read(name.data(), len)) throw Error("load_weights: " + path.string() + " is truncated");
-    const auto rank = detail::get<std::uint32_t>(f, path);
+    const auto rank = get<std::uint32_t>(f, path);
     if (rank > 8) throw Error("load_weights: " + path.string() + " is corrupt (tensor " + name + " of rank " + std::to_string(rank) + ")");
     std::vector<std::size_t> dims(rank);
     std::uint64_t elems = 1;
     for (auto& d : dims) {
-      d = detail::get<std::uint64_t>(f, path);
+      d = get<std::uint64_t>(f, path);
       if (d && elems > file_size / d)
         throw Error("load_weights: " + path.string() + " is corrupt (tensor " + name + " larger than the file)");
       elems *= d;
@@ -90,11 +66,42 @@ inline std::vector<NamedTensor> read_weights(const std::filesystem::path& path) 
     Tensor<float> t{Shape(std::move(dims))};
     if (!f.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.bytes())))
       throw Error("load_weights: " + path.string() + " is truncated (inside tensor " + name + ")");
+    for (std::size_t k = 0; k < t.size(); ++k)
+      if (!std::isfinite(t.data()[k]))
+        throw Error("load_weights: " + path.string() + ": tensor " + name + " holds a non-finite value at element " +
+                    std::to_string(k));
     out.push_back({std::move(name), std::move(t)});
   }
   if (f.peek() != std::char_traits<char>::eof())
     throw Error("load_weights: " + path.string() + " has trailing bytes after its " + std::to_string(count) + " tensors");
   return out;
+}
+}  // namespace detail
+
+//! Writes the tensors to `path` as a "weights" strata file (io/tensor_file.hpp:
+//! checksummed, written atomically).
+inline void write_weights(const std::filesystem::path& path, const std::vector<NamedTensor>& ts) {
+  io::TensorFile f{.kind = "weights", .meta = {}, .tensors = ts};
+  io::write_tensor_file(path, f, "save_weights");
+}
+
+//! Reads every tensor of a weights file (or a checkpoint's weights);
+//! throws strata::Error naming the file and what is wrong with it.
+inline std::vector<NamedTensor> read_weights(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error("load_weights: " + path.string() + " is a directory, not a weights file");
+  if (!std::filesystem::exists(path, ec)) throw Error("load_weights: " + path.string() + " does not exist");
+  if (!io::is_tensor_file(path)) return detail::read_weights_v1(path);
+  io::TensorFile f = io::read_tensor_file(path, "load_weights");
+  if (f.kind == "checkpoint") {  // a checkpoint's weights: its tensors named "weights/..."
+    std::vector<NamedTensor> out;
+    for (auto& t : f.tensors)
+      if (t.name.starts_with("weights/")) out.push_back({t.name.substr(8), std::move(t.value)});
+    return out;
+  }
+  if (f.kind != "weights") throw Error("load_weights: " + path.string() + " is a strata " + f.kind + " file, not weights");
+  return std::move(f.tensors);
 }
 
 }  // namespace strata::nn

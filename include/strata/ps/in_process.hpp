@@ -48,6 +48,7 @@ class InProcessParameterServers final : public ParameterServerRuntime {
   [[nodiscard]] int num_workers() const noexcept override { return o_.workers; }
   [[nodiscard]] int num_servers() const noexcept override { return o_.servers; }
   [[nodiscard]] std::optional<std::uint64_t> staleness() const noexcept override { return o_.staleness; }
+  [[nodiscard]] bool servers_in_process() const noexcept override { return true; }
   [[nodiscard]] const ParameterServerOptions& options() const noexcept { return o_; }
   [[nodiscard]] Coordinator& coordinator() noexcept { return coord_; }
   //! The servers' store (after create_variables).

@@ -75,6 +75,8 @@ class ParameterServerRuntime {
   [[nodiscard]] virtual int num_workers() const noexcept = 0;
   [[nodiscard]] virtual int num_servers() const noexcept = 0;
   [[nodiscard]] virtual std::optional<std::uint64_t> staleness() const noexcept = 0;
+  //! Whether the servers (and so the optimizer state) live in this process.
+  [[nodiscard]] virtual bool servers_in_process() const noexcept { return false; }
 
   //! Places variables of `shapes` (laid end to end in `init`) on the
   //! servers, sharded by the partitioner, updated by `update`; replaces any

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include <strata/policy/placement.hpp>
 #include <strata/strategy/sync_executor.hpp>
@@ -28,6 +29,11 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   void reset_optimizer() override {
     if (var_ && this->program_.compiled()) updater_ = this->program_.make_updater(this->program_.num_params());
   }
+  std::vector<Tensor<float>> optimizer_state() override { return updater_ ? updater_->state() : std::vector<Tensor<float>>{}; }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override {
+    if (!updater_) throw Error("set_optimizer_state: the model is not compiled and placed yet");
+    updater_->set_state(slots);
+  }
 
  private:
   void place_values(const Tensor<float>& init, std::size_t local) { var_.emplace(init, static_cast<int>(local)); }
@@ -35,8 +41,9 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
 
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
-    var_->apply_gradient(ctx, this->grads_[r],
-                         [&](std::span<float> w, std::span<const float> g, std::size_t off) { updater_->apply(w, g, off, it); });
+    var_->apply_gradient(ctx, this->grads_[r], [&](std::span<float> w, std::span<const float> g, std::size_t off) {
+      if (this->finite_gradient(ctx, r, g)) updater_->apply(w, g, off, it);  // g: this replica's slice of the sum
+    });
   }
 
   std::optional<CentralVariable<float>> var_;

@@ -9,6 +9,9 @@
 //!   strata::OneDeviceStrategy s{strata::gpu(0)};   // its executor is this one
 //! Deterministic for a fixed device and shapes up to the order of the loss
 //! and metric sums (added atomically on a GPU; they do not feed the weights).
+//! The gradient finiteness policy (Pass::finite): the replica counts the
+//! gradient's NaN and infinite values on the device with its loss sums and
+//! they come back in the same read, so checking adds no synchronization.
 
 #include <algorithm>
 #include <memory>
@@ -50,6 +53,11 @@ class DeviceExecutor final : public Executor {
     updater_.reset();
     if (rep_ && program_.compiled()) updater_ = program_.make_updater_on(*c_, program_.num_params());
   }
+  std::vector<Tensor<float>> optimizer_state() override { return updater_ ? updater_->state() : std::vector<Tensor<float>>{}; }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override {
+    if (!updater_) throw Error("set_optimizer_state: the model is not compiled and placed yet");
+    updater_->set_state(slots);
+  }
 
   //! The variables, read back from the device (cached until they change).
   [[nodiscard]] const Tensor<float>& value() const override {
@@ -76,32 +84,56 @@ class DeviceExecutor final : public Executor {
       if (!b) break;
       const std::size_t rows = b->x->shape()[0];
       pass.begin_step(steps);
-      if (rows) step(*b, pass, rows, t);
+      if (rows) step(*b, pass, rows, t, steps);
       if (pass.end_step(steps++, t)) break;
     }
     return t;
   }
 
  private:
-  void step(const Batch& b, Pass& pass, std::size_t rows, PassTotals& t) {
+  void step(const Batch& b, Pass& pass, std::size_t rows, PassTotals& t, std::size_t index) {
     const std::int64_t it = *pass.iteration;
     const float scale = 1.f / static_cast<float>(rows);
     rep_->step(b, Range{0, rows}, StepInfo{pass.phase, 0, 1, static_cast<std::uint64_t>(it), scale}, result_);
+    if (pass.phase != Phase::Predict) t.add(result_.loss, result_.rows, result_.metrics);
+    t.samples += rows;
     if (pass.phase == Phase::Train) {
       if (!updater_) throw Error("Sequential: compile the model first (optimizer and loss)");
       const std::size_t n = program_.num_params();
+      if (pass.finite) {
+        const double bad = nonfinite_gradient(n);
+        if (bad > 0) return pass.skip_step(index, it, bad);  // nothing changes, the iteration included
+        pass.applied_step();
+      }
       updater_->apply({value_.data(), n}, {grad_.data(), n}, 0, it);
       host_.reset();
       ++*pass.iteration;
     }
-    if (pass.phase != Phase::Predict) t.add(result_.loss, result_.rows, result_.metrics);
-    t.samples += rows;
+  }
+
+  //! The NaN and infinite values of the step's gradient: on a device the
+  //! replica counted them with its sums (a last entry past the metrics,
+  //! nn/model_program.hpp); on the host they are counted here; a program
+  //! that does not count them on a device costs one more read-back.
+  double nonfinite_gradient(std::size_t n) {
+    if (result_.metrics.size() > program_.num_metrics()) return result_.metrics.back();
+    double bad = 0;
+    if (c_->where() == kernels::Where::Host) {
+      c_->count_nonfinite(grad_.data(), n, &bad);
+      return bad;
+    }
+    bad_.resize(*c_, Shape{1});
+    c_->upload(bad_.data(), &bad, sizeof bad);
+    c_->count_nonfinite(grad_.data(), n, bad_.data());
+    c_->download(&bad, bad_.data(), sizeof bad);
+    return bad;
   }
 
   ModelProgram& program_;
   std::unique_ptr<kernels::Compute> owned_;
   kernels::Compute* c_;
   kernels::Buffer<float> value_, grad_;
+  kernels::Buffer<double> bad_;  // the count, for a program that does not report it
   std::unique_ptr<ReplicaProgram> rep_;
   std::unique_ptr<Updater> updater_;
   ReplicaResult result_;

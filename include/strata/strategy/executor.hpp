@@ -11,6 +11,9 @@
 
 #include <memory>
 #include <span>
+#include <vector>
+
+#include <strata/core/error.hpp>
 
 #include <strata/core/concepts.hpp>
 #include <strata/strategy/program.hpp>
@@ -31,6 +34,17 @@ class Executor {
   [[nodiscard]] virtual const Tensor<float>& value() const = 0;
   //! Sets every copy (and the servers') to `v`.
   virtual void assign(const Tensor<float>& v) = 0;
+  //! The optimizer's state, logical: per slot one host tensor of all
+  //! num_params elements, however it is placed (a sharded update's slices
+  //! joined, one copy of the replicated ones). Empty before compile.
+  [[nodiscard]] virtual std::vector<Tensor<float>> optimizer_state() {
+    throw Error("this strategy's executor cannot read its optimizer state (checkpoints need it)");
+  }
+  //! Sets the optimizer state, slots as optimizer_state() returns them,
+  //! wherever it is placed (every copy, every shard).
+  virtual void set_optimizer_state(std::span<const Tensor<float>> /*slots*/) {
+    throw Error("this strategy's executor cannot set its optimizer state (checkpoints need it)");
+  }
   //! Runs a pass; returns its sums (at its end, every worker's).
   virtual PassTotals run_pass(Pass& pass) = 0;
   //! Predictions of a whole dataset, `all` rows in dataset order: across

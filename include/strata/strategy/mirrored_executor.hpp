@@ -72,6 +72,38 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
 
   [[nodiscard]] const Tensor<float>& value() const override { return vars_->value(); }
   void assign(const Tensor<float>& v) override { vars_->assign(v); }
+  std::vector<Tensor<float>> optimizer_state() override {
+    if (updaters_.empty()) return {};
+    if (!sharded_) return updaters_.front()->state();  // every copy's is the same
+    std::vector<Tensor<float>> out;
+    for (std::size_t r = 0; r < updaters_.size(); ++r) {
+      auto part = updaters_[r]->state();
+      if (out.empty())
+        for (std::size_t k = 0; k < part.size(); ++k) out.emplace_back(Shape{this->program_.num_params()});
+      for (std::size_t k = 0; k < part.size(); ++k) std::copy_n(part[k].data(), part[k].size(), out[k].data() + mine(r).begin);
+    }
+    return out;
+  }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override {
+    if (updaters_.empty()) throw Error("set_optimizer_state: the model is not compiled and placed yet");
+    for (const auto& t : slots)
+      if (t.size() != this->program_.num_params())
+        throw ShapeError("set_optimizer_state: a slot of " + std::to_string(t.size()) + " elements for " +
+                         std::to_string(this->program_.num_params()) + " parameters");
+    for (std::size_t r = 0; r < updaters_.size(); ++r) {
+      if (!sharded_) {
+        updaters_[r]->set_state(slots);
+        continue;
+      }
+      std::vector<Tensor<float>> part;
+      for (const auto& t : slots) {
+        Tensor<float> p{Shape{mine(r).size()}};
+        std::copy_n(t.data() + mine(r).begin, p.size(), p.data());
+        part.push_back(std::move(p));
+      }
+      updaters_[r]->set_state(part);
+    }
+  }
   //! Whether the update is sharded (decided when the variables are placed).
   [[nodiscard]] bool sharded() const noexcept { return sharded_; }
 
@@ -107,13 +139,16 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     std::span<float> g = this->grads_[r].span();
     if constexpr (can_shard) {
       if (sharded_) {
-        sharded_update(ctx, w, g, shards_[r].span(), mine(r),
-                       [&](std::span<float> ws, std::span<const float> gs) { updaters_[r]->apply(ws, gs, 0, it); });
+        // a skipped update leaves every slice as it was, so the all-gather changes nothing
+        sharded_update(ctx, w, g, shards_[r].span(), mine(r), [&](std::span<float> ws, std::span<const float> gs) {
+          if (this->finite_gradient(ctx, r, gs)) updaters_[r]->apply(ws, gs, 0, it);
+        });
         return;
       }
     }
     ctx.all_reduce(g, Sum);
-    updaters_[r]->apply(w, g, 0, it);
+    if (this->finite_gradient(ctx, r, std::span<const float>(g).subspan(mine(r).begin, mine(r).size())))
+      updaters_[r]->apply(w, g, 0, it);
   }
 
   ExecutorOptions opts_;

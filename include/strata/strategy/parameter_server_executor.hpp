@@ -15,9 +15,11 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <strata/policy/placement.hpp>
+#include <strata/ps/cluster_spec.hpp>
 #include <strata/ps/runtime.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/variable.hpp>
@@ -54,6 +56,18 @@ class ParameterServerExecutor final : public Executor {
                                               std::uint64_t step) { u->apply(w, g, offset, static_cast<std::int64_t>(step)); });
   }
 
+  //! The servers' optimizer state, when they run in this process (threads);
+  //! across processes it lives on the server ranks: an Error says so.
+  std::vector<Tensor<float>> optimizer_state() override {
+    check_state_here("save");
+    return updater_ ? updater_->state() : std::vector<Tensor<float>>{};
+  }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override {
+    check_state_here("restore");
+    if (!updater_) throw Error("set_optimizer_state: the model is not compiled and placed yet");
+    updater_->set_state(slots);
+  }
+
   void assign(const Tensor<float>& v) override {
     rt_.assign(v.span());
     copies_->assign(v);
@@ -63,9 +77,19 @@ class ParameterServerExecutor final : public Executor {
     return pass.phase == Phase::Train ? train(pass) : on_chief(pass);
   }
 
+  //! Across processes, every rank (chief, servers, workers) first agrees on
+  //! the run's fingerprint (layout, optimizer, seed, the first batch's size):
+  //! a rank started differently stops the run everywhere with a RunMismatch.
+  //! `pass` is fit's own pass for this: its first batch is not trained on.
   bool begin_fit(Pass& pass) override {
+    std::optional<Batch> first = pass.next();  // builds the model from the data...
+    if (!first && !placed()) pass.empty();     // ...or from its Input
+    if (auto* agreeing = dynamic_cast<RunAgreement*>(&rt_)) {
+      auto fields = program_.describe_for_fingerprint();
+      fields.emplace_back("global batch", first && first->x ? std::to_string(first->x->shape()[0]) : "none");
+      agreeing->agree_on_run(fields);
+    }
     if (is_chief()) return true;
-    if (!placed() && !pass.next()) pass.empty();  // build the model from the data, or from its Input
     rt_.set_step([this](int w, const StepInput& in) { return worker_step(w, in); });
     Tensor<float> trained{Shape{program_.num_params()}};
     rt_.serve(trained.span());
@@ -75,6 +99,13 @@ class ParameterServerExecutor final : public Executor {
   //! The servers and workers of other processes return from fit with the chief's value.
   void end_fit() override {
     if (placed()) rt_.end_training(value().span());
+  }
+
+  void check_state_here(const char* what) const {
+    if (!rt_.servers_in_process())
+      throw Error(std::string("ParameterServerStrategy across processes: cannot ") + what +
+                  " the optimizer state, which lives on the server ranks; checkpoints of this strategy need its "
+                  "servers in one process (threads), or save_weights for the weights alone");
   }
 
  private:

@@ -20,6 +20,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/core/error.hpp>
@@ -78,6 +80,13 @@ class Updater {
   //! w -= f(g) elementwise; `offset`: where w starts within the state's n
   //! elements; `step`: updates before this one.
   virtual void apply(std::span<float> w, std::span<const float> g, std::size_t offset, std::int64_t step) = 0;
+  //! The optimizer state, slot by slot (e.g. Adam's m, then v), each the
+  //! `n` elements the updater was made for, copied to the host.
+  [[nodiscard]] virtual std::vector<Tensor<float>> state() { return {}; }
+  //! Replaces the state with slots shaped as state() returns them.
+  virtual void set_state(std::span<const Tensor<float>> slots) {
+    if (!slots.empty()) throw Error("this optimizer keeps no state to set");
+  }
 };
 
 //! What a model gives an executor.
@@ -106,6 +115,15 @@ class ModelProgram {
   [[nodiscard]] virtual bool compiled() const = 0;
   //! The optimizer with fresh state for `n` elements (once compiled).
   [[nodiscard]] virtual std::unique_ptr<Updater> make_updater(std::size_t n) const = 0;
+  //! What the processes of one run must agree on, as (name, value) fields
+  //! (a run fingerprint, compared across workers at fit's start): by default
+  //! the layout; a model adds its optimizer and seed.
+  //!   for (auto& [name, value] : program.describe_for_fingerprint()) std::puts((name + "=" + value).c_str());
+  [[nodiscard]] virtual std::vector<std::pair<std::string, std::string>> describe_for_fingerprint() const {
+    std::string shapes;
+    for (const Shape& s : variable_shapes()) shapes += s.str();
+    return {{"parameter count", std::to_string(num_params())}, {"variable shapes", shapes}};
+  }
   //! The optimizer with fresh state for `n` elements in `c`'s space, updating there.
   [[nodiscard]] virtual std::unique_ptr<Updater> make_updater_on(kernels::Compute& c, std::size_t n) const {
     if (c.where() != kernels::Where::Host)
@@ -140,6 +158,39 @@ class Pass {
   std::size_t max_steps = 0;     //!< 0: until the data ends
   bool per_worker = false;       //!< the data is this worker's own share of each global batch
   std::int64_t* iteration = nullptr;  //!< the model's optimizer step, advanced by training steps
+
+  //! The gradient finiteness policy of a training pass (nn::FitOptions::
+  //! check_finite). A synchronous executor looks at each step's reduced
+  //! gradient once (the same decision on every replica and worker); if it
+  //! holds a NaN or an infinity, no replica applies the update (variables,
+  //! optimizer state and `*iteration` stay as they were) and skip_step
+  //! counts the step. The parameter-server executor (asynchronous) does not
+  //! check. Null: no check, non-finite gradients reach the variables.
+  struct FiniteCheck {
+    std::size_t max_bad_steps = 10;  //!< consecutive skipped steps that stop training (0: never stop)
+    std::size_t skipped = 0;         //!< steps skipped so far (the fit's count, across epochs)
+    std::size_t in_a_row = 0;        //!< the current run of consecutive skipped steps
+  };
+  FiniteCheck* finite = nullptr;
+  //! Records that step `step` of this pass (optimizer iteration `it`) was
+  //! skipped, its reduced gradient holding `bad` NaN or infinite values;
+  //! throws NonFiniteError naming the step once max_bad_steps were in a row.
+  void skip_step(std::size_t step, std::int64_t it, double bad) {
+    ++finite->skipped;
+    if (++finite->in_a_row < finite->max_bad_steps || finite->max_bad_steps == 0) return;
+    throw NonFiniteError("the reduced gradient of step " + std::to_string(step) + " (optimizer iteration " +
+                             std::to_string(it) + ") holds " + std::to_string(static_cast<long long>(bad)) +
+                             " NaN or infinite values; " + std::to_string(finite->in_a_row) +
+                             " steps in a row were skipped (max_bad_steps = " + std::to_string(finite->max_bad_steps) +
+                             "): stopping. Look for NaN or infinite inputs or labels, or lower the learning rate; "
+                             "FitOptions{.check_finite = false} lets such gradients through",
+                         step);
+  }
+  //! A step whose update was applied: the run of skipped steps ends.
+  void applied_step() noexcept {
+    if (finite) finite->in_a_row = 0;
+  }
+
   //! This process's next batch (nullopt: its data ended).
   virtual std::optional<Batch> next() = 0;
   //! A batch of no rows shaped like the data's (a worker out of data takes part with it).

@@ -73,7 +73,12 @@ class MapNode final : public Node<R> {
     return up ? std::make_shared<const MapNode>(std::move(up), f_) : nullptr;
   }
 
- private:
+ void pass_counters(std::vector<std::uint64_t>& out) const override { up_->pass_counters(out); }
+  void set_pass_counters(std::span<const std::uint64_t> in, std::size_t& at) const override {
+    up_->set_pass_counters(in, at);
+  }
+
+  private:
   NodePtr<E> up_;
   F f_;
 };

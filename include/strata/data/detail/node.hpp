@@ -5,6 +5,9 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
+#include <vector>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -57,6 +60,12 @@ class Node {
   [[nodiscard]] virtual std::shared_ptr<const Node<E>> shard_files(std::size_t /*num*/, std::size_t /*index*/) const {
     return nullptr;
   }
+  //! Appends the pass counters of the stages up to this one, in pipeline
+  //! order (shuffle's: which pass it opens next, so which order it draws):
+  //! a pipeline's random position, as a checkpoint keeps it.
+  virtual void pass_counters(std::vector<std::uint64_t>& /*out*/) const {}
+  //! Sets them from in[at...] in the same order, advancing `at`.
+  virtual void set_pass_counters(std::span<const std::uint64_t> /*in*/, std::size_t& /*at*/) const {}
 };
 template <DatasetElement E>
 using NodePtr = std::shared_ptr<const Node<E>>;
@@ -104,6 +113,10 @@ class ForwardingNode : public Node<E> {
   NodePtr<E> shard_files(std::size_t num, std::size_t index) const override {
     auto up = up_->shard_files(num, index);
     return up ? self().rebuild(std::move(up)) : nullptr;
+  }
+  void pass_counters(std::vector<std::uint64_t>& out) const override { up_->pass_counters(out); }
+  void set_pass_counters(std::span<const std::uint64_t> in, std::size_t& at) const override {
+    up_->set_pass_counters(in, at);
   }
 
  protected:

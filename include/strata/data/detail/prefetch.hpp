@@ -112,7 +112,12 @@ class PrefetchNode final : public Node<E> {
     return up ? std::make_shared<const PrefetchNode>(std::move(up), n_) : nullptr;
   }
 
- private:
+ void pass_counters(std::vector<std::uint64_t>& out) const override { up_->pass_counters(out); }
+  void set_pass_counters(std::span<const std::uint64_t> in, std::size_t& at) const override {
+    up_->set_pass_counters(in, at);
+  }
+
+  private:
   NodePtr<E> up_;
   std::size_t n_;
 };

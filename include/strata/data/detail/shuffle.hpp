@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
+#include <vector>
+
+#include <strata/core/error.hpp>
 #include <utility>
 #include <vector>
 
@@ -66,6 +70,16 @@ class ShuffleNode final : public ForwardingNode<E, ShuffleNode<E>> {
     const std::uint64_t pass = passes_.fetch_add(1, std::memory_order_relaxed);
     const std::uint64_t key = strata::detail::mix(seed_, reshuffle_ ? pass : 0);
     return std::make_unique<ShuffleStream<Item>>(open_stream<Item>(*this->up_), buffer_size_, key);
+  }
+
+  void pass_counters(std::vector<std::uint64_t>& out) const override {
+    this->up_->pass_counters(out);
+    out.push_back(passes_.load(std::memory_order_relaxed));
+  }
+  void set_pass_counters(std::span<const std::uint64_t> in, std::size_t& at) const override {
+    this->up_->set_pass_counters(in, at);
+    if (at >= in.size()) throw Error("Dataset::set_pass_counters: fewer counters than the pipeline's shuffles");
+    passes_.store(in[at++], std::memory_order_relaxed);
   }
 
  private:
