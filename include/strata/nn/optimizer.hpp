@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <span>
 #include <string>
@@ -34,6 +35,10 @@ class Optimizer {
   virtual ~Optimizer() = default;
   [[nodiscard]] virtual std::string name() const = 0;
   [[nodiscard]] virtual std::size_t slot_count() const noexcept = 0;
+  //! The kind and hyper-parameters, for a run's fingerprint (workers of one
+  //! run must agree on it): "SGD(learning_rate=0.01, momentum=0.9, nesterov=1)".
+  //! A schedule shows its rate at step 0.
+  [[nodiscard]] virtual std::string describe() const { return name(); }
   //! Zeroed state for `n` elements in `c`'s space.
   [[nodiscard]] OptimizerState make_state(std::size_t n, kernels::Compute& c = kernels::host_compute()) const {
     OptimizerState s{&c, {}};
@@ -56,6 +61,12 @@ class Optimizer {
   virtual void update(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,
                       std::size_t offset, std::int64_t step) const = 0;
   static float* slot(OptimizerState& s, std::size_t i, std::size_t offset) { return s.slots[i].data() + offset; }
+  //! "name=value" with the shortest exact form of a float ("0.001", not "0.001000").
+  static std::string field(const char* name, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s=%.9g", name, v);
+    return buf;
+  }
 };
 
 }  // namespace strata::nn

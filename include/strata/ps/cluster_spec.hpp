@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <strata/core/error.hpp>
@@ -145,5 +146,16 @@ struct ClusterSpec {
     return out;
   }
 };
+
+namespace detail {
+//! A parameter-server runtime whose processes agree on a run before it
+//! starts (over MPI): `fields` (name, value) must match on every process,
+//! else every one raises a typed error naming the ranks and the field.
+class RunAgreement {
+ public:
+  virtual ~RunAgreement() = default;
+  virtual void agree_on_run(const std::vector<std::pair<std::string, std::string>>& fields) = 0;
+};
+}  // namespace detail
 
 }  // namespace strata

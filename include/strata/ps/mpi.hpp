@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/comm/mpi/fingerprint.hpp>
 #include <strata/comm/mpi/mpi.hpp>
 #include <strata/ps/cluster_spec.hpp>
 #include <strata/ps/mpi/chief.hpp>
@@ -36,12 +37,16 @@
 namespace strata {
 
 //! ParameterServerRuntime over the ranks of MPI_COMM_WORLD (see the file comment).
-class MpiParameterServers final : public ParameterServerRuntime {
+class MpiParameterServers final : public ParameterServerRuntime, public detail::RunAgreement {
  public:
   //! This process's part in `spec` (of MPI_COMM_WORLD). `o.workers` and
-  //! `o.servers` are taken from the spec.
+  //! `o.servers` are taken from the spec. Collective: every rank first
+  //! agrees on the cluster (its roles and options, cluster_fields()), before
+  //! anything could wait on a rank that sees another cluster; a rank that
+  //! differs raises RunMismatch on every rank, naming it and the field.
   MpiParameterServers(ClusterSpec spec, ParameterServerOptions o)
       : spec_(std::move(spec)), o_(std::move(o)), link_(MPI_COMM_WORLD, o_.timeout) {
+    detail::mpi::agree_on_run(link_, cluster_fields(), "cluster");
     spec_.validate(link_.size());
     o_.workers = static_cast<int>(spec_.workers.size());
     o_.servers = static_cast<int>(spec_.servers.size());
@@ -109,6 +114,36 @@ class MpiParameterServers final : public ParameterServerRuntime {
   }
   void end_training(std::span<const float> final_value) override {
     if (chief_) chief_->end_training(final_value);
+  }
+
+  //! Every rank agrees on the run's `fields` (fit's fingerprint): RunMismatch
+  //! on every rank if one differs, CollectiveTimeout if one never arrives.
+  void agree_on_run(const std::vector<RunField>& fields) override {
+    detail::mpi::agree_on_run(link_, fields, "fingerprint");
+  }
+
+  //! What every rank's cluster must match: roles and the options that change the protocol.
+  [[nodiscard]] std::vector<RunField> cluster_fields() const {
+    const auto list = [](const std::vector<int>& v) {
+      std::string s;
+      for (int r : v) {  // appended piece by piece: GCC 12 -O3 warns falsely (-Wrestrict) on "," + string
+        if (!s.empty()) s += ',';
+        s += std::to_string(r);
+      }
+      std::string out = std::to_string(v.size());
+      out += " (ranks ";
+      out += s;
+      out += ')';
+      return out;
+    };
+    return {{"world size", std::to_string(link_.size())},
+            {"chief", std::to_string(spec_.chief)},
+            {"servers", list(spec_.servers)},
+            {"workers", list(spec_.workers)},
+            {"staleness", o_.staleness ? std::to_string(*o_.staleness) : std::string("none (asynchronous)")},
+            {"timeout", std::to_string(o_.timeout.count()) + " ms"},
+            {"max_attempts", std::to_string(o_.max_attempts)},
+            {"partitioner", o_.partitioner ? "custom" : "default"}};
   }
 
   [[nodiscard]] std::vector<WorkerFailure> failures() const override {

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -23,10 +24,23 @@
 #include <vector>
 
 #include <strata/comm/mpi/communicator.hpp>
+#include <strata/strategy/executor.hpp>
+#include <strata/strategy/mirrored_executor.hpp>
 #include <strata/strategy/multi_worker_executor.hpp>
 #include <strata/strategy/strategy.hpp>
 
 namespace strata {
+
+class MultiWorkerMirroredStrategy;
+
+namespace detail {
+//! The executor of a MultiWorkerMirroredStrategy: the mirrored one, with the
+//! run fingerprint agreed at fit's start (MultiWorkerExecutor). Declared
+//! before the strategy, whose type-erased surface instantiates the call.
+template <>
+std::unique_ptr<Executor> make_executor<MultiWorkerMirroredStrategy>(MultiWorkerMirroredStrategy& s,
+                                                                      ModelProgram& program);
+}  // namespace detail
 
 //! Options of a MultiWorkerMirroredStrategy: across workers and within one.
 struct MultiWorkerOptions {
@@ -243,6 +257,12 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
   bool mpi_mismatch_ = false;
   std::vector<std::byte> stage_;  // the leader's reduction buffer (8-byte aligned by new)
 };
+
+template <>
+inline std::unique_ptr<Executor> detail::make_executor<MultiWorkerMirroredStrategy>(MultiWorkerMirroredStrategy& s,
+                                                                                     ModelProgram& program) {
+  return std::make_unique<MultiWorkerExecutor>(ExecutorFor<Mirrored>::make(s, program), s.communicator(), program);
+}
 
 inline int MultiWorkerReplicaContext::replica_id_in_sync_group() const noexcept { return s_.offset_ + local_.rank(); }
 inline int MultiWorkerReplicaContext::num_replicas_in_sync() const noexcept { return s_.total_; }

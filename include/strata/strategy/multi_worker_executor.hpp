@@ -6,14 +6,25 @@
 //! (broadcast), agrees on each global batch when it reads its own share of
 //! the data (sharded by file), and sums the pass's logs and the predictions
 //! of every worker. Gradients cross workers inside the replicas' own
-//! all-reduce (hierarchical: see strategy/multi_worker.hpp).
+//! all-reduce (hierarchical: see strategy/multi_worker.hpp). At fit's start
+//! the workers agree on a run fingerprint (MultiWorkerExecutor::begin_fit):
+//! a worker started with another model, optimizer, batch or seed stops the
+//! run on every worker with a RunMismatch naming it, instead of training
+//! something else silently.
 //!   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2)};   // under mpirun
 //!   auto model = s.scope([] { return strata::nn::Sequential{...}; });  // trains through it
 
+#include <memory>
+#include <optional>
 #include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <strata/comm/mpi/communicator.hpp>
+#include <strata/comm/mpi/fingerprint.hpp>
 #include <strata/comm/reduce_op.hpp>
+#include <strata/strategy/executor.hpp>
 
 namespace strata::detail {
 
@@ -32,6 +43,52 @@ class MpiWorkers {
 
  private:
   MpiCommunicator* comm_;
+};
+
+//! The fields of a run's fingerprint: the program's (layout, optimizer,
+//! seed) and, from fit's first batch, the global batch (unless each worker
+//! reads its own share, whose sizes may differ).
+inline std::vector<RunField> run_fingerprint(const ModelProgram& program, const std::optional<Batch>& first,
+                                             bool per_worker) {
+  std::vector<RunField> f = program.describe_for_fingerprint();
+  if (!per_worker) f.emplace_back("global batch", first && first->x ? std::to_string(first->x->shape()[0]) : "none");
+  return f;
+}
+
+//! The executor of a MultiWorkerMirroredStrategy: the mirrored executor
+//! (`inner`), with the run fingerprint agreed at fit's start. Everything
+//! else is the inner executor's.
+class MultiWorkerExecutor final : public Executor {
+ public:
+  MultiWorkerExecutor(std::unique_ptr<Executor> inner, MpiCommunicator& comm, ModelProgram& program)
+      : inner_(std::move(inner)), comm_(comm), program_(program) {}
+
+  //! Fit's first batch (of a pass of its own: not trained on) tells the
+  //! global batch; every worker compares its fingerprint with the others'
+  //! under the MPI timeout (RunMismatch on every worker if any differ).
+  bool begin_fit(Pass& pass) override {
+    std::optional<Batch> first = pass.next();  // builds the model if needed (collective: every worker does)
+    if (!first && !placed()) pass.empty();     // out of data here: build from the Input, as the others do
+    detail::mpi::agree_on_run(comm_, run_fingerprint(program_, first, pass.per_worker), "fingerprint");
+    return inner_->begin_fit(pass);
+  }
+
+  void place(const Tensor<float>& init) override { inner_->place(init); }
+  void reset_optimizer() override { inner_->reset_optimizer(); }
+  [[nodiscard]] bool placed() const noexcept override { return inner_->placed(); }
+  [[nodiscard]] const Tensor<float>& value() const override { return inner_->value(); }
+  void assign(const Tensor<float>& v) override { inner_->assign(v); }
+  [[nodiscard]] std::vector<Tensor<float>> optimizer_state() override { return inner_->optimizer_state(); }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override { inner_->set_optimizer_state(slots); }
+  PassTotals run_pass(Pass& pass) override { return inner_->run_pass(pass); }
+  void join_predictions(std::span<float> all, bool per_worker) override { inner_->join_predictions(all, per_worker); }
+  void end_fit() override { inner_->end_fit(); }
+  [[nodiscard]] bool is_chief() const noexcept override { return inner_->is_chief(); }
+
+ private:
+  std::unique_ptr<Executor> inner_;
+  MpiCommunicator& comm_;
+  ModelProgram& program_;
 };
 
 }  // namespace strata::detail

@@ -135,27 +135,28 @@ class PsLink {
     }
     return std::move(*v);
   }
-  //! Every rank's `mine` (fixed size, the same everywhere) gathered in rank
-  //! order by a non-blocking all-gather, bounded by the timeout.
-  std::vector<std::int64_t> all_gather(const std::vector<std::int64_t>& mine, const std::string& what) {
+  //! Every rank's `mine` (fixed size, the same everywhere) gathered into
+  //! `all` in rank order by a non-blocking all-gather, bounded by the timeout.
+  void all_gather(const std::vector<std::int64_t>& mine, std::vector<std::int64_t>& all,
+                  const std::string& what = "every rank to agree on the cluster and the run") {
     // on the heap: a collective MPI cannot cancel keeps its buffers if it times out
     auto send = std::make_unique<std::vector<std::int64_t>>(mine);
-    auto all = std::make_unique<std::vector<std::int64_t>>(mine.size() * static_cast<std::size_t>(size_));
+    auto got = std::make_unique<std::vector<std::int64_t>>(mine.size() * static_cast<std::size_t>(size_));
     const int n = mpi::as_count(mine.size(), "an all-gather");
     std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
     {
       std::lock_guard lk(mu_);
-      mpi::check(MPI_Iallgather(send->data(), n, MPI_INT64_T, all->data(), n, MPI_INT64_T, comm_, reqs.data()),
+      mpi::check(MPI_Iallgather(send->data(), n, MPI_INT64_T, got->data(), n, MPI_INT64_T, comm_, reqs.data()),
                  "MPI_Iallgather");
     }
     try {
-      wait_all(reqs, what + " (an all-gather over every rank)");
+      wait_all(reqs, what + " (an all-gather over all " + std::to_string(size_) + " ranks)");
     } catch (...) {
       (void)send.release();  // left to MPI for the life of the process
-      (void)all.release();
+      (void)got.release();
       throw;
     }
-    return std::move(*all);
+    all = std::move(*got);
   }
   [[noreturn]] void timed_out(const std::string& what) const {
     mpi::runtime().note_failure(timeout_);  // the job's exit must not wait for this rank's peers forever
