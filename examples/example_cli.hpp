@@ -1,19 +1,32 @@
 // Command line shared by the examples: which strategy, how many replicas,
 // and the training knobs; strata::with_strategy then builds the named
 // strategy and hands it to the same model code, whatever its type.
+//
+// Strict: every number is read whole (std::from_chars) and range-checked,
+// an option that does not apply to the chosen strategy is an error, and
+// output paths are checked before anything trains. Every mistake is one
+// sentence naming the option, the value and what is allowed, exit status 2;
+// --help prints the usage and exits 0.
 #pragma once
 
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-
-#include <algorithm>
+#include <system_error>
+#include <vector>
 
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
+
+#include "output_paths.hpp"
 
 namespace example {
 
@@ -21,6 +34,7 @@ struct Args {
   std::string strategy = "mirrored";  // on a GPU: one_device unless named
   bool strategy_named = false;
   std::string device = "auto";  // cpu | gpu | gpu:N | auto (a GPU when the program has the CUDA backend and one is present)
+  bool device_named = false;
   int replicas = 0;  // 0: one per core, at least 32 rows of the batch each (cpu_replicas_for_batch)
   int workers = 2;   // parameter_server: worker threads
   int servers = 1;   // parameter_server: servers
@@ -30,87 +44,257 @@ struct Args {
   std::size_t batch = 128;
   std::string data;  // MNIST directory ("": the default cache)
   std::uint64_t seed = 0;
-  std::string save;  // weights file to write after training
+  std::string save;  // weights file to write after training (checked before training)
+  //! BackupAndRestore into this directory (checked like an output path; not wired to training yet).
+  std::string checkpoint_dir;
   std::size_t train_limit = 0;  // use only the first N training examples (0: all)
   bool quiet = false;
   double min_accuracy = -1;  // exit status 0 only at or above this test accuracy (-1: the example's bar)
+  //! The collective deadline (none: the strategy's default).
+  std::optional<std::chrono::milliseconds> timeout;
   bool if_present = false;   // for the test suite: exit 77 ("skipped") when MNIST is not there
+  std::vector<std::string> given;  // the options on the command line, in order
+
+  [[nodiscard]] bool has(std::string_view opt) const { return std::find(given.begin(), given.end(), opt) != given.end(); }
 };
 
-// `known`: the strategy names the program accepts (strata::strategy_names, or
-// strata::MpiStrategies::names where it includes strata/strategy/by_name_mpi.hpp).
-[[noreturn]] inline void usage(const char* prog, const std::string& why,
-                               std::span<const std::string_view> known = strata::strategy_names) {
-  std::string names;
-  for (auto n : known) {
-    if (!names.empty()) names += '|';  // (not "|" + name: GCC 12 -O3 warns falsely, -Wrestrict)
-    names += n;
-  }
-  std::fprintf(stderr,
-               "%s: %s\nusage: %s [--strategy %s] [--replicas N] [--device cpu|gpu|gpu:N|auto]\n"
-               "          [--workers W] [--servers S] [--staleness K] [--cluster SPEC]   (parameter_server)\n"
-               "          [--epochs N] [--batch N] [--data DIR] [--seed N] [--save FILE] [--train-limit N] [--quiet]\n"
-               "          [--min-accuracy X] [--if-present]\n",
-               prog, why.c_str(), prog, names.c_str());
-  std::exit(2);
+//! One option: its name, its value's placeholder ("" for a flag), one line
+//! of help, and the strategies it applies to ("": every strategy).
+struct OptionInfo {
+  std::string_view name, value, help, only_for;
+};
+
+inline constexpr std::string_view replica_strategies = "mirrored central_storage multi_worker_mirrored";
+inline constexpr std::string_view ps_strategies = "parameter_server";
+
+inline constexpr OptionInfo option_table[] = {
+    {"--strategy", "NAME", "the strategy (default: mirrored; one_device on a GPU)", ""},
+    {"--device", "cpu|gpu|gpu:N|auto",
+     "where default/one_device train (auto: a GPU when there is one; the other strategies run on CPUs)", ""},
+    {"--replicas", "N", "CPU replicas, 1-1024, of mirrored, central_storage, multi_worker_mirrored (per worker); "
+                        "default: by cores and batch; ignored when --device auto picks a GPU",
+     replica_strategies},
+    {"--workers", "W", "parameter_server: worker threads in this process, 1-256 (default 2)", ps_strategies},
+    {"--servers", "S", "parameter_server: servers, 1-256 (default 1)", ps_strategies},
+    {"--staleness", "K", "parameter_server: steps a worker may run ahead, 0-1000000 (default: unbounded)",
+     ps_strategies},
+    {"--cluster", "SPEC", "parameter_server under mpirun: \"chief:0 ps:1 worker:2,3\" (default: by --servers)",
+     ps_strategies},
+    {"--epochs", "N", "passes over the training set, 1-100000", ""},
+    {"--batch", "N", "global batch, 1-1048576 (default 128)", ""},
+    {"--data", "DIR", "the MNIST directory (default: the cache of scripts/fetch-mnist.sh)", ""},
+    {"--seed", "N", "initialization and shuffling seed, 0-18446744073709551615", ""},
+    {"--save", "FILE", "write the trained weights there (its directory must exist and be writable)", ""},
+    {"--checkpoint-dir", "DIR", "BackupAndRestore into DIR: running the same command again resumes", ""},
+    {"--train-limit", "N", "train on the first N examples only, 1-4294967295", ""},
+    {"--min-accuracy", "X", "exit 1 below this test accuracy, 0-1 (default: the example's bar)", ""},
+    {"--timeout", "SECONDS", "the collective deadline, > 0 up to 604800, fractions allowed (default: the "
+                             "strategy's; default runs one replica on this thread: nothing to wait for)",
+     ""},
+    {"--quiet", "", "no summary, no progress bar", ""},
+    {"--if-present", "", "exit 77 (skipped) when MNIST or the GPU is not there (for the test suite)", ""},
+    {"--help", "", "print this and exit 0 (also -h)", ""},
+};
+
+//! What one program takes: the strategy names it accepts and its options.
+struct Program {
+  std::span<const std::string_view> strategies = strata::strategy_names;
+  std::vector<std::string_view> options;
+};
+
+//! The options of the MNIST examples; with `mpi`, --cluster too.
+inline std::vector<std::string_view> mnist_options(bool mpi) {
+  std::vector<std::string_view> o;
+  for (const auto& info : option_table)
+    if (mpi || info.name != "--cluster") o.push_back(info.name);
+  return o;
 }
 
-inline Args parse(int argc, char** argv, Args a = {},
-                  std::span<const std::string_view> known = strata::strategy_names) {
+inline std::string join(std::span<const std::string_view> names, std::string_view sep) {
+  std::string out;
+  for (auto n : names) {
+    if (!out.empty()) out += sep;  // (not sep + name: GCC 12 -O3 warns falsely, -Wrestrict)
+    out += n;
+  }
+  return out;
+}
+
+inline std::string usage_text(const char* prog, const Program& p) {
+  std::string out = std::string("usage: ") + prog + " [options]\n";
+  for (const auto& info : option_table) {
+    if (std::find(p.options.begin(), p.options.end(), info.name) == p.options.end()) continue;
+    std::string left = "  " + std::string(info.name);
+    if (info.name == "--strategy") left += " " + join(p.strategies, "|");
+    else if (!info.value.empty()) left += " " + std::string(info.value);
+    out += left;
+    std::size_t col = left.size();
+    if (col >= 30) out += '\n', col = 0;
+    out += std::string(30 - col, ' ');
+    col = 30;
+    for (std::string_view rest = info.help; !rest.empty();) {  // words, wrapped at 100 columns
+      const auto sp = rest.find(' ');
+      const auto word = rest.substr(0, sp);
+      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+      if (col > 30 && col + 1 + word.size() > 100) out += '\n' + std::string(30, ' '), col = 30;
+      if (col > 30) out += ' ', ++col;
+      out += word;
+      col += word.size();
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+namespace detail {
+
+inline std::string quoted(std::string_view v) { return "'" + std::string(v) + "'"; }
+
+//! A whole number in [lo, hi]: every character a digit, nothing after it.
+template <class T>
+T whole(const char* prog, std::string_view opt, std::string_view v, T lo, T hi) {
+  const std::string range = "expected a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+  const char* first = v.data();
+  const char* last = v.data() + v.size();
+  if (!v.empty() && v[0] == '-') {  // a negative number is out of range; anything else is not a number
+    long long n = 0;
+    const auto [p, ec] = std::from_chars(first, last, n);
+    const bool number = p == last && (ec == std::errc{} || ec == std::errc::result_out_of_range);
+    fail(prog, std::string(opt) + " " + quoted(v) + (number ? " is out of range: " : " is not a whole number: ") + range);
+  }
+  unsigned long long n = 0;
+  const auto [p, ec] = std::from_chars(first, last, n);
+  if (p != last || v.empty() || (ec != std::errc{} && ec != std::errc::result_out_of_range))
+    fail(prog, std::string(opt) + " " + quoted(v) + " is not a whole number: " + range);
+  if (ec == std::errc::result_out_of_range || n < static_cast<unsigned long long>(lo) ||
+      n > static_cast<unsigned long long>(hi))
+    fail(prog, std::string(opt) + " " + quoted(v) + " is out of range: " + range);
+  return static_cast<T>(n);
+}
+
+//! A finite decimal number in [lo, hi] (or (lo, hi] with `lo_open`).
+inline double decimal(const char* prog, std::string_view opt, std::string_view v, double lo, double hi,
+                      bool lo_open, const std::string& range) {
+  double x = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || p != v.data() + v.size() || ec != std::errc{} || !std::isfinite(x))
+    fail(prog, std::string(opt) + " " + quoted(v) + " is not a number: expected " + range);
+  if ((lo_open ? x <= lo : x < lo) || x > hi)
+    fail(prog, std::string(opt) + " " + quoted(v) + " is out of range: expected " + range);
+  return x;
+}
+
+}  // namespace detail
+
+//! Reads the command line of `p`'s program into `a` (its defaults), or ends
+//! the program: --help prints the usage and exits 0, a mistake is one
+//! sentence on stderr and exit status 2.
+inline Args parse(int argc, char** argv, Args a, const Program& p) {
+  const char* prog = argv[0];
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k == "--quiet" || k == "--if-present") {
+    if (k == "--help" || k == "-h") {
+      std::fputs(usage_text(prog, p).c_str(), stdout);
+      std::exit(0);
+    }
+    const auto info = std::find_if(std::begin(option_table), std::end(option_table),
+                                   [&](const OptionInfo& o) { return o.name == k; });
+    if (info == std::end(option_table)) fail(prog, "unknown option " + detail::quoted(k));
+    if (std::find(p.options.begin(), p.options.end(), k) == p.options.end())
+      fail(prog, k + " is not an option of this program");
+    a.given.push_back(k);
+    if (info->value.empty()) {
       (k == "--quiet" ? a.quiet : a.if_present) = true;
       continue;
     }
-    if (i + 1 >= argc) usage(argv[0], "missing value after " + k, known);
+    if (i + 1 >= argc) fail(prog, "missing value after " + k + " (" + std::string(info->value) + ")");
     const std::string v = argv[++i];
-    auto num = [&](auto& out) {
-      char* end = nullptr;
-      const long long n = std::strtoll(v.c_str(), &end, 10);
-      if (!end || *end || n < 0) usage(argv[0], "expected a non-negative number after " + k + ", got " + v, known);
-      out = static_cast<std::remove_reference_t<decltype(out)>>(n);
-    };
-    if (k == "--strategy") a.strategy = v, a.strategy_named = true;
-    else if (k == "--device") {
-      if (v != "cpu" && v != "gpu" && v != "auto" && v.rfind("gpu:", 0) != 0)
-        usage(argv[0], "--device takes cpu, gpu, gpu:N or auto, got " + v, known);
-      a.device = v;
-    }
-    else if (k == "--replicas") num(a.replicas);
-    else if (k == "--workers") num(a.workers);
-    else if (k == "--servers") num(a.servers);
+    if (k == "--strategy") {
+      if (std::find(p.strategies.begin(), p.strategies.end(), v) == p.strategies.end())
+        fail(prog, "--strategy " + detail::quoted(v) + " is not a strategy of this program: expected one of " +
+                       join(p.strategies, ", "));
+      a.strategy = v, a.strategy_named = true;
+    } else if (k == "--device") {
+      if (v.rfind("gpu:", 0) == 0) (void)detail::whole<int>(prog, "--device gpu:N", std::string_view(v).substr(4), 0, 1023);
+      else if (v != "cpu" && v != "gpu" && v != "auto")
+        fail(prog, "--device " + detail::quoted(v) + " is not a device: expected cpu, gpu, gpu:N or auto");
+      a.device = v, a.device_named = v != "auto";
+    } else if (k == "--replicas") a.replicas = detail::whole(prog, k, v, 1, 1024);
+    else if (k == "--workers") a.workers = detail::whole(prog, k, v, 1, 256);
+    else if (k == "--servers") a.servers = detail::whole(prog, k, v, 1, 256);
+    else if (k == "--staleness") a.staleness = detail::whole<std::uint64_t>(prog, k, v, 0, 1000000);
     else if (k == "--cluster") a.cluster = v;
-    else if (k == "--staleness") {
-      std::uint64_t n = 0;
-      num(n);
-      a.staleness = n;
-    }
-    else if (k == "--epochs") num(a.epochs);
-    else if (k == "--batch") num(a.batch);
+    else if (k == "--epochs") a.epochs = detail::whole(prog, k, v, 1, 100000);
+    else if (k == "--batch") a.batch = detail::whole<std::size_t>(prog, k, v, 1, std::size_t{1} << 20);
     else if (k == "--data") a.data = v;
-    else if (k == "--seed") num(a.seed);
+    else if (k == "--seed") a.seed = detail::whole<std::uint64_t>(prog, k, v, 0, UINT64_MAX);
     else if (k == "--save") a.save = v;
-    else if (k == "--train-limit") num(a.train_limit);
-    else if (k == "--min-accuracy") a.min_accuracy = std::strtod(v.c_str(), nullptr);
-    else usage(argv[0], "unknown option " + k, known);
+    else if (k == "--checkpoint-dir") a.checkpoint_dir = v;
+    else if (k == "--train-limit") a.train_limit = detail::whole<std::size_t>(prog, k, v, 1, 4294967295u);
+    else if (k == "--min-accuracy") a.min_accuracy = detail::decimal(prog, k, v, 0, 1, false, "a number from 0 to 1");
+    else if (k == "--timeout") {
+      const double s = detail::decimal(prog, k, v, 0, 604800, true, "a number of seconds above 0, at most 604800");
+      a.timeout = std::chrono::milliseconds(std::max(1LL, static_cast<long long>(std::ceil(s * 1000))));
+    }
   }
-  if (a.batch == 0) usage(argv[0], "--batch must be at least 1", known);
-  if (a.workers < 1 || a.servers < 1) usage(argv[0], "--workers and --servers must be at least 1", known);
-  if (std::find(known.begin(), known.end(), a.strategy) == known.end())
-    usage(argv[0], "unknown strategy " + a.strategy, known);
+
+  // Options that the chosen strategy would ignore are mistakes, said as such.
+  for (const auto& k : a.given) {
+    const auto& info = *std::find_if(std::begin(option_table), std::end(option_table),
+                                     [&](const OptionInfo& o) { return o.name == k; });
+    if (info.only_for.empty()) continue;
+    bool applies = false;
+    std::vector<std::string_view> names;
+    for (std::string_view rest = info.only_for; !rest.empty();) {
+      const auto sp = rest.find(' ');
+      const auto n = rest.substr(0, sp);
+      names.push_back(n);
+      applies = applies || n == a.strategy;
+      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+    }
+    if (!applies)
+      fail(prog, k + " does not apply to --strategy " + a.strategy + (a.strategy_named ? "" : " (the default)") +
+                     ": it is an option of " + join(names, ", "));
+  }
+  const bool gpu_named = a.device_named && a.device != "cpu";
+  if (gpu_named && a.strategy_named && a.strategy != "default" && a.strategy != "one_device")
+    fail(prog, "--device " + a.device + " does not apply to --strategy " + a.strategy +
+                   ": its replicas run on CPUs; a GPU trains under default or one_device");
+  if (gpu_named && !a.strategy_named && a.has("--replicas"))
+    fail(prog, "--replicas does not apply to --device " + a.device +
+                   ": a GPU run is one_device, one replica (--device cpu for CPU replicas)");
+  if (a.has("--workers") && !a.cluster.empty())
+    fail(prog, "--workers does not apply with --cluster: the cluster spec's worker ranks are the workers");
+
+  // Output paths: checked now, not after the training they would record.
+  if (a.has("--save")) check_output_file(prog, "--save", a.save);
+  if (a.has("--checkpoint-dir")) check_output_dir(prog, "--checkpoint-dir", a.checkpoint_dir);
   return a;
 }
 
 //! The device --device names: "auto" is the first GPU when the program can
-//! train on one (strata::gpu_count()), else the CPU. On a GPU the default
-//! strategy is one_device (strategies of several replicas run on CPUs so far).
+//! train on one (strata::gpu_count()) and the strategy can run there
+//! (default, one_device, or none named), else the CPU. On a GPU the default
+//! strategy is one_device (strategies of several replicas run on CPUs so far),
+//! and --replicas, which only CPU replicas take, is ignored.
 inline strata::Device device_of(Args& a) {
   strata::Device d = strata::cpu(0);
-  if (a.device == "gpu" || (a.device == "auto" && strata::gpu_count() > 0)) d = strata::gpu(0);
-  else if (a.device.rfind("gpu:", 0) == 0) d = strata::gpu(std::atoi(a.device.c_str() + 4));
+  const bool gpu_capable = !a.strategy_named || a.strategy == "default" || a.strategy == "one_device";
+  if (a.device == "gpu" || (a.device == "auto" && gpu_capable && strata::gpu_count() > 0)) d = strata::gpu(0);
+  else if (a.device.rfind("gpu:", 0) == 0) d = strata::gpu(std::atoi(a.device.c_str() + 4));  // checked by parse
   if (d.is_gpu() && !a.strategy_named) a.strategy = "one_device";
   return d;
+}
+
+//! What strata::with_strategy needs from the command line.
+inline strata::StrategyChoice choice_of(const Args& a, strata::Device device = strata::cpu(0)) {
+  return {.replicas = a.replicas,
+          .batch = a.batch,
+          .workers = a.workers,
+          .servers = a.servers,
+          .staleness = a.staleness,
+          .device = device,
+          .cluster = a.cluster,
+          .timeout = a.timeout};
 }
 
 }  // namespace example

@@ -1,6 +1,6 @@
 // The seed example: one Dense unit with an L2(1e-4) kernel regularizer fit
 // by SGD to the single point (1, 1), repeated 100 times in batches of 10.
-//   ./build/examples/linear_regression [--strategy mirrored] [--replicas 2]
+//   ./build/examples/linear_regression [--strategy mirrored] [--replicas 2]   (--help: every option)
 // In Keras:
 //   dataset = tf.data.Dataset.from_tensors(([1.], [1.])).repeat(100).batch(10)
 //   model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,),
@@ -20,8 +20,11 @@ namespace nn = strata::nn;
 int main(int argc, char** argv) {
   example::Args defaults;
   defaults.epochs = 2;
-  const example::Args args = example::parse(argc, argv, defaults);
-  return strata::with_strategy(args.strategy, args.replicas, [&](auto& strategy) {
+  const example::Args args =
+      example::parse(argc, argv, defaults,
+                     {.options = {"--strategy", "--replicas", "--workers", "--servers", "--staleness", "--epochs",
+                                  "--seed", "--timeout", "--quiet", "--help"}});
+  return strata::with_strategy(args.strategy, example::choice_of(args), [&](auto& strategy) {
     auto dataset = strata::data::from_tensors(strata::Tensor<float>{{1}, {1.f}}, strata::Tensor<float>{{1}, {1.f}})
                        .repeat(100)
                        .batch(10);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <type_traits>
 
 #include <strata/data/dataset.hpp>
 #include <strata/data/mnist.hpp>
@@ -85,7 +86,11 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
     model.save_weights(a.save);
     std::printf("weights saved to %s\n", a.save.c_str());
   }
-  return logs.at("accuracy") >= target ? 0 : 1;
+  if (logs.at("accuracy") >= target) return 0;
+  if (chief)
+    std::fprintf(stderr, "test accuracy %.4f is below the bar %.4f (--min-accuracy): exit status 1\n",
+                 logs.at("accuracy"), target);
+  return 1;
 }
 
 //! main() of an MNIST example: parse, load, train under the named strategy.
@@ -93,16 +98,22 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
 //! (strata::MpiStrategies where the example includes by_name_mpi.hpp).
 template <class Strategies = strata::InProcessStrategies>
 int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model, double target) {
-  Args a = parse(argc, argv, {}, Strategies::names);
+  constexpr bool mpi = !std::is_same_v<Strategies, strata::InProcessStrategies>;
+  Args a = parse(argc, argv, {}, Program{Strategies::names, mnist_options(mpi)});
   if (a.min_accuracy < 0) a.min_accuracy = target;
-  if (a.if_present) {
-    const auto dir = a.data.empty() ? strata::data::default_mnist_dir() : std::filesystem::path(a.data);
-    if (!std::filesystem::exists(dir / "t10k-labels-idx1-ubyte")) {
-      std::printf("SKIP: no MNIST in %s (bash scripts/fetch-mnist.sh)\n", dir.c_str());
-      return 77;
-    }
+  if constexpr (mpi) {
+    if (a.has("--workers") && Strategies::parameter_server_across_ranks(a.strategy, choice_of(a)))
+      fail(argv[0], "--workers does not apply to parameter_server across the ranks of an MPI job: its worker "
+                    "ranks are the workers (see --servers, --cluster)");
   }
   try {
+    if (a.if_present) {
+      const auto dir = a.data.empty() ? strata::data::default_mnist_dir() : std::filesystem::path(a.data);
+      if (std::error_code ec; !std::filesystem::exists(dir / "t10k-labels-idx1-ubyte", ec)) {
+        std::printf("SKIP: no MNIST in %s (bash scripts/fetch-mnist.sh)\n", dir.c_str());
+        return 77;
+      }
+    }
     const strata::Device device = device_of(a);
     if (a.if_present && device.is_gpu() && strata::gpu_count() == 0) {
       std::printf("SKIP: no GPU (or no CUDA backend in this build)\n");
@@ -110,14 +121,7 @@ int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential
     }
     if (!a.quiet) std::printf("device: %s\n", device.is_gpu() ? strata::describe(device).c_str() : "cpu");
     const auto mnist = load(a);
-    const strata::StrategyChoice choice{.replicas = a.replicas,
-                                        .batch = a.batch,
-                                        .workers = a.workers,
-                                        .servers = a.servers,
-                                        .staleness = a.staleness,
-                                        .device = device,
-                                        .cluster = a.cluster};
-    return Strategies::with(a.strategy, choice,
+    return Strategies::with(a.strategy, choice_of(a, device),
                             [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());

@@ -1,13 +1,17 @@
 // The README's tour, compiled: a strategy, replicas, collectives, and a
 // mirrored variable trained by plain SGD to fit y = 3x + 2.
-//   ./build/examples/tour [--strategy default|one_device|mirrored|central_storage] [--replicas N]
-#include <algorithm>
+//   ./build/examples/tour [--strategy default|one_device|mirrored|central_storage] [--replicas N] [--timeout S]
+#include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
-#include <vector>
+
+#include "example_cli.hpp"
 
 // synchronous replicas only: a parameter server's workers do not run in lock-step
 template <class Strategy>
@@ -44,18 +48,16 @@ int train(Strategy& strategy) {
 }
 
 int main(int argc, char** argv) {
-  std::string which = "mirrored";
-  int replicas = 0;  // 0: one per core
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--strategy")) which = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--replicas")) replicas = std::atoi(argv[i + 1]);
-  }
-  if (std::find(strata::strategy_names.begin(), strata::strategy_names.end(), which) == strata::strategy_names.end()) {
-    std::fprintf(stderr, "tour: unknown strategy '%s' (default, one_device, mirrored, central_storage)\n", which.c_str());
-    return 2;
-  }
+  // parameter_server is not offered: its workers do not run in lock-step (see train)
+  static constexpr std::string_view names[] = {"default", "one_device", "mirrored", "central_storage"};
+  const example::Args args =
+      example::parse(argc, argv, {}, {.strategies = names, .options = {"--strategy", "--replicas", "--timeout", "--help"}});
   try {
-    return strata::with_strategy(which, replicas, [](auto& s) -> decltype(train(s)) { return train(s); });
+    return strata::with_strategy(args.strategy, example::choice_of(args), [](auto& s) -> decltype(train(s)) {
+      if constexpr (!std::same_as<std::remove_cvref_t<decltype(s)>, strata::DefaultStrategy>)
+        std::printf("collective timeout %lld ms\n", static_cast<long long>(s.options().timeout.count()));
+      return train(s);
+    });
   } catch (const strata::Error& e) {
     std::fprintf(stderr, "tour: %s\n", e.what());
     return 1;

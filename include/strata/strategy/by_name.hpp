@@ -12,6 +12,7 @@
 //! whenever the backend is built), never by a macro of a dependency.
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -39,6 +40,25 @@ struct StrategyChoice {
   //! default / one_device: the device of the one replica (the others run on CPUs so far).
   Device device = cpu(0);
   std::string cluster = {};  //!< parameter_server under mpirun (by_name_mpi.hpp): a ClusterSpec ("": chief 0, `servers` servers, workers)
+  //! The collective deadline (none: each strategy's default): CommOptions::timeout
+  //! of one_device, mirrored and central_storage (and of a multi-worker strategy's
+  //! local replicas), MpiOptions::timeout across workers, ParameterServerOptions::timeout.
+  //! "default" runs its one replica on the calling thread: it never waits for
+  //! another, so there is nothing to bound.
+  std::optional<std::chrono::milliseconds> timeout = std::nullopt;
+
+  //! The communicator options this choice asks for.
+  [[nodiscard]] CommOptions comm_options() const {
+    CommOptions o;
+    if (timeout) o.timeout = *timeout;
+    return o;
+  }
+  //! The parameter-server options this choice asks for.
+  [[nodiscard]] ParameterServerOptions ps_options() const {
+    ParameterServerOptions o{.workers = workers, .servers = servers, .staleness = staleness};
+    if (timeout) o.timeout = *timeout;
+    return o;
+  }
 };
 
 //! The strategies of one process, by name: what with_strategy builds.
@@ -66,24 +86,23 @@ struct InProcessStrategies {
       return fn(s);
     }
     if (name == "one_device") {
-      OneDeviceStrategy s{c.device};
+      OneDeviceStrategy s{c.device, c.comm_options()};
       return fn(s);
     }
     // a GPU named for a strategy of CPU replicas: its constructor refuses it with a sentence
     if (name == "mirrored") {
-      MirroredStrategy s{c.device.is_gpu() ? std::vector<Device>{c.device} : devices()};
+      MirroredStrategy s{c.device.is_gpu() ? std::vector<Device>{c.device} : devices(), c.comm_options()};
       return fn(s);
     }
     if (name == "central_storage") {
-      CentralStorageStrategy s{c.device.is_gpu() ? std::vector<Device>{c.device} : devices()};
+      CentralStorageStrategy s{c.device.is_gpu() ? std::vector<Device>{c.device} : devices(), c.comm_options()};
       return fn(s);
     }
     if (name == "parameter_server") {
       if (c.device.is_gpu())
         throw Error("strata: parameter_server runs its workers on CPUs so far, not on " + c.device.str());
       if constexpr (std::is_invocable_v<F&, ParameterServerStrategy&>) {
-        ParameterServerStrategy s{ParameterServerOptions{.workers = c.workers, .servers = c.servers,
-                                                         .staleness = c.staleness}};
+        ParameterServerStrategy s{c.ps_options()};
         return fn(s);
       } else {
         throw Error("this program's code needs synchronous replicas (Strategy::run); it cannot run under "

@@ -44,11 +44,17 @@ struct MpiStrategies {
   //! one worker of the MPI job with `replicas` local replicas, 0 for its share
   //! of the node's cores; "parameter_server" under mpirun (or with a
   //! `cluster`): the job's ranks are the chief, servers and workers.
+  //! Whether `name` with `c` would be the parameter server across the ranks
+  //! of the MPI job (its workers then are ranks, and `c.workers` is unused).
+  [[nodiscard]] static bool parameter_server_across_ranks(std::string_view name, const StrategyChoice& c) {
+    return name == "parameter_server" && (detail::launched_ranks() > 1 || !c.cluster.empty());
+  }
+
   template <class F>
   static auto with(std::string_view name, StrategyChoice c, F&& fn) -> std::invoke_result_t<F&, DefaultStrategy&> {
-    if (name == "parameter_server" && (detail::launched_ranks() > 1 || !c.cluster.empty())) {
+    if (parameter_server_across_ranks(name, c)) {
       if constexpr (std::is_invocable_v<F&, ParameterServerStrategy&>) {
-        const ParameterServerOptions o{.workers = c.workers, .servers = c.servers, .staleness = c.staleness};
+        const ParameterServerOptions o = c.ps_options();
         (void)detail::mpi::runtime();
         int world = 1;
         MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -60,10 +66,12 @@ struct MpiStrategies {
       }
     }
     if (name == "multi_worker_mirrored") {
-      auto workers = MpiCommunicator::world();
+      MpiOptions mpi;
+      if (c.timeout) mpi.timeout = *c.timeout;
+      auto workers = MpiCommunicator::world(mpi);
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       const int local = c.replicas > 0 ? c.replicas : std::max(1, cores / workers.ranks_on_node());
-      MultiWorkerMirroredStrategy s{std::move(workers), cpu_replicas(local)};
+      MultiWorkerMirroredStrategy s{std::move(workers), cpu_replicas(local), c.comm_options()};
       return fn(s);
     }
     return InProcessStrategies::with(name, std::move(c), std::forward<F>(fn), names);

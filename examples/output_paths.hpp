@@ -1,0 +1,92 @@
+// Checks of the examples' output paths (--save FILE, --checkpoint-dir DIR)
+// before training starts: a path that cannot be written fails now, in one
+// sentence with exit status 2, not with an exception after the last epoch.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+namespace example {
+
+//! Ends the program on a command-line mistake: the sentence, then where the
+//! options are listed; exit status 2.
+[[noreturn]] inline void fail(const char* prog, const std::string& why) {
+  std::fprintf(stderr, "%s: %s\n%s: run '%s --help' for the options\n", prog, why.c_str(), prog, prog);
+  std::exit(2);
+}
+
+namespace detail {
+
+//! Empty when a file can be created in `dir` (tried for real: permission
+//! bits say nothing for root, a read-only mount or /proc); else why not.
+inline std::string cannot_create_in(const std::filesystem::path& dir) {
+  const auto probe = dir / (".strata-write-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return {};
+}
+
+//! The directory that holds `p` ("." for a bare name).
+inline std::filesystem::path parent_of(const std::filesystem::path& p) {
+  return p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+}
+
+//! Empty when `dir` is an existing, writable directory; else a clause
+//! saying what is wrong with it (as the directory of the named path).
+inline std::string bad_parent(const std::filesystem::path& dir) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(dir, ec);
+  if (!std::filesystem::exists(st)) return "its directory " + dir.string() + " does not exist";
+  if (!std::filesystem::is_directory(st)) return dir.string() + " is not a directory";
+  if (auto why = cannot_create_in(dir); !why.empty())
+    return "cannot create files in " + dir.string() + " (" + why + ")";
+  return {};
+}
+
+}  // namespace detail
+
+//! A file the program will write (e.g. --save): not a directory, not a
+//! device or pipe, in an existing directory where files can be created.
+inline void check_output_file(const char* prog, const std::string& opt, const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string named = opt + " '" + path + "'";
+  if (path.empty()) fail(prog, named + " is empty: expected the name of a file to write");
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (fs::is_directory(st)) fail(prog, named + " is a directory, not a file to write");
+  if (path.back() == '/') fail(prog, named + " ends in '/': expected the name of a file, not a directory");
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    fail(prog, named + " exists and is not a regular file (a device, pipe or socket); name a regular file");
+  if (auto why = detail::bad_parent(detail::parent_of(path)); !why.empty()) fail(prog, named + ": " + why);
+}
+
+//! A directory the program will write into (e.g. --checkpoint-dir): it may
+//! not exist yet (it is created), but its parent must; it is not a file.
+inline void check_output_dir(const char* prog, const std::string& opt, const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string named = opt + " '" + path + "'";
+  if (path.empty()) fail(prog, named + " is empty: expected a directory");
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (fs::exists(st) && !fs::is_directory(st)) fail(prog, named + " exists and is not a directory");
+  if (fs::is_directory(st)) {
+    if (auto why = detail::cannot_create_in(path); !why.empty())
+      fail(prog, named + ": cannot create files in it (" + why + ")");
+    return;
+  }
+  fs::path p(path);
+  if (!p.has_filename()) p = p.parent_path();  // "dir/" names dir
+  if (auto why = detail::bad_parent(detail::parent_of(p)); !why.empty()) fail(prog, named + ": " + why);
+}
+
+}  // namespace example
