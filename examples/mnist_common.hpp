@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <type_traits>
 
 #include <strata/data/dataset.hpp>
@@ -61,7 +62,18 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
                    .prefetch(2);
   auto test = strata::data::from_tensor_slices(mnist.test_images, mnist.test_labels).batch(1000);
   const auto t0 = std::chrono::steady_clock::now();
-  model.fit(strategy.distribute(train), {.epochs = a.epochs, .verbose = a.quiet ? nn::Verbosity::Silent : nn::Verbosity::Auto});
+  // --checkpoint-dir: a checkpoint every 100 steps and at each epoch's end; the same
+  // command run again resumes from the newest (SIGTERM/SIGINT: save, exit 75)
+  std::optional<nn::BackupAndRestore> backup;
+  nn::FitOptions fit{.epochs = a.epochs, .verbose = a.quiet ? nn::Verbosity::Silent : nn::Verbosity::Auto};
+  if (!a.checkpoint_dir.empty()) {
+    backup.emplace(a.checkpoint_dir, nn::BackupOptions{.save_every_steps = 100});
+    fit.callbacks.push_back(&*backup);
+  }
+  model.fit(strategy.distribute(train), fit);
+  if (backup && backup->resumed_from() && chief)  // even with --quiet: it changes what the run did
+    std::printf("resumed from the checkpoint of step %lld in %s\n", static_cast<long long>(*backup->resumed_from()),
+                a.checkpoint_dir.c_str());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto logs = model.evaluate(strategy.distribute(test));
   std::string where;
@@ -123,6 +135,9 @@ int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential
     const auto mnist = load(a);
     return Strategies::with(a.strategy, choice_of(a, device),
                             [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
+  } catch (const strata::nn::Preempted& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 75;  // EX_TEMPFAIL: run the same command again to resume
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     return 1;
