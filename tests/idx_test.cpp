@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -196,6 +197,31 @@ TEST_CASE("idx: read_idx reports each corruption") {
   SUBCASE("a directory") {
     const std::string dir = tmp.path().string();
     CHECK_THROWS_WITH_AS(read_idx(tmp.path()), doctest::Contains(dir.c_str()), strata::Error);
+    CHECK(error_of(tmp.path()).find(": is a directory, not an IDX file") != std::string::npos);
+    fs::create_symlink(tmp.path(), tmp / "link");  // followed: still a directory
+    CHECK(error_of(tmp / "link").find("is a directory") != std::string::npos);
+  }
+  SUBCASE("a pipe is refused without blocking on it") {
+    REQUIRE(::mkfifo((tmp / "fifo").c_str(), 0600) == 0);
+    const std::string e = error_of(tmp / "fifo");  // fopen of a FIFO with no writer would never return
+    CHECK(e.find((tmp / "fifo").string()) != std::string::npos);
+    CHECK(e.find("is not a regular file (a device, pipe or socket)") != std::string::npos);
+  }
+  SUBCASE("a device") { CHECK(error_of("/dev/zero").find("read_idx: /dev/zero: is not a regular file") == 0); }
+  SUBCASE("a dangling link and a path through a file") {
+    fs::create_symlink(tmp / "gone", tmp / "dangling");
+    CHECK(error_of(tmp / "dangling").find("cannot open: No such file or directory") != std::string::npos);
+    write_bytes(p, header(0x08, {0}));
+    CHECK(error_of(p / "child").find("cannot open: Not a directory") != std::string::npos);  // no filesystem_error
+  }
+  SUBCASE("an unreadable file") {
+    write_bytes(p, header(0x08, {0}));
+    fs::permissions(p, fs::perms::none);
+    if (::geteuid() == 0) {  // root reads it anyway: then it must read as the valid file it is
+      CHECK(read_idx(p).dims == std::vector<std::size_t>{0});
+    } else {
+      CHECK(error_of(p).find("cannot open: Permission denied") != std::string::npos);
+    }
   }
   SUBCASE("empty file") {
     write_bytes(p, {});
@@ -252,6 +278,54 @@ TEST_CASE("idx: read_idx reports each corruption") {
     write_bytes(p, header(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}));
     CHECK(error_of(p).find("more bytes than fit in memory") != std::string::npos);
   }
+  SUBCASE("dims whose product wraps to zero") {  // 2^64 bytes of u8: unchecked, it would wrap to an empty array
+    write_bytes(p, header(0x08, {0x10000, 0x10000, 0x10000, 0x10000}));
+    CHECK(error_of(p).find("declares dims [65536, 65536, 65536, 65536] of u8 (0x08), more bytes than fit") !=
+          std::string::npos);
+  }
+  SUBCASE("dims larger than the file") {
+    Bytes b = header(0x08, {60000, 28, 28});
+    b.resize(b.size() + 100);
+    write_bytes(p, b);
+    CHECK(error_of(p).find("= 47040000 data bytes, but 100 bytes follow the 16-byte header (truncated: 47039900 "
+                           "bytes missing)") != std::string::npos);
+  }
+}
+
+TEST_CASE("idx: read_idx_bytes parses memory with the checks of read_idx") {
+  TempDir tmp;
+  Bytes file = header(0x0B, {2, 1});
+  put_be(file, 0xFFFE, 2);
+  put_be(file, 0x0007, 2);
+  write_bytes(tmp / "s", file);
+  const IdxArray from_file = read_idx(tmp / "s");
+  const IdxArray from_bytes = read_idx_bytes(file);
+  CHECK(from_bytes.type_code == from_file.type_code);
+  CHECK(from_bytes.dims == from_file.dims);
+  CHECK(from_bytes.data == from_file.data);
+  CHECK(idx_to_int32(from_bytes) == Tensor<std::int32_t>{{2, 1}, {-2, 7}});
+
+  const auto error = [](const Bytes& b) {
+    try {
+      (void)read_idx_bytes(b, "the upload");
+    } catch (const strata::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(error({}) == "read_idx: the upload: is 0 bytes, too short for an IDX file (its magic number alone is 4 bytes)");
+  CHECK(error({0, 0, 0x08}).find("is 3 bytes, too short") != std::string::npos);
+  CHECK(error({0, 1, 0x08, 1, 0, 0, 0, 0}).find("not an IDX file: it starts with bytes 0x00 0x01") != std::string::npos);
+  CHECK(error({0, 0, 0x0A, 1, 0, 0, 0, 0}).find("unknown IDX type code 0x0A") != std::string::npos);
+  CHECK(error({0, 0, 0x08, 9, 0, 0, 0, 0}).find("IDX rank 9 is not supported") != std::string::npos);
+  CHECK(error({0, 0, 0x08, 2, 0, 0, 0, 1}).find("is 8 bytes, shorter than its own header (12 bytes for rank 2)") !=
+        std::string::npos);
+  Bytes cut = file;
+  cut.pop_back();
+  CHECK(error(cut).find("(truncated: 1 bytes missing)") != std::string::npos);
+  CHECK(error(header(0x08, {0x10000, 0x10000, 0x10000, 0x10000})).find("more bytes than fit in memory") !=
+        std::string::npos);
+  CHECK(read_idx_bytes(header(0x0D, {0, 3})).dims == std::vector<std::size_t>{0, 3});
 }
 
 TEST_CASE("idx: write_idx checks its arguments") {

@@ -48,7 +48,7 @@ for t in "${targets[@]}"; do
     status=1
     continue
   fi
-  mapfile -t kept < <(find "tests/fuzz/regressions/$t" -type f ! -name '*.md' 2>/dev/null | sort)
+  mapfile -t kept < <(find "tests/fuzz/regressions/$t" -type f ! -name '.*' ! -name '*.md' 2>/dev/null | sort)
   if [ ${#kept[@]} -gt 0 ] && ! "$fuzz" "${kept[@]}" > "$out/${t}_replay.log" 2>&1; then
     tail -n 40 "$out/${t}_replay.log"
     echo "fuzz $t: FAILED (a regression input under tests/fuzz/regressions/$t fails again)"

@@ -5,6 +5,7 @@
 //!   auto a = strata::data::read_idx("train-images-idx3-ubyte");   // dims {60000, 28, 28}
 //!   strata::Tensor<float> x = strata::data::idx_to_float(a, 1.0f / 255);
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <vector>
 
@@ -138,62 +140,106 @@ inline double idx_value(const IdxArray& a, std::size_t i) noexcept {
 
 }  // namespace detail
 
-//! Reads and validates an IDX file: the magic, a known type code, a rank of 1
-//! to 4, and a size of exactly header + elements. Throws strata::Error naming
-//! the file and what is wrong.
+namespace detail {
+
+//! The longest IDX header: the magic and idx_max_rank extents.
+inline constexpr std::size_t idx_max_header = 4 + 4 * idx_max_rank;
+
+//! Parses and checks the header of an IDX source of `size` bytes whose first
+//! min(size, idx_max_header) bytes are `head`: the magic, a known type code,
+//! a rank of 1 to 4, extents whose product fits in memory and matches the
+//! bytes that follow exactly. Fills a.type_code and a.dims; returns the
+//! header's length. Throws strata::Error starting with `where`.
+inline std::size_t parse_idx_header(std::span<const unsigned char> head, std::uintmax_t size, const std::string& where,
+                                    IdxArray& a) {
+  if (size < 4 || head.size() < 4)
+    throw Error(where + ": is " + std::to_string(size) +
+                " bytes, too short for an IDX file (its magic number alone is 4 bytes)");
+  if (head[0] != 0 || head[1] != 0)
+    throw Error(where + ": not an IDX file: it starts with bytes " + hex_byte(head[0]) + " " + hex_byte(head[1]) +
+                ", expected 0x00 0x00" +
+                (head[0] == 0x1F && head[1] == 0x8B ? " (0x1F 0x8B starts a gzip file: gunzip it first)" : ""));
+  a.type_code = head[2];
+  const std::size_t esize = idx_element_size(a.type_code);
+  if (esize == 0)
+    throw Error(where + ": unknown IDX type code " + hex_byte(a.type_code) + "; expected " + idx_known_types);
+  const std::size_t rank = head[3];
+  if (rank < 1 || rank > idx_max_rank)
+    throw Error(where + ": IDX rank " + std::to_string(rank) + " is not supported; expected 1 to " +
+                std::to_string(idx_max_rank) + " dimensions");
+  const std::size_t header = 4 + 4 * rank;
+  if (size < header || head.size() < header)
+    throw Error(where + ": is " + std::to_string(size) + " bytes, shorter than its own header (" +
+                std::to_string(header) + " bytes for rank " + std::to_string(rank) + ")");
+  a.dims.clear();
+  for (std::size_t d = 0; d < rank; ++d) a.dims.push_back(static_cast<std::size_t>(load_be(head.data() + 4 + 4 * d, 4)));
+
+  std::size_t bytes = 0;
+  if (!idx_data_bytes(a.dims, esize, bytes))
+    throw Error(where + ": its header declares dims " + dims_str(a.dims) + " of " + idx_type_name(a.type_code) +
+                ", more bytes than fit in memory (corrupt header?)");
+  const std::uintmax_t present = size - header;
+  if (present != bytes)
+    throw Error(where + ": its header promises dims " + dims_str(a.dims) + " of " + idx_type_name(a.type_code) +
+                " = " + std::to_string(bytes) + " data bytes, but " + std::to_string(present) + " bytes follow the " +
+                std::to_string(header) + "-byte header (" +
+                (present < bytes ? "truncated: " + std::to_string(bytes - present) + " bytes missing"
+                                 : std::to_string(present - bytes) + " trailing bytes") +
+                ")");
+  return header;
+}
+
+}  // namespace detail
+
+//! Reads and validates an IDX file: a regular file (not a directory, device
+//! or pipe), the magic, a known type code, a rank of 1 to 4, and a size of
+//! exactly header + elements. Throws strata::Error naming the file and what
+//! is wrong (never std::filesystem::filesystem_error).
 //!   strata::data::IdxArray a = strata::data::read_idx(dir / "train-labels-idx1-ubyte");
 //!   // a.type_code == IdxType::u8, a.dims == {60000}
 inline IdxArray read_idx(const std::filesystem::path& path) {
   const std::string where = "read_idx: " + path.string();
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(st)) throw Error(where + ": is a directory, not an IDX file");
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+    throw Error(where + ": is not a regular file (a device, pipe or socket), so not an IDX file");
   errno = 0;
   detail::File f(std::fopen(path.c_str(), "rb"));
   if (!f) throw Error(where + ": cannot open: " + std::strerror(errno));
-  std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) throw Error(where + ": cannot read its size: " + ec.message());
 
-  unsigned char magic[4] = {};
-  if (size < 4 || std::fread(magic, 1, 4, f.get()) != 4)
-    throw Error(where + ": is " + std::to_string(size) +
-                " bytes, too short for an IDX file (its magic number alone is 4 bytes)");
-  if (magic[0] != 0 || magic[1] != 0)
-    throw Error(where + ": not an IDX file: it starts with bytes " + detail::hex_byte(magic[0]) + " " +
-                detail::hex_byte(magic[1]) + ", expected 0x00 0x00" +
-                (magic[0] == 0x1F && magic[1] == 0x8B ? " (0x1F 0x8B starts a gzip file: gunzip it first)" : ""));
+  unsigned char head[detail::idx_max_header] = {};
+  const std::size_t want = static_cast<std::size_t>(std::min<std::uintmax_t>(size, sizeof head));
+  errno = 0;
+  const std::size_t got = std::fread(head, 1, want, f.get());
+  if (got != want && std::ferror(f.get()))
+    throw Error(where + ": cannot read: " + (errno ? std::strerror(errno) : "a read error"));
   IdxArray a;
-  a.type_code = magic[2];
-  const std::size_t esize = detail::idx_element_size(a.type_code);
-  if (esize == 0)
-    throw Error(where + ": unknown IDX type code " + detail::hex_byte(a.type_code) + "; expected " +
-                detail::idx_known_types);
-  const std::size_t rank = magic[3];
-  if (rank < 1 || rank > detail::idx_max_rank)
-    throw Error(where + ": IDX rank " + std::to_string(rank) + " is not supported; expected 1 to " +
-                std::to_string(detail::idx_max_rank) + " dimensions");
-
-  const std::size_t header = 4 + 4 * rank;
-  unsigned char raw[4 * detail::idx_max_rank] = {};
-  if (size < header || std::fread(raw, 4, rank, f.get()) != rank)
-    throw Error(where + ": is " + std::to_string(size) + " bytes, shorter than its own header (" +
-                std::to_string(header) + " bytes for rank " + std::to_string(rank) + ")");
-  for (std::size_t d = 0; d < rank; ++d) a.dims.push_back(static_cast<std::size_t>(detail::load_be(raw + 4 * d, 4)));
-
-  std::size_t bytes = 0;
-  if (!detail::idx_data_bytes(a.dims, esize, bytes))
-    throw Error(where + ": its header declares dims " + detail::dims_str(a.dims) + " of " +
-                detail::idx_type_name(a.type_code) + ", more bytes than fit in memory (corrupt header?)");
-  const std::uintmax_t present = size - header;
-  if (present != bytes)
-    throw Error(where + ": its header promises dims " + detail::dims_str(a.dims) + " of " +
-                detail::idx_type_name(a.type_code) + " = " + std::to_string(bytes) + " data bytes, but " +
-                std::to_string(present) + " bytes follow the " + std::to_string(header) + "-byte header (" +
-                (present < bytes ? "truncated: " + std::to_string(bytes - present) + " bytes missing"
-                                 : std::to_string(present - bytes) + " trailing bytes") +
-                ")");
+  // a file that shrank since its size was read is caught as a short header or short data
+  const std::size_t header = detail::parse_idx_header({head, got}, size, where, a);
+  const std::size_t bytes = static_cast<std::size_t>(size - header);
   a.data.resize(bytes);
-  if (bytes && std::fread(a.data.data(), 1, bytes, f.get()) != bytes)
+  errno = 0;
+  if (std::fseek(f.get(), static_cast<long>(header), SEEK_SET) != 0 ||
+      (bytes && std::fread(a.data.data(), 1, bytes, f.get()) != bytes))
     throw Error(where + ": read failed after the header: " +
-                (std::ferror(f.get()) ? std::string(std::strerror(errno)) : "the file shrank while being read"));
+                (std::ferror(f.get()) ? std::string(errno ? std::strerror(errno) : "a read error")
+                                      : "the file shrank while being read"));
+  return a;
+}
+
+//! Parses an IDX file already in memory, with the checks of read_idx;
+//! `name` says where the bytes came from in its errors.
+//!   std::vector<unsigned char> raw = download();
+//!   strata::data::IdxArray a = strata::data::read_idx_bytes(raw, "t10k-labels-idx1-ubyte (download)");
+inline IdxArray read_idx_bytes(std::span<const unsigned char> bytes, std::string_view name = "(bytes in memory)") {
+  const std::string where = "read_idx: " + std::string(name);
+  IdxArray a;
+  const std::size_t header =
+      detail::parse_idx_header(bytes.first(std::min(bytes.size(), detail::idx_max_header)), bytes.size(), where, a);
+  a.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return a;
 }
 
