@@ -69,5 +69,23 @@ suite "AddressSanitizer + UBSan (clang++)" build-asan clang++ "${only_unit[@]}" 
   -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbench=false -Dexamples=false \
   -Dcuda=disabled
 
+# --- Fuzzing (tests/fuzz/run.sh; issue 15) -------------------------------
+# Each libFuzzer target (the IDX reader, the weights-file reader), built with
+# clang++ -fsanitize=fuzzer,address,undefined, replays the inputs kept under
+# tests/fuzz/regressions/<target>/, then fuzzes for 20 s from a generated
+# seed corpus: one test per target, passed or failed (about 60 s in all).
+echo "=== fuzzing (clang++ libFuzzer + ASan + UBSan, 20 s per target)"
+fuzz_targets=(idx weights)
+fuzz_seen=0
+while read -r line; do
+  echo "$line"
+  case $line in
+    "fuzz "*": ok"*) passed=$((passed + 1)); fuzz_seen=$((fuzz_seen + 1)) ;;
+    "fuzz "*": FAILED"*) failed=$((failed + 1)); fuzz_seen=$((fuzz_seen + 1)) ;;
+  esac
+done < <(bash tests/fuzz/run.sh 20 "${fuzz_targets[@]}" 2>&1)
+failed=$((failed + ${#fuzz_targets[@]} - fuzz_seen))  # a target that never reported (run.sh broke) failed
+# --- end of fuzzing ---------------------------------------------------------
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

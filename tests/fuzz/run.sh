@@ -28,6 +28,7 @@ status=0
 build() {  # build NAME SOURCE EXTRA-FLAGS...: compiles in the background, log in build-fuzz/NAME.log
   local name=$1 src=$2
   shift 2
+  rm -f "$out/$name"  # never run a stale binary when the build breaks
   "$cxx" "${flags[@]}" "$@" "$src" -o "$out/$name" > "$out/$name.log" 2>&1 &
 }
 build make_corpus tests/fuzz/make_corpus.cpp
