@@ -71,6 +71,7 @@ class MpiCommunicator {
     const std::int64_t mine[2] = {color, key};
     std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size()));
     all_gather(mine, all);
+    ex_.check_still_in_time("MPI_Comm_split");
     MPI_Comm c = MPI_COMM_NULL;
     detail::mpi::check(MPI_Comm_split(ex_.comm(), color, key, &c), "MPI_Comm_split");
     const detail::mpi::CommHandle split_comm = detail::mpi::CommHandle::adopt(c);  // freed once duplicated

@@ -52,6 +52,11 @@ struct Abandoned {
   std::vector<int> counts, displs;
 };
 
+//! A test seam, null in programs: called on this rank once a collective's
+//! contract has agreed, before its data moves (tests stop a rank there to
+//! show that the data phase's deadline holds too).
+inline void (*after_contract_hook)(std::uint64_t seq) = nullptr;
+
 class Exchange {
  public:
   //! Duplicates `parent` without blocking (a rank that never calls this is
@@ -66,9 +71,9 @@ class Exchange {
     inbox_.resize(static_cast<std::size_t>(size_));
     calls_.resize(static_cast<std::size_t>(size_));
     begin_setup("creating a communicator");
-    const Transport t = detect_transport(comm_, size_, [&](MPI_Request& req, std::string_view what) {
-      wait_collective(req, what);
-    });
+    const Transport t = detect_transport(
+        comm_, size_, [&](MPI_Request& req, std::string_view what) { wait_collective(req, what); },
+        [&](std::string_view what) { check_still_in_time(what); });
     now_ = Activity{};
     network_ = t.network;
     node_size_ = t.node_size;
@@ -172,6 +177,7 @@ class Exchange {
         throw CollectiveMismatch(why);
       }
     }
+    if (after_contract_hook) after_contract_hook(seq);
     return seq;
   }
 
@@ -204,9 +210,22 @@ class Exchange {
       if (req != MPI_REQUEST_NULL) {
         graveyard().push_back(Abandoned{req, std::move(staging_), std::move(counts_), std::move(displs_)});
         req = MPI_REQUEST_NULL;
+        comm_.keep_forever();
       }
       throw;
     }
+  }
+  //! Before a blocking MPI call that only an agreement made safe
+  //! (MPI_Comm_split after its all-gather): if this rank's deadline passed
+  //! meanwhile (it was stopped, say), another rank may have given up on the
+  //! agreement, so this one gives up too instead of blocking on it.
+  void check_still_in_time(std::string_view what) {
+    if (std::chrono::steady_clock::now() <= deadline_) return;
+    poison(std::string(what) + " not entered after the deadline");
+    throw CollectiveTimeout("strata: " + std::string(what) + " on rank " + std::to_string(rank_) + " of " +
+                            std::to_string(size_) + ": the agreement before it completed after this rank's " +
+                            std::to_string(opts_.timeout.count()) + " ms deadline; rank(s) " + others() +
+                            " may have given up on it, so this rank does not enter the blocking call");
   }
   //! Scratch arrays of a non-blocking collective's counts and displacements
   //! (MPI reads them until it completes).

@@ -69,14 +69,18 @@ struct Pending {
 class CommHandle {
  public:
   CommHandle() = default;
-  CommHandle(CommHandle&& o) noexcept : c_(std::exchange(o.c_, MPI_COMM_NULL)) {}
+  CommHandle(CommHandle&& o) noexcept : c_(std::exchange(o.c_, MPI_COMM_NULL)), keep_(o.keep_) {}
   CommHandle& operator=(CommHandle&& o) noexcept {
     if (this != &o) {
       reset();
       c_ = std::exchange(o.c_, MPI_COMM_NULL);
+      keep_ = o.keep_;
     }
     return *this;
   }
+  //! Never free it: a collective given up on it may still be in progress
+  //! (MPI would touch the freed communicator when it progresses).
+  void keep_forever() noexcept { keep_ = true; }
   ~CommHandle() { reset(); }
   //! A duplicate of `parent`, made without blocking, so that a rank that
   //! never calls this is reported (CollectiveTimeout after `timeout`), not waited for.
@@ -91,8 +95,20 @@ class CommHandle {
       if (flag) return h;
       if (std::chrono::steady_clock::now() > deadline) {
         runtime().note_failure(timeout);
+        int rank = 0, size = 1;
+        MPI_Comm_rank(parent, &rank);
+        MPI_Comm_size(parent, &size);
+        std::string others;
+        for (int r = 0; r < size; ++r)
+          if (r != rank) {
+            if (!others.empty()) others += ", ";
+            others += std::to_string(r);
+          }
+        h.c_ = MPI_COMM_NULL;  // not made: never freed (MPI can neither cancel nor free a pending MPI_Comm_idup)
         throw CollectiveTimeout("strata: creating an MPI communicator timed out after " +
-                                std::to_string(timeout.count()) + " ms: not every rank created it");
+                                std::to_string(timeout.count()) + " ms on rank " + std::to_string(rank) + " of " +
+                                std::to_string(size) + ": not every rank created it; some of rank(s) " + others +
+                                " did not take part (stopped, hung, or calling something else)");
       }
       if (i > 2000) std::this_thread::yield();
     }
@@ -111,10 +127,11 @@ class CommHandle {
   void reset() noexcept {
     int fin = 0;
     MPI_Finalized(&fin);
-    if (c_ != MPI_COMM_NULL && !fin) MPI_Comm_free(&c_);
+    if (c_ != MPI_COMM_NULL && !fin && !keep_) MPI_Comm_free(&c_);
     c_ = MPI_COMM_NULL;
   }
   MPI_Comm c_ = MPI_COMM_NULL;
+  bool keep_ = false;
 };
 
 }  // namespace strata::detail::mpi

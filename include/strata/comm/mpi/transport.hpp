@@ -22,9 +22,9 @@ struct Transport {
 //! Never blocks on an absent rank: the flags travel in non-blocking
 //! all-reduces that `wait(request, what)` waits for under a deadline, and
 //! MPI_Comm_split_type (no non-blocking form) runs only after the first of
-//! them proved every rank present.
-template <class Wait>
-Transport detect_transport(MPI_Comm comm, int size, Wait&& wait) {
+//! them proved every rank present, within this rank's deadline (`still_in_time(what)` throws otherwise).
+template <class Wait, class InTime>
+Transport detect_transport(MPI_Comm comm, int size, Wait&& wait, InTime&& still_in_time) {
   Transport t;
   int btl_off = 0, any_btl_off = 0;
   if (const char* btl = std::getenv("OMPI_MCA_btl"); btl && *btl) {
@@ -36,6 +36,7 @@ Transport detect_transport(MPI_Comm comm, int size, Wait&& wait) {
   MPI_Request req = MPI_REQUEST_NULL;
   check(MPI_Iallreduce(&btl_off, &any_btl_off, 1, MPI_INT, MPI_MAX, comm, &req), "MPI_Iallreduce");
   wait(req, "MPI_Iallreduce (every rank present before MPI_Comm_split_type)");
+  still_in_time("MPI_Comm_split_type");
   MPI_Comm node = MPI_COMM_NULL;
   check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
   MPI_Comm_size(node, &t.node_size);

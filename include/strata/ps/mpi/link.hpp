@@ -152,8 +152,9 @@ class PsLink {
     try {
       wait_all(reqs, what + " (an all-gather over all " + std::to_string(size_) + " ranks)");
     } catch (...) {
-      (void)send.release();  // left to MPI for the life of the process
+      (void)send.release();  // left to MPI for the life of the process, with the communicator
       (void)got.release();
+      comm_.keep_forever();
       throw;
     }
     all = std::move(*got);
