@@ -253,3 +253,47 @@ TEST_CASE("a dataset read from several files is sharded by file: each worker rea
   MPI_Barrier(MPI_COMM_WORLD);
   if (w == 0) std::filesystem::remove_all(dir);
 }
+
+// The run fingerprint: a worker started with another global batch, seed,
+// learning rate or model stops fit on every worker with a RunMismatch that
+// names it and the field, instead of training something else silently.
+TEST_CASE("workers that disagree on the run's fingerprint all raise RunMismatch naming the rank and the field") {
+  namespace nn = strata::nn;
+  strata::Tensor<float> x{{40, 4}};
+  strata::Tensor<std::int32_t> y{{40}};
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 5) * 0.1f;
+  for (std::size_t i = 0; i < 40; ++i) y[i] = static_cast<std::int32_t>(i % 2);
+  strata::MultiWorkerMirroredStrategy s{{strata::cpu(0)}, quick()};
+  const int odd = s.num_workers() - 1;  // the worker started differently
+  const bool me = s.worker_index() == odd;
+  struct Case {
+    const char* field;
+    std::size_t batch = 8, units = 4;
+    std::uint64_t seed = 5;
+    double lr = 1e-2;
+  };
+  const Case base{"none"};
+  for (Case c : {Case{"global batch", 16}, Case{"seed", 8, 4, 6}, Case{"optimizer", 8, 4, 5, 0.02},
+                 Case{"parameter count", 8, 5}}) {
+    CAPTURE(c.field);
+    const Case& mine = me ? c : base;
+    std::string what;
+    try {
+      auto model = s.scope([&] { return nn::Sequential{nn::Input{{4}}, nn::Dense{mine.units}, nn::Dense{2}}; });
+      model.compile(nn::SGD{mine.lr}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {},
+                    {.seed = mine.seed});
+      model.fit(s.distribute(strata::data::from_tensor_slices(x, y).batch(mine.batch)),
+                {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    } catch (const strata::RunMismatch& e) {
+      what = e.what();
+    }
+    CAPTURE(what);
+    CHECK(what.find("fingerprint mismatch: rank " + std::to_string(odd) + " has " + c.field) != std::string::npos);
+  }
+  // the same run everywhere trains, and the strategy is still usable after the mismatches
+  auto model = s.scope([] { return nn::Sequential{nn::Input{{4}}, nn::Dense{4}, nn::Dense{2}}; });
+  model.compile(nn::SGD{1e-2}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 5});
+  const auto h = model.fit(s.distribute(strata::data::from_tensor_slices(x, y).batch(8)),
+                           {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  CHECK(h.epochs().size() == 1);
+}

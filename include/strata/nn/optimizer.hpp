@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -61,10 +63,13 @@ class Optimizer {
   virtual void update(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,
                       std::size_t offset, std::int64_t step) const = 0;
   static float* slot(OptimizerState& s, std::size_t i, std::size_t offset) { return s.slots[i].data() + offset; }
-  //! "name=value" with the shortest exact form of a float ("0.001", not "0.001000").
-  static std::string field(const char* name, double v) {
+  //! "name=value" with the shortest form that reads back as the same float ("0.001", not "0.001000").
+  static std::string field(const char* name, float v) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "%s=%.9g", name, v);
+    for (int digits = 6; digits <= 9; ++digits) {
+      std::snprintf(buf, sizeof buf, "%s=%.*g", name, digits, static_cast<double>(v));
+      if (std::strtof(std::strchr(buf, '=') + 1, nullptr) == v) break;
+    }
     return buf;
   }
 };

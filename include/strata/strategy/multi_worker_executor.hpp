@@ -73,7 +73,15 @@ class MultiWorkerExecutor final : public Executor {
     return inner_->begin_fit(pass);
   }
 
-  void place(const Tensor<float>& init) override { inner_->place(init); }
+  //! The layout is agreed first: the chief's value is broadcast only to
+  //! workers whose model has its shape (else RunMismatch, not a contract error).
+  void place(const Tensor<float>& init) override {
+    std::vector<RunField> layout;
+    for (auto& f : program_.describe_for_fingerprint())
+      if (f.first == "parameter count" || f.first == "variable shapes") layout.push_back(std::move(f));
+    detail::mpi::agree_on_run(comm_, layout, "fingerprint");
+    inner_->place(init);
+  }
   void reset_optimizer() override { inner_->reset_optimizer(); }
   [[nodiscard]] bool placed() const noexcept override { return inner_->placed(); }
   [[nodiscard]] const Tensor<float>& value() const override { return inner_->value(); }
