@@ -7,7 +7,9 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <strata/data/dataset.hpp>
@@ -151,4 +153,39 @@ TEST_CASE("bad cluster specs fail on every rank with the reason") {
   two_roles.workers.push_back(two_roles.servers[0]);
   CHECK_THROWS_WITH_AS((strata::MpiParameterServers{two_roles, {}}), doctest::Contains("two roles"), strata::Error);
   (void)world_rank();
+}
+
+// Ranks started with different clusters (one with --servers 1, the others
+// --servers 2, say) agree on that before anything could wait on a rank that
+// plays another part: every rank raises RunMismatch naming the rank and the field.
+TEST_CASE("ranks that disagree on the cluster all raise RunMismatch at once, naming the rank and the field") {
+  const int n = world_size(), odd = n - 1;
+  const int servers = n - 3, other = servers == 1 ? 2 : 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string want = "cluster mismatch: rank " + std::to_string(odd) + " has servers " + std::to_string(other);
+  CHECK_THROWS_WITH_AS((strata::MpiParameterServers{
+                           strata::ClusterSpec::from_counts(world_rank() == odd ? other : servers, n), {.timeout = 30s}}),
+                       doctest::Contains(want.c_str()), strata::RunMismatch);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // agreed, not timed out
+  // the same disagreement on an option that changes the protocol
+  strata::ParameterServerOptions o{.timeout = 30s};
+  if (world_rank() == odd) o.staleness = 0;
+  const std::string want0 = "rank " + std::to_string(odd) + " has staleness 0, rank 0 has none";
+  CHECK_THROWS_WITH_AS((strata::MpiParameterServers{spec(), o}), doctest::Contains(want0.c_str()), strata::RunMismatch);
+}
+
+// Every rank of a parameter-server job agrees on the run's fingerprint at
+// fit's start: a worker given another batch size stops fit on every rank.
+TEST_CASE("a worker started with another batch size stops fit on every rank with RunMismatch naming it") {
+  const Blobs data = blobs(64, 5);
+  const int odd = world_size() - 1;  // a worker
+  strata::MpiParameterServers rt{spec(), {.timeout = 30s}};
+  strata::ParameterServerStrategy ps{rt};
+  auto model = ps.scope(blobs_mlp);
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  const std::size_t batch = world_rank() == odd ? 8 : 16;
+  auto ds = ps.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(batch));
+  const std::string want = "fingerprint mismatch: rank " + std::to_string(odd) + " has global batch 8, rank 0 has 16";
+  CHECK_THROWS_WITH_AS(model.fit(ds, {.verbose = nn::Verbosity::Silent}), doctest::Contains(want.c_str()),
+                       strata::RunMismatch);
 }
