@@ -408,6 +408,19 @@ TEST_SUITE("MaxPool2D") {
     CHECK(std::isnan(run(pool, Tensor<float>{{1, 2, 2, 1}, {1, std::numeric_limits<float>::quiet_NaN(), 3, 2}})[0]));
   }
 
+  TEST_CASE("a NaN wins wherever it lies in its window; the other windows stay as they were") {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    nn::MaxPool2D pool(2);
+    pool.build({2, 4, 1});
+    // window 0: NaN first, then larger values (a NaN seed must not be replaced); window 1: NaN last
+    const auto y = run(pool, Tensor<float>{{1, 2, 4, 1}, {nan, 7, 1, 2, 8, 9, 3, nan}});
+    CHECK(std::isnan(y[0]));
+    CHECK(std::isnan(y[1]));
+    const auto z = run(pool, Tensor<float>{{1, 2, 4, 1}, {nan, 7, 1, 2, 8, 9, 3, 4}});
+    CHECK(std::isnan(z[0]));
+    CHECK(z[1] == 4.f);
+  }
+
   TEST_CASE("output shapes follow Keras") {
     CHECK(nn::MaxPool2D(2).build({26, 26, 32}) == Shape{13, 13, 32});
     CHECK(nn::MaxPool2D(2).build({11, 11, 64}) == Shape{5, 5, 64});

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 #include <strata/nn.hpp>
 
@@ -103,4 +104,53 @@ TEST_CASE("shape errors name the layer and what it expected") {
   // a Sequential names the failing layer
   nn::Sequential m{nn::Input{{4, 4}}, nn::Flatten{}, nn::Dense{8}, nn::Reshape{{3, 3}}};
   CHECK_THROWS_WITH_AS(m.build({4, 4}), doctest::Contains("layer 2 (Reshape)"), strata::ShapeError);
+}
+
+TEST_CASE("every activation propagates NaN, as TensorFlow's; finite values keep their exact results") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Tensor<float> y;
+  nn::ReLU r;
+  r.build({5});
+  r.forward(Tensor<float>{{1, 5}, {nan, -0.f, -inf, inf, -2.f}}, y, {});
+  CHECK(std::isnan(y[0]));  // was 0: a NaN input trained the weights to NaN while the loss stayed finite
+  CHECK(y[1] == 0.f);
+  CHECK_FALSE(std::signbit(y[1]));  // relu(-0) = +0, as before: the pinned CPU results keep their bits
+  CHECK(y[2] == 0.f);
+  CHECK(y[3] == inf);
+  CHECK(y[4] == 0.f);
+  nn::Sigmoid sg;
+  sg.build({1});
+  sg.forward(Tensor<float>{{1, 1}, {nan}}, y, {});
+  CHECK(std::isnan(y[0]));
+  nn::Tanh th;
+  th.build({1});
+  th.forward(Tensor<float>{{1, 1}, {nan}}, y, {});
+  CHECK(std::isnan(y[0]));
+  nn::Softmax s;
+  s.build({3});
+  s.forward(Tensor<float>{{2, 3}, {1.f, nan, 2.f, 1.f, 2.f, 3.f}}, y, {});
+  for (std::size_t j = 0; j < 3; ++j) CHECK(std::isnan(y[j]));  // the row with a NaN is all NaN
+  for (std::size_t j = 3; j < 6; ++j) CHECK(std::isfinite(y[j]));  // the other row is untouched
+  // the fused Dense + ReLU path too
+  nn::Dense d{2, {.activation = nn::Activation::ReLU}};
+  d.build({2});
+  std::vector<float> k{-1.f, -1.f, -1.f, -1.f}, b{0.f, 0.f}, gk(4), gb(2);
+  const nn::ParamRef refs[] = {{k, gk}, {b, gb}};
+  d.bind(refs);
+  d.forward(Tensor<float>{{2, 2}, {nan, 1.f, 1.f, 1.f}}, y, {});
+  CHECK(std::isnan(y[0]));
+  CHECK(std::isnan(y[1]));
+  CHECK(y[2] == 0.f);
+  CHECK(y[3] == 0.f);
+}
+
+TEST_CASE("a model's prediction of a NaN input is NaN through ReLU layers") {
+  auto model = nn::Sequential{nn::Input{{2}}, nn::Dense{4, {.activation = nn::Activation::ReLU}}, nn::Dense{3},
+                              nn::ReLU{}, nn::Dense{2}};
+  model.compile(nn::SGD{0.1}, nn::MeanSquaredError{});
+  const auto p = model.predict(Tensor<float>{{2, 2}, {std::numeric_limits<float>::quiet_NaN(), 1.f, 0.5f, 1.f}});
+  CHECK(std::isnan(p[0]));
+  CHECK(std::isnan(p[1]));
+  CHECK(std::isfinite(p[2]));
+  CHECK(std::isfinite(p[3]));
 }

@@ -260,16 +260,18 @@ TEST_CASE("a model without Input refuses mismatched data and still accepts the r
   CHECK(model.count_params() == 6 * 4 + 4 + 4 * 3 + 3);
 }
 
-TEST_CASE("evaluate and predict before fit build the model; an empty dataset trains nothing") {
+TEST_CASE("evaluate and predict before fit build the model; an empty dataset is an error and trains nothing") {
   const Blobs data = blobs(10, 3);
   auto model = mlp(0);
   model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}});
   auto logs = model.evaluate(strata::data::from_tensor_slices(data.x, data.y).batch(4));
   CHECK(logs.at("loss") > 0);
   auto empty = strata::data::from_tensor_slices(data.x, data.y).take(0).batch(4);
-  const auto h = model.fit(empty, {.epochs = 2, .verbose = nn::Verbosity::Silent});
+  // it used to report loss 0 and accuracy 0 for each epoch, which read as a result
+  CHECK_THROWS_WITH_AS(model.fit(empty, {.epochs = 2, .verbose = nn::Verbosity::Silent}),
+                       doctest::Contains("fit: the dataset gave no batches"), strata::Error);
+  CHECK_THROWS_WITH_AS(model.evaluate(empty), doctest::Contains("evaluate: the dataset gave no batches"), strata::Error);
   CHECK(model.iterations() == 0);
-  CHECK(h.epochs().size() == 2);
   CHECK(model.predict(Tensor<float>{{0, 6}}).shape() == strata::Shape{0, 3});
 }
 

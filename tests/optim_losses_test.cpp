@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
+#include <strata/kernels/host/compute.hpp>
 #include <strata/nn.hpp>
 
 namespace nn = strata::nn;
@@ -177,4 +179,53 @@ TEST_CASE("learning-rate schedules") {
   sgd.apply(w, g, st, 0, 0);
   sgd.apply(w, g, st, 0, 1);
   CHECK(w[0] == 0.f);
+}
+
+TEST_CASE("a NaN prediction gives a NaN loss and a NaN metric: never a silently finite one") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // from logits: a NaN in any class, the label's or another
+  nn::SparseCategoricalCrossentropy logits{{.from_logits = true}};
+  Tensor<float> d;
+  CHECK(std::isnan(logits.compute(Tensor<float>{{2, 3}, {1.f, nan, 2.f, 1.f, 2.f, 3.f}}, Tensor<float>{{2}, {0.f, 1.f}},
+                                  &d, 0.5f)));
+  CHECK(std::isnan(d[0]));  // the gradient of that row carries the NaN to the weights' gradient
+  CHECK(std::isfinite(d[3]));
+  // from probabilities: a NaN in a class other than the label's still makes the loss NaN
+  nn::SparseCategoricalCrossentropy probs;
+  CHECK(std::isnan(probs.compute(Tensor<float>{{1, 3}, {0.5f, nan, 0.2f}}, Tensor<float>{{1}, {0.f}}, nullptr, 1.f)));
+  CHECK(std::isnan(probs.compute(Tensor<float>{{1, 3}, {nan, 0.3f, 0.2f}}, Tensor<float>{{1}, {0.f}}, nullptr, 1.f)));
+  CHECK(std::isfinite(probs.compute(Tensor<float>{{1, 3}, {0.5f, 0.3f, 0.2f}}, Tensor<float>{{1}, {0.f}}, nullptr, 1.f)));
+  for (bool from_logits : {false, true}) {
+    nn::CategoricalCrossentropy cc{{.from_logits = from_logits}};
+    CHECK(std::isnan(cc.compute(Tensor<float>{{1, 3}, {0.5f, nan, 0.2f}}, Tensor<float>{{1, 3}, {1, 0, 0}}, nullptr, 1.f)));
+  }
+  CHECK(std::isnan(nn::MeanSquaredError{}.compute(Tensor<float>{{1, 2}, {nan, 0.f}}, Tensor<float>{{1, 2}, {0, 0}},
+                                                  nullptr, 1.f)));
+  // a row whose prediction holds a NaN is neither a hit nor a miss: the metric is NaN
+  nn::Accuracy acc;
+  acc.set_loss(nn::SparseCategoricalCrossentropy{});
+  const Tensor<float> pred{{2, 3}, {nan, 0.f, 0.f, 0.1f, 0.8f, 0.1f}};
+  CHECK(std::isnan(acc.total(pred, Tensor<float>{{2}, {0.f, 1.f}})));
+  CHECK(std::isnan(nn::SparseCategoricalAccuracy{}.total(pred, Tensor<float>{{2}, {0.f, 1.f}})));
+  CHECK(std::isnan(nn::CategoricalAccuracy{}.total(pred, Tensor<float>{{2, 3}, {1, 0, 0, 0, 1, 0}})));
+  acc.set_loss(nn::MeanSquaredError{});
+  CHECK(std::isnan(acc.total(Tensor<float>{{2, 1}, {nan, 0.9f}}, Tensor<float>{{2, 1}, {1, 1}})));
+  // a NaN label is not a class index: the error says so (converting it was undefined behaviour)
+  CHECK_THROWS_WITH_AS(logits.compute(Tensor<float>{{1, 3}, {1.f, 2.f, 3.f}}, Tensor<float>{{1}, {nan}}, nullptr, 1.f),
+                       doctest::Contains("is not a class index"), strata::Error);
+}
+
+TEST_CASE("count_nonfinite counts NaN and both infinities, nothing else") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(37, 1.f);
+  x[3] = nan;
+  x[17] = -inf;
+  x[36] = inf;
+  x[5] = std::numeric_limits<float>::max();
+  x[6] = std::numeric_limits<float>::denorm_min();
+  x[7] = -0.f;
+  double acc = 1;
+  strata::kernels::host_compute().count_nonfinite(x.data(), x.size(), &acc);
+  CHECK(acc == 4.0);  // adds to what was there
+  CHECK(strata::kernels::host::count_nonfinite(x.data(), 3) == 0);
 }

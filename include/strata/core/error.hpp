@@ -2,6 +2,7 @@
 //! Typed errors. Every message names what was called, by whom, what was
 //! expected and what arrived, so that a user can act on it.
 
+#include <cstddef>
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -20,6 +21,19 @@ class Error : public std::runtime_error {
 class ShapeError : public Error {
  public:
   using Error::Error;
+};
+
+//! Training stopped on non-finite values (NaN or infinity) it could not
+//! skip: nn::FitOptions::max_bad_steps consecutive steps whose reduced
+//! gradient held some. `step()`: the last such step within its epoch.
+//!   try { model.fit(data); } catch (const strata::NonFiniteError& e) { e.step(); }
+class NonFiniteError : public Error {
+ public:
+  NonFiniteError(const std::string& what, std::size_t step) : Error(what), step_(step) {}
+  [[nodiscard]] std::size_t step() const noexcept { return step_; }
+
+ private:
+  std::size_t step_;
 };
 
 //! Base of the errors raised by a collective operation.

@@ -45,6 +45,9 @@
 namespace strata::cuda {
 
 namespace detail {
+//! *acc += the NaN and infinite values of x[0, n) (kernels/cuda/reductions.cuh).
+void launch_count_nonfinite(cudaStream_t s, const float* x, std::size_t n, double* acc);
+
 struct CublasDestroy {
   void operator()(cublasHandle_t h) const noexcept { (void)cublasDestroy(h); }
 };
@@ -241,6 +244,10 @@ class CudaCompute final : public kernels::Compute {
   void multiply(const float* x, const float* mask, float* y, std::size_t n) override {
     DeviceGuard g{device_};
     detail::launch_multiply(stream_.get(), x, mask, y, n);
+  }
+  void count_nonfinite(const float* x, std::size_t n, double* acc) override {
+    DeviceGuard g{device_};
+    detail::launch_count_nonfinite(stream_.get(), x, n, acc);
   }
 
   // -- losses and metrics ----------------------------------------------------

@@ -116,12 +116,19 @@ class Compute {
   virtual void dropout(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key, float rate) = 0;
   //! y = x * mask (elementwise).
   virtual void multiply(const float* x, const float* mask, float* y, std::size_t n) = 0;
+  //! *acc (a double in this space) += how many of x[0, n) are NaN or
+  //! infinite: the gradient finiteness check, stream-ordered like the loss
+  //! sums so that a GPU reports it with them (no extra synchronization).
+  virtual void count_nonfinite(const float* x, std::size_t n, double* acc) = 0;
 
   // -- losses and metrics --------------------------------------------------
   // Each adds its sum over the rows to *acc (a double in this space) and,
   // when `d` is not null, writes scale * d(sum)/d(pred). Labels are floats.
   // A label that is not a class index is counted into *invalid (a double in
   // this space) on a GPU; the host throws at once, naming the example.
+  // Non-finite values propagate (as every op here: an activation, a pooling
+  // window or a softmax row with a NaN gives NaN): a NaN prediction gives a
+  // NaN loss, and a NaN prediction row adds NaN to a hit count.
   virtual void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                                    std::size_t classes, bool from_logits, double* acc, double* invalid) = 0;
   virtual void categorical_crossentropy(const float* pred, const float* labels, float* d, float scale,

@@ -49,6 +49,15 @@ struct FitOptions {
   std::vector<Callback*> callbacks = {};
   std::size_t steps_per_epoch = 0;  //!< 0: until the dataset ends
   std::FILE* out = stdout;          //!< where progress goes
+  //! Checks each step's reduced gradient for NaN and infinity (synchronous
+  //! strategies; the asynchronous parameter server does not check): such a
+  //! step is skipped on every replica (no variable, optimizer state or step
+  //! count changes) and counted in the logs' "skipped_steps". false lets
+  //! non-finite gradients reach the weights.
+  bool check_finite = true;
+  //! Consecutive skipped steps that stop fit with strata::NonFiniteError
+  //! naming the step (0: never stop).
+  std::size_t max_bad_steps = 10;
 };
 
 struct EvaluateOptions {

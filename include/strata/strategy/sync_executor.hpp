@@ -6,6 +6,9 @@
 //! batch size); the placement's executor reduces and applies it (Derived::
 //! apply). p replicas thus take the step one replica takes on the whole
 //! batch. Deterministic: per-replica sums are added in replica order.
+//! With the gradient finiteness policy (Pass::finite) Derived::apply asks
+//! finite_gradient between the reduction and the update: a step whose
+//! reduced gradient holds a NaN or an infinity is skipped on every replica.
 //!   class MyExecutor : public strata::detail::SyncExecutor<S, MyExecutor> { ... apply(ctx, r, it) ... };
 
 #include <algorithm>
@@ -17,7 +20,9 @@
 #include <utility>
 #include <vector>
 
+#include <strata/comm/reduce_op.hpp>
 #include <strata/core/partition.hpp>
+#include <strata/kernels/host/maps.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/variable.hpp>
 
@@ -83,7 +88,7 @@ class SyncExecutor : public Executor {
         global = b->x->shape()[0];
       }
       pass.begin_step(steps);
-      step(*b, pass, global, own, t);
+      step(*b, pass, global, own, t, steps);
       if (pass.end_step(steps++, t)) break;
     }
     if (pass.phase != Phase::Predict) sum_totals(t);
@@ -97,13 +102,32 @@ class SyncExecutor : public Executor {
  protected:
   Derived& derived() noexcept { return static_cast<Derived&>(*this); }
 
-  //! One global batch of `global` rows (`own`: b is this worker's share of it).
-  void step(const Batch& b, const Pass& pass, std::size_t global, bool own, PassTotals& t) {
+  //! Derived::apply's gate between the reduction and the update: with the
+  //! finiteness policy on, whether the step's reduced gradient is finite.
+  //! Each local replica r counts the NaN and infinite values of its slice
+  //! `part` (the local replicas' slices cover the gradient once) and one
+  //! all-reduce of a float gives every replica of every worker the same
+  //! total: one decision per step. Policy off: true, no work.
+  template <class Ctx>
+  bool finite_gradient(Ctx& ctx, std::size_t r, std::span<const float> part) {
+    if (!check_) return true;
+    float bad[1] = {static_cast<float>(kernels::host::count_nonfinite(part.data(), part.size()))};
+    ctx.all_reduce(std::span<float>(bad), Sum);
+    // every worker's local slices cover the (same) reduced gradient: the sum counts it once per worker
+    if (r == 0) bad_ = static_cast<double>(bad[0]) / workers_.size();
+    return bad[0] == 0.f;
+  }
+
+  //! One global batch of `global` rows (`own`: b is this worker's share of
+  //! it), step `index` of the pass.
+  void step(const Batch& b, Pass& pass, std::size_t global, bool own, PassTotals& t, std::size_t index) {
     if (global == 0) return;
     const int sync = s_.num_replicas_in_sync();
     const auto p = static_cast<std::size_t>(own ? s_.num_local_replicas() : sync);
     const float scale = 1.f / static_cast<float>(global);
     const std::int64_t it = *pass.iteration;
+    check_ = pass.phase == Phase::Train && pass.finite;
+    bad_ = 0;
     if (pass.phase == Phase::Predict && !own && workers_.size() > 1)  // other workers' rows: zero before the sum
       std::fill_n(b.predictions, global * program_.output_width(), 0.f);
     s_.run([&](auto& ctx) {
@@ -116,7 +140,11 @@ class SyncExecutor : public Executor {
     if (pass.phase != Phase::Predict)
       for (const ReplicaResult& res : results_) t.add(res.loss, res.rows, res.metrics);  // replica order: deterministic
     t.samples += global;
-    if (pass.phase == Phase::Train) ++*pass.iteration;
+    if (pass.phase != Phase::Train) return;
+    // A skipped step's loss and metrics stay in the totals (a NaN loss shows in the logs, with the count).
+    if (bad_ > 0) return pass.skip_step(index, it, bad_);
+    pass.applied_step();
+    ++*pass.iteration;
   }
 
   //! Collective across workers: the totals of every worker's rows (running
@@ -137,6 +165,8 @@ class SyncExecutor : public Executor {
   std::vector<Tensor<float>> grads_;  // per local replica, bound to its program
   std::vector<std::unique_ptr<ReplicaProgram>> reps_;
   std::vector<ReplicaResult> results_;
+  bool check_ = false;  // this step checks its reduced gradient (set before the replicas run)
+  double bad_ = 0;      // its NaN and infinite values (written by local replica 0)
 };
 
 }  // namespace strata::detail

@@ -6,7 +6,8 @@
 //! device memory with one atomic add: the totals are not bitwise
 //! reproducible across runs (the hit counts are: integers add exactly).
 //! A label that names no class is counted into *invalid and contributes no
-//! loss, no hit and a zero gradient.
+//! loss, no hit and a zero gradient. As on the host, a prediction row with
+//! a NaN gives a NaN loss and adds NaN to the hit counts.
 //!   strata::cuda::detail::launch_sparse_crossentropy(s, logits, y, d, 1.f / b, b, 10, true, acc, invalid);
 //!   strata::cuda::detail::launch_sparse_hits(s, logits, y, b, 10, hits, invalid);
 
@@ -57,7 +58,9 @@ __global__ void sparse_xent_kernel(const float* pred, const float* labels, float
         }
     } else {
       const float pk = clamp_like_std(p[k], prob_epsilon, 1.f - prob_epsilon);
-      loss = -log(static_cast<double>(pk));
+      bool nan = false;  // a NaN anywhere in the row: a NaN loss (the host's rule)
+      for (std::size_t j = lane; j < classes; j += 32) nan = nan || p[j] != p[j];
+      loss = __any_sync(0xffffffffu, nan) ? static_cast<double>(NAN) : -log(static_cast<double>(pk));
       if (g)
         for (std::size_t j = lane; j < classes; j += 32)
           g[j] = j == static_cast<std::size_t>(k) && p[k] == pk ? -scale / pk : 0.f;
@@ -164,11 +167,21 @@ __device__ inline std::size_t argmax_like_std(const float* p, std::size_t n) {
   return best;
 }
 
-//! Adds this block's counts (one value per thread) to *acc and *invalid.
-__device__ inline void count_accumulate(bool hit, bool bad, double* acc, double* invalid) {
+//! Whether p[0, n) holds a NaN.
+__device__ inline bool has_nan(const float* p, std::size_t n) {
+  bool nan = false;
+  for (std::size_t j = 0; j < n; ++j) nan = nan || p[j] != p[j];
+  return nan;
+}
+
+//! Adds this block's counts (one value per thread) to *acc and *invalid; a
+//! thread whose row was `nan` (its prediction held a NaN) makes *acc NaN.
+__device__ inline void count_accumulate(bool hit, bool bad, double* acc, double* invalid, bool nan = false) {
   const int hits = __syncthreads_count(hit);
   const int bads = __syncthreads_count(bad);
+  const int nans = __syncthreads_count(nan);
   if (threadIdx.x == 0) {
+    if (nans) atomicAdd(acc, static_cast<double>(NAN));
     if (hits) atomicAdd(acc, static_cast<double>(hits));
     if (bads && invalid) atomicAdd(invalid, static_cast<double>(bads));
   }
@@ -177,13 +190,14 @@ __device__ inline void count_accumulate(bool hit, bool bad, double* acc, double*
 __global__ void sparse_hits_kernel(const float* pred, const float* labels, std::size_t rows, std::size_t classes,
                                    double* acc, double* invalid) {
   const std::size_t i = global_index();
-  bool hit = false, bad = false;
+  bool hit = false, bad = false, nan = false;
   if (i < rows) {
     const long long k = class_of(labels[i], classes);
     bad = k < 0;
-    hit = !bad && argmax_like_std(pred + i * classes, classes) == static_cast<std::size_t>(k);
+    nan = !bad && has_nan(pred + i * classes, classes);
+    hit = !bad && !nan && argmax_like_std(pred + i * classes, classes) == static_cast<std::size_t>(k);
   }
-  count_accumulate(hit, bad, acc, invalid);
+  count_accumulate(hit, bad, acc, invalid, nan);
 }
 
 void launch_sparse_hits(cudaStream_t s, const float* pred, const float* labels, std::size_t rows,
@@ -197,9 +211,10 @@ void launch_sparse_hits(cudaStream_t s, const float* pred, const float* labels, 
 __global__ void categorical_hits_kernel(const float* pred, const float* labels, std::size_t rows,
                                         std::size_t classes, double* acc) {
   const std::size_t i = global_index();
-  const bool hit = i < rows && argmax_like_std(pred + i * classes, classes) ==
-                                   argmax_like_std(labels + i * classes, classes);
-  count_accumulate(hit, false, acc, nullptr);
+  const bool nan = i < rows && has_nan(pred + i * classes, classes);
+  const bool hit = i < rows && !nan && argmax_like_std(pred + i * classes, classes) ==
+                                           argmax_like_std(labels + i * classes, classes);
+  count_accumulate(hit, false, acc, nullptr, nan);
 }
 
 void launch_categorical_hits(cudaStream_t s, const float* pred, const float* labels, std::size_t rows,
@@ -212,8 +227,9 @@ void launch_categorical_hits(cudaStream_t s, const float* pred, const float* lab
 
 __global__ void binary_hits_kernel(const float* pred, const float* labels, std::size_t n, double* acc) {
   const std::size_t i = global_index();
-  const bool hit = i < n && (pred[i] > 0.5f) == (labels[i] > 0.5f);
-  count_accumulate(hit, false, acc, nullptr);
+  const bool nan = i < n && pred[i] != pred[i];
+  const bool hit = i < n && !nan && (pred[i] > 0.5f) == (labels[i] > 0.5f);
+  count_accumulate(hit, false, acc, nullptr, nan);
 }
 
 void launch_binary_hits(cudaStream_t s, const float* pred, const float* labels, std::size_t n, double* acc) {

@@ -4,6 +4,9 @@
 //! dropout (the host Rng's masks, bit for bit) and multiply. Products that
 //! the host rounds separately use __fmul_rn/__fadd_rn, so nvcc cannot fuse
 //! them into an FMA and the results stay bitwise equal to the host's.
+//! NaN propagates as on the host: relu(NaN) = NaN, and a softmax row with a
+//! NaN is all NaN (fmaxf skips it in the maximum, the sum of exponentials
+//! does not).
 //!   strata::cuda::detail::launch_bias_activate(s, Activation::ReLU, x, b, y, rows, cols);
 //!   strata::cuda::detail::launch_dropout(s, x, y, mask, n, key, 0.5f);
 
@@ -36,7 +39,7 @@ void launch_scale_matrix(cudaStream_t s, float* c, float beta, std::size_t rows,
 
 template <Activation A>
 __device__ inline float activate(float v) {
-  if constexpr (A == Activation::ReLU) return v > 0.f ? v : 0.f;
+  if constexpr (A == Activation::ReLU) return (v > 0.f || v != v) ? v : 0.f;  // relu(NaN) = NaN, as the host
   else if constexpr (A == Activation::Sigmoid) return 1.f / (1.f + expf(-v));
   else if constexpr (A == Activation::Tanh) return tanhf(v);
   else return v;

@@ -2,9 +2,11 @@
 //! Reductions: column sums (deterministic, no atomics: a fixed partition of
 //! the rows into chunks, each summed by a fixed tree, then the chunk sums
 //! reduced the same way) and the L2 penalty's sum of squares (CUB block
-//! reduce, one atomic add of a double per block).
+//! reduce, one atomic add of a double per block), and the count of NaN and
+//! infinite values (one atomic add per block that found any: exact).
 //!   strata::cuda::detail::launch_column_sums(s, dy, db, rows, cols);   // db[j] = sum over rows of dy[r, j]
 //!   strata::cuda::detail::launch_add_square_sum(s, w, n, 0.5f * l2, acc);
+//!   strata::cuda::detail::launch_count_nonfinite(s, grad, n, bad);
 
 #include <cub/block/block_reduce.cuh>
 
@@ -86,6 +88,21 @@ void launch_add_square_sum(cudaStream_t s, const float* x, std::size_t n, float 
   if (n == 0) return;
   square_sum_kernel<<<std::min(blocks_for(n), 1024u), block_threads, 0, s>>>(x, n, static_cast<double>(k), acc);
   check_launch("square_sum_kernel");
+}
+
+__global__ void count_nonfinite_kernel(const float* x, std::size_t n, double* acc) {
+  int bad = 0;
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) bad += !isfinite(x[i]);
+  using Reduce = cub::BlockReduce<int, block_threads>;
+  __shared__ typename Reduce::TempStorage temp;
+  const int total = Reduce(temp).Sum(bad);
+  if (threadIdx.x == 0 && total) atomicAdd(acc, static_cast<double>(total));
+}
+
+void launch_count_nonfinite(cudaStream_t s, const float* x, std::size_t n, double* acc) {
+  if (n == 0) return;
+  count_nonfinite_kernel<<<std::min(blocks_for(n), 1024u), block_threads, 0, s>>>(x, n, acc);
+  check_launch("count_nonfinite_kernel");
 }
 
 }  // namespace strata::cuda::detail

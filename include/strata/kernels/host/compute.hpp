@@ -66,6 +66,9 @@ class HostCompute final : public Compute {
     host::dropout(x, y, mask, n, key, rate);
   }
   void multiply(const float* x, const float* mask, float* y, std::size_t n) override { host::multiply(x, mask, y, n); }
+  void count_nonfinite(const float* x, std::size_t n, double* acc) override {
+    *acc += static_cast<double>(host::count_nonfinite(x, n));
+  }
 
   void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                            std::size_t classes, bool from_logits, double* acc, double* /*invalid*/) override {

@@ -2,6 +2,9 @@
 //! Host losses and metrics of the compute vocabulary (kernels/compute.hpp):
 //! sums over the rows into a double accumulator, gradients scaled by
 //! `scale`. A label that is not a class index throws, naming the example.
+//! Non-finite values are never hidden: a row whose prediction holds a NaN
+//! adds NaN to the loss (whichever class its label names) and to the hit
+//! counts (it is neither a hit nor a miss).
 //!   double loss = 0;  strata::kernels::host::sparse_crossentropy(p, y, d, 1.f / b, b, 10, true, &loss);
 //! Deterministic: rows in order.
 
@@ -17,11 +20,20 @@ namespace strata::kernels::host {
 constexpr float prob_epsilon = 1e-7f;  // as Keras: probabilities are clipped to [eps, 1 - eps]
 
 inline std::size_t class_index(float label, std::size_t classes, std::size_t row, const char* who) {
-  const auto k = static_cast<long long>(label);
-  if (static_cast<float>(k) != label || k < 0 || static_cast<std::size_t>(k) >= classes)
+  // NaN and out-of-range values fail the first test (converting them would be undefined)
+  const bool in_range = label >= 0.f && label < 9.0e18f;
+  const auto k = in_range ? static_cast<long long>(label) : -1;
+  if (!in_range || static_cast<float>(k) != label || static_cast<std::size_t>(k) >= classes)
     throw Error(std::string(who) + ": label " + std::to_string(label) + " of example " + std::to_string(row) +
                 " is not a class index in [0, " + std::to_string(classes) + ")");
   return static_cast<std::size_t>(k);
+}
+
+//! Whether p[0, n) holds a NaN.
+inline bool has_nan(const float* p, std::size_t n) {
+  bool nan = false;
+  for (std::size_t j = 0; j < n; ++j) nan |= p[j] != p[j];
+  return nan;
 }
 
 inline void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
@@ -44,7 +56,8 @@ inline void sparse_crossentropy(const float* pred, const float* labels, float* d
       }
     } else {
       const float pk = std::clamp(p[k], prob_epsilon, 1.f - prob_epsilon);
-      total += -std::log(static_cast<double>(pk));
+      // a NaN elsewhere in the row is a NaN loss too (Keras' log-softmax of log(p) sees every class)
+      total += has_nan(p, c) ? static_cast<double>(NAN) : -std::log(static_cast<double>(pk));
       if (d) {
         float* g = d + i * c;
         std::fill_n(g, c, 0.f);
@@ -106,19 +119,22 @@ inline std::size_t argmax(const float* p, std::size_t n) {
 
 inline void sparse_hits(const float* pred, const float* labels, std::size_t rows, std::size_t c, double* acc) {
   double hits = 0;
-  for (std::size_t i = 0; i < rows; ++i) hits += static_cast<float>(argmax(pred + i * c, c)) == labels[i];
+  for (std::size_t i = 0; i < rows; ++i)
+    hits += has_nan(pred + i * c, c) ? static_cast<double>(NAN) : static_cast<float>(argmax(pred + i * c, c)) == labels[i];
   *acc += hits;
 }
 
 inline void categorical_hits(const float* pred, const float* labels, std::size_t rows, std::size_t c, double* acc) {
   double hits = 0;
-  for (std::size_t i = 0; i < rows; ++i) hits += argmax(pred + i * c, c) == argmax(labels + i * c, c);
+  for (std::size_t i = 0; i < rows; ++i)
+    hits += has_nan(pred + i * c, c) ? static_cast<double>(NAN) : argmax(pred + i * c, c) == argmax(labels + i * c, c);
   *acc += hits;
 }
 
 inline void binary_hits(const float* pred, const float* labels, std::size_t n, double* acc) {
   double hits = 0;
-  for (std::size_t i = 0; i < n; ++i) hits += (pred[i] > 0.5f) == (labels[i] > 0.5f);
+  for (std::size_t i = 0; i < n; ++i)
+    hits += pred[i] != pred[i] ? static_cast<double>(NAN) : (pred[i] > 0.5f) == (labels[i] > 0.5f);
   *acc += hits;
 }
 

@@ -1,0 +1,362 @@
+// Issue 15, "lose nothing": non-finite values are never hidden. NaN flows
+// through every op (tests/layers_test, optim_losses_test, conv_layers_test
+// check the ops); fit's gradient finiteness policy (FitOptions::check_finite,
+// on by default) skips a step whose reduced gradient holds a NaN or an
+// infinity on every replica, counts it in the logs, and stops after
+// max_bad_steps in a row with NonFiniteError naming the step; fit and
+// evaluate refuse a dataset that gives no batches.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <strata/data/dataset.hpp>
+#include <strata/kernels/host/compute.hpp>
+#include <strata/nn.hpp>
+#include <strata/strata.hpp>
+
+#include "blobs.hpp"
+#include "watchdog.hpp"
+
+using namespace std::chrono_literals;
+namespace nn = strata::nn;
+using strata::Tensor;
+using strata_test::Blobs;
+using strata_test::blobs;
+
+namespace {
+
+constexpr float nan_v = std::numeric_limits<float>::quiet_NaN();
+
+//! `data` without rows [first, last).
+Blobs without(const Blobs& data, std::size_t first, std::size_t last) {
+  const std::size_t n = data.x.shape()[0], kept = n - (last - first);
+  Blobs out{Tensor<float>{{kept, 6}}, Tensor<std::int32_t>{{kept}}};
+  std::size_t o = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i >= first && i < last) continue;
+    for (std::size_t j = 0; j < 6; ++j) out.x[o * 6 + j] = data.x[i * 6 + j];
+    out.y[o++] = data.y[i];
+  }
+  return out;
+}
+
+struct Fit {
+  std::vector<float> w;
+  nn::History history;
+  std::int64_t iterations = 0;
+  double eval_loss = 0;  // on clean data, every replica with its own copy: copies that diverged would show
+};
+
+template <class S>
+Fit fit(S& s, const Blobs& data, nn::FitOptions opts = {}) {
+  auto model = s.scope(strata_test::blobs_mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 7});
+  opts.verbose = nn::Verbosity::Silent;
+  Fit f;
+  f.history = model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)), opts);
+  f.w = strata_test::flat_weights(model);
+  f.iterations = model.iterations();
+  const Blobs clean = blobs(48, 9);
+  f.eval_loss = model.evaluate(s.distribute(strata::data::from_tensor_slices(clean.x, clean.y).batch(48))).at("loss");
+  return f;
+}
+
+// 64 rows in batches of 16; a NaN (or an infinity) in row `row` spoils batch row / 16 only.
+template <class S>
+void check_skips_bad_batch(S& s, std::size_t row, float bad_value) {
+  const Blobs data = blobs(64, 3);
+  Blobs spoiled = data;
+  spoiled.x[row * 6 + 2] = bad_value;
+  const std::size_t batch = row / 16;
+  const Fit ref = fit(s, without(data, batch * 16, batch * 16 + 16), {.epochs = 2});
+  const Fit got = fit(s, spoiled, {.epochs = 2});
+  CHECK(got.iterations == 6);  // 2 epochs of 3 good steps: the bad ones do not advance the optimizer
+  CHECK(got.w == ref.w);       // bitwise: Adam never saw the bad batch, as if it had not been there
+  CHECK(got.eval_loss == ref.eval_loss);
+  for (float v : got.w) REQUIRE(std::isfinite(v));
+  REQUIRE(got.history.epochs().size() == 2);
+  for (const auto& e : got.history.epochs()) {
+    CHECK(e.at("skipped_steps") == 1.0);
+    // a NaN input's NaN loss is shown, not hidden (an infinite input may leave the loss finite: tanh(inf) = 1)
+    if (std::isnan(bad_value)) CHECK(std::isnan(e.at("loss")));
+  }
+  CHECK_FALSE(ref.history.epochs()[0].contains("skipped_steps"));  // absent when nothing was skipped
+}
+
+}  // namespace
+
+TEST_CASE("fit skips a step whose gradient is not finite: weights as if the batch had not been there") {
+  strata_test::Watchdog dog("skip a bad step", 120s);
+  strata::OneDeviceStrategy one{strata::cpu(0)};
+  check_skips_bad_batch(one, 37, nan_v);
+  check_skips_bad_batch(one, 5, std::numeric_limits<float>::infinity());
+  check_skips_bad_batch(strata::get_strategy(), 63, -std::numeric_limits<float>::infinity());
+}
+
+TEST_CASE("under MirroredStrategy a NaN in one replica's rows makes every replica skip (2 and 3 replicas, sharded or not)") {
+  strata_test::Watchdog dog("mirrored skip", 300s);
+  for (int p : {2, 3}) {
+    for (auto mode : {strata::ShardedUpdate::Off, strata::ShardedUpdate::On}) {
+      CAPTURE(p);
+      CAPTURE(static_cast<int>(mode));
+      strata::MirroredStrategy s{strata::cpu_replicas(p)};
+      s.executor_options().sharded_update = mode;
+      check_skips_bad_batch(s, 16 + 15, nan_v);  // the last row of batch 1: the last replica's rows only
+      check_skips_bad_batch(s, 32, nan_v);       // the first row of batch 2: replica 0's
+    }
+  }
+}
+
+TEST_CASE("under CentralStorageStrategy every replica skips too") {
+  strata_test::Watchdog dog("central storage skip", 300s);
+  for (int p : {1, 3}) {
+    CAPTURE(p);
+    strata::CentralStorageStrategy s{strata::cpu_replicas(p)};
+    check_skips_bad_batch(s, 16 + 15, nan_v);
+  }
+}
+
+TEST_CASE("max_bad_steps consecutive bad steps stop fit with NonFiniteError naming the step") {
+  strata_test::Watchdog dog("stop after bad steps", 120s);
+  Blobs data = blobs(96, 4);  // 6 batches of 16
+  for (std::size_t b : {1u, 3u, 4u, 5u}) data.x[(b * 16 + 2) * 6] = nan_v;
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  std::size_t step = 0;
+  std::string what;
+  try {
+    fit(s, data, {.epochs = 2, .max_bad_steps = 3});
+  } catch (const strata::NonFiniteError& e) {
+    step = e.step();
+    what = e.what();
+  }
+  CHECK(step == 5);  // steps 3, 4, 5 in a row; step 1 alone did not stop it
+  CHECK(what.find("epoch 1/2") != std::string::npos);
+  CHECK(what.find("step 5 (optimizer iteration 2)") != std::string::npos);
+  CHECK(what.find("check_finite = false") != std::string::npos);
+  // below the bar: fit goes on and counts; max_bad_steps = 0 never stops
+  const Fit f = fit(s, data, {.epochs = 2, .max_bad_steps = 0});
+  CHECK(f.history.at("skipped_steps") == std::vector<double>{4.0, 4.0});
+  CHECK(f.iterations == 4);
+  // a run of bad steps that crosses an epoch's end counts as one run: batch 3 of epoch 1, then batch 0 of epoch 2
+  Blobs edge = blobs(64, 5);
+  for (std::size_t b : {0u, 3u}) edge.x[(b * 16) * 6] = nan_v;
+  CHECK_THROWS_WITH_AS(fit(s, edge, {.epochs = 2, .max_bad_steps = 2}), doctest::Contains("epoch 2/2: the reduced gradient of step 0"),
+                       strata::NonFiniteError);
+}
+
+TEST_CASE("check_finite = false lets a NaN gradient reach the weights (the documented opt-out)") {
+  Blobs data = blobs(64, 3);
+  data.x[20 * 6] = nan_v;
+  strata::OneDeviceStrategy one{strata::cpu(0)};
+  const Fit f = fit(one, data, {.epochs = 1, .check_finite = false});
+  CHECK(f.iterations == 4);
+  CHECK_FALSE(f.history.epochs()[0].contains("skipped_steps"));
+  std::size_t nans = 0;
+  for (float v : f.w) nans += std::isnan(v);
+  CHECK(nans > 0);
+  CHECK(std::isnan(f.history.at("loss")[0]));
+}
+
+TEST_CASE("callbacks and the progress line see skipped_steps while the epoch runs") {
+  Blobs data = blobs(64, 3);
+  data.x[0] = nan_v;  // batch 0
+  struct Seen : nn::Callback {
+    std::vector<double> skipped;
+    void on_batch_end(int, const nn::Logs& logs) override {
+      skipped.push_back(logs.contains("skipped_steps") ? logs.at("skipped_steps") : 0.0);
+    }
+  } seen;
+  strata::OneDeviceStrategy one{strata::cpu(0)};
+  auto model = one.scope(strata_test::blobs_mlp);
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  std::FILE* out = std::tmpfile();
+  model.fit(strata::data::from_tensor_slices(data.x, data.y).batch(16),
+            {.verbose = nn::Verbosity::PerEpoch, .callbacks = {&seen}, .out = out});
+  CHECK(seen.skipped == std::vector<double>{1, 1, 1, 1});
+  std::rewind(out);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), out));
+  std::fclose(out);
+  CHECK(text.find("skipped_steps") != std::string::npos);
+}
+
+TEST_CASE("fit and evaluate on a dataset that gives no batches are errors, not a loss of 0") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto model = s.scope(strata_test::blobs_mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}});
+  const auto empty = strata::data::from_tensor_slices(Tensor<float>{{0, 6}}, Tensor<std::int32_t>{{0}}).batch(16);
+  CHECK_THROWS_WITH_AS(model.fit(s.distribute(empty), {.verbose = nn::Verbosity::Silent}),
+                       doctest::Contains("fit: the dataset gave no batches"), strata::Error);
+  CHECK_THROWS_WITH_AS(model.evaluate(s.distribute(empty)), doctest::Contains("evaluate: the dataset gave no batches"),
+                       strata::Error);
+  const Blobs data = blobs(32, 1);
+  const auto some = strata::data::from_tensor_slices(data.x, data.y).batch(16);
+  CHECK_THROWS_WITH_AS(model.fit(some.skip(2), {.verbose = nn::Verbosity::Silent}),
+                       doctest::Contains("no batches"), strata::Error);
+  // the same model trains and evaluates once it has data
+  CHECK(model.fit(s.distribute(some), {.verbose = nn::Verbosity::Silent}).epochs().size() == 1);
+  CHECK(std::isfinite(model.evaluate(s.distribute(some)).at("loss")));
+}
+
+namespace {
+
+// The gradient finiteness policy at the seam: a program of 100 parameters
+// whose gradient is `scale` per row everywhere except its LAST element, the
+// sum of the rows' x (NaN when a row's x is): the NaN lies only in the last
+// replica's slice of the reduced gradient, never in replica 0's.
+class Probe final : public strata::ModelProgram {
+ public:
+  static constexpr std::size_t n = 100;
+  std::atomic<int> applies{0};
+
+  struct Replica final : strata::ReplicaProgram {
+    std::span<const float> w;
+    std::span<float> g;
+    void step(const strata::Batch& b, strata::Range rows, const strata::StepInfo& info,
+              strata::ReplicaResult& out) override {
+      out.rows = rows.size();
+      out.metrics.assign(1, 0.0);
+      // evaluating: the loss is the sum of this replica's copy (copies that diverged show)
+      out.loss = 0;
+      for (float v : w) out.loss += v;
+      if (info.phase != strata::Phase::Train) return;
+      std::fill(g.begin(), g.end(), static_cast<float>(rows.size()) * info.scale);
+      float last = 0.f;
+      for (std::size_t i = rows.begin; i < rows.end; ++i) last += (*b.x)[i];
+      g[n - 1] = last * info.scale;
+    }
+  };
+  struct Sgd final : strata::Updater {
+    std::atomic<int>* applies;
+    void apply(std::span<float> w, std::span<const float> g, std::size_t, std::int64_t) override {
+      ++*applies;
+      for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * g[i];
+    }
+  };
+  std::size_t num_params() const override { return n; }
+  std::vector<strata::Shape> variable_shapes() const override { return {strata::Shape{n}}; }
+  std::size_t output_width() const override { return 1; }
+  std::size_t num_metrics() const override { return 1; }
+  std::unique_ptr<strata::ReplicaProgram> make_replica(std::span<const float> v, std::span<float> g) override {
+    auto r = std::make_unique<Replica>();
+    r->w = v;
+    r->g = g;
+    return r;
+  }
+  bool compiled() const override { return true; }
+  std::unique_ptr<strata::Updater> make_updater(std::size_t) const override {
+    auto u = std::make_unique<Sgd>();
+    u->applies = const_cast<std::atomic<int>*>(&applies);
+    return u;
+  }
+};
+
+// Batches of 6 rows of x = 1, except the batches in `bad`, whose last row is NaN.
+struct ProbePass final : strata::Pass {
+  std::vector<bool> bad;
+  strata::Tensor<float> x{{6, 1}}, y{{6}};
+  std::size_t at = 0;
+  std::optional<strata::Batch> next() override {
+    if (at >= bad.size()) return std::nullopt;
+    x.fill(1.f);
+    if (bad[at++]) x[5] = std::numeric_limits<float>::quiet_NaN();
+    return strata::Batch{&x, &y, nullptr};
+  }
+  strata::Batch empty() override { throw strata::Error("no empty shares in one process"); }
+};
+
+struct ProbeRun {
+  std::vector<float> w;
+  double copies_sum = 0;  // an evaluation pass's loss: the sum of every replica's copy
+  std::int64_t iteration = 0;
+  std::size_t skipped = 0;
+  int applies = 0;
+};
+
+ProbeRun run_probe(strata::AnyStrategy& s, std::vector<bool> bad, bool check = true) {
+  Probe m;
+  auto ex = s.make_executor(m);
+  strata::Tensor<float> init{{Probe::n}};
+  init.fill(1.f);
+  ex->place(init);
+  ProbeRun r;
+  strata::Pass::FiniteCheck finite{.max_bad_steps = 0};
+  ProbePass train;
+  train.bad = std::move(bad);
+  train.iteration = &r.iteration;
+  train.finite = check ? &finite : nullptr;
+  ex->run_pass(train);
+  ProbePass eval;
+  eval.bad = {false};
+  eval.phase = strata::Phase::Evaluate;
+  eval.iteration = &r.iteration;
+  r.copies_sum = ex->run_pass(eval).loss;
+  const auto& v = ex->value();
+  r.w.assign(v.data(), v.data() + v.size());
+  r.skipped = finite.skipped;
+  r.applies = m.applies.load();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a non-finite reduced gradient is skipped by every replica, decided once per step") {
+  strata_test::Watchdog dog("finiteness policy", 120s);
+  auto check_all = [](strata::AnyStrategy& s, const std::string& what) {
+    INFO(what);
+    const ProbeRun ref = run_probe(s, {false, false});
+    const ProbeRun got = run_probe(s, {false, true, false});  // the NaN is in the last replica's rows and slice
+    CHECK(got.skipped == 1);
+    CHECK(got.iteration == 2);           // the skipped step does not advance the optimizer
+    CHECK(got.w == ref.w);               // bitwise: as if the bad batch had never come
+    CHECK(got.copies_sum == ref.copies_sum);  // every replica's copy: none applied its part alone
+    CHECK(got.applies == ref.applies);   // no updater ran in the skipped step
+    CHECK(std::isfinite(got.w.back()));
+    const ProbeRun off = run_probe(s, {false, true, false}, false);
+    CHECK(off.skipped == 0);
+    CHECK(off.iteration == 3);
+    CHECK(std::isnan(off.w.back()));  // check_finite = false: the NaN reaches the variables
+  };
+  for (int p : {1, 2, 3}) {
+    for (auto mode : {strata::ShardedUpdate::Off, strata::ShardedUpdate::On}) {
+      strata::MirroredStrategy s{strata::cpu_replicas(p)};
+      s.executor_options().sharded_update = mode;
+      check_all(s.any(), "mirrored, " + std::to_string(p) + " replicas" +
+                             (mode == strata::ShardedUpdate::On ? ", sharded update" : ""));
+    }
+    strata::CentralStorageStrategy c{strata::cpu_replicas(p)};
+    check_all(c.any(), "central storage, " + std::to_string(p) + " replicas");
+  }
+}
+
+TEST_CASE("the one-device executor skips a non-finite step and stops after max_bad_steps in a row") {
+  Probe m;
+  strata::detail::DeviceExecutor ex(m, strata::kernels::host_compute());
+  strata::Tensor<float> init{{Probe::n}};
+  init.fill(1.f);
+  ex.place(init);
+  std::int64_t it = 0;
+  strata::Pass::FiniteCheck finite{.max_bad_steps = 2};
+  ProbePass pass;
+  pass.bad = {false, true, false, true, true, false};
+  pass.iteration = &it;
+  pass.finite = &finite;
+  std::size_t step = 99;
+  try {
+    ex.run_pass(pass);
+  } catch (const strata::NonFiniteError& e) {
+    step = e.step();
+    CHECK(std::string(e.what()).find("step 4 (optimizer iteration 2)") != std::string::npos);
+    CHECK(std::string(e.what()).find("max_bad_steps = 2") != std::string::npos);
+  }
+  CHECK(step == 4);        // steps 3 and 4 in a row; step 1 alone did not stop it
+  CHECK(finite.skipped == 3);
+  CHECK(it == 2);          // steps 0 and 2 applied
+  CHECK(m.applies == 2);
+  for (float v : ex.value()) CHECK(std::isfinite(v));
+}
