@@ -73,9 +73,9 @@ suite "AddressSanitizer + UBSan (clang++)" build-asan clang++ "${only_unit[@]}" 
 # Each libFuzzer target (the IDX reader, the weights-file reader), built with
 # clang++ -fsanitize=fuzzer,address,undefined, replays the inputs kept under
 # tests/fuzz/regressions/<target>/, then fuzzes for 20 s from a generated
-# seed corpus: one test per target, passed or failed (about 60 s in all).
+# seed corpus: one test per target, passed or failed (about 90 s in all).
 echo "=== fuzzing (clang++ libFuzzer + ASan + UBSan, 20 s per target)"
-fuzz_targets=(idx weights)
+fuzz_targets=(idx weights checkpoint)
 fuzz_seen=0
 while read -r line; do
   echo "$line"

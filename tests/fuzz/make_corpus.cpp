@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <strata/data/idx.hpp>
+#include <strata/nn/checkpoint_format.hpp>
 #include <strata/nn/weights_file.hpp>
 
 namespace fs = std::filesystem;
@@ -71,5 +72,18 @@ int main(int argc, char** argv) {
   strata::nn::write_weights(out / "weights" / "none", {});
   write_v1(out / "weights" / "v1_two_tensors", ts);
   write_v1(out / "weights" / "v1_none", {});
+
+  // checkpoints: as Sequential::save_checkpoint writes them (weights/..., optimizer/k, the position)
+  fs::create_directories(out / "checkpoint");
+  strata::io::TensorFile ck{.kind = "checkpoint", .meta = {}, .tensors = {}};
+  ck.meta = {{"format", std::string(strata::nn::checkpoint_format)}, {"step", "12"}, {"epoch", "1"}, {"batch", "3"},
+             {"data_counters", "2,5"}, {"seed", "7"}, {"optimizer", "Adam"}, {"optimizer_slots", "2"},
+             {"num_params", "9"}, {"strategy", "mirrored"}, {"replicas", "2"}};
+  for (const auto& t : ts) ck.tensors.push_back({"weights/" + t.name, t.value});
+  ck.tensors.push_back({"optimizer/0", strata::Tensor<float>{{9}}});
+  ck.tensors.push_back({"optimizer/1", strata::Tensor<float>{{9}}});
+  strata::io::write_tensor_file(out / "checkpoint" / "adam_9", ck);
+  ck.meta[4].second = "";
+  strata::io::write_tensor_file(out / "checkpoint" / "no_counters", ck);
   return 0;
 }

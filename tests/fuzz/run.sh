@@ -8,13 +8,13 @@
 # (...)", and exits non-zero if any failed. A crash is saved under
 # build-fuzz/crashes/<target>/: copy it into tests/fuzz/regressions/<target>/
 # so that every later run replays it.
-#   bash tests/fuzz/run.sh [SECONDS] [TARGET...]     (default: 20 s each; targets idx weights)
+#   bash tests/fuzz/run.sh [SECONDS] [TARGET...]     (default: 20 s each; targets idx weights checkpoint)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 secs=${1:-20}
 shift $(($# > 0 ? 1 : 0))
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(idx weights)
+[ ${#targets[@]} -gt 0 ] || targets=(idx weights checkpoint)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 mkdir -p "$out/include/strata" "$out/seeds"

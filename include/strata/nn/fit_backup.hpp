@@ -16,7 +16,7 @@
 #include <vector>
 
 #include <strata/nn/backup_and_restore.hpp>
-#include <strata/nn/checkpoint.hpp>
+#include <strata/nn/checkpoint_format.hpp>
 #include <strata/nn/fit_loop.hpp>
 #include <strata/nn/preemption.hpp>
 #include <strata/strategy/any_strategy.hpp>

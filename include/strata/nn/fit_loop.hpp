@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <strata/nn/checkpoint.hpp>
+#include <strata/nn/checkpoint_format.hpp>
 #include <strata/nn/data_pass.hpp>
 #include <strata/nn/logs.hpp>
 #include <strata/nn/model_options.hpp>
