@@ -11,6 +11,9 @@
 #include <vector>
 
 #include <strata/core/random.hpp>
+#include <strata/data/dataset.hpp>
+#include <strata/nn.hpp>
+#include <strata/strata.hpp>
 #include <strata/cuda/compute.hpp>
 #include <strata/kernels/host/compute.hpp>
 
@@ -162,4 +165,63 @@ TEST_CASE("dropout draws the host Rng's masks bit for bit") {
   gpu().dropout(dx, dy, dm, n, key, rate);
   check_bitwise(dm.read(), mask, "dropout mask");
   check_bitwise(dy.read(), y, "dropout output");
+}
+
+TEST_CASE("every activation propagates NaN on the GPU as on the host") {
+  const std::size_t rows = 3, cols = 37;
+  auto x = random_floats(rows * cols, 31, -4.f, 4.f);
+  x[5] = std::numeric_limits<float>::quiet_NaN();   // row 0
+  x[cols + 36] = std::numeric_limits<float>::quiet_NaN();  // row 1, the last column
+  for (Activation a : {Activation::ReLU, Activation::Sigmoid, Activation::Tanh, Activation::Softmax}) {
+    CAPTURE(strata::kernels::activation_name(a));
+    std::vector<float> want(rows * cols);
+    host().bias_activate(a, x.data(), nullptr, want.data(), rows, cols);
+    Dev<float> dx(gpu(), x), dy(gpu(), rows * cols);
+    gpu().bias_activate(a, dx, nullptr, dy, rows, cols);
+    const auto got = dy.read();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::isnan(got[i]) == std::isnan(want[i]));
+    }
+    CHECK(std::isnan(got[5]));
+    CHECK(std::isnan(got[cols + 36]));
+    CHECK_FALSE(std::isnan(got[2 * cols]));  // row 2 has no NaN
+  }
+}
+
+TEST_CASE("fit on a GPU skips a step whose gradient is not finite, as on the host") {
+  namespace nn = strata::nn;
+  // 64 rows of 6 features in batches of 16; row 37 (batch 2) holds a NaN
+  strata::Tensor<float> x{{64, 6}}, xs{{48, 6}};
+  strata::Tensor<std::int32_t> y{{64}}, ys{{48}};
+  const auto r = random_floats(64 * 6, 41, -1.f, 1.f);
+  for (std::size_t i = 0; i < 64; ++i) {
+    for (std::size_t j = 0; j < 6; ++j) x[i * 6 + j] = r[i * 6 + j];
+    y[i] = static_cast<std::int32_t>(i % 3);
+  }
+  for (std::size_t i = 0, o = 0; i < 64; ++i)
+    if (i / 16 != 2) {
+      for (std::size_t j = 0; j < 6; ++j) xs[o * 6 + j] = x[i * 6 + j];
+      ys[o++] = y[i];
+    }
+  x[37 * 6 + 1] = std::numeric_limits<float>::quiet_NaN();
+  auto run = [](const strata::Tensor<float>& fx, const strata::Tensor<std::int32_t>& fy, nn::History& h) {
+    strata::OneDeviceStrategy s{strata::gpu(0)};
+    auto model = s.scope([] {
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::ReLU}}, nn::Dense{3}};
+    });
+    model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                  {.seed = 7});
+    h = model.fit(s.distribute(strata::data::from_tensor_slices(fx, fy).batch(16)),
+                  {.epochs = 2, .verbose = nn::Verbosity::Silent});
+    std::vector<float> w;
+    for (const auto& t : model.get_weights()) w.insert(w.end(), t.value.begin(), t.value.end());
+    CHECK(model.iterations() == 6);
+    return w;
+  };
+  nn::History h, href;
+  const auto got = run(x, y, h), want = run(xs, ys, href);
+  CHECK(h.at("skipped_steps") == std::vector<double>{1.0, 1.0});
+  for (float v : got) REQUIRE(std::isfinite(v));
+  check_close(got, want, 1e-6, 1e-7, "weights as if the NaN batch had not been there");
 }

@@ -118,26 +118,23 @@ TEST_CASE("mean squared error and the L2 sum") {
   check_bitwise(dd.read(), d, "mse gradient");
 }
 
-TEST_CASE("hit counts are exact, with std::max_element's ties and NaN") {
+TEST_CASE("hit counts are exact, with std::max_element's ties") {
   const std::size_t classes = 5;
-  const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> pred{
       0.f, 3.f, 3.f, 1.f, 0.f,    // tie: the first maximum (1)
-      nan, 9.f, 1.f, 1.f, 1.f,    // NaN first: it stays the maximum (0)
-      1.f, nan, 9.f, 1.f, 1.f,    // NaN later: skipped (2)
       -1.f, -2.f, -3.f, -4.f, -5.f,
   };
   const auto more = random_floats(500 * classes, 18);
   pred.insert(pred.end(), more.begin(), more.end());
   const std::size_t rows = pred.size() / classes;
   auto labels = labels_for(rows, classes, 1);
-  labels[0] = 1.f, labels[1] = 0.f, labels[2] = 2.f, labels[3] = 0.f;
+  labels[0] = 1.f, labels[1] = 0.f;
   const auto targets = one_hot(labels_for(rows, classes, 2), classes);
   double want[3] = {0, 0, 0};
   host().sparse_hits(pred.data(), labels.data(), rows, classes, &want[0], nullptr);
   host().categorical_hits(pred.data(), targets.data(), rows, classes, &want[1]);
   host().binary_hits(pred.data(), targets.data(), pred.size(), &want[2]);
-  CHECK(want[0] >= 4);
+  CHECK(want[0] >= 2);
   Dev<float> dp(gpu(), pred), dl(gpu(), labels), dt(gpu(), targets);
   Dev<double> acc(gpu(), 4);
   gpu().sparse_hits(dp, dl, rows, classes, acc.get(), acc.get() + 3);
@@ -148,4 +145,51 @@ TEST_CASE("hit counts are exact, with std::max_element's ties and NaN") {
   CHECK(got[1] == want[1]);
   CHECK(got[2] == want[2]);
   CHECK(got[3] == 0);
+}
+
+TEST_CASE("a NaN prediction makes the loss and the hit counts NaN, as on the host") {
+  const std::size_t classes = 5, rows = 300;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto pred = random_floats(rows * classes, 21);
+  pred[7 * classes + 3] = nan;  // row 7, not the label's class
+  auto labels = labels_for(rows, classes, 1);
+  labels[7] = 0.f;
+  const auto targets = one_hot(labels, classes);
+  auto probs = probabilities(rows, classes, 22);
+  probs[9 * classes + 4] = nan;
+  labels[9] = 1.f;
+  Dev<float> dp(gpu(), pred), dq(gpu(), probs), dl(gpu(), labels), dt(gpu(), targets), dd(gpu(), rows * classes);
+  Dev<double> acc(gpu(), 8);
+  gpu().sparse_crossentropy(dp, dl, dd, 1.f, rows, classes, true, acc.get(), acc.get() + 7);
+  gpu().sparse_crossentropy(dq, dl, nullptr, 1.f, rows, classes, false, acc.get() + 1, acc.get() + 7);
+  gpu().categorical_crossentropy(dp, dt, nullptr, 1.f, rows, classes, true, acc.get() + 2);
+  gpu().sparse_hits(dp, dl, rows, classes, acc.get() + 3, acc.get() + 7);
+  gpu().categorical_hits(dp, dt, rows, classes, acc.get() + 4);
+  gpu().binary_hits(dp, dt, rows * classes, acc.get() + 5);
+  gpu().count_nonfinite(dp, rows * classes, acc.get() + 6);
+  const auto got = acc.read();
+  for (int k = 0; k < 6; ++k) {
+    CAPTURE(k);
+    CHECK(std::isnan(got[static_cast<std::size_t>(k)]));
+  }
+  CHECK(got[6] == 1.0);
+  CHECK(got[7] == 0.0);
+  double want = 0;
+  host().sparse_hits(pred.data(), labels.data(), rows, classes, &want, nullptr);
+  CHECK(std::isnan(want));
+}
+
+TEST_CASE("count_nonfinite counts NaN and both infinities exactly, as the host") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto x = random_floats(1 << 20, 23);
+  for (std::size_t i = 5; i < x.size(); i += 4099) x[i] = (i % 3 == 0) ? nan : (i % 3 == 1 ? inf : -inf);
+  x[1] = std::numeric_limits<float>::max();
+  double want = 0;
+  host().count_nonfinite(x.data(), x.size(), &want);
+  CHECK(want > 200);
+  Dev<float> dx(gpu(), x);
+  Dev<double> acc(gpu(), 1, 2.0);
+  gpu().count_nonfinite(dx, x.size(), acc.get());
+  gpu().count_nonfinite(dx, 0, acc.get());
+  CHECK(acc.read()[0] == want + 2.0);
 }
