@@ -19,7 +19,8 @@ namespace strata::nn::detail {
 //! `slots`, position `pos` (its step the model's).
 inline io::TensorFile make_checkpoint(const LayerProgram& m, std::vector<io::NamedTensor> weights,
                                       std::vector<Tensor<float>> slots, const TrainingPosition& pos,
-                                      std::string_view strategy, int replicas) {
+                                      const std::vector<std::uint64_t>& update_counters, std::string_view strategy,
+                                      int replicas) {
   io::TensorFile f{.kind = "checkpoint", .meta = {}, .tensors = {}};
   f.meta = {{"format", std::string(checkpoint_format)},
             {"step", std::to_string(pos.step)},
@@ -30,6 +31,7 @@ inline io::TensorFile make_checkpoint(const LayerProgram& m, std::vector<io::Nam
             {"optimizer", m.optimizer->name()},
             {"optimizer_slots", std::to_string(slots.size())},
             {"num_params", std::to_string(m.total)},
+            {"update_counters", join_counters(update_counters)},
             {"strategy", std::string(strategy)},
             {"replicas", std::to_string(replicas)}};
   for (auto& w : weights) f.tensors.push_back({"weights/" + w.name, std::move(w.value)});
@@ -37,11 +39,16 @@ inline io::TensorFile make_checkpoint(const LayerProgram& m, std::vector<io::Nam
   return f;
 }
 
-//! The weights and optimizer slots of checkpoint `f`, checked against
-//! model `m` (its optimizer, seed and parameter count).
-inline std::pair<std::vector<io::NamedTensor>, std::vector<Tensor<float>>> checkpoint_parts(const LayerProgram& m,
-                                                                                             io::TensorFile& f,
-                                                                                             const std::string& where) {
+//! What a checkpoint gives a model back.
+struct CheckpointParts {
+  std::vector<io::NamedTensor> weights;
+  std::vector<Tensor<float>> slots;
+  std::vector<std::uint64_t> update_counters;  //!< a parameter server's shard versions (else empty)
+};
+
+//! The weights, optimizer slots and update counters of checkpoint `f`,
+//! checked against model `m` (its optimizer, seed and parameter count).
+inline CheckpointParts checkpoint_parts(const LayerProgram& m, io::TensorFile& f, const std::string& where) {
   const auto n = parse_u64(require_meta(f, "num_params", where), where, "num_params");
   if (n != m.total)
     throw ShapeError(where + " holds " + std::to_string(n) + " parameters; this model has " + std::to_string(m.total));
@@ -56,9 +63,10 @@ inline std::pair<std::vector<io::NamedTensor>, std::vector<Tensor<float>>> check
   if (slots != m.optimizer->slot_count())
     throw Error(where + " holds " + std::to_string(slots) + " optimizer slots; " + m.optimizer->name() + " keeps " +
                 std::to_string(m.optimizer->slot_count()));
-  std::pair<std::vector<io::NamedTensor>, std::vector<Tensor<float>>> out;
+  CheckpointParts out;
+  if (const std::string* c = f.find("update_counters")) out.update_counters = parse_counters(*c, where, "update_counters");
   for (auto& t : f.tensors) {
-    if (t.name.starts_with("weights/")) out.first.push_back({t.name.substr(8), std::move(t.value)});
+    if (t.name.starts_with("weights/")) out.weights.push_back({t.name.substr(8), std::move(t.value)});
   }
   for (std::uint64_t k = 0; k < slots; ++k) {
     const io::NamedTensor* t = f.tensor("optimizer/" + std::to_string(k));
@@ -66,7 +74,7 @@ inline std::pair<std::vector<io::NamedTensor>, std::vector<Tensor<float>>> check
     if (t->value.size() != m.total)
       throw ShapeError(where + ": optimizer slot " + std::to_string(k) + " holds " + std::to_string(t->value.size()) +
                        " elements for " + std::to_string(m.total) + " parameters");
-    out.second.push_back(t->value);
+    out.slots.push_back(t->value);
   }
   return out;
 }

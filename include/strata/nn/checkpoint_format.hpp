@@ -80,6 +80,20 @@ inline const std::string& require_meta(const io::TensorFile& f, std::string_view
   return *v;
 }
 
+//! A comma-separated list of unsigned numbers (metadata `key`; "" is none).
+inline std::vector<std::uint64_t> parse_counters(const std::string& c, const std::string& where, std::string_view key) {
+  std::vector<std::uint64_t> out;
+  for (std::size_t at = 0; at < c.size();) {
+    const auto comma = c.find(',', at);
+    const auto end = comma == std::string::npos ? c.size() : comma;
+    out.push_back(parse_u64(std::string_view(c).substr(at, end - at), where, key));
+    at = end + (comma == std::string::npos ? 0 : 1);
+    if (comma != std::string::npos && at == c.size())
+      throw Error(where + " is corrupt: metadata " + std::string(key) + " ends with a comma");
+  }
+  return out;
+}
+
 //! The position stored in checkpoint `f` (read from `where`).
 inline TrainingPosition position_of(const io::TensorFile& f, const std::string& where) {
   if (f.kind != "checkpoint") throw Error(where + " is a strata " + f.kind + " file, not a checkpoint");
@@ -95,15 +109,7 @@ inline TrainingPosition position_of(const io::TensorFile& f, const std::string& 
   p.step = static_cast<std::int64_t>(step);
   p.epoch = static_cast<int>(epoch);
   p.batch = parse_u64(require_meta(f, "batch", where), where, "batch");
-  const std::string& c = require_meta(f, "data_counters", where);
-  for (std::size_t at = 0; at < c.size();) {
-    const auto comma = c.find(',', at);
-    const auto end = comma == std::string::npos ? c.size() : comma;
-    p.data_counters.push_back(parse_u64(std::string_view(c).substr(at, end - at), where, "data_counters"));
-    at = end + (comma == std::string::npos ? 0 : 1);
-    if (comma != std::string::npos && at == c.size())
-      throw Error(where + " is corrupt: metadata data_counters ends with a comma");
-  }
+  p.data_counters = parse_counters(require_meta(f, "data_counters", where), where, "data_counters");
   return p;
 }
 

@@ -41,7 +41,7 @@ class FitBackup {
  public:
   FitBackup(Model& m, BackupAndRestore& b) : m_(m), b_(b) {
     if (b_.options().handle_signals) guard_ = std::make_unique<PreemptionGuard>();
-    resume_.after = [this](const TrainingPosition& p, bool epoch_end) { return after(p, epoch_end); };
+    resume_.after = [this](const TrainingPosition& p, FitMoment m) { return after(p, m); };
   }
 
   //! Finds the newest checkpoint (agreed across workers) and loads it; the
@@ -91,12 +91,24 @@ class FitBackup {
   }
 
  private:
-  bool after(const TrainingPosition& p, bool epoch_end) {
+  //! Under an executor whose state settles only when its pass ends (a
+  //! parameter server: steps in flight), a step's end saves nothing: a
+  //! signal stops the pass, which then saves (PassStopped); periodic saves
+  //! happen at epoch ends only.
+  bool after(const TrainingPosition& p, FitMoment m) {
     AnyStrategy& s = m_.strategy();
+    if (m == FitMoment::PassStopped) {
+      save(p);
+      throw Preempted(signal_ ? signal_ : SIGTERM, b_.path_for(p.step).string());
+    }
     const int sig = guard_ ? PreemptionGuard::pending() : 0;
     auto decide = sum_over_workers(s, {static_cast<double>(sig != 0)});
     const bool preempt = decide[0] > 0;
-    if (!preempt && !epoch_end && !b_.due(p.step)) return false;
+    if (m == FitMoment::Step && !m_.state_settled_between_steps()) {
+      signal_ = sig;
+      return preempt;  // stop the pass; it saves when its steps are all applied
+    }
+    if (!preempt && m == FitMoment::Step && !b_.due(p.step)) return false;
     save(p);
     if (preempt) throw Preempted(sig ? sig : SIGTERM, b_.path_for(p.step).string());
     return false;
@@ -123,6 +135,7 @@ class FitBackup {
   std::unique_ptr<PreemptionGuard> guard_;
   FitResume resume_;
   std::optional<std::int64_t> resumed_from_;
+  int signal_ = 0;
 };
 
 }  // namespace strata::nn::detail

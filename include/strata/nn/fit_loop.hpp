@@ -18,13 +18,21 @@
 
 namespace strata::nn::detail {
 
+//! When a backed-up fit calls FitResume::after.
+enum class FitMoment {
+  Step,         //!< after a training step (the executor's state may still be moving: see settled)
+  PassStopped,  //!< after a pass that `after` stopped early, its steps all applied
+  EpochEnd,     //!< after an epoch, its validation and callbacks
+};
+
 //! What a backed-up fit (nn/fit_backup.hpp) asks of the epochs: where to
-//! start, and a call after every training step and at each epoch's end with
-//! the position reached (it saves when due; true stops, preempted).
+//! start, and a call with the position reached after every training step,
+//! after a pass it stopped, and at each epoch's end (it saves when due;
+//! true stops the pass: preempted).
 struct FitResume {
   bool resumed = false;  //!< start comes from a checkpoint (else: the beginning)
   TrainingPosition start;
-  std::function<bool(const TrainingPosition&, bool epoch_end)> after;
+  std::function<bool(const TrainingPosition&, FitMoment)> after;
 };
 
 //! Runs opts.epochs passes of `ds` (each made by make_pass(iterator)) on
@@ -60,6 +68,7 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
       skip = resume->start.batch;
     }
     TrainingPosition at{0, epoch, skip, resume ? ds.pass_counters() : std::vector<std::uint64_t>{}};
+    bool stopped_by_resume = false;
     auto it = ds.iterator();
     for (std::size_t k = 0; k < skip; ++k)  // the batches the resumed run trained already
       if (!it.next()) throw Error("fit: resuming at batch " + std::to_string(skip) + " of epoch " +
@@ -90,10 +99,11 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
       if (resume) {
         at.step = *pass.iteration;
         at.batch = skip + s + 1;
-        if (resume->after(at, false)) stop = true;
+        if (resume->after(at, FitMoment::Step)) stop = stopped_by_resume = true;
       }
       return stop;
     };
+    const std::int64_t it0 = *pass.iteration;
     PassTotals t;
     try {
       t = ex.run_pass(pass);
@@ -101,6 +111,12 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
       throw NonFiniteError("fit: epoch " + std::to_string(epoch + 1) + "/" + std::to_string(opts.epochs) + ": " +
                                e.what(),
                            e.step());
+    }
+    if (stopped_by_resume) {  // every step it ran is applied now: batches trained = steps taken
+      at.step = *pass.iteration;
+      at.batch = skip + static_cast<std::size_t>(at.step - it0);
+      resume->after(at, FitMoment::PassStopped);  // saves, and throws Preempted
+      break;
     }
     if (t.samples == 0 && skip == 0)
       throw Error("fit: the dataset gave no batches (or only empty ones) in epoch " + std::to_string(epoch + 1) + "/" +
@@ -114,7 +130,8 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
       cb->on_epoch_end(epoch, logs);
       stop = stop || cb->stop_training;
     }
-    if (resume && !stop && resume->after({*pass.iteration, epoch + 1, 0, ds.pass_counters()}, true)) stop = true;
+    if (resume && !stop && resume->after({*pass.iteration, epoch + 1, 0, ds.pass_counters()}, FitMoment::EpochEnd))
+      stop = true;
   }
   for (auto* cb : opts.callbacks) cb->on_train_end(logs);
   return history;

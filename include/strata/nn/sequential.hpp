@@ -244,8 +244,10 @@ class Sequential {
     check_built("save_checkpoint");
     check_compiled("save_checkpoint");
     pos.step = iterations_;
-    io::write_tensor_file(path, detail::make_checkpoint(*m_, get_weights(), ex_->optimizer_state(), pos,
-                                                        strategy_->name(), strategy_->num_replicas_in_sync()),
+    io::write_tensor_file(path,
+                          detail::make_checkpoint(*m_, get_weights(), ex_->optimizer_state(), pos,
+                                                  ex_->update_counters(), strategy_->name(),
+                                                  strategy_->num_replicas_in_sync()),
                           "save_checkpoint");
   }
   //! Loads a checkpoint written under any strategy: weights, optimizer
@@ -256,18 +258,21 @@ class Sequential {
     const std::string where = "load_checkpoint: " + path.string();
     io::TensorFile f = io::read_tensor_file(path, "load_checkpoint");
     TrainingPosition pos = detail::position_of(f, where);
-    auto [weights, slots] = detail::checkpoint_parts(*m_, f, where);
+    auto parts = detail::checkpoint_parts(*m_, f, where);
     try {
-      set_weights(weights);
+      set_weights(parts.weights);
     } catch (const ShapeError& e) {
       throw ShapeError(where + " does not fit this model: " + e.what());
     }
-    ex_->set_optimizer_state(slots);
+    ex_->set_optimizer_state(parts.slots);
+    ex_->set_update_counters(parts.update_counters, pos.step);
     iterations_ = pos.step;
     return pos;
   }
   //! Under several workers: whether this one is the chief (the one that prints and writes).
   [[nodiscard]] bool is_chief() const noexcept { return ex_->is_chief(); }
+  //! Whether a checkpoint between two training steps is consistent (not under a parameter server).
+  [[nodiscard]] bool state_settled_between_steps() const noexcept { return ex_->state_settled_between_steps(); }
   //! Loads weights saved by save_weights; a file for another architecture
   //! or a corrupt file raises an Error and leaves the model unchanged.
   void load_weights(const std::filesystem::path& path) {

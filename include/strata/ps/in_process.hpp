@@ -111,6 +111,18 @@ class InProcessParameterServers final : public ParameterServerRuntime {
     for (int s = 0; s < o_.servers; ++s) v.push_back(store_ ? store_->pushes(s) : 0);
     return v;
   }
+  [[nodiscard]] std::vector<std::uint64_t> shard_versions() const override {
+    std::vector<std::uint64_t> v;
+    if (store_)
+      for (std::size_t i = 0; i < store_->num_shards(); ++i) v.push_back(store_->version(i));
+    return v;
+  }
+  void set_shard_versions(std::span<const std::uint64_t> v) override {
+    if (!store_ || v.size() != store_->num_shards())
+      throw Error("ParameterServerStrategy: " + std::to_string(v.size()) + " shard versions for " +
+                  std::to_string(store_ ? store_->num_shards() : 0) + " shards");
+    for (std::size_t i = 0; i < v.size(); ++i) store_->set_version(i, v[i]);
+  }
   [[nodiscard]] std::vector<std::uint64_t> pulls_per_server() const override {
     std::vector<std::uint64_t> v;
     for (int s = 0; s < o_.servers; ++s) v.push_back(store_ ? store_->pulls(s) : 0);

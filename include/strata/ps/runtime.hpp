@@ -77,6 +77,12 @@ class ParameterServerRuntime {
   [[nodiscard]] virtual std::optional<std::uint64_t> staleness() const noexcept = 0;
   //! Whether the servers (and so the optimizer state) live in this process.
   [[nodiscard]] virtual bool servers_in_process() const noexcept { return false; }
+  //! Each shard's version (updates applied: the optimizer's step there),
+  //! where the servers are in this process; and setting them (checkpoints).
+  [[nodiscard]] virtual std::vector<std::uint64_t> shard_versions() const { return {}; }
+  virtual void set_shard_versions(std::span<const std::uint64_t> /*v*/) {
+    throw Error("ParameterServerStrategy: the servers' versions live on other processes");
+  }
 
   //! Places variables of `shapes` (laid end to end in `init`) on the
   //! servers, sharded by the partitioner, updated by `update`; replaces any

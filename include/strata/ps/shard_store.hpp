@@ -166,6 +166,12 @@ class ShardStore {
     std::lock_guard lk(slot.mu);
     return slot.version;
   }
+  //! Sets shard i's version (a checkpoint's: the optimizer's step there).
+  void set_version(std::size_t i, std::uint64_t v) {
+    Slot& slot = slots_[check(i, "set_version")];
+    std::lock_guard lk(slot.mu);
+    slot.version = v;
+  }
   //! Every variable laid end to end, each shard read consistently (shards
   //! may be at different versions while pushes are under way).
   void value(std::span<T> out) const {

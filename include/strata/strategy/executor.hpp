@@ -9,6 +9,7 @@
 //!   std::unique_ptr<strata::Executor> ex = strategy.any().make_executor(program);
 //!   ex->place(init);  auto totals = ex->run_pass(pass);
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
@@ -45,6 +46,17 @@ class Executor {
   virtual void set_optimizer_state(std::span<const Tensor<float>> /*slots*/) {
     throw Error("this strategy's executor cannot set its optimizer state (checkpoints need it)");
   }
+  //! Counters the optimizer's updates depend on besides the model's step
+  //! (a parameter server's per-shard versions: its Adam steps); empty for
+  //! the synchronous executors, whose step is the model's.
+  [[nodiscard]] virtual std::vector<std::uint64_t> update_counters() const { return {}; }
+  //! Sets them from a checkpoint: `counters` as update_counters() gave
+  //! them under the same placement, else derived from `step` (the model's).
+  virtual void set_update_counters(std::span<const std::uint64_t> /*counters*/, std::int64_t /*step*/) {}
+  //! Whether the variables and optimizer state are settled after each step
+  //! of a training pass (a checkpoint there is consistent); false where
+  //! steps are still in flight until the pass ends (a parameter server).
+  [[nodiscard]] virtual bool state_settled_between_steps() const noexcept { return true; }
   //! Runs a pass; returns its sums (at its end, every worker's).
   virtual PassTotals run_pass(Pass& pass) = 0;
   //! Predictions of a whole dataset, `all` rows in dataset order: across

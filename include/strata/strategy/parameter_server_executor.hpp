@@ -31,6 +31,8 @@ class ParameterServerExecutor final : public Executor {
   ParameterServerExecutor(ParameterServerRuntime& rt, ModelProgram& program) : rt_(rt), program_(program) {}
 
   [[nodiscard]] bool placed() const noexcept override { return copies_.has_value(); }
+  //! Steps run asynchronously on the workers: settled only when a pass ends.
+  [[nodiscard]] bool state_settled_between_steps() const noexcept override { return false; }
   [[nodiscard]] bool is_chief() const noexcept override { return rt_.role() == ParameterServerRuntime::Role::Chief; }
   [[nodiscard]] const Tensor<float>& value() const override { return copies_->copy(0); }
 
@@ -61,6 +63,16 @@ class ParameterServerExecutor final : public Executor {
   std::vector<Tensor<float>> optimizer_state() override {
     check_state_here("save");
     return updater_ ? updater_->state() : std::vector<Tensor<float>>{};
+  }
+  std::vector<std::uint64_t> update_counters() const override { return rt_.shard_versions(); }
+  //! The servers' versions: the checkpoint's when it has one per shard, else
+  //! the model's step for every shard (a checkpoint of another placement).
+  void set_update_counters(std::span<const std::uint64_t> c, std::int64_t step) override {
+    check_state_here("restore");
+    std::vector<std::uint64_t> v = rt_.shard_versions();
+    if (c.size() == v.size()) v.assign(c.begin(), c.end());
+    else std::fill(v.begin(), v.end(), static_cast<std::uint64_t>(step));
+    rt_.set_shard_versions(v);
   }
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
     check_state_here("restore");
