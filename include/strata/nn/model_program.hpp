@@ -280,7 +280,7 @@ inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info,
 }
 
 //! out gets the loss and metric sums and, when `counted`, the gradient's
-//! non-finite count as one more entry past the metrics (DeviceExecutor reads it).
+//! non-finite count (DeviceExecutor's finiteness check reads it).
 inline void LayerReplica::read_sums(ReplicaResult& out, bool counted) {
   const std::size_t nm = m_.metrics.size();
   const double* s = sums_.data();
@@ -294,7 +294,7 @@ inline void LayerReplica::read_sums(ReplicaResult& out, bool counted) {
                 std::to_string(m_.output_width()) + ") (counted on " + c_.name() + ")");
   out.loss = s[0];
   out.metrics.assign(s + 1, s + 1 + nm);
-  if (counted) out.metrics.push_back(s[nm + 2]);
+  out.nonfinite = counted ? std::optional<double>(s[nm + 2]) : std::nullopt;
 }
 
 inline void LayerReplica::backward(int replicas) {

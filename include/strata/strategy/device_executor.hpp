@@ -112,11 +112,11 @@ class DeviceExecutor final : public Executor {
   }
 
   //! The NaN and infinite values of the step's gradient: on a device the
-  //! replica counted them with its sums (a last entry past the metrics,
-  //! nn/model_program.hpp); on the host they are counted here; a program
-  //! that does not count them on a device costs one more read-back.
+  //! replica counted them with its sums (ReplicaResult::nonfinite); on the
+  //! host they are counted here; a program that does not count them on a
+  //! device costs one more read-back.
   double nonfinite_gradient(std::size_t n) {
-    if (result_.metrics.size() > program_.num_metrics()) return result_.metrics.back();
+    if (result_.nonfinite) return *result_.nonfinite;
     double bad = 0;
     if (c_->where() == kernels::Where::Host) {
       c_->count_nonfinite(grad_.data(), n, &bad);

@@ -57,6 +57,9 @@ struct ReplicaResult {
   double loss = 0;              //!< sum of the per-example losses (unscaled)
   std::vector<double> metrics;  //!< each metric's sum over the rows
   std::size_t rows = 0;
+  //! The gradient's NaN and infinite values, when the replica counted them
+  //! (a device replica does, with its sums: no extra read-back).
+  std::optional<double> nonfinite;
 };
 
 //! A model's layers bound to one replica's copy of the parameters and one
