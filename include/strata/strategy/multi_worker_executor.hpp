@@ -14,6 +14,7 @@
 //!   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2)};   // under mpirun
 //!   auto model = s.scope([] { return strata::nn::Sequential{...}; });  // trains through it
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -88,6 +89,13 @@ class MultiWorkerExecutor final : public Executor {
   void assign(const Tensor<float>& v) override { inner_->assign(v); }
   [[nodiscard]] std::vector<Tensor<float>> optimizer_state() override { return inner_->optimizer_state(); }
   void set_optimizer_state(std::span<const Tensor<float>> slots) override { inner_->set_optimizer_state(slots); }
+  [[nodiscard]] std::vector<std::uint64_t> update_counters() const override { return inner_->update_counters(); }
+  void set_update_counters(std::span<const std::uint64_t> c, std::int64_t step) override {
+    inner_->set_update_counters(c, step);
+  }
+  [[nodiscard]] bool state_settled_between_steps() const noexcept override {
+    return inner_->state_settled_between_steps();
+  }
   PassTotals run_pass(Pass& pass) override { return inner_->run_pass(pass); }
   void join_predictions(std::span<float> all, bool per_worker) override { inner_->join_predictions(all, per_worker); }
   void end_fit() override { inner_->end_fit(); }
