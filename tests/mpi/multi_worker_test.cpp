@@ -297,3 +297,66 @@ TEST_CASE("workers that disagree on the run's fingerprint all raise RunMismatch 
                            {.epochs = 1, .verbose = nn::Verbosity::Silent});
   CHECK(h.epochs().size() == 1);
 }
+
+TEST_CASE("checkpoints are logical across processes: one process's Mirrored x4 <-> 2 workers x 2 replicas") {
+  namespace nn = strata::nn;
+  strata::Tensor<float> x{{96, 6}};
+  strata::Tensor<std::int32_t> y{{96}};
+  for (std::size_t i = 0; i < 96; ++i) {
+    for (std::size_t j = 0; j < 6; ++j) x[i * 6 + j] = static_cast<float>(((i * 5 + j * 7) % 13)) / 13.f - 0.5f;
+    y[i] = x[i * 6] < -0.17f ? 0 : x[i * 6] < 0.17f ? 1 : 2;
+  }
+  auto make = [](auto& strategy) {
+    auto model = strategy.scope([] {
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh}}, nn::Dense{3}};
+    });
+    model.compile(nn::Adam{1e-2}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 9});
+    return model;
+  };
+  auto data = [&] { return strata::data::from_tensor_slices(x, y).batch(24); };
+  auto flat = [](const nn::Sequential& m) {
+    std::vector<float> v;
+    for (const auto& w : m.get_weights()) v.insert(v.end(), w.value.begin(), w.value.end());
+    return v;
+  };
+  // one file name for the job: rank 0's pid
+  long pid = world_rank() == 0 ? static_cast<long>(::getpid()) : 0;
+  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto one_path = dir / ("strata_mw_ckpt_one_" + std::to_string(pid) + ".strata");
+  const auto multi_path = dir / ("strata_mw_ckpt_multi_" + std::to_string(pid) + ".strata");
+
+  // every rank trains the same in one process; rank 0 writes its checkpoint
+  strata::MirroredStrategy one{strata::cpu_replicas(4)};
+  auto a = make(one);
+  a.fit(one.distribute(data()), {.epochs = 2, .verbose = nn::Verbosity::Silent});
+  if (world_rank() == 0) a.save_checkpoint(one_path);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  strata::MultiWorkerMirroredStrategy multi{strata::cpu_replicas(2), quick()};
+  auto b = make(multi);
+  b.build(strata::Shape{6});
+  b.load_checkpoint(one_path);
+  CHECK(flat(b) == flat(a));
+  CHECK(b.iterations() == a.iterations());
+  // one more epoch each, from the same state (optimizer moments included): the same model
+  a.fit(one.distribute(data()), {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  b.fit(multi.distribute(data()), {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  const auto wa = flat(a), wb = flat(b);
+  REQUIRE(wa.size() == wb.size());
+  for (std::size_t i = 0; i < wa.size(); ++i) REQUIRE(wb[i] == doctest::Approx(wa[i]).epsilon(2e-5));
+
+  // and back: the workers' checkpoint loads in one process
+  if (world_rank() == 0) b.save_checkpoint(multi_path);
+  MPI_Barrier(MPI_COMM_WORLD);
+  strata::OneDeviceStrategy single{strata::cpu(0)};
+  auto c = make(single);
+  c.build(strata::Shape{6});
+  c.load_checkpoint(multi_path);
+  CHECK(flat(c) == wb);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    std::filesystem::remove(one_path);
+    std::filesystem::remove(multi_path);
+  }
+}
