@@ -114,6 +114,7 @@ class LayerProgram final : public ModelProgram {
  public:
   std::vector<std::unique_ptr<Layer>> layers;
   std::vector<Shape> shapes;                // per layer: its per-sample output shape
+  Shape input_shape;                        // per-sample input (after build)
   std::vector<std::vector<ParamSpec>> specs;  // per layer: its parameters
   std::vector<std::string> names;           // per layer: "dense", "dense_1", ...
   std::size_t total = 0, first_trainable = 0;
@@ -144,6 +145,7 @@ class LayerProgram final : public ModelProgram {
       out_names.push_back(seen ? base + "_" + std::to_string(seen) : base);
       for (const auto& p : out_specs.back()) n += p.shape.elements();
     }
+    input_shape = input;
     shapes = std::move(out_shapes);
     specs = std::move(out_specs);
     names = std::move(out_names);
@@ -213,6 +215,25 @@ class LayerProgram final : public ModelProgram {
     f.emplace_back("seed", std::to_string(seed));
     return f;
   }
+  //! Pipeline stages (nn/stage_program.hpp): every layer counts, with or without parameters.
+  [[nodiscard]] std::size_t num_layers() const override { return layers.size(); }
+  [[nodiscard]] std::vector<std::size_t> layer_param_counts() const override {
+    std::vector<std::size_t> out;
+    for (const auto& layer : specs) {
+      std::size_t n = 0;
+      for (const auto& p : layer) n += p.shape.elements();
+      out.push_back(n);
+    }
+    return out;
+  }
+  [[nodiscard]] std::vector<std::size_t> layer_output_widths() const override {
+    std::vector<std::size_t> out;
+    for (const Shape& s : shapes) out.push_back(s.elements());
+    return out;
+  }
+  [[nodiscard]] std::size_t input_width() const override { return input_shape.elements(); }
+  [[nodiscard]] std::unique_ptr<StageProgram> make_stage(Range layers, std::span<const float> value,
+                                                         std::span<float> grad) override;
   [[nodiscard]] bool compiled() const override { return optimizer != nullptr; }
   [[nodiscard]] std::unique_ptr<Updater> make_updater(std::size_t n) const override {
     return make_updater_on(kernels::host_compute(), n);
@@ -314,3 +335,5 @@ inline void LayerReplica::backward(int replicas) {
 }
 
 }  // namespace strata::nn::detail
+
+#include <strata/nn/stage_program.hpp>  // LayerProgram::make_stage

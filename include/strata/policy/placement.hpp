@@ -7,7 +7,7 @@
 namespace strata {
 
 //! The placement as a value, for code that sees a strategy without its type.
-enum class PlacementKind { OneDevice, Mirrored, CentralStorage, ParameterServer };
+enum class PlacementKind { OneDevice, Mirrored, CentralStorage, ParameterServer, Pipeline };
 
 //! One replica on one device; variables live on it.
 struct OneDevice {
@@ -38,6 +38,16 @@ struct ParameterServer {
   using placement_policy = ParameterServer;
   static constexpr PlacementKind kind = PlacementKind::ParameterServer;
   static constexpr std::string_view name = "parameter_server";
+};
+
+//! Model parallelism: the model's layers split into stages, one per replica
+//! (in order), each holding only its layers' variables; activations flow
+//! forward and their gradients backward between neighbouring stages
+//! (strategy/pipeline_executor.hpp, docs/model-parallelism.md).
+struct Pipeline {
+  using placement_policy = Pipeline;
+  static constexpr PlacementKind kind = PlacementKind::Pipeline;
+  static constexpr std::string_view name = "pipeline";
 };
 
 //! A type that opts into being a placement policy.

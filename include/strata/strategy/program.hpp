@@ -92,6 +92,48 @@ class Updater {
   }
 };
 
+//! What one pipeline stage computes for one micro-batch.
+struct StageStep {
+  Phase phase = Phase::Train;
+  int micro = 0;                //!< the micro-batch's index in its batch (keys dropout masks as a replica id does)
+  std::uint64_t iteration = 0;  //!< the optimizer's step (keys dropout masks)
+  float scale = 1.f;            //!< each example's loss is multiplied by this (1 / batch)
+};
+
+//! A contiguous range of a model's layers bound to their slice of the
+//! parameters and of the gradient (made by ModelProgram::make_stage), with
+//! the activations of `slots()` micro-batches kept between a forward and
+//! its backward (strategy/pipeline_executor.hpp drives it). Host only.
+class StageProgram {
+ public:
+  virtual ~StageProgram() = default;
+  //! Elements of one sample's input and output activations.
+  [[nodiscard]] virtual std::size_t input_width() const = 0;
+  [[nodiscard]] virtual std::size_t output_width() const = 0;
+  //! Whether backward runs here (a layer with parameters is here or before),
+  //! and whether it yields the gradient of the input (one is before).
+  [[nodiscard]] virtual bool has_backward() const = 0;
+  [[nodiscard]] virtual bool has_input_gradient() const = 0;
+  //! Keeps the activations of `n` micro-batches (slots 0 .. n-1).
+  virtual void set_slots(std::size_t n) = 0;
+  //! Forward of `rows` samples `in` (rows x input_width) into `slot`; the
+  //! output (rows x output_width) stays there until the slot's next forward.
+  virtual std::span<const float> forward(std::size_t slot, const float* in, std::size_t rows, const StageStep& s) = 0;
+  //! The last stage, after forward: loss and metric sums against labels
+  //! `y` rows `rows` into `out`; training, the gradient of (scale x the
+  //! loss sum) with respect to the output is kept in the slot.
+  virtual void loss(std::size_t slot, const Tensor<float>& y, Range rows, const StageStep& s, ReplicaResult& out) = 0;
+  //! Backward of the slot's micro-batch from `dout` (its output's gradient;
+  //! null on the last stage: the kept one): parameter gradients written
+  //! (`first`) or added into the bound gradient slice; returns the input's
+  //! gradient (empty without has_input_gradient()).
+  virtual std::span<const float> backward(std::size_t slot, const float* dout, bool first) = 0;
+  //! After a step's last backward: adds the regularization gradient.
+  virtual void finish_gradient() = 0;
+  //! Bytes of activations (and the output gradient kept) the slot holds now.
+  [[nodiscard]] virtual std::size_t activation_bytes(std::size_t slot) const = 0;
+};
+
 //! What a model gives an executor.
 class ModelProgram {
  public:
@@ -126,6 +168,25 @@ class ModelProgram {
     std::string shapes;
     for (const Shape& s : variable_shapes()) shapes += s.str();
     return {{"parameter count", std::to_string(num_params())}, {"variable shapes", shapes}};
+  }
+  //! Pipeline stages (model parallelism, strategy/pipeline_executor.hpp): a
+  //! model made of layers in sequence lets an executor split them. The
+  //! layers, each one's parameter count (its parameters are contiguous, in
+  //! layer order) and output elements per sample, the input's elements per
+  //! sample, and the stage of layers `layers` bound to `value` and `grad`
+  //! (that stage's slice of the parameters: its layers' counts summed).
+  //! A program that cannot be split keeps these defaults, which throw.
+  [[nodiscard]] virtual std::size_t num_layers() const { throw no_stages(); }
+  [[nodiscard]] virtual std::vector<std::size_t> layer_param_counts() const { throw no_stages(); }
+  [[nodiscard]] virtual std::vector<std::size_t> layer_output_widths() const { throw no_stages(); }
+  [[nodiscard]] virtual std::size_t input_width() const { throw no_stages(); }
+  [[nodiscard]] virtual std::unique_ptr<StageProgram> make_stage(Range /*layers*/, std::span<const float> /*value*/,
+                                                                 std::span<float> /*grad*/) {
+    throw no_stages();
+  }
+  [[nodiscard]] static Error no_stages() {
+    return Error("this model program cannot be split into pipeline stages (it describes no layers in sequence); "
+                 "train it under a data-parallel strategy");
   }
   //! The optimizer with fresh state for `n` elements in `c`'s space, updating there.
   [[nodiscard]] virtual std::unique_ptr<Updater> make_updater_on(kernels::Compute& c, std::size_t n) const {

@@ -22,6 +22,7 @@
 #include <strata/comm/algorithm/native.hpp>
 #include <strata/strategy/central_storage_executor.hpp>
 #include <strata/strategy/mirrored_executor.hpp>
+#include <strata/strategy/pipeline_executor.hpp>
 #include <strata/strategy/surface.hpp>
 #include <strata/strategy/device.hpp>
 #include <strata/strategy/per_replica.hpp>
@@ -69,6 +70,11 @@ consteval bool validate_composition() {
                   "strata: Native passes an all-reduce through to a backend library (MPI_Allreduce, NCCL), and "
                   "replicas in one process have none: use strata::AutoReduce, strata::Ring or strata::Direct "
                   "(MultiWorkerMirroredStrategy reaches MPI_Allreduce across processes)");
+  } else if constexpr (std::same_as<Placement, Pipeline>) {
+    static_assert(std::same_as<Reduce, NoReduce>,
+                  "strata: Pipeline placement holds each layer's variables once, on the stage that runs it, so there "
+                  "is nothing to reduce across stages: use strata::NoReduce (PipelineStrategy; data x pipeline "
+                  "parallelism, which would reduce across pipelines, is not built yet)");
   } else if constexpr (std::same_as<Placement, CentralStorage>) {
     static_assert(std::same_as<Reduce, ReduceToOne>,
                   "strata: CentralStorage placement keeps one host copy of each variable, so gradients are reduced "
@@ -194,6 +200,19 @@ class Strategy : public detail::StrategySurface<Strategy<Sync, Placement, Reduce
     return out;
   }
 
+  //! Pipeline placement: how models made in this strategy's scope are split
+  //! and run (set before making them), and what their training measured.
+  [[nodiscard]] PipelineOptions& pipeline_options() noexcept
+    requires std::same_as<Placement, Pipeline>
+  {
+    return pipeline_.options;
+  }
+  [[nodiscard]] PipelineStats& pipeline_stats() noexcept
+    requires std::same_as<Placement, Pipeline>
+  {
+    return pipeline_.stats;
+  }
+
   //! A variable placed as the placement policy says, initialised to `init`.
   template <Element T>
   auto make_variable(const Tensor<T>& init) const {
@@ -232,6 +251,12 @@ class Strategy : public detail::StrategySurface<Strategy<Sync, Placement, Reduce
 
   std::vector<Device> devices_;
   mutable detail::ReplicaPool pool_;
+  struct PipelineState {
+    PipelineOptions options;
+    PipelineStats stats;
+  };
+  struct NoPipeline {};
+  [[no_unique_address]] std::conditional_t<std::same_as<Placement, Pipeline>, PipelineState, NoPipeline> pipeline_;
 };
 
 //! Synchronous replicas in one process, variables mirrored, all-reduce
@@ -241,6 +266,9 @@ using MirroredStrategy = Strategy<Synchronous, Mirrored, AutoReduce>;
 using CentralStorageStrategy = Strategy<Synchronous, CentralStorage, ReduceToOne>;
 //! One replica on one device.
 using OneDeviceStrategy = Strategy<Synchronous, OneDevice, NoReduce>;
+//! Model parallelism in one process: a model's layers split into one stage
+//! per replica, micro-batches flowing through them (pipeline_options()).
+using PipelineStrategy = Strategy<Synchronous, Pipeline, NoReduce>;
 
 //! The strategy in force when none was chosen: one replica, run on the
 //! caller's own thread.

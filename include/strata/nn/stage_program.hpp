@@ -1,0 +1,165 @@
+#pragma once
+//! A Sequential model's pipeline stage (strategy/program.hpp's
+//! StageProgram): a contiguous range of its layers, bound to their slice of
+//! the parameters and of the gradient, run on the host one micro-batch at a
+//! time. The operations are LayerReplica's (nn/model_program.hpp) in the
+//! same order (forward layer by layer with RunInfo {replica = micro-batch,
+//! step, layer = the layer's index in the model}; the loss scaled by 1 /
+//! batch; backward down to the first layer with parameters; the L2 gradient
+//! added after the backward), so one micro-batch through all stages gives
+//! LayerReplica's bits. Each kept micro-batch has its own layer clones
+//! (layers cache what backward needs, e.g. Dropout's mask).
+//!   auto stage = program.make_stage({0, 3}, value.subspan(0, n), grad.subspan(0, n));
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <strata/nn/model_program.hpp>
+
+namespace strata::nn::detail {
+
+class LayerStage final : public StageProgram {
+ public:
+  LayerStage(const LayerProgram& m, Range layers, std::span<const float> value, std::span<float> grad)
+      : m_(m), r_(layers), off_(0), value_(value), grad_(grad), mg_(Shape{grad.size()}) {
+    const auto counts = m.layer_param_counts();
+    for (std::size_t l = 0; l < r_.begin; ++l) off_ += counts[l];
+    sums_.resize(c_, Shape{m.metrics.size() + 3});
+  }
+
+  [[nodiscard]] std::size_t input_width() const override { return in_shape().elements(); }
+  [[nodiscard]] std::size_t output_width() const override { return m_.shapes[r_.end - 1].elements(); }
+  [[nodiscard]] bool has_backward() const override { return r_.end > m_.first_trainable; }
+  [[nodiscard]] bool has_input_gradient() const override { return r_.begin > m_.first_trainable; }
+
+  void set_slots(std::size_t n) override {
+    if (slots_.size() == n) return;
+    slots_.clear();
+    slots_.resize(n);
+    for (Slot& s : slots_) {
+      s.acts.resize(r_.size());
+      std::size_t off = 0;
+      for (std::size_t l = r_.begin; l < r_.end; ++l) {
+        s.layers.push_back(m_.layers[l]->clone());
+        std::vector<ParamRef> refs;
+        for (const auto& p : m_.specs[l]) {
+          const std::size_t k = p.shape.elements();
+          refs.push_back({value_.subspan(off, k), mg_.span().subspan(off, k)});
+          off += k;
+        }
+        s.layers.back()->bind(refs);
+      }
+    }
+  }
+
+  std::span<const float> forward(std::size_t slot, const float* in, std::size_t rows, const StageStep& st) override {
+    Slot& s = slots_.at(slot);
+    resize(c_, s.x, rows, in_shape());
+    if (rows) std::copy_n(in, s.x.size(), s.x.data());
+    s.d.resize(c_, Shape{0});
+    const Act* x = &s.x;
+    RunInfo run{st.phase == Phase::Train, st.micro, m_.seed, st.iteration, 0};
+    for (std::size_t i = 0; i < r_.size(); ++i) {
+      run.layer = r_.begin + i;
+      s.layers[i]->forward(c_, *x, s.acts[i], run);
+      x = &s.acts[i];
+    }
+    return {x->data(), x->size()};
+  }
+
+  void loss(std::size_t slot, const Tensor<float>& y, Range rows, const StageStep& st, ReplicaResult& out) override {
+    Slot& s = slots_.at(slot);
+    out.rows = rows.size();
+    copy_rows(c_, y, rows, y_);
+    const std::size_t nm = m_.metrics.size();
+    double* sums = sums_.data();
+    std::fill_n(sums, nm + 3, 0.0);
+    const Act& pred = s.acts.back();
+    const bool train = st.phase == Phase::Train;
+    m_.loss->accumulate(c_, pred, y_, train ? &s.d : nullptr, st.scale, sums, sums + nm + 1);
+    for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
+    if (sums[nm + 1] != 0)
+      throw Error(m_.loss->name() + ": " + std::to_string(static_cast<long long>(sums[nm + 1])) + " of " +
+                  std::to_string(out.rows) + " labels of the batch are not class indices in [0, " +
+                  std::to_string(m_.output_width()) + ") (counted on pipeline stage of layers " +
+                  std::to_string(r_.begin) + ".." + std::to_string(r_.end - 1) + ")");
+    out.loss = sums[0];
+    out.metrics.assign(sums + 1, sums + 1 + nm);
+    out.nonfinite.reset();
+  }
+
+  std::span<const float> backward(std::size_t slot, const float* dout, bool first) override {
+    Slot& s = slots_.at(slot);
+    if (!has_backward()) return {};
+    const Act* dy = &s.d;  // the last stage: the loss's gradient, kept by loss()
+    if (dout) {
+      const Act& y = s.acts.back();
+      d_[0].resize(c_, y.shape());
+      if (y.size()) std::copy_n(dout, y.size(), d_[0].data());
+      dy = &d_[0];
+    }
+    Act* dx = nullptr;
+    int cur = 0;
+    for (std::size_t i = r_.size(); i-- > 0;) {
+      const std::size_t l = r_.begin + i;
+      const Act& in = i ? s.acts[i - 1] : s.x;
+      const bool need_dx = l > m_.first_trainable;
+      Act* next = need_dx ? &d_[cur == 0 ? 1 : 0] : nullptr;
+      s.layers[i]->backward(c_, in, s.acts[i], *dy, next);
+      if (!need_dx) break;
+      dx = next;
+      dy = next;
+      cur = 1 - cur;
+    }
+    if (first) std::copy_n(mg_.data(), mg_.size(), grad_.data());
+    else c_.axpy(1.f, mg_.data(), grad_.data(), mg_.size());
+    if (!has_input_gradient() || !dx) return {};
+    return {dx->data(), dx->size()};
+  }
+
+  void finish_gradient() override {
+    // L2 once per step (one logical replica), on the parameters of this stage
+    m_.for_each_l2([&](std::size_t off, std::size_t n, float l2) {
+      if (off < off_ || off >= off_ + grad_.size()) return;
+      c_.axpy(2.f * l2, value_.data() + (off - off_), grad_.data() + (off - off_), n);
+    });
+  }
+
+  [[nodiscard]] std::size_t activation_bytes(std::size_t slot) const override {
+    const Slot& s = slots_.at(slot);
+    std::size_t n = s.x.size() + s.d.size();
+    for (const Act& a : s.acts) n += a.size();
+    return n * sizeof(float);
+  }
+
+ private:
+  struct Slot {
+    std::vector<std::unique_ptr<Layer>> layers;
+    Act x, d;  // the input; on the last stage, the loss's gradient
+    std::vector<Act> acts;
+  };
+  [[nodiscard]] const Shape& in_shape() const { return r_.begin ? m_.shapes[r_.begin - 1] : m_.input_shape; }
+
+  const LayerProgram& m_;
+  Compute& c_ = kernels::host_compute();
+  Range r_;
+  std::size_t off_;  // where this stage's parameters start in the model's
+  std::span<const float> value_;
+  std::span<float> grad_;
+  Tensor<float> mg_;  // one micro-batch's parameter gradients (the layers overwrite theirs)
+  std::vector<Slot> slots_;
+  Act y_, d_[2];
+  kernels::Buffer<double> sums_;
+};
+
+inline std::unique_ptr<StageProgram> LayerProgram::make_stage(Range layers, std::span<const float> value,
+                                                              std::span<float> grad) {
+  if (layers.begin >= layers.end || layers.end > this->layers.size())
+    throw Error("Sequential: a pipeline stage of layers [" + std::to_string(layers.begin) + ", " +
+                std::to_string(layers.end) + ") of a model of " + std::to_string(this->layers.size()) + " layers");
+  return std::make_unique<LayerStage>(*this, layers, value, grad);
+}
+
+}  // namespace strata::nn::detail

@@ -1,0 +1,304 @@
+#pragma once
+//! The executor of Pipeline placement (model parallelism in one process):
+//! the model's layers are split into S stages, stage s on replica s (a
+//! thread); each holds its layers' slice of the variables, of the gradient
+//! and of the optimizer state. A batch is cut into M micro-batches; stage s
+//! receives each one's input activations from stage s - 1 and sends its
+//! output to s + 1 (communicator send/recv, tag 0), and in backward the
+//! gradients flow the other way (tag 1), in the order of the schedule
+//! (pipeline_options.hpp). The micro-batches' parameter gradients are summed
+//! in micro-batch order, then each stage applies the update to its slice:
+//! one optimizer step per batch, the step one replica takes on the whole
+//! batch (with M = 1, bitwise). The executor knows no layers: only the
+//! ModelProgram's stage API (strategy/program.hpp).
+//! A stage that throws releases the others from their recv (the thread
+//! team's abort): the batch's run ends with ReplicaError naming that stage.
+//!   strata::PipelineStrategy s{strata::cpu_replicas(2)};
+//!   s.pipeline_options().micro_batches = 4;   // before making the model in s.scope(...)
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/comm/reduce_op.hpp>
+#include <strata/core/partition.hpp>
+#include <strata/kernels/host/maps.hpp>
+#include <strata/policy/placement.hpp>
+#include <strata/strategy/executor.hpp>
+#include <strata/strategy/pipeline_options.hpp>
+
+namespace strata::detail {
+
+template <class Strat>
+class PipelineExecutor final : public Executor {
+ public:
+  PipelineExecutor(Strat& s, ModelProgram& program, PipelineOptions opts, PipelineStats& stats)
+      : s_(s), program_(program), opts_(std::move(opts)), stats_(stats) {}
+
+  [[nodiscard]] bool placed() const noexcept override { return !stages_.empty(); }
+  [[nodiscard]] const Tensor<float>& value() const override { return value_; }
+  void assign(const Tensor<float>& v) override { std::copy_n(v.data(), value_.size(), value_.data()); }
+
+  void place(const Tensor<float>& init) override {
+    const auto S = static_cast<std::size_t>(s_.num_replicas_in_sync());
+    const std::size_t L = program_.num_layers();
+    counts_ = program_.layer_param_counts();
+    widths_ = program_.layer_output_widths();
+    ranges_ = opts_.stages.empty() ? balance_stages(counts_, S) : opts_.stages;
+    check_stages(ranges_, L, S);
+    if (opts_.micro_batches == 0) throw Error("pipeline: micro_batches is 0; a batch needs at least one micro-batch");
+    value_ = init;
+    grad_ = Tensor<float>{Shape{init.size()}};
+    stages_.clear();
+    slices_.clear();
+    stats_.stages.assign(S, {});
+    for (std::size_t s = 0, off = 0; s < S; ++s) {
+      std::size_t n = 0;
+      for (std::size_t l = ranges_[s].begin; l < ranges_[s].end; ++l) n += counts_[l];
+      slices_.push_back(Range{off, off + n});
+      stages_.push_back(program_.make_stage(ranges_[s], value_.span().subspan(off, n), grad_.span().subspan(off, n)));
+      stats_.stages[s].layers = ranges_[s];
+      stats_.stages[s].params = n;
+      off += n;
+    }
+    reset_optimizer();
+  }
+
+  void reset_optimizer() override {
+    updaters_.clear();
+    opt_slots_ = 0;
+    if (stages_.empty() || !program_.compiled()) return;
+    for (const Range& r : slices_) updaters_.push_back(program_.make_updater(r.size()));
+    opt_slots_ = updaters_.front()->state().size();
+  }
+
+  std::vector<Tensor<float>> optimizer_state() override {
+    std::vector<Tensor<float>> out;
+    for (std::size_t s = 0; s < updaters_.size(); ++s) {
+      auto part = updaters_[s]->state();
+      if (out.empty())
+        for (std::size_t k = 0; k < part.size(); ++k) out.emplace_back(Shape{value_.size()});
+      for (std::size_t k = 0; k < part.size(); ++k)
+        std::copy_n(part[k].data(), part[k].size(), out[k].data() + slices_[s].begin);
+    }
+    return out;
+  }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override {
+    if (updaters_.empty()) throw Error("set_optimizer_state: the model is not compiled and placed yet");
+    for (std::size_t s = 0; s < updaters_.size(); ++s) {
+      std::vector<Tensor<float>> part;
+      for (const auto& t : slots) {
+        if (t.size() != value_.size())
+          throw ShapeError("set_optimizer_state: a slot of " + std::to_string(t.size()) + " elements for " +
+                           std::to_string(value_.size()) + " parameters");
+        Tensor<float> p{Shape{slices_[s].size()}};
+        std::copy_n(t.data() + slices_[s].begin, p.size(), p.data());
+        part.push_back(std::move(p));
+      }
+      updaters_[s]->set_state(part);
+    }
+  }
+
+  PassTotals run_pass(Pass& pass) override {
+    PassTotals t;
+    t.metrics.assign(program_.num_metrics(), 0.0);
+    for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
+      std::optional<Batch> b = pass.next();
+      if (!b) break;
+      pass.begin_step(steps);
+      step(*b, pass, t, steps);
+      if (pass.end_step(steps++, t)) break;
+    }
+    return t;
+  }
+
+  //! Bytes stage `s` holds running micro-batches of up to `rows` rows, `flight` at a time.
+  [[nodiscard]] std::size_t activation_bound(std::size_t s, std::size_t rows, std::size_t flight) const {
+    std::size_t w = s ? widths_[ranges_[s].begin - 1] : program_.input_width();
+    for (std::size_t l = ranges_[s].begin; l < ranges_[s].end; ++l) w += widths_[l];
+    if (s + 1 == stages_.size()) w += widths_.back();  // the loss's gradient, kept until backward
+    return flight * rows * w * sizeof(float);
+  }
+
+ private:
+  enum class Op : unsigned char { F, B };
+  struct Task {
+    Op op;
+    std::size_t m;
+  };
+
+  //! Stage s's order of forwards and backwards of m micro-batches.
+  std::vector<Task> order(std::size_t s, std::size_t m, bool train) const {
+    std::vector<Task> v;
+    if (!train || opts_.schedule == Schedule::GPipe) {
+      for (std::size_t i = 0; i < m; ++i) v.push_back({Op::F, i});
+      if (train)
+        for (std::size_t i = 0; i < m; ++i) v.push_back({Op::B, i});
+    } else if (opts_.schedule == Schedule::Naive) {
+      for (std::size_t i = 0; i < m; ++i) v.push_back({Op::F, i}), v.push_back({Op::B, i});
+    } else {
+      const std::size_t w = std::min(stages_.size() - s - 1, m);
+      for (std::size_t i = 0; i < w; ++i) v.push_back({Op::F, i});
+      for (std::size_t i = 0; i + w < m; ++i) v.push_back({Op::F, w + i}), v.push_back({Op::B, i});
+      for (std::size_t i = m - w; i < m; ++i) v.push_back({Op::B, i});
+    }
+    return v;
+  }
+
+  //! Before a batch runs: what each stage will hold against the budget.
+  void check_budget(std::size_t rows, std::size_t m, bool train) {
+    const std::size_t S = stages_.size();
+    for (std::size_t s = 0; s < S; ++s) {
+      const std::size_t flight = train ? in_flight(opts_.schedule, s, S, m) : 1;
+      const std::size_t act = activation_bound(s, rows, flight);
+      const std::size_t n = slices_[s].size() * sizeof(float);
+      const std::size_t need = n * (3 + opt_slots_) + act;  // values, gradient, micro-batch gradient, optimizer state
+      stats_.stages[s].bound_activation_bytes = std::max(stats_.stages[s].bound_activation_bytes, act);
+      if (opts_.memory_budget_bytes && need > opts_.memory_budget_bytes)
+        throw Error("pipeline: stage " + std::to_string(s) + " (layers " + range_str(ranges_[s]) + ") needs " +
+                    std::to_string(need) + " bytes (parameters " + std::to_string(n) + ", gradients " +
+                    std::to_string(2 * n) + ", optimizer state " + std::to_string(opt_slots_ * n) +
+                    ", activations of " + std::to_string(flight) + " micro-batches of up to " + std::to_string(rows) +
+                    " rows in flight " + std::to_string(act) + ") but has a budget of " +
+                    std::to_string(opts_.memory_budget_bytes) +
+                    " bytes (PipelineOptions::memory_budget_bytes): split the model over more stages, use more "
+                    "micro-batches, or the 1F1B schedule");
+    }
+  }
+
+  void step(const Batch& b, Pass& pass, PassTotals& t, std::size_t index) {
+    const std::size_t global = b.x->shape()[0];
+    if (global == 0) return;
+    const bool train = pass.phase == Phase::Train;
+    const std::size_t m = std::min(opts_.micro_batches, global);
+    const std::size_t S = stages_.size();
+    check_budget(shard_range(global, m, 0).size(), m, train);
+    for (std::size_t s = 0; s < S; ++s) stages_[s]->set_slots(train ? in_flight(opts_.schedule, s, S, m) : 1);
+    results_.assign(m, ReplicaResult{});
+    const std::int64_t it = *pass.iteration;
+    check_ = train && pass.finite;
+    bad_ = 0;
+    s_.run([&](auto& ctx) { run_stage(ctx, static_cast<std::size_t>(ctx.replica_id_in_sync_group()), b, pass.phase, m, global, it); });
+    if (pass.phase != Phase::Predict)
+      for (const ReplicaResult& r : results_) t.add(r.loss, r.rows, r.metrics);  // micro-batch order
+    t.samples += global;
+    if (!train) return;
+    ++stats_.steps;
+    if (bad_ > 0) return pass.skip_step(index, it, bad_);
+    pass.applied_step();
+    ++*pass.iteration;
+  }
+
+  template <class Ctx>
+  void run_stage(Ctx& ctx, std::size_t s, const Batch& b, Phase phase, std::size_t m, std::size_t global,
+                 std::int64_t it) {
+    using clock = std::chrono::steady_clock;
+    const auto start = clock::now();
+    double busy = 0;
+    const auto timed = [&](auto&& fn) {
+      const auto t0 = clock::now();
+      fn();
+      busy += std::chrono::duration<double>(clock::now() - t0).count();
+    };
+    StageProgram& st = *stages_[s];
+    const std::size_t S = stages_.size();
+    const bool train = phase == Phase::Train, last = s + 1 == S;
+    const std::size_t slots = train ? in_flight(opts_.schedule, s, S, m) : 1;
+    const std::size_t in_w = st.input_width(), out_w = st.output_width();
+    std::vector<char> alive(slots, 0);
+    std::vector<float> buf;
+    PipelineStats::Stage& stat = stats_.stages[s];
+    const auto held = [&] {
+      std::size_t n = 0;
+      for (std::size_t k = 0; k < slots; ++k)
+        if (alive[k]) n += st.activation_bytes(k);
+      if (train) stat.peak_activation_bytes = std::max(stat.peak_activation_bytes, n);
+    };
+    const float scale = 1.f / static_cast<float>(global);
+    for (const Task& task : order(s, m, train)) {
+      const Range rows = shard_range(global, m, task.m);
+      const std::size_t slot = task.m % slots;
+      const StageStep info{phase, static_cast<int>(task.m), static_cast<std::uint64_t>(it), scale};
+      if (task.op == Op::F) {
+        const float* in = b.x->data() + rows.begin * in_w;
+        if (s > 0) {
+          buf.resize(rows.size() * in_w);
+          ctx.recv(std::span<float>(buf), static_cast<int>(s - 1), 0);
+          in = buf.data();
+        }
+        std::span<const float> out;
+        timed([&] { out = st.forward(slot, in, rows.size(), info); });
+        alive[slot] = 1;
+        held();
+        if (!last) {
+          ctx.send(out, static_cast<int>(s + 1), 0);
+        } else if (phase == Phase::Predict) {
+          std::copy(out.begin(), out.end(), b.predictions + rows.begin * out_w);
+        } else {
+          timed([&] { st.loss(slot, *b.y, rows, info, results_[task.m]); });
+          held();
+        }
+        if (!train) alive[slot] = 0;
+        continue;
+      }
+      alive[slot] = 0;
+      if (!st.has_backward()) continue;
+      const float* dout = nullptr;
+      if (!last) {
+        buf.resize(rows.size() * out_w);
+        ctx.recv(std::span<float>(buf), static_cast<int>(s + 1), 1);
+        dout = buf.data();
+      }
+      std::span<const float> din;
+      timed([&] { din = st.backward(slot, dout, task.m == 0); });
+      if (s > 0 && st.has_input_gradient()) ctx.send(din, static_cast<int>(s - 1), 1);
+    }
+    if (train) timed([&] { update(ctx, s, it); });
+    stat.busy_s += busy;
+    stat.wall_s += std::chrono::duration<double>(clock::now() - start).count();
+  }
+
+  template <class Ctx>
+  void update(Ctx& ctx, std::size_t s, std::int64_t it) {
+    stages_[s]->finish_gradient();
+    const Range r = slices_[s];
+    std::span<float> g = grad_.span().subspan(r.begin, r.size());
+    if (check_) {
+      float bad[1] = {static_cast<float>(kernels::host::count_nonfinite(g.data(), g.size()))};
+      ctx.all_reduce(std::span<float>(bad), Sum);
+      if (s == 0) bad_ = bad[0];
+      if (bad[0] != 0.f) return;
+    }
+    if (r.size()) updaters_[s]->apply(value_.span().subspan(r.begin, r.size()), g, 0, it);
+  }
+
+  Strat& s_;
+  ModelProgram& program_;
+  PipelineOptions opts_;
+  PipelineStats& stats_;
+  std::vector<std::size_t> counts_, widths_;
+  std::vector<Range> ranges_, slices_;  // per stage: its layers, its parameters
+  Tensor<float> value_, grad_;
+  std::vector<std::unique_ptr<StageProgram>> stages_;
+  std::vector<std::unique_ptr<Updater>> updaters_;
+  std::size_t opt_slots_ = 0;
+  std::vector<ReplicaResult> results_;  // per micro-batch (the last stage's)
+  bool check_ = false;
+  double bad_ = 0;
+};
+
+template <>
+struct ExecutorFor<Pipeline> {
+  template <class S>
+  static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
+    return std::make_unique<PipelineExecutor<S>>(s, program, s.pipeline_options(), s.pipeline_stats());
+  }
+};
+
+}  // namespace strata::detail
