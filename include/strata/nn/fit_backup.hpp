@@ -23,6 +23,20 @@
 
 namespace strata::nn::detail {
 
+//! Whether every worker has the same `x` (a sum of x, of x squared and of
+//! ones over the workers: equal exactly when all are), collective.
+inline bool same_on_every_worker(AnyStrategy& s, double x) {
+  if (s.num_workers() <= 1) return true;
+  std::vector<double> v{x, x * x, 1.0};
+  std::vector<double> out(3);
+  s.run([&](AnyReplicaContext& ctx) {
+    std::vector<double> mine = ctx.local_replica_id() == 0 ? v : std::vector<double>(3, 0.0);
+    ctx.all_reduce(mine, Sum);
+    if (ctx.local_replica_id() == 0) out = mine;
+  });
+  return out[0] * out[0] == out[1] * out[2];  // (sum x)^2 == n sum x^2 iff all equal
+}
+
 //! The sum over workers of each worker's `v` (one value per worker: the
 //! first local replica contributes it); `v` itself with one worker.
 inline std::vector<double> sum_over_workers(AnyStrategy& s, std::vector<double> v) {
@@ -53,12 +67,14 @@ class FitBackup {
       b_.prune();  // temporary files of a killed writer
     }
     auto all = b_.checkpoints();
+    if (!same_on_every_worker(s, static_cast<double>(all.size())))  // the loop below is collective
+        throw Error("BackupAndRestore: the workers see different numbers of checkpoints in " + b_.dir().string() +
+                    " (this one: " + std::to_string(all.size()) + "); give every worker the same directory");
     // newest first; a file that fails its checks (flipped bits) is reported and skipped
     std::optional<TrainingPosition> loaded;
     std::int64_t step = -1;
     for (auto i = all.rbegin(); i != all.rend() && !loaded; ++i) {
-      auto seen = sum_over_workers(s, {static_cast<double>(i->first), 1.0});
-      if (seen[0] != static_cast<double>(i->first) * seen[1])
+      if (!same_on_every_worker(s, static_cast<double>(i->first)))
         throw Error("BackupAndRestore: the workers see different newest checkpoints in " + b_.dir().string() +
                     " (this one: step " + std::to_string(i->first) + "); give every worker the same directory");
       try {
