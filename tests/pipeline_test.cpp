@@ -171,6 +171,29 @@ TEST_CASE("a model splits over 1 .. its layer count stages and trains; more stag
   CHECK_THROWS_WITH_AS(train(bad, mlp, 50, 1), doctest::Contains("overlap"), strata::Error);
 }
 
+TEST_CASE("a split by measured compute times every layer, leaves the weights alone and trains as one replica") {
+  strata_test::Watchdog dog("pipeline measured split", 300s);
+  strata::OneDeviceStrategy one;
+  const auto ref = train(one, mlp, 50, 1);
+  for (int S : {2, 3}) {
+    CAPTURE(S);
+    strata::PipelineStrategy s{strata::cpu_replicas(S)};
+    s.pipeline_options().balance = strata::Balance::Measured;
+    s.pipeline_options().profile_steps = 2;
+    CHECK(train(s, mlp, 50, 1) == ref);  // the profile's gradients went to scratch
+    const auto& st = s.pipeline_stats();
+    REQUIRE(st.layer_seconds.size() == 6);
+    for (double t : st.layer_seconds) CHECK(t > 0);
+    std::vector<Range> got;
+    for (const auto& stage : st.stages) got.push_back(stage.layers);
+    CHECK_NOTHROW(strata::detail::check_stages(got, 6, static_cast<std::size_t>(S)));
+  }
+  strata::PipelineStrategy both{strata::cpu_replicas(2)};
+  both.pipeline_options().balance = strata::Balance::Measured;
+  both.pipeline_options().stages = {{0, 3}, {3, 6}};
+  CHECK_THROWS_WITH_AS(train(both, mlp, 50, 1), doctest::Contains("one or the other"), strata::Error);
+}
+
 TEST_CASE("1F1B holds at most S - s micro-batches of activations, fewer than GPipe's M") {
   strata_test::Watchdog dog("pipeline memory", 300s);
   const auto deep = [] {

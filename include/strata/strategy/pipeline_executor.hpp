@@ -53,8 +53,18 @@ class PipelineExecutor final : public Executor {
     ranges_ = opts_.stages.empty() ? balance_stages(counts_, S) : opts_.stages;
     check_stages(ranges_, L, S);
     if (opts_.micro_batches == 0) throw Error("pipeline: micro_batches is 0; a batch needs at least one micro-batch");
+    if (opts_.balance == Balance::Measured && !opts_.stages.empty())
+      throw Error("pipeline: stages given by hand and Balance::Measured; give one or the other");
+    profiled_ = opts_.balance != Balance::Measured;
     value_ = init;
     grad_ = Tensor<float>{Shape{init.size()}};
+    layout();
+    reset_optimizer();
+  }
+
+  //! Makes the stages of ranges_ over value_ and grad_.
+  void layout() {
+    const std::size_t S = ranges_.size();
     stages_.clear();
     slices_.clear();
     stats_.stages.assign(S, {});
@@ -67,7 +77,6 @@ class PipelineExecutor final : public Executor {
       stats_.stages[s].params = n;
       off += n;
     }
-    reset_optimizer();
   }
 
   void reset_optimizer() override {
@@ -172,11 +181,57 @@ class PipelineExecutor final : public Executor {
     }
   }
 
+  //! Balance::Measured, on the first training batch: each layer's time on
+  //! the first micro-batch, alone; then the split by those times (the
+  //! optimizer state kept). Gradients go to scratch: nothing trains.
+  void profile(const Batch& b, std::size_t global, std::size_t m, std::int64_t it) {
+    using clock = std::chrono::steady_clock;
+    const std::size_t L = counts_.size();
+    Tensor<float> scratch{Shape{value_.size()}};
+    std::vector<std::unique_ptr<StageProgram>> one;
+    for (std::size_t l = 0, off = 0; l < L; off += counts_[l++]) {
+      one.push_back(program_.make_stage(Range{l, l + 1}, value_.span().subspan(off, counts_[l]),
+                                        scratch.span().subspan(off, counts_[l])));
+      one.back()->set_slots(1);
+    }
+    const Range rows = shard_range(global, m, 0);
+    const StageStep info{Phase::Train, 0, static_cast<std::uint64_t>(it), 1.f / static_cast<float>(global)};
+    std::vector<double> t(L, 0.0);
+    const auto timed = [&](std::size_t l, auto&& fn) {
+      const auto t0 = clock::now();
+      fn();
+      t[l] += std::chrono::duration<double>(clock::now() - t0).count();
+    };
+    for (std::size_t p = 0; p < std::max<std::size_t>(1, opts_.profile_steps); ++p) {
+      const float* in = b.x->data() + rows.begin * program_.input_width();
+      for (std::size_t l = 0; l < L; ++l)
+        timed(l, [&] { in = one[l]->forward(0, in, rows.size(), info).data(); });
+      ReplicaResult r;
+      timed(L - 1, [&] { one[L - 1]->loss(0, *b.y, rows, info, r); });
+      const float* dout = nullptr;
+      for (std::size_t l = L; l-- > 0 && one[l]->has_backward();)
+        timed(l, [&] { dout = one[l]->backward(0, dout, true).data(); });
+    }
+    stats_.layer_seconds.clear();
+    std::vector<std::size_t> cost(L);
+    for (std::size_t l = 0; l < L; ++l) {
+      stats_.layer_seconds.push_back(t[l] / static_cast<double>(std::max<std::size_t>(1, opts_.profile_steps)));
+      cost[l] = static_cast<std::size_t>(t[l] * 1e9) + 1;  // nanoseconds; a layer is never free
+    }
+    const auto state = optimizer_state();
+    ranges_ = balance_stages(cost, ranges_.size());
+    layout();
+    reset_optimizer();
+    if (!state.empty()) set_optimizer_state(state);
+    profiled_ = true;
+  }
+
   void step(const Batch& b, Pass& pass, PassTotals& t, std::size_t index) {
     const std::size_t global = b.x->shape()[0];
     if (global == 0) return;
     const bool train = pass.phase == Phase::Train;
     const std::size_t m = std::min(opts_.micro_batches, global);
+    if (train && !profiled_) profile(b, global, m, *pass.iteration);
     const std::size_t S = stages_.size();
     check_budget(shard_range(global, m, 0).size(), m, train);
     for (std::size_t s = 0; s < S; ++s) stages_[s]->set_slots(train ? in_flight(opts_.schedule, s, S, m) : 1);
@@ -288,6 +343,7 @@ class PipelineExecutor final : public Executor {
   std::vector<std::unique_ptr<StageProgram>> stages_;
   std::vector<std::unique_ptr<Updater>> updaters_;
   std::size_t opt_slots_ = 0;
+  bool profiled_ = true;  // Balance::Measured: whether the layers were timed and split by it
   std::vector<ReplicaResult> results_;  // per micro-batch (the last stage's)
   bool check_ = false;
   double bad_ = 0;

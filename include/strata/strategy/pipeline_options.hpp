@@ -33,6 +33,12 @@ enum class Schedule {
   return "?";
 }
 
+//! What an automatic split balances.
+enum class Balance {
+  Parameters,  //!< the stages' parameter counts
+  Measured,    //!< each layer's compute time, measured on the first training batch (profile_steps runs)
+};
+
 //! How a PipelineStrategy splits and runs a model.
 struct PipelineOptions {
   //! Layer ranges [begin, end), one per replica, in order, covering every
@@ -48,6 +54,14 @@ struct PipelineOptions {
   //! micro-batch gradient, the optimizer state, the activations of its
   //! micro-batches in flight); 0: no limit. Checked before a batch runs.
   std::size_t memory_budget_bytes = 0;
+  //! With no `stages`: balance parameters (known at once) or measured time.
+  //! Measured: the model is split by parameters until the first training
+  //! batch, whose first micro-batch then runs forward and backward through
+  //! each layer alone `profile_steps` times (gradients to scratch: the
+  //! weights do not change), and the layers are split again by their mean
+  //! times (PipelineStats::layer_seconds).
+  Balance balance = Balance::Parameters;
+  std::size_t profile_steps = 3;
 };
 
 //! What a pipeline measured, per stage, over the training steps since reset.
@@ -63,6 +77,7 @@ struct PipelineStats {
   };
   std::vector<Stage> stages;
   std::size_t steps = 0;
+  std::vector<double> layer_seconds;  //!< Balance::Measured: each layer's measured forward + backward time
   void reset() {
     for (Stage& s : stages) s.busy_s = s.wall_s = 0, s.peak_activation_bytes = 0;
     steps = 0;
