@@ -62,23 +62,6 @@ class PipelineExecutor final : public Executor {
     reset_optimizer();
   }
 
-  //! Makes the stages of ranges_ over value_ and grad_.
-  void layout() {
-    const std::size_t S = ranges_.size();
-    stages_.clear();
-    slices_.clear();
-    stats_.stages.assign(S, {});
-    for (std::size_t s = 0, off = 0; s < S; ++s) {
-      std::size_t n = 0;
-      for (std::size_t l = ranges_[s].begin; l < ranges_[s].end; ++l) n += counts_[l];
-      slices_.push_back(Range{off, off + n});
-      stages_.push_back(program_.make_stage(ranges_[s], value_.span().subspan(off, n), grad_.span().subspan(off, n)));
-      stats_.stages[s].layers = ranges_[s];
-      stats_.stages[s].params = n;
-      off += n;
-    }
-  }
-
   void reset_optimizer() override {
     updaters_.clear();
     opt_slots_ = 0;
@@ -136,6 +119,23 @@ class PipelineExecutor final : public Executor {
   }
 
  private:
+  //! Makes the stages of ranges_ over value_ and grad_.
+  void layout() {
+    const std::size_t S = ranges_.size();
+    stages_.clear();
+    slices_.clear();
+    stats_.stages.assign(S, {});
+    for (std::size_t s = 0, off = 0; s < S; ++s) {
+      std::size_t n = 0;
+      for (std::size_t l = ranges_[s].begin; l < ranges_[s].end; ++l) n += counts_[l];
+      slices_.push_back(Range{off, off + n});
+      stages_.push_back(program_.make_stage(ranges_[s], value_.span().subspan(off, n), grad_.span().subspan(off, n)));
+      stats_.stages[s].layers = ranges_[s];
+      stats_.stages[s].params = n;
+      off += n;
+    }
+  }
+
   enum class Op : unsigned char { F, B };
   struct Task {
     Op op;
