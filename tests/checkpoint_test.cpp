@@ -118,7 +118,8 @@ TEST_CASE("tensor files: round trip of metadata and tensors, no temporary file l
   for (std::size_t i = 0; i < 3; ++i) {
     CHECK(g.tensors[i].name == f.tensors[i].name);
     CHECK(g.tensors[i].value.shape() == f.tensors[i].value.shape());
-    CHECK(std::memcmp(g.tensors[i].value.data(), f.tensors[i].value.data(), f.tensors[i].value.bytes()) == 0);
+    if (f.tensors[i].value.bytes())  // (memcmp of an empty tensor's null data is undefined)
+      CHECK(std::memcmp(g.tensors[i].value.data(), f.tensors[i].value.data(), f.tensors[i].value.bytes()) == 0);
   }
 }
 
