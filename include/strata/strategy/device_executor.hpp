@@ -77,17 +77,9 @@ class DeviceExecutor final : public Executor {
   }
 
   PassTotals run_pass(Pass& pass) override {
-    PassTotals t;
-    t.metrics.assign(program_.num_metrics(), 0.0);
-    for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
-      std::optional<Batch> b = pass.next();
-      if (!b) break;
-      const std::size_t rows = b->x->shape()[0];
-      pass.begin_step(steps);
-      if (rows) step(*b, pass, rows, t, steps);
-      if (pass.end_step(steps++, t)) break;
-    }
-    return t;
+    return detail::run_batches(pass, program_.num_metrics(), [&](const Batch& b, std::size_t index, PassTotals& t) {
+      if (const std::size_t rows = b.x->shape()[0]) step(b, pass, rows, t, index);
+    });
   }
 
  private:

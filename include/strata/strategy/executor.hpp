@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -84,6 +85,24 @@ struct ExecutorFor {
                 "strata::detail::ExecutorFor<YourPlacement> with a static make(strategy, program) returning "
                 "std::unique_ptr<strata::Executor> (see strategy/mirrored_executor.hpp)");
 };
+
+//! The loop of an executor that takes a pass's batches one at a time on
+//! the caller's thread: step(batch, index, totals) for each, between the
+//! pass's begin_step and end_step; ends with the data, at max_steps, or
+//! when end_step says so.
+template <class Step>
+PassTotals run_batches(Pass& pass, std::size_t num_metrics, Step&& step) {
+  PassTotals t;
+  t.metrics.assign(num_metrics, 0.0);
+  for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
+    std::optional<Batch> b = pass.next();
+    if (!b) break;
+    pass.begin_step(steps);
+    step(*b, steps, t);
+    if (pass.end_step(steps++, t)) break;
+  }
+  return t;
+}
 
 template <class S>
 std::unique_ptr<Executor> make_executor(S& s, ModelProgram& program) {

@@ -179,25 +179,17 @@ class ParameterServerExecutor final : public Executor {
 
   //! Evaluation and prediction: the chief's copy, one replica on the caller's thread.
   PassTotals on_chief(Pass& pass) {
-    PassTotals t;
-    t.metrics.assign(program_.num_metrics(), 0.0);
-    for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
-      std::optional<Batch> b = pass.next();
-      if (!b) break;
-      pass.begin_step(steps);
-      const std::size_t rows = b->x->shape()[0];
-      if (rows) {
-        ReplicaResult res;
-        reps_[0]->step(*b, Range{0, rows},
-                       StepInfo{pass.phase, 0, 1, static_cast<std::uint64_t>(*pass.iteration),
-                                1.f / static_cast<float>(rows)},
-                       res);
-        if (pass.phase != Phase::Predict) t.add(res.loss, res.rows, res.metrics);
-        t.samples += rows;
-      }
-      if (pass.end_step(steps++, t)) break;
-    }
-    return t;
+    return run_batches(pass, program_.num_metrics(), [&](const Batch& b, std::size_t, PassTotals& t) {
+      const std::size_t rows = b.x->shape()[0];
+      if (!rows) return;
+      ReplicaResult res;
+      reps_[0]->step(b, Range{0, rows},
+                     StepInfo{pass.phase, 0, 1, static_cast<std::uint64_t>(*pass.iteration),
+                              1.f / static_cast<float>(rows)},
+                     res);
+      if (pass.phase != Phase::Predict) t.add(res.loss, res.rows, res.metrics);
+      t.samples += rows;
+    });
   }
 
   ParameterServerRuntime& rt_;

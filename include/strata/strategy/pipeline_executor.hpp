@@ -98,16 +98,8 @@ class PipelineExecutor final : public Executor {
   }
 
   PassTotals run_pass(Pass& pass) override {
-    PassTotals t;
-    t.metrics.assign(program_.num_metrics(), 0.0);
-    for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
-      std::optional<Batch> b = pass.next();
-      if (!b) break;
-      pass.begin_step(steps);
-      step(*b, pass, t, steps);
-      if (pass.end_step(steps++, t)) break;
-    }
-    return t;
+    return detail::run_batches(pass, program_.num_metrics(),
+                               [&](const Batch& b, std::size_t index, PassTotals& t) { step(b, pass, t, index); });
   }
 
   //! Bytes stage `s` holds running micro-batches of up to `rows` rows, `flight` at a time.
