@@ -319,7 +319,6 @@ TEST_CASE("checkpoints are logical across processes: one process's Mirrored x4 <
     for (const auto& w : m.get_weights()) v.insert(v.end(), w.value.begin(), w.value.end());
     return v;
   };
-  strata::MultiWorkerMirroredStrategy multi{strata::cpu_replicas(2), quick()};
   // one file name for the job: rank 0's pid
   long pid = world_rank() == 0 ? static_cast<long>(::getpid()) : 0;
   MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
@@ -334,6 +333,8 @@ TEST_CASE("checkpoints are logical across processes: one process's Mirrored x4 <
   if (world_rank() == 0) a.save_checkpoint(one_path);
   MPI_Barrier(MPI_COMM_WORLD);
 
+  // made after the world's own collectives and a training run in one process
+  strata::MultiWorkerMirroredStrategy multi{strata::cpu_replicas(2), quick()};
   auto b = make(multi);
   b.build(strata::Shape{6});
   b.load_checkpoint(one_path);

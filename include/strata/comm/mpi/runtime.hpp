@@ -38,8 +38,12 @@ class Runtime {
                     "; strata calls MPI from replica threads: initialize it with MPI_Init_thread and "
                     "MPI_THREAD_SERIALIZED (or let strata initialize it)");
     }
-    // non-blocking: a rank that never gets here is met (or not) at exit, under settle()'s bound
-    check(MPI_Comm_idup(MPI_COMM_WORLD, &exit_comm_, &exit_req_), "MPI_Comm_idup");
+    // Nothing is left pending here: an MPI_Comm_idup of MPI_COMM_WORLD left in
+    // flight until the exit (as this once did) shares the world's internal
+    // non-blocking collectives with every later communicator creation, and
+    // Open MPI 4.1 then sometimes never completed a later MPI_Comm_idup of the
+    // world (a spurious CollectiveTimeout at 3 ranks). settle() meets the
+    // other ranks with an MPI_Ibarrier on the world at exit instead.
   }
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -50,7 +54,6 @@ class Runtime {
     if (fin) return;
     if (owner_) {
       settle();
-      MPI_Comm_free(&exit_comm_);
       MPI_Finalize();
     } else if (failed_.load()) {
       settle();  // the program finalizes MPI itself; still never hang there after a failure
@@ -68,25 +71,17 @@ class Runtime {
  private:
   //! Every rank meets here before MPI_Finalize; after a failure, only for a
   //! bounded time, then MPI_Abort ends the job (a rank may be hung).
-  //! The exit communicator (made by MPI_Comm_idup) is awaited here, under the same bound.
+  //! The meeting is an MPI_Ibarrier on MPI_COMM_WORLD (strata itself never
+  //! runs a collective on the world, only on its duplicates).
   void settle() {
     MPI_Request req = MPI_REQUEST_NULL;
-    bool barrier = false;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return;
     const bool bounded = failed_.load();
     const auto deadline = std::chrono::steady_clock::now() + exit_timeout_;
     for (int i = 0;; ++i) {
       int done = 0;
-      if (!barrier) {
-        MPI_Test(&exit_req_, &done, MPI_STATUS_IGNORE);
-        if (done) {
-          if (MPI_Ibarrier(exit_comm_, &req) != MPI_SUCCESS) return;
-          barrier = true;
-          done = 0;
-        }
-      } else {
-        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-        if (done) return;
-      }
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (done) return;
       if (bounded && std::chrono::steady_clock::now() > deadline) {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -102,8 +97,6 @@ class Runtime {
   }
 
   bool owner_ = false;
-  MPI_Comm exit_comm_ = MPI_COMM_NULL;
-  MPI_Request exit_req_ = MPI_REQUEST_NULL;  // the MPI_Comm_idup making exit_comm_
   std::atomic<bool> failed_{false};
   std::mutex mu_;
   std::chrono::milliseconds exit_timeout_{0};
