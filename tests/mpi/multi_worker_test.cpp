@@ -255,7 +255,7 @@ TEST_CASE("a dataset read from several files is sharded by file: each worker rea
 }
 
 // The run fingerprint: a worker started with another global batch, seed,
-// learning rate or model stops fit on every worker with a RunMismatch that
+// learning rate, model or dataset size stops fit on every worker with a RunMismatch that
 // names it and the field, instead of training something else silently.
 TEST_CASE("workers that disagree on the run's fingerprint all raise RunMismatch naming the rank and the field") {
   namespace nn = strata::nn;
@@ -271,10 +271,11 @@ TEST_CASE("workers that disagree on the run's fingerprint all raise RunMismatch 
     std::size_t batch = 8, units = 4;
     std::uint64_t seed = 5;
     double lr = 1e-2;
+    std::size_t rows = 40;  // the dataset's size (rows 32: 4 batches of 8 instead of 5)
   };
   const Case base{"none"};
   for (Case c : {Case{"global batch", 16}, Case{"seed", 8, 4, 6}, Case{"optimizer", 8, 4, 5, 0.02},
-                 Case{"parameter count", 8, 5}}) {
+                 Case{"parameter count", 8, 5}, Case{"batches per epoch", 8, 4, 5, 1e-2, 32}}) {
     CAPTURE(c.field);
     const Case& mine = me ? c : base;
     std::string what;
@@ -282,7 +283,7 @@ TEST_CASE("workers that disagree on the run's fingerprint all raise RunMismatch 
       auto model = s.scope([&] { return nn::Sequential{nn::Input{{4}}, nn::Dense{mine.units}, nn::Dense{2}}; });
       model.compile(nn::SGD{mine.lr}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {},
                     {.seed = mine.seed});
-      model.fit(s.distribute(strata::data::from_tensor_slices(x, y).batch(mine.batch)),
+      model.fit(s.distribute(strata::data::from_tensor_slices(x, y).take(mine.rows).batch(mine.batch)),
                 {.epochs = 1, .verbose = nn::Verbosity::Silent});
     } catch (const strata::RunMismatch& e) {
       what = e.what();

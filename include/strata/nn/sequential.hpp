@@ -305,6 +305,7 @@ class Sequential {
     detail::FnPass pass;
     pass.phase = phase;
     pass.per_worker = detail::per_worker(data);
+    pass.batches = dataset_of(data).cardinality();
     pass.iteration = &iterations_;
     auto e = std::make_shared<std::optional<std::remove_cvref_t<decltype(*it.next())>>>();
     pass.next_fn = [this, &it, e]() -> std::optional<Batch> {

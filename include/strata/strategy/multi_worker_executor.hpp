@@ -47,12 +47,15 @@ class MpiWorkers {
 };
 
 //! The fields of a run's fingerprint: the program's (layout, optimizer,
-//! seed) and, from fit's first batch, the global batch (unless each worker
-//! reads its own share, whose sizes may differ).
+//! seed) and, from fit's data, the global batch (its first batch's size) and
+//! the batches per epoch where the dataset knows them; not when each worker
+//! reads its own share (sharded by file), whose sizes may differ.
 inline std::vector<RunField> run_fingerprint(const ModelProgram& program, const std::optional<Batch>& first,
-                                             bool per_worker) {
+                                             const Pass& pass) {
   std::vector<RunField> f = program.describe_for_fingerprint();
-  if (!per_worker) f.emplace_back("global batch", first && first->x ? std::to_string(first->x->shape()[0]) : "none");
+  if (pass.per_worker) return f;
+  f.emplace_back("global batch", first && first->x ? std::to_string(first->x->shape()[0]) : "none");
+  f.emplace_back("batches per epoch", pass.batches ? std::to_string(*pass.batches) : "unknown");
   return f;
 }
 
@@ -70,7 +73,7 @@ class MultiWorkerExecutor final : public Executor {
   bool begin_fit(Pass& pass) override {
     std::optional<Batch> first = pass.next();  // builds the model if needed (collective: every worker does)
     if (!first && !placed()) pass.empty();     // out of data here: build from the Input, as the others do
-    detail::mpi::agree_on_run(comm_, run_fingerprint(program_, first, pass.per_worker), "fingerprint");
+    detail::mpi::agree_on_run(comm_, run_fingerprint(program_, first, pass), "fingerprint");
     return inner_->begin_fit(pass);
   }
 

@@ -90,7 +90,7 @@ class ParameterServerExecutor final : public Executor {
   }
 
   //! Across processes, every rank (chief, servers, workers) first agrees on
-  //! the run's fingerprint (layout, optimizer, seed, the first batch's size):
+  //! the run's fingerprint (layout, optimizer, seed, the first batch's size, the batches per epoch):
   //! a rank started differently stops the run everywhere with a RunMismatch.
   //! `pass` is fit's own pass for this: its first batch is not trained on.
   bool begin_fit(Pass& pass) override {
@@ -99,6 +99,7 @@ class ParameterServerExecutor final : public Executor {
     if (auto* agreeing = dynamic_cast<RunAgreement*>(&rt_)) {
       auto fields = program_.describe_for_fingerprint();
       fields.emplace_back("global batch", first && first->x ? std::to_string(first->x->shape()[0]) : "none");
+      fields.emplace_back("batches per epoch", pass.batches ? std::to_string(*pass.batches) : "unknown");
       agreeing->agree_on_run(fields);
     }
     if (is_chief()) return true;

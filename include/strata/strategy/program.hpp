@@ -221,6 +221,7 @@ class Pass {
   Phase phase = Phase::Train;
   std::size_t max_steps = 0;     //!< 0: until the data ends
   bool per_worker = false;       //!< the data is this worker's own share of each global batch
+  std::optional<std::size_t> batches;  //!< batches in a pass of the data, where it knows (its cardinality)
   std::int64_t* iteration = nullptr;  //!< the model's optimizer step, advanced by training steps
 
   //! The gradient finiteness policy of a training pass (nn::FitOptions::
