@@ -40,6 +40,9 @@ struct Args {
   int servers = 1;   // parameter_server: servers
   std::optional<std::uint64_t> staleness;  // parameter_server: bound (none: asynchronous)
   std::string cluster;  // parameter_server under mpirun: "chief:0 ps:1 worker:2,3" (default: by --servers)
+  int stages = 2;                 // pipeline: stages, one CPU replica each
+  std::size_t micro_batches = 4;  // pipeline: micro-batches per batch
+  strata::Schedule schedule = strata::Schedule::OneFOneB;  // pipeline
   int epochs = 5;
   std::size_t batch = 128;
   std::string data;  // MNIST directory ("": the default cache)
@@ -66,6 +69,7 @@ struct OptionInfo {
 
 inline constexpr std::string_view replica_strategies = "mirrored central_storage multi_worker_mirrored";
 inline constexpr std::string_view ps_strategies = "parameter_server";
+inline constexpr std::string_view pipeline_strategies = "pipeline";
 
 inline constexpr OptionInfo option_table[] = {
     {"--strategy", "NAME", "the strategy (default: mirrored; one_device on a GPU)", ""},
@@ -80,6 +84,11 @@ inline constexpr OptionInfo option_table[] = {
      ps_strategies},
     {"--cluster", "SPEC", "parameter_server under mpirun: \"chief:0 ps:1 worker:2,3\" (default: by --servers)",
      ps_strategies},
+    {"--stages", "S", "pipeline: stages, one CPU replica each, the layers split by parameters, 1-64 (default 2)",
+     pipeline_strategies},
+    {"--microbatches", "M", "pipeline: micro-batches per batch, 1-65536 (default 4)", pipeline_strategies},
+    {"--schedule", "naive|gpipe|1f1b", "pipeline: the order of forwards and backwards (default 1f1b)",
+     pipeline_strategies},
     {"--epochs", "N", "passes over the training set, 1-100000", ""},
     {"--batch", "N", "global batch, 1-1048576 (default 128)", ""},
     {"--data", "DIR", "the MNIST directory (default: the cache of scripts/fetch-mnist.sh)", ""},
@@ -223,6 +232,14 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
     else if (k == "--servers") a.servers = detail::whole(prog, k, v, 1, 256);
     else if (k == "--staleness") a.staleness = detail::whole<std::uint64_t>(prog, k, v, 0, 1000000);
     else if (k == "--cluster") a.cluster = v;
+    else if (k == "--stages") a.stages = detail::whole(prog, k, v, 1, 64);
+    else if (k == "--microbatches") a.micro_batches = detail::whole<std::size_t>(prog, k, v, 1, 65536);
+    else if (k == "--schedule") {
+      if (v == "naive") a.schedule = strata::Schedule::Naive;
+      else if (v == "gpipe") a.schedule = strata::Schedule::GPipe;
+      else if (v == "1f1b") a.schedule = strata::Schedule::OneFOneB;
+      else fail(prog, "--schedule " + detail::quoted(v) + " is not a schedule: expected naive, gpipe or 1f1b");
+    }
     else if (k == "--epochs") a.epochs = detail::whole(prog, k, v, 1, 100000);
     else if (k == "--batch") a.batch = detail::whole<std::size_t>(prog, k, v, 1, std::size_t{1} << 20);
     else if (k == "--data") a.data = v;
@@ -292,6 +309,9 @@ inline strata::StrategyChoice choice_of(const Args& a, strata::Device device = s
           .workers = a.workers,
           .servers = a.servers,
           .staleness = a.staleness,
+          .stages = a.stages,
+          .micro_batches = a.micro_batches,
+          .schedule = a.schedule,
           .device = device,
           .cluster = a.cluster,
           .timeout = a.timeout};

@@ -81,6 +81,15 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
     where = std::to_string(strategy.num_workers()) + " worker(s), " + std::to_string(strategy.num_servers()) +
             " server(s), staleness ";
     where += strategy.staleness() ? std::to_string(*strategy.staleness()) : std::string("unbounded");
+  } else if constexpr (requires { strategy.pipeline_options(); }) {
+    const auto& o = strategy.pipeline_options();
+    const auto& st = strategy.pipeline_stats();
+    where = std::to_string(strategy.num_replicas_in_sync()) + " stages, " + std::to_string(o.micro_batches) +
+            " micro-batches, " + std::string(strata::to_string(o.schedule));
+    if (!st.stages.empty()) {
+      where += "; idle";
+      for (const auto& s : st.stages) where += " " + std::to_string(static_cast<int>(100 * s.idle_fraction())) + "%";
+    }
   } else {
     where = std::to_string(strategy.num_replicas_in_sync()) + " replica(s)";
     if (strategy.devices().front().is_gpu()) where += " on " + strata::describe(strategy.devices().front());

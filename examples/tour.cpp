@@ -13,9 +13,10 @@
 
 #include "example_cli.hpp"
 
-// synchronous replicas only: a parameter server's workers do not run in lock-step
+// replicas in lock-step that each hold the variables: not a parameter server's
+// workers, nor a pipeline's stages
 template <class Strategy>
-  requires(!std::same_as<Strategy, strata::ParameterServerStrategy>)
+  requires(!std::same_as<Strategy, strata::ParameterServerStrategy> && !std::same_as<Strategy, strata::PipelineStrategy>)
 int train(Strategy& strategy) {
   const int p = strategy.num_replicas_in_sync();
   // Parameters [w, b], placed as the strategy says (one copy per replica, or one central copy).

@@ -24,6 +24,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/strategy/parameter_server.hpp>
+#include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/strategy.hpp>
 
 namespace strata {
@@ -37,6 +38,9 @@ struct StrategyChoice {
   int workers = 2;   //!< parameter_server: worker threads
   int servers = 1;   //!< parameter_server: server shards' hosts
   std::optional<std::uint64_t> staleness = std::nullopt;  //!< parameter_server: bound (none: asynchronous)
+  int stages = 2;                          //!< pipeline: stages (one CPU replica each), split by parameters
+  std::size_t micro_batches = 4;           //!< pipeline: micro-batches per batch
+  Schedule schedule = Schedule::OneFOneB;  //!< pipeline: the order of forwards and backwards
   //! default / one_device: the device of the one replica (the others run on CPUs so far).
   Device device = cpu(0);
   std::string cluster = {};  //!< parameter_server under mpirun (by_name_mpi.hpp): a ClusterSpec ("": chief 0, `servers` servers, workers)
@@ -65,15 +69,16 @@ struct StrategyChoice {
 //!   for (auto n : strata::InProcessStrategies::names) std::puts(n.data());
 //!   strata::InProcessStrategies::with("mirrored", {.replicas = 2}, fn);
 struct InProcessStrategies {
-  static constexpr std::array<std::string_view, 5> names{"default", "one_device", "mirrored", "central_storage",
-                                                         "parameter_server"};
+  static constexpr std::array<std::string_view, 6> names{"default",         "one_device",      "mirrored",
+                                                         "central_storage", "parameter_server", "pipeline"};
 
   //! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
   //! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
   //! 0 for one per core (at least 32 rows each when `batch` is given); "parameter_server": `workers` worker threads and
-  //! `servers` servers in this process, `staleness` its bound) and returns what
-  //! fn returns (the same type for every strategy). An unknown name throws
-  //! strata::Error listing `known`.
+  //! `servers` servers in this process, `staleness` its bound; "pipeline": a
+  //! PipelineStrategy of `stages` CPU replicas running `micro_batches` per
+  //! batch by `schedule`) and returns what fn returns (the same type for every
+  //! strategy). An unknown name throws strata::Error listing `known`.
   template <class F>
   static auto with(std::string_view name, StrategyChoice c, F&& fn,
                    std::span<const std::string_view> known = names) -> std::invoke_result_t<F&, DefaultStrategy&> {
@@ -107,6 +112,19 @@ struct InProcessStrategies {
       } else {
         throw Error("this program's code needs synchronous replicas (Strategy::run); it cannot run under "
                     "parameter_server");
+      }
+    }
+    if (name == "pipeline") {
+      if (c.device.is_gpu())
+        throw Error("strata: pipeline runs its stages on CPU replicas so far, not on " + c.device.str());
+      if constexpr (std::is_invocable_v<F&, PipelineStrategy&>) {
+        PipelineStrategy s{cpu_replicas(c.stages), c.comm_options()};
+        s.pipeline_options().micro_batches = c.micro_batches;
+        s.pipeline_options().schedule = c.schedule;
+        return fn(s);
+      } else {
+        throw Error("this program's code needs replicas that each run the whole model; it cannot run under "
+                    "pipeline");
       }
     }
     std::string list;
