@@ -42,6 +42,7 @@ struct Args {
   std::string cluster;  // parameter_server under mpirun: "chief:0 ps:1 worker:2,3" (default: by --servers)
   int stages = 2;                 // pipeline: stages, one CPU replica each
   std::size_t micro_batches = 4;  // pipeline: micro-batches per batch
+  int data_parallel = 1;          // pipeline: copies of it
   strata::Schedule schedule = strata::Schedule::OneFOneB;  // pipeline
   int epochs = 5;
   std::size_t batch = 128;
@@ -88,6 +89,8 @@ inline constexpr OptionInfo option_table[] = {
      pipeline_strategies},
     {"--microbatches", "M", "pipeline: micro-batches per batch, 1-65536 (default 4)", pipeline_strategies},
     {"--schedule", "naive|gpipe|1f1b", "pipeline: the order of forwards and backwards (default 1f1b)",
+     pipeline_strategies},
+    {"--data-parallel", "D", "pipeline: D copies of it, each on its share of every batch, 1-64 (default 1)",
      pipeline_strategies},
     {"--epochs", "N", "passes over the training set, 1-100000", ""},
     {"--batch", "N", "global batch, 1-1048576 (default 128)", ""},
@@ -234,6 +237,7 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
     else if (k == "--cluster") a.cluster = v;
     else if (k == "--stages") a.stages = detail::whole(prog, k, v, 1, 64);
     else if (k == "--microbatches") a.micro_batches = detail::whole<std::size_t>(prog, k, v, 1, 65536);
+    else if (k == "--data-parallel") a.data_parallel = detail::whole(prog, k, v, 1, 64);
     else if (k == "--schedule") {
       if (v == "naive") a.schedule = strata::Schedule::Naive;
       else if (v == "gpipe") a.schedule = strata::Schedule::GPipe;
@@ -282,6 +286,10 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   if (a.has("--workers") && !a.cluster.empty())
     fail(prog, "--workers does not apply with --cluster: the cluster spec's worker ranks are the workers");
 
+  if (a.stages * a.data_parallel > 1024)
+    fail(prog, "--stages " + std::to_string(a.stages) + " x --data-parallel " + std::to_string(a.data_parallel) +
+                   " asks for " + std::to_string(a.stages * a.data_parallel) + " CPU replicas; at most 1024");
+
   // Output paths: checked now, not after the training they would record.
   if (a.has("--save")) check_output_file(prog, "--save", a.save);
   if (a.has("--checkpoint-dir")) check_output_dir(prog, "--checkpoint-dir", a.checkpoint_dir);
@@ -311,6 +319,7 @@ inline strata::StrategyChoice choice_of(const Args& a, strata::Device device = s
           .staleness = a.staleness,
           .stages = a.stages,
           .micro_batches = a.micro_batches,
+          .data_parallel = a.data_parallel,
           .schedule = a.schedule,
           .device = device,
           .cluster = a.cluster,

@@ -84,8 +84,9 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
   } else if constexpr (requires { strategy.pipeline_options(); }) {
     const auto& o = strategy.pipeline_options();
     const auto& st = strategy.pipeline_stats();
-    where = std::to_string(strategy.num_replicas_in_sync()) + " stages, " + std::to_string(o.micro_batches) +
-            " micro-batches, " + std::string(strata::to_string(o.schedule));
+    where = std::to_string(strategy.num_replicas_in_sync() / static_cast<int>(o.data_parallel)) + " stages";
+    if (o.data_parallel > 1) where += " x " + std::to_string(o.data_parallel) + " data-parallel copies";
+    where += ", " + std::to_string(o.micro_batches) + " micro-batches, " + std::string(strata::to_string(o.schedule));
     if (!st.stages.empty()) {
       where += "; idle";
       for (const auto& s : st.stages) where += " " + std::to_string(static_cast<int>(100 * s.idle_fraction())) + "%";

@@ -336,6 +336,68 @@ TEST_CASE("evaluate and predict run through the stages and agree with one replic
   CHECK(b.first == doctest::Approx(a.first).epsilon(1e-6));
 }
 
+// Data x pipeline: D copies of an S-stage pipeline on D x S replicas.
+TEST_CASE("data x pipeline: D copies of the pipeline train as data parallelism over D replicas") {
+  strata_test::Watchdog dog("data x pipeline", 600s);
+  for (std::size_t batch : {25u, 1u}) {  // a last batch of 3 rows; and batches of 1 row (copy 1's share empty)
+    CAPTURE(batch);
+    const int epochs = batch == 1 ? 1 : 2;
+    strata::MirroredStrategy mirrored{strata::cpu_replicas(2)};
+    std::vector<double> ref_loss;
+    const auto ref = train(mirrored, mlp, batch, epochs, &ref_loss);
+    // one stage, one micro-batch: each copy is a replica of Mirrored, the two gradients summed: bitwise
+    {
+      strata::PipelineStrategy s{strata::cpu_replicas(2)};
+      s.pipeline_options() = {.stages = {}, .micro_batches = 1, .data_parallel = 2};
+      std::vector<double> loss;
+      CHECK(train(s, mlp, batch, epochs, &loss) == ref);
+      CHECK(loss == ref_loss);
+      CHECK(s.pipeline_stats().stages.size() == 1);
+    }
+    // 2 x 2 and 2 x 3 replicas, several micro-batches, each schedule: within FP32 summation order
+    for (int S : {2, 3})
+      for (Schedule k : {Schedule::Naive, Schedule::GPipe, Schedule::OneFOneB}) {
+        CAPTURE(S);
+        CAPTURE(strata::to_string(k));
+        strata::PipelineStrategy s{strata::cpu_replicas(2 * S)};
+        s.pipeline_options() = {.stages = {}, .micro_batches = 3, .schedule = k, .data_parallel = 2};
+        std::vector<double> loss;
+        const auto w = train(s, mlp, batch, epochs, &loss);
+        CHECK(max_diff(w, ref) < 2e-5f);
+        for (std::size_t e = 0; e < loss.size(); ++e) CHECK(loss[e] == doctest::Approx(ref_loss[e]).epsilon(1e-6));
+        CHECK(s.pipeline_stats().stages.size() == static_cast<std::size_t>(S));
+      }
+  }
+}
+
+TEST_CASE("data x pipeline: evaluate and predict cover every copy's rows; replicas that do not divide are an error") {
+  strata_test::Watchdog dog("data x pipeline evaluate", 120s);
+  const auto data = strata_test::blobs(70, 9);
+  strata::OneDeviceStrategy one;
+  strata::PipelineStrategy s{strata::cpu_replicas(6)};
+  s.pipeline_options() = {.stages = {}, .micro_batches = 2, .data_parallel = 3};  // 3 copies of 2 stages
+  auto run = [&](auto& st) {
+    auto m = st.scope(mlp);
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 5});
+    const auto logs = m.evaluate(st.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32)),
+                                 {.verbose = nn::Verbosity::Silent});
+    const auto p = m.predict(st.distribute(strata::data::from_tensor_slices(data.x).batch(32)));
+    return std::pair{logs.at("loss"), std::vector<float>(p.data(), p.data() + p.size())};
+  };
+  const auto a = run(one), b = run(s);
+  CHECK(b.second.size() == 70 * 3);
+  CHECK(max_diff(b.second, a.second) < 1e-6f);
+  CHECK(b.first == doctest::Approx(a.first).epsilon(1e-6));
+
+  strata::PipelineStrategy odd{strata::cpu_replicas(5)};
+  odd.pipeline_options().data_parallel = 2;
+  auto m = odd.scope(mlp);
+  m.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  CHECK_THROWS_WITH_AS(m.build(strata::Shape{6}),
+                       doctest::Contains("5 replicas do not make data_parallel = 2 copies of a pipeline"),
+                       strata::Error);
+}
+
 TEST_CASE("placement kind and name") {
   strata::PipelineStrategy s{strata::cpu_replicas(2)};
   CHECK(s.any().placement() == strata::PlacementKind::Pipeline);

@@ -143,21 +143,22 @@ TEST_CASE("with_strategy builds the strategy a name gives, and refuses unknown n
   auto c = strata::with_strategy("central_storage", 2, probe);
   CHECK(c.placement == strata::PlacementKind::CentralStorage);
   CHECK(c.replicas == 2);
-  // pipeline: `stages` replicas, the micro-batches and schedule asked for
+  // pipeline: stages x data_parallel replicas, the micro-batches and schedule asked for
   struct Piped {
     int replicas;
     std::size_t micro_batches;
     strata::Schedule schedule;
   };
   auto piped = strata::with_strategy(
-      "pipeline", strata::StrategyChoice{.stages = 3, .micro_batches = 8, .schedule = strata::Schedule::GPipe},
+      "pipeline",
+      strata::StrategyChoice{.stages = 3, .micro_batches = 8, .data_parallel = 2, .schedule = strata::Schedule::GPipe},
       [](auto& s) {
         if constexpr (requires { s.pipeline_options(); })
           return Piped{s.num_replicas_in_sync(), s.pipeline_options().micro_batches, s.pipeline_options().schedule};
         else
           return Piped{-1, 0, strata::Schedule::Naive};
       });
-  CHECK(piped.replicas == 3);
+  CHECK(piped.replicas == 6);  // 2 copies of 3 stages
   CHECK(piped.micro_batches == 8);
   CHECK(piped.schedule == strata::Schedule::GPipe);
   CHECK_THROWS_WITH_AS(strata::with_strategy("mirored", 2, probe), doctest::Contains("unknown strategy 'mirored'"),

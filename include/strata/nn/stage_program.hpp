@@ -119,11 +119,12 @@ class LayerStage final : public StageProgram {
     return {dx->data(), dx->size()};
   }
 
-  void finish_gradient() override {
-    // L2 once per step (one logical replica), on the parameters of this stage
+  void finish_gradient(int copies) override {
+    // L2 on the parameters of this stage: this copy's 1/copies share (as a replica's)
     m_.for_each_l2([&](std::size_t off, std::size_t n, float l2) {
       if (off < off_ || off >= off_ + grad_.size()) return;
-      c_.axpy(2.f * l2, value_.data() + (off - off_), grad_.data() + (off - off_), n);
+      const float k = 2.f * l2 / static_cast<float>(copies);
+      c_.axpy(k, value_.data() + (off - off_), grad_.data() + (off - off_), n);
     });
   }
 

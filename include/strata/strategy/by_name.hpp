@@ -40,6 +40,7 @@ struct StrategyChoice {
   std::optional<std::uint64_t> staleness = std::nullopt;  //!< parameter_server: bound (none: asynchronous)
   int stages = 2;                          //!< pipeline: stages (one CPU replica each), split by parameters
   std::size_t micro_batches = 4;           //!< pipeline: micro-batches per batch
+  int data_parallel = 1;                   //!< pipeline: copies of it (stages x copies CPU replicas)
   Schedule schedule = Schedule::OneFOneB;  //!< pipeline: the order of forwards and backwards
   //! default / one_device: the device of the one replica (the others run on CPUs so far).
   Device device = cpu(0);
@@ -76,8 +77,8 @@ struct InProcessStrategies {
   //! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
   //! 0 for one per core (at least 32 rows each when `batch` is given); "parameter_server": `workers` worker threads and
   //! `servers` servers in this process, `staleness` its bound; "pipeline": a
-  //! PipelineStrategy of `stages` CPU replicas running `micro_batches` per
-  //! batch by `schedule`) and returns what fn returns (the same type for every
+  //! PipelineStrategy of `data_parallel` copies of `stages` stages, one CPU
+  //! replica each, running `micro_batches` per batch by `schedule`) and returns what fn returns (the same type for every
   //! strategy). An unknown name throws strata::Error listing `known`.
   template <class F>
   static auto with(std::string_view name, StrategyChoice c, F&& fn,
@@ -118,8 +119,9 @@ struct InProcessStrategies {
       if (c.device.is_gpu())
         throw Error("strata: pipeline runs its stages on CPU replicas so far, not on " + c.device.str());
       if constexpr (std::is_invocable_v<F&, PipelineStrategy&>) {
-        PipelineStrategy s{cpu_replicas(c.stages), c.comm_options()};
+        PipelineStrategy s{cpu_replicas(c.stages * c.data_parallel), c.comm_options()};
         s.pipeline_options().micro_batches = c.micro_batches;
+        s.pipeline_options().data_parallel = static_cast<std::size_t>(c.data_parallel);
         s.pipeline_options().schedule = c.schedule;
         return fn(s);
       } else {

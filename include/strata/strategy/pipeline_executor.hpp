@@ -11,6 +11,13 @@
 //! one optimizer step per batch, the step one replica takes on the whole
 //! batch (with M = 1, bitwise). The executor knows no layers: only the
 //! ModelProgram's stage API (strategy/program.hpp).
+//! With PipelineOptions::data_parallel = D, D copies of the pipeline run
+//! side by side on D x S replicas (replica d * S + s: copy d, stage s), each
+//! on its share of the batch's rows, with their own activations and
+//! gradient; one all-reduce per step (also the barrier after which every
+//! copy's gradient is final) decides on the finiteness check, then copy 0 of
+//! each stage sums the D gradients of its slice in copy order and applies
+//! the update to the one copy of the variables that every copy reads.
 //! A stage that throws releases the others from their recv (the thread
 //! team's abort): the batch's run ends with ReplicaError naming that stage.
 //!   strata::PipelineStrategy s{strata::cpu_replicas(2)};
@@ -41,12 +48,18 @@ class PipelineExecutor final : public Executor {
   PipelineExecutor(Strat& s, ModelProgram& program, PipelineOptions opts, PipelineStats& stats)
       : s_(s), program_(program), opts_(std::move(opts)), stats_(stats) {}
 
-  [[nodiscard]] bool placed() const noexcept override { return !stages_.empty(); }
+  [[nodiscard]] bool placed() const noexcept override { return !ranges_.empty(); }
   [[nodiscard]] const Tensor<float>& value() const override { return value_; }
   void assign(const Tensor<float>& v) override { std::copy_n(v.data(), value_.size(), value_.data()); }
 
   void place(const Tensor<float>& init) override {
-    const auto S = static_cast<std::size_t>(s_.num_replicas_in_sync());
+    const auto R = static_cast<std::size_t>(s_.num_replicas_in_sync());
+    const std::size_t D = opts_.data_parallel;
+    if (D == 0) throw Error("pipeline: data_parallel is 0; give 1 for one pipeline, D for D copies of it");
+    if (R % D)
+      throw Error("pipeline: " + std::to_string(R) + " replicas do not make data_parallel = " + std::to_string(D) +
+                  " copies of a pipeline: give D x S replicas for D copies of S stages");
+    const std::size_t S = R / D;
     const std::size_t L = program_.num_layers();
     counts_ = program_.layer_param_counts();
     widths_ = program_.layer_output_widths();
@@ -57,7 +70,7 @@ class PipelineExecutor final : public Executor {
       throw Error("pipeline: stages given by hand and Balance::Measured; give one or the other");
     profiled_ = opts_.balance != Balance::Measured;
     value_ = init;
-    grad_ = Tensor<float>{Shape{init.size()}};
+    grads_.assign(D, Tensor<float>{Shape{init.size()}});
     layout();
     reset_optimizer();
   }
@@ -65,7 +78,7 @@ class PipelineExecutor final : public Executor {
   void reset_optimizer() override {
     updaters_.clear();
     opt_slots_ = 0;
-    if (stages_.empty() || !program_.compiled()) return;
+    if (ranges_.empty() || !program_.compiled()) return;
     for (const Range& r : slices_) updaters_.push_back(program_.make_updater(r.size()));
     opt_slots_ = updaters_.front()->state().size();
   }
@@ -106,22 +119,25 @@ class PipelineExecutor final : public Executor {
   [[nodiscard]] std::size_t activation_bound(std::size_t s, std::size_t rows, std::size_t flight) const {
     std::size_t w = s ? widths_[ranges_[s].begin - 1] : program_.input_width();
     for (std::size_t l = ranges_[s].begin; l < ranges_[s].end; ++l) w += widths_[l];
-    if (s + 1 == stages_.size()) w += widths_.back();  // the loss's gradient, kept until backward
+    if (s + 1 == ranges_.size()) w += widths_.back();  // the loss's gradient, kept until backward
     return flight * rows * w * sizeof(float);
   }
 
  private:
-  //! Makes the stages of ranges_ over value_ and grad_.
+  //! Makes the stages of ranges_, for every copy, over value_ and its gradient.
   void layout() {
     const std::size_t S = ranges_.size();
     stages_.clear();
+    stages_.resize(grads_.size());
     slices_.clear();
     stats_.stages.assign(S, {});
     for (std::size_t s = 0, off = 0; s < S; ++s) {
       std::size_t n = 0;
       for (std::size_t l = ranges_[s].begin; l < ranges_[s].end; ++l) n += counts_[l];
       slices_.push_back(Range{off, off + n});
-      stages_.push_back(program_.make_stage(ranges_[s], value_.span().subspan(off, n), grad_.span().subspan(off, n)));
+      for (std::size_t d = 0; d < grads_.size(); ++d)
+        stages_[d].push_back(
+            program_.make_stage(ranges_[s], value_.span().subspan(off, n), grads_[d].span().subspan(off, n)));
       stats_.stages[s].layers = ranges_[s];
       stats_.stages[s].params = n;
       off += n;
@@ -144,7 +160,7 @@ class PipelineExecutor final : public Executor {
     } else if (opts_.schedule == Schedule::Naive) {
       for (std::size_t i = 0; i < m; ++i) v.push_back({Op::F, i}), v.push_back({Op::B, i});
     } else {
-      const std::size_t w = std::min(stages_.size() - s - 1, m);
+      const std::size_t w = std::min(ranges_.size() - s - 1, m);
       for (std::size_t i = 0; i < w; ++i) v.push_back({Op::F, i});
       for (std::size_t i = 0; i + w < m; ++i) v.push_back({Op::F, w + i}), v.push_back({Op::B, i});
       for (std::size_t i = m - w; i < m; ++i) v.push_back({Op::B, i});
@@ -154,7 +170,7 @@ class PipelineExecutor final : public Executor {
 
   //! Before a batch runs: what each stage will hold against the budget.
   void check_budget(std::size_t rows, std::size_t m, bool train) {
-    const std::size_t S = stages_.size();
+    const std::size_t S = ranges_.size();
     for (std::size_t s = 0; s < S; ++s) {
       const std::size_t flight = train ? in_flight(opts_.schedule, s, S, m) : 1;
       const std::size_t act = activation_bound(s, rows, flight);
@@ -222,18 +238,31 @@ class PipelineExecutor final : public Executor {
     const std::size_t global = b.x->shape()[0];
     if (global == 0) return;
     const bool train = pass.phase == Phase::Train;
-    const std::size_t m = std::min(opts_.micro_batches, global);
-    if (train && !profiled_) profile(b, global, m, *pass.iteration);
-    const std::size_t S = stages_.size();
-    check_budget(shard_range(global, m, 0).size(), m, train);
-    for (std::size_t s = 0; s < S; ++s) stages_[s]->set_slots(train ? in_flight(opts_.schedule, s, S, m) : 1);
-    results_.assign(m, ReplicaResult{});
+    const std::size_t D = grads_.size(), S = ranges_.size();
+    if (train && !profiled_) profile(b, global, std::min(opts_.micro_batches, global), *pass.iteration);
+    // copy d: its share of the rows, its micro-batches, where its results go
+    std::vector<Range> share(D);
+    std::vector<std::size_t> ms(D), first(D + 1, 0);
+    for (std::size_t d = 0; d < D; ++d) {
+      share[d] = shard_range(global, D, d);
+      ms[d] = std::min(opts_.micro_batches, share[d].size());
+      first[d + 1] = first[d] + ms[d];
+    }
+    check_budget(shard_range(share[0].size(), ms[0], 0).size(), ms[0], train);  // copy 0 has the most rows
+    for (std::size_t d = 0; d < D; ++d)
+      for (std::size_t s = 0; s < S; ++s)
+        stages_[d][s]->set_slots(train ? in_flight(opts_.schedule, s, S, std::max<std::size_t>(1, ms[d])) : 1);
+    results_.assign(first[D], ReplicaResult{});
     const std::int64_t it = *pass.iteration;
     check_ = train && pass.finite;
     bad_ = 0;
-    s_.run([&](auto& ctx) { run_stage(ctx, static_cast<std::size_t>(ctx.replica_id_in_sync_group()), b, pass.phase, m, global, it); });
+    s_.run([&](auto& ctx) {
+      const auto r = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
+      const std::size_t d = r / S;
+      run_stage(ctx, d, r % S, b, pass.phase, share[d], ms[d], first[d], global, it);
+    });
     if (pass.phase != Phase::Predict)
-      for (const ReplicaResult& r : results_) t.add(r.loss, r.rows, r.metrics);  // micro-batch order
+      for (const ReplicaResult& r : results_) t.add(r.loss, r.rows, r.metrics);  // copy, then micro-batch order
     t.samples += global;
     if (!train) return;
     ++stats_.steps;
@@ -242,9 +271,12 @@ class PipelineExecutor final : public Executor {
     ++*pass.iteration;
   }
 
+  //! Stage s of copy d on its `share` of the batch's rows, in `m` micro-batches
+  //! (their results at results_[first + i]); its neighbours are replicas
+  //! d * S + s - 1 and d * S + s + 1. The measurements are copy 0's.
   template <class Ctx>
-  void run_stage(Ctx& ctx, std::size_t s, const Batch& b, Phase phase, std::size_t m, std::size_t global,
-                 std::int64_t it) {
+  void run_stage(Ctx& ctx, std::size_t d, std::size_t s, const Batch& b, Phase phase, Range share, std::size_t m,
+                 std::size_t first, std::size_t global, std::int64_t it) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
     double busy = 0;
@@ -253,30 +285,33 @@ class PipelineExecutor final : public Executor {
       fn();
       busy += std::chrono::duration<double>(clock::now() - t0).count();
     };
-    StageProgram& st = *stages_[s];
-    const std::size_t S = stages_.size();
+    StageProgram& st = *stages_[d][s];
+    const std::size_t S = ranges_.size();
+    const int me = static_cast<int>(d * S + s);
     const bool train = phase == Phase::Train, last = s + 1 == S;
-    const std::size_t slots = train ? in_flight(opts_.schedule, s, S, m) : 1;
+    const std::size_t slots = train ? in_flight(opts_.schedule, s, S, std::max<std::size_t>(1, m)) : 1;
     const std::size_t in_w = st.input_width(), out_w = st.output_width();
     std::vector<char> alive(slots, 0);
     std::vector<float> buf;
-    PipelineStats::Stage& stat = stats_.stages[s];
+    PipelineStats::Stage* stat = d == 0 ? &stats_.stages[s] : nullptr;
     const auto held = [&] {
+      if (!stat || !train) return;
       std::size_t n = 0;
       for (std::size_t k = 0; k < slots; ++k)
         if (alive[k]) n += st.activation_bytes(k);
-      if (train) stat.peak_activation_bytes = std::max(stat.peak_activation_bytes, n);
+      stat->peak_activation_bytes = std::max(stat->peak_activation_bytes, n);
     };
     const float scale = 1.f / static_cast<float>(global);
     for (const Task& task : order(s, m, train)) {
-      const Range rows = shard_range(global, m, task.m);
+      const Range part = shard_range(share.size(), m, task.m);
+      const Range rows{share.begin + part.begin, share.begin + part.end};  // in the whole batch
       const std::size_t slot = task.m % slots;
       const StageStep info{phase, static_cast<int>(task.m), static_cast<std::uint64_t>(it), scale};
       if (task.op == Op::F) {
         const float* in = b.x->data() + rows.begin * in_w;
         if (s > 0) {
           buf.resize(rows.size() * in_w);
-          ctx.recv(std::span<float>(buf), static_cast<int>(s - 1), 0);
+          ctx.recv(std::span<float>(buf), me - 1, 0);
           in = buf.data();
         }
         std::span<const float> out;
@@ -284,11 +319,11 @@ class PipelineExecutor final : public Executor {
         alive[slot] = 1;
         held();
         if (!last) {
-          ctx.send(out, static_cast<int>(s + 1), 0);
+          ctx.send(out, me + 1, 0);
         } else if (phase == Phase::Predict) {
           std::copy(out.begin(), out.end(), b.predictions + rows.begin * out_w);
         } else {
-          timed([&] { st.loss(slot, *b.y, rows, info, results_[task.m]); });
+          timed([&] { st.loss(slot, *b.y, rows, info, results_[first + task.m]); });
           held();
         }
         if (!train) alive[slot] = 0;
@@ -299,28 +334,39 @@ class PipelineExecutor final : public Executor {
       const float* dout = nullptr;
       if (!last) {
         buf.resize(rows.size() * out_w);
-        ctx.recv(std::span<float>(buf), static_cast<int>(s + 1), 1);
+        ctx.recv(std::span<float>(buf), me + 1, 1);
         dout = buf.data();
       }
       std::span<const float> din;
       timed([&] { din = st.backward(slot, dout, task.m == 0); });
-      if (s > 0 && st.has_input_gradient()) ctx.send(din, static_cast<int>(s - 1), 1);
+      if (s > 0 && st.has_input_gradient()) ctx.send(din, me - 1, 1);
     }
-    if (train) timed([&] { update(ctx, s, it); });
-    stat.busy_s += busy;
-    stat.wall_s += std::chrono::duration<double>(clock::now() - start).count();
+    if (train) timed([&] { update(ctx, d, s, m, it); });
+    if (stat) {
+      stat->busy_s += busy;
+      stat->wall_s += std::chrono::duration<double>(clock::now() - start).count();
+    }
   }
 
+  //! After copy d's backward of stage s (m micro-batches; none: its share of
+  //! the batch was empty, its gradient is zero).
   template <class Ctx>
-  void update(Ctx& ctx, std::size_t s, std::int64_t it) {
-    stages_[s]->finish_gradient();
+  void update(Ctx& ctx, std::size_t d, std::size_t s, std::size_t m, std::int64_t it) {
     const Range r = slices_[s];
-    std::span<float> g = grad_.span().subspan(r.begin, r.size());
-    if (check_) {
-      float bad[1] = {static_cast<float>(kernels::host::count_nonfinite(g.data(), g.size()))};
-      ctx.all_reduce(std::span<float>(bad), Sum);
-      if (s == 0) bad_ = bad[0];
+    const std::size_t D = grads_.size();
+    std::span<float> g = grads_[d].span().subspan(r.begin, r.size());
+    if (m == 0) std::fill(g.begin(), g.end(), 0.f);
+    stages_[d][s]->finish_gradient(static_cast<int>(D));  // this copy's share of the L2 gradient
+    if (check_ || D > 1) {  // every replica or none: the same decision everywhere
+      float bad[1] = {check_ ? static_cast<float>(kernels::host::count_nonfinite(g.data(), g.size())) : 0.f};
+      ctx.all_reduce(std::span<float>(bad), Sum);  // with D > 1, also: every copy's gradient is final
+      if (d == 0 && s == 0) bad_ = bad[0];
       if (bad[0] != 0.f) return;
+    }
+    if (d != 0) return;
+    for (std::size_t c = 1; c < D; ++c) {  // in copy order: the same sum on every run
+      const float* o = grads_[c].data() + r.begin;
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] += o[i];
     }
     if (r.size()) updaters_[s]->apply(value_.span().subspan(r.begin, r.size()), g, 0, it);
   }
@@ -331,12 +377,13 @@ class PipelineExecutor final : public Executor {
   PipelineStats& stats_;
   std::vector<std::size_t> counts_, widths_;
   std::vector<Range> ranges_, slices_;  // per stage: its layers, its parameters
-  Tensor<float> value_, grad_;
-  std::vector<std::unique_ptr<StageProgram>> stages_;
+  Tensor<float> value_;
+  std::vector<Tensor<float>> grads_;                              // per copy: the gradient of every stage
+  std::vector<std::vector<std::unique_ptr<StageProgram>>> stages_;  // [copy][stage]
   std::vector<std::unique_ptr<Updater>> updaters_;
   std::size_t opt_slots_ = 0;
   bool profiled_ = true;  // Balance::Measured: whether the layers were timed and split by it
-  std::vector<ReplicaResult> results_;  // per micro-batch (the last stage's)
+  std::vector<ReplicaResult> results_;  // per copy and micro-batch (the last stages')
   bool check_ = false;
   double bad_ = 0;
 };

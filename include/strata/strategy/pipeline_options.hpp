@@ -62,6 +62,13 @@ struct PipelineOptions {
   //! times (PipelineStats::layer_seconds).
   Balance balance = Balance::Parameters;
   std::size_t profile_steps = 3;
+  //! Data x pipeline: D copies of the S-stage pipeline over D x S replicas
+  //! (replica d * S + s runs stage s of copy d). Each batch's rows are split
+  //! into D contiguous, balanced shares, one per copy, each cut into
+  //! micro-batches; after the backward, each stage's gradients are summed
+  //! over its D copies (in copy order) and the update applied once: the
+  //! step of data parallelism over D replicas. 1: one pipeline.
+  std::size_t data_parallel = 1;
 };
 
 //! What a pipeline measured, per stage, over the training steps since reset.

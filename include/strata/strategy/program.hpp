@@ -128,8 +128,10 @@ class StageProgram {
   //! (`first`) or added into the bound gradient slice; returns the input's
   //! gradient (empty without has_input_gradient()).
   virtual std::span<const float> backward(std::size_t slot, const float* dout, bool first) = 0;
-  //! After a step's last backward: adds the regularization gradient.
-  virtual void finish_gradient() = 0;
+  //! After a step's last backward: adds 1 / `copies` of the regularization
+  //! gradient (each of the pipeline's `copies` data-parallel copies adds its
+  //! share, as replicas do, so that their sum adds it once).
+  virtual void finish_gradient(int copies) = 0;
   //! Bytes of activations (and the output gradient kept) the slot holds now.
   [[nodiscard]] virtual std::size_t activation_bytes(std::size_t slot) const = 0;
 };
