@@ -1,0 +1,60 @@
+// The parameter server's set-up across processes with a rank that stops
+// responding (SIGSTOP) before it: the others raise CollectiveTimeout naming
+// it within the timeout instead of waiting forever, then resume it
+// (SIGCONT) so that the job ends. 3 ranks: chief 0, server 1, worker 2;
+// the server is the one stopped.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include <strata/ps/mpi.hpp>
+
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+
+TEST_CASE("setting up the parameter servers: a stopped rank is named by the others within the timeout") {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  REQUIRE(size == 3);
+  std::vector<int> pids(3);
+  const int mine = static_cast<int>(getpid());
+  MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  constexpr auto timeout = 2s;
+  const auto make = [&] {
+    strata::ParameterServerOptions o;
+    o.timeout = timeout;
+    strata::MpiParameterServers rt{strata::ClusterSpec::from_counts(1, size), o};
+  };
+  if (rank == 1) {
+    std::raise(SIGSTOP);  // resumed by rank 0 once it has given up
+    try {
+      make();  // the others are gone by now: its own deadline ends it
+    } catch (const strata::CollectiveError&) {
+    }
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      make();
+    } catch (const strata::CollectiveTimeout& e) {
+      what = e.what();
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    if (rank == 0) kill(static_cast<pid_t>(pids[1]), SIGCONT);
+    CAPTURE(what);
+    CHECK(what.find("creating an MPI communicator timed out after 2000 ms") != std::string::npos);
+    // an MPI_Comm_idup cannot tell who is missing: the others are named, the stopped rank among them
+    CHECK(what.find(rank == 0 ? "some of rank(s) 1, 2 did not take part" : "some of rank(s) 0, 1 did not take part") !=
+          std::string::npos);
+    CHECK(took >= timeout);
+    CHECK(took < timeout + 3s);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
