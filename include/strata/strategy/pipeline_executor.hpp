@@ -39,6 +39,7 @@
 #include <strata/policy/placement.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/pipeline_options.hpp>
+#include <strata/strategy/pipeline_stage.hpp>
 
 namespace strata::detail {
 
@@ -142,30 +143,6 @@ class PipelineExecutor final : public Executor {
       stats_.stages[s].params = n;
       off += n;
     }
-  }
-
-  enum class Op : unsigned char { F, B };
-  struct Task {
-    Op op;
-    std::size_t m;
-  };
-
-  //! Stage s's order of forwards and backwards of m micro-batches.
-  std::vector<Task> order(std::size_t s, std::size_t m, bool train) const {
-    std::vector<Task> v;
-    if (!train || opts_.schedule == Schedule::GPipe) {
-      for (std::size_t i = 0; i < m; ++i) v.push_back({Op::F, i});
-      if (train)
-        for (std::size_t i = 0; i < m; ++i) v.push_back({Op::B, i});
-    } else if (opts_.schedule == Schedule::Naive) {
-      for (std::size_t i = 0; i < m; ++i) v.push_back({Op::F, i}), v.push_back({Op::B, i});
-    } else {
-      const std::size_t w = std::min(ranges_.size() - s - 1, m);
-      for (std::size_t i = 0; i < w; ++i) v.push_back({Op::F, i});
-      for (std::size_t i = 0; i + w < m; ++i) v.push_back({Op::F, w + i}), v.push_back({Op::B, i});
-      for (std::size_t i = m - w; i < m; ++i) v.push_back({Op::B, i});
-    }
-    return v;
   }
 
   //! Before a batch runs: what each stage will hold against the budget.
@@ -279,69 +256,25 @@ class PipelineExecutor final : public Executor {
                  std::size_t first, std::size_t global, std::int64_t it) {
     using clock = std::chrono::steady_clock;
     const auto start = clock::now();
-    double busy = 0;
-    const auto timed = [&](auto&& fn) {
-      const auto t0 = clock::now();
-      fn();
-      busy += std::chrono::duration<double>(clock::now() - t0).count();
-    };
-    StageProgram& st = *stages_[d][s];
     const std::size_t S = ranges_.size();
-    const int me = static_cast<int>(d * S + s);
-    const bool train = phase == Phase::Train, last = s + 1 == S;
-    const std::size_t slots = train ? in_flight(opts_.schedule, s, S, std::max<std::size_t>(1, m)) : 1;
-    const std::size_t in_w = st.input_width(), out_w = st.output_width();
-    std::vector<char> alive(slots, 0);
-    std::vector<float> buf;
     PipelineStats::Stage* stat = d == 0 ? &stats_.stages[s] : nullptr;
-    const auto held = [&] {
-      if (!stat || !train) return;
-      std::size_t n = 0;
-      for (std::size_t k = 0; k < slots; ++k)
-        if (alive[k]) n += st.activation_bytes(k);
-      stat->peak_activation_bytes = std::max(stat->peak_activation_bytes, n);
-    };
-    const float scale = 1.f / static_cast<float>(global);
-    for (const Task& task : order(s, m, train)) {
-      const Range part = shard_range(share.size(), m, task.m);
-      const Range rows{share.begin + part.begin, share.begin + part.end};  // in the whole batch
-      const std::size_t slot = task.m % slots;
-      const StageStep info{phase, static_cast<int>(task.m), static_cast<std::uint64_t>(it), scale};
-      if (task.op == Op::F) {
-        const float* in = b.x->data() + rows.begin * in_w;
-        if (s > 0) {
-          buf.resize(rows.size() * in_w);
-          ctx.recv(std::span<float>(buf), me - 1, 0);
-          in = buf.data();
-        }
-        std::span<const float> out;
-        timed([&] { out = st.forward(slot, in, rows.size(), info); });
-        alive[slot] = 1;
-        held();
-        if (!last) {
-          ctx.send(out, me + 1, 0);
-        } else if (phase == Phase::Predict) {
-          std::copy(out.begin(), out.end(), b.predictions + rows.begin * out_w);
-        } else {
-          timed([&] { st.loss(slot, *b.y, rows, info, results_[first + task.m]); });
-          held();
-        }
-        if (!train) alive[slot] = 0;
-        continue;
-      }
-      alive[slot] = 0;
-      if (!st.has_backward()) continue;
-      const float* dout = nullptr;
-      if (!last) {
-        buf.resize(rows.size() * out_w);
-        ctx.recv(std::span<float>(buf), me + 1, 1);
-        dout = buf.data();
-      }
-      std::span<const float> din;
-      timed([&] { din = st.backward(slot, dout, task.m == 0); });
-      if (s > 0 && st.has_input_gradient()) ctx.send(din, me - 1, 1);
+    const StageWork w{.s = s,
+                      .S = S,
+                      .me = static_cast<int>(d * S + s),
+                      .schedule = opts_.schedule,
+                      .phase = phase,
+                      .share = share,
+                      .m = m,
+                      .global = global,
+                      .it = it,
+                      .results = results_.data() + first,
+                      .stat = stat};
+    double busy = run_stage_batch(ctx, *stages_[d][s], b, w);
+    if (phase == Phase::Train) {
+      const auto t0 = clock::now();
+      update(ctx, d, s, m, it);
+      busy += std::chrono::duration<double>(clock::now() - t0).count();
     }
-    if (train) timed([&] { update(ctx, d, s, m, it); });
     if (stat) {
       stat->busy_s += busy;
       stat->wall_s += std::chrono::duration<double>(clock::now() - start).count();

@@ -1,0 +1,129 @@
+#pragma once
+//! One pipeline stage's share of one batch, written once for every pipeline
+//! executor (threads in one process, ranks of an MPI job): the order of its
+//! micro-batches' forwards and backwards under a schedule, and the loop that
+//! runs them, receiving activations from the previous stage and gradients
+//! from the next through any communicator with send/recv.
+//!   const double busy = strata::detail::run_stage_batch(ctx, stage, batch, work);
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <strata/core/partition.hpp>
+#include <strata/strategy/pipeline_options.hpp>
+#include <strata/strategy/program.hpp>
+
+namespace strata::detail {
+
+enum class StageOp : unsigned char { F, B };
+struct StageTask {
+  StageOp op;
+  std::size_t m;  //!< the micro-batch
+};
+
+//! Stage s of S's order of forwards and backwards of m micro-batches
+//! (forwards only when not training).
+inline std::vector<StageTask> stage_order(Schedule k, std::size_t s, std::size_t S, std::size_t m, bool train) {
+  std::vector<StageTask> v;
+  if (!train || k == Schedule::GPipe) {
+    for (std::size_t i = 0; i < m; ++i) v.push_back({StageOp::F, i});
+    if (train)
+      for (std::size_t i = 0; i < m; ++i) v.push_back({StageOp::B, i});
+  } else if (k == Schedule::Naive) {
+    for (std::size_t i = 0; i < m; ++i) v.push_back({StageOp::F, i}), v.push_back({StageOp::B, i});
+  } else {
+    const std::size_t w = std::min(S - s - 1, m);
+    for (std::size_t i = 0; i < w; ++i) v.push_back({StageOp::F, i});
+    for (std::size_t i = 0; i + w < m; ++i) v.push_back({StageOp::F, w + i}), v.push_back({StageOp::B, i});
+    for (std::size_t i = m - w; i < m; ++i) v.push_back({StageOp::B, i});
+  }
+  return v;
+}
+
+//! What one stage runs of one batch.
+struct StageWork {
+  std::size_t s = 0, S = 1;  //!< this stage, of S
+  int me = 0;                //!< its id among the peers: its neighbours are me - 1 and me + 1
+  Schedule schedule = Schedule::OneFOneB;
+  Phase phase = Phase::Train;
+  Range share;                         //!< the batch's rows this copy of the pipeline runs
+  std::size_t m = 0;                   //!< micro-batches of them (0: none)
+  std::size_t global = 0;              //!< the batch's rows (every loss is scaled by 1 / global)
+  std::int64_t it = 0;                 //!< the optimizer iteration
+  ReplicaResult* results = nullptr;    //!< m of them: the last stage's loss and metrics per micro-batch
+  PipelineStats::Stage* stat = nullptr;  //!< where to record peak activations (null: not here)
+};
+
+//! Runs stage w.s's forwards and backwards of the batch `b` (activations in
+//! with tag 0 from me - 1, out to me + 1; gradients back with tag 1); the
+//! parameter gradients are left in the stage's gradient slice (the first
+//! micro-batch writes, the others add). Returns the seconds it computed.
+template <class Ctx>
+double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWork& w) {
+  using clock = std::chrono::steady_clock;
+  double busy = 0;
+  const auto timed = [&](auto&& fn) {
+    const auto t0 = clock::now();
+    fn();
+    busy += std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  const bool train = w.phase == Phase::Train, last = w.s + 1 == w.S;
+  const std::size_t slots = train ? in_flight(w.schedule, w.s, w.S, std::max<std::size_t>(1, w.m)) : 1;
+  const std::size_t in_w = st.input_width(), out_w = st.output_width();
+  std::vector<char> alive(slots, 0);
+  std::vector<float> buf;
+  const auto held = [&] {
+    if (!w.stat || !train) return;
+    std::size_t n = 0;
+    for (std::size_t k = 0; k < slots; ++k)
+      if (alive[k]) n += st.activation_bytes(k);
+    w.stat->peak_activation_bytes = std::max(w.stat->peak_activation_bytes, n);
+  };
+  const float scale = 1.f / static_cast<float>(w.global);
+  for (const StageTask& task : stage_order(w.schedule, w.s, w.S, w.m, train)) {
+    const Range part = shard_range(w.share.size(), w.m, task.m);
+    const Range rows{w.share.begin + part.begin, w.share.begin + part.end};  // in the whole batch
+    const std::size_t slot = task.m % slots;
+    const StageStep info{w.phase, static_cast<int>(task.m), static_cast<std::uint64_t>(w.it), scale};
+    if (task.op == StageOp::F) {
+      const float* in = b.x->data() + rows.begin * in_w;
+      if (w.s > 0) {
+        buf.resize(rows.size() * in_w);
+        ctx.recv(std::span<float>(buf), w.me - 1, 0);
+        in = buf.data();
+      }
+      std::span<const float> out;
+      timed([&] { out = st.forward(slot, in, rows.size(), info); });
+      alive[slot] = 1;
+      held();
+      if (!last) {
+        ctx.send(out, w.me + 1, 0);
+      } else if (w.phase == Phase::Predict) {
+        std::copy(out.begin(), out.end(), b.predictions + rows.begin * out_w);
+      } else {
+        timed([&] { st.loss(slot, *b.y, rows, info, w.results[task.m]); });
+        held();
+      }
+      if (!train) alive[slot] = 0;
+      continue;
+    }
+    alive[slot] = 0;
+    if (!st.has_backward()) continue;
+    const float* dout = nullptr;
+    if (!last) {
+      buf.resize(rows.size() * out_w);
+      ctx.recv(std::span<float>(buf), w.me + 1, 1);
+      dout = buf.data();
+    }
+    std::span<const float> din;
+    timed([&] { din = st.backward(slot, dout, task.m == 0); });
+    if (w.s > 0 && st.has_input_gradient()) ctx.send(din, w.me - 1, 1);
+  }
+  return busy;
+}
+
+}  // namespace strata::detail
