@@ -116,14 +116,6 @@ class PipelineExecutor final : public Executor {
                                [&](const Batch& b, std::size_t index, PassTotals& t) { step(b, pass, t, index); });
   }
 
-  //! Bytes stage `s` holds running micro-batches of up to `rows` rows, `flight` at a time.
-  [[nodiscard]] std::size_t activation_bound(std::size_t s, std::size_t rows, std::size_t flight) const {
-    std::size_t w = s ? widths_[ranges_[s].begin - 1] : program_.input_width();
-    for (std::size_t l = ranges_[s].begin; l < ranges_[s].end; ++l) w += widths_[l];
-    if (s + 1 == ranges_.size()) w += widths_.back();  // the loss's gradient, kept until backward
-    return flight * rows * w * sizeof(float);
-  }
-
  private:
   //! Makes the stages of ranges_, for every copy, over value_ and its gradient.
   void layout() {
@@ -142,27 +134,6 @@ class PipelineExecutor final : public Executor {
       stats_.stages[s].layers = ranges_[s];
       stats_.stages[s].params = n;
       off += n;
-    }
-  }
-
-  //! Before a batch runs: what each stage will hold against the budget.
-  void check_budget(std::size_t rows, std::size_t m, bool train) {
-    const std::size_t S = ranges_.size();
-    for (std::size_t s = 0; s < S; ++s) {
-      const std::size_t flight = train ? in_flight(opts_.schedule, s, S, m) : 1;
-      const std::size_t act = activation_bound(s, rows, flight);
-      const std::size_t n = slices_[s].size() * sizeof(float);
-      const std::size_t need = n * (3 + opt_slots_) + act;  // values, gradient, micro-batch gradient, optimizer state
-      stats_.stages[s].bound_activation_bytes = std::max(stats_.stages[s].bound_activation_bytes, act);
-      if (opts_.memory_budget_bytes && need > opts_.memory_budget_bytes)
-        throw Error("pipeline: stage " + std::to_string(s) + " (layers " + range_str(ranges_[s]) + ") needs " +
-                    std::to_string(need) + " bytes (parameters " + std::to_string(n) + ", gradients " +
-                    std::to_string(2 * n) + ", optimizer state " + std::to_string(opt_slots_ * n) +
-                    ", activations of " + std::to_string(flight) + " micro-batches of up to " + std::to_string(rows) +
-                    " rows in flight " + std::to_string(act) + ") but has a budget of " +
-                    std::to_string(opts_.memory_budget_bytes) +
-                    " bytes (PipelineOptions::memory_budget_bytes): split the model over more stages, use more "
-                    "micro-batches, or the 1F1B schedule");
     }
   }
 
@@ -225,7 +196,9 @@ class PipelineExecutor final : public Executor {
       ms[d] = std::min(opts_.micro_batches, share[d].size());
       first[d + 1] = first[d] + ms[d];
     }
-    check_budget(shard_range(share[0].size(), ms[0], 0).size(), ms[0], train);  // copy 0 has the most rows
+    // copy 0 has the most rows
+    check_stage_budgets(opts_, ranges_, slices_, widths_, program_.input_width(), opt_slots_,
+                        shard_range(share[0].size(), ms[0], 0).size(), ms[0], train, stats_);
     for (std::size_t d = 0; d < D; ++d)
       for (std::size_t s = 0; s < S; ++s)
         stages_[d][s]->set_slots(train ? in_flight(opts_.schedule, s, S, std::max<std::size_t>(1, ms[d])) : 1);

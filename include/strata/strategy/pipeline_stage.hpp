@@ -11,8 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
+#include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/program.hpp>
@@ -42,6 +44,46 @@ inline std::vector<StageTask> stage_order(Schedule k, std::size_t s, std::size_t
     for (std::size_t i = m - w; i < m; ++i) v.push_back({StageOp::B, i});
   }
   return v;
+}
+
+//! Bytes stage `s` holds running micro-batches of up to `rows` rows, `flight`
+//! at a time: its input and each layer's output per row (`widths`, one per
+//! layer), and on the last stage the loss's gradient, kept until backward.
+inline std::size_t stage_activation_bound(const std::vector<Range>& ranges, const std::vector<std::size_t>& widths,
+                                          std::size_t input_width, std::size_t s, std::size_t rows,
+                                          std::size_t flight) {
+  std::size_t w = s ? widths[ranges[s].begin - 1] : input_width;
+  for (std::size_t l = ranges[s].begin; l < ranges[s].end; ++l) w += widths[l];
+  if (s + 1 == ranges.size()) w += widths.back();
+  return flight * rows * w * sizeof(float);
+}
+
+//! Before a batch runs: what each stage (layers `ranges`, parameters
+//! `slices`) will hold against o.memory_budget_bytes, with micro-batches of up
+//! to `rows` rows, m of them; records each stage's activation bound in
+//! `stats`. Throws the first stage over budget, itemized. The same decision
+//! on every replica and rank (no communication).
+inline void check_stage_budgets(const PipelineOptions& o, const std::vector<Range>& ranges,
+                                const std::vector<Range>& slices, const std::vector<std::size_t>& widths,
+                                std::size_t input_width, std::size_t opt_slots, std::size_t rows, std::size_t m,
+                                bool train, PipelineStats& stats) {
+  const std::size_t S = ranges.size();
+  for (std::size_t s = 0; s < S; ++s) {
+    const std::size_t flight = train ? in_flight(o.schedule, s, S, m) : 1;
+    const std::size_t act = stage_activation_bound(ranges, widths, input_width, s, rows, flight);
+    const std::size_t n = slices[s].size() * sizeof(float);
+    const std::size_t need = n * (3 + opt_slots) + act;  // values, gradient, micro-batch gradient, optimizer state
+    if (s < stats.stages.size())
+      stats.stages[s].bound_activation_bytes = std::max(stats.stages[s].bound_activation_bytes, act);
+    if (o.memory_budget_bytes && need > o.memory_budget_bytes)
+      throw Error("pipeline: stage " + std::to_string(s) + " (layers " + range_str(ranges[s]) + ") needs " +
+                  std::to_string(need) + " bytes (parameters " + std::to_string(n) + ", gradients " +
+                  std::to_string(2 * n) + ", optimizer state " + std::to_string(opt_slots * n) + ", activations of " +
+                  std::to_string(flight) + " micro-batches of up to " + std::to_string(rows) + " rows in flight " +
+                  std::to_string(act) + ") but has a budget of " + std::to_string(o.memory_budget_bytes) +
+                  " bytes (PipelineOptions::memory_budget_bytes): split the model over more stages, use more "
+                  "micro-batches, or the 1F1B schedule");
+  }
 }
 
 //! What one stage runs of one batch.
