@@ -196,6 +196,42 @@ TEST_CASE("send/recv: an abort notice or the interrupt flag ends a wait at once"
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST_CASE("send_async: two ranks send large messages to each other before receiving; order kept with send") {
+  auto c = make(5s);
+  if (c.rank() < 2) {
+    const int peer = 1 - c.rank();
+    // past the 4 KiB header message: a blocking send would wait for the other's recv, which waits too
+    std::vector<float> mine(50000), got(50000);
+    for (std::size_t k = 0; k < 3; ++k) {
+      for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = value<float>(c.rank(), i + k);
+      c.send_async(mine, peer, 3);  // a copy leaves: `mine` is rewritten at once
+      std::fill(mine.begin(), mine.end(), -1.f);
+    }
+    c.send(std::vector<double>{1.5, 2.5}, peer, 3);  // a blocking send after them, same tag: arrives last
+    for (std::size_t k = 0; k < 3; ++k) {
+      c.recv(got, peer, 3);
+      bool same = true;
+      for (std::size_t i = 0; i < got.size() && same; ++i) same = got[i] == value<float>(peer, i + k);
+      CHECK(same);
+    }
+    std::vector<double> last(2);
+    c.recv(last, peer, 3);
+    CHECK(last[1] == 2.5);
+    c.finish_sends();
+  }
+  collective_still_works(c);
+  // a message nobody takes: finish_sends names the peer within the timeout
+  auto t = make(400ms);
+  if (t.rank() == 0) {
+    t.send_async(std::vector<float>(100000, 1.f), 1, 13);
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(t.finish_sends(), doctest::Contains("rank 1 did not take the message"),
+                         strata::CollectiveTimeout);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_CASE("send/recv: invalid peers and tags are errors before anything moves") {
   auto c = make();
   std::vector<float> v(2);

@@ -217,6 +217,19 @@ class MpiCommunicator {
     detail::mpi::send_message(ex_, std::ranges::data(data), std::ranges::size(data), peer, tag);
   }
 
+  //! Like send, but returns at once with the message (a copy of `data`) on
+  //! its way: two ranks may send to each other before either receives.
+  //! finish_sends() waits for every message sent so; messages of one peer
+  //! and tag arrive in the order sent, whichever form sent them.
+  //!   comm.send_async(activations, /*peer=*/1, /*tag=*/0);  ...  comm.finish_sends();
+  template <Buffer B>
+  void send_async(B&& data, int peer, int tag) {
+    async_.push_back(detail::mpi::send_message_async(ex_, std::ranges::data(data), std::ranges::size(data), peer, tag));
+  }
+  //! Waits until every send_async message has left this rank, or raises
+  //! CollectiveTimeout after the timeout naming the peer that took nothing.
+  void finish_sends() { detail::mpi::finish_sends(ex_, async_); }
+
   //! Receives into `data` the next message rank `peer` sent under `tag`
   //! (messages of one peer and tag arrive in the order sent). Raises
   //! CollectiveMismatch naming the peer, the tag and both sizes when its count
@@ -280,6 +293,7 @@ class MpiCommunicator {
 
   detail::mpi::Exchange ex_;
   detail::mpi::AutoSelector auto_;
+  std::vector<detail::mpi::AsyncSend> async_;  // send_async's messages in flight (cancelled first if still there)
 };
 
 }  // namespace strata

@@ -90,6 +90,60 @@ void send_message(Exchange& ex, const T* data, std::size_t n, int peer, int tag)
   });
 }
 
+//! A send in flight (send_message_async): a copy of the message, and its requests.
+struct AsyncSend {
+  std::vector<std::byte> box;  //!< the header, and the data when fused
+  std::vector<std::byte> data;  //!< the data when not fused
+  Pending sends;
+  int peer = -1, tag = -1;
+  std::size_t count = 0;
+  std::string_view dtype{};
+};
+
+//! Starts sending a copy of `n` elements at `data` to `peer` under `tag`
+//! and returns at once: the caller may reuse `data`. finish_sends waits for
+//! it. Messages of one (peer, tag) still arrive in the order sent.
+template <Element T>
+AsyncSend send_message_async(Exchange& ex, const T* data, std::size_t n, int peer, int tag) {
+  check_endpoint(ex, "send", peer, tag);
+  ex.begin_message(Activity{.kind = Activity::send, .peer = peer, .tag = tag, .count = n, .dtype = dtype_name<T>()});
+  const std::size_t bytes = n * sizeof(T);
+  MessageHeader h{.count = n, .dtype = dtype_code<T>()};
+  h.fused = sizeof(h) + bytes <= Exchange::fused_max ? 1 : 0;
+  AsyncSend a;
+  a.peer = peer, a.tag = tag, a.count = n, a.dtype = dtype_name<T>();
+  a.box.resize(sizeof(h) + (h.fused ? bytes : 0));
+  std::memcpy(a.box.data(), &h, sizeof(h));
+  if (h.fused && bytes) std::memcpy(a.box.data() + sizeof(h), data, bytes);
+  if (!h.fused) a.data.assign(reinterpret_cast<const std::byte*>(data), reinterpret_cast<const std::byte*>(data) + bytes);
+  a.sends.reqs.assign(h.fused ? 1 : 2, MPI_REQUEST_NULL);
+  check(MPI_Isend(a.box.data(), static_cast<int>(a.box.size()), MPI_BYTE, peer, header_tag(tag), ex.comm(),
+                  &a.sends.reqs[0]),
+        "MPI_Isend");
+  if (!h.fused)
+    check(MPI_Isend(a.data.data(), as_count(n, "send"), datatype<T>(), peer, data_tag(tag), ex.comm(),
+                    &a.sends.reqs[1]),
+          "MPI_Isend");
+  return a;
+}
+
+//! Waits until every send of `pending` has left this rank, under the
+//! deadline (CollectiveTimeout naming the first peer that took nothing);
+//! empties `pending`.
+inline void finish_sends(Exchange& ex, std::vector<AsyncSend>& pending) {
+  std::size_t next = 0;
+  while (next < pending.size()) {
+    const AsyncSend& a = pending[next];
+    ex.begin_message(Activity{.kind = Activity::send, .peer = a.peer, .tag = a.tag, .count = a.count, .dtype = a.dtype});
+    ex.wait_until([&] { return pending[next].sends.test_all(); }, [&] {
+      return "rank " + std::to_string(a.peer) + " did not take the message (no recv(from rank " +
+             std::to_string(ex.rank()) + ", tag " + std::to_string(a.tag) + ") matched it)";
+    });
+    ++next;
+  }
+  pending.clear();
+}
+
 //! Receives into `n` elements at `data` the next message `peer` sent under
 //! `tag`. Raises CollectiveMismatch when that message's count or dtype
 //! differs (its data is taken and dropped: the communicator stays usable),
