@@ -1,0 +1,117 @@
+#pragma once
+//! MultiWorkerPipelineStrategy: a model's layers split into stages over the
+//! ranks of an MPI job (one stage per rank; with
+//! PipelineOptions::data_parallel = D, D copies of an S-stage pipeline on
+//! D x S ranks), with the same options, schedules and results as
+//! PipelineStrategy in one process (strategy/multi_worker_pipeline_executor.hpp).
+//!   strata::MultiWorkerPipelineStrategy s;                 // every rank of mpirun -np S
+//!   s.pipeline_options().micro_batches = 4;                // before making the model in its scope
+//!   auto model = s.scope([] { return nn::Sequential{...}; });
+//!   model.fit(s.distribute(train), {.epochs = 5});         // every rank, the same data and seed
+//! Needs the strata-mpi dependency (STRATA_HAS_MPI).
+
+#include <memory>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/comm/mpi/communicator.hpp>
+#include <strata/strategy/multi_worker_executor.hpp>
+#include <strata/strategy/multi_worker_pipeline_executor.hpp>
+#include <strata/strategy/pipeline_options.hpp>
+#include <strata/strategy/surface.hpp>
+
+namespace strata {
+
+class MultiWorkerPipelineStrategy;
+
+namespace detail {
+template <>
+std::unique_ptr<Executor> make_executor<MultiWorkerPipelineStrategy>(MultiWorkerPipelineStrategy& s,
+                                                                      ModelProgram& program);
+}  // namespace detail
+
+//! What MultiWorkerPipelineStrategy::run's function receives: this rank's
+//! one replica, the collectives over the whole job.
+class MultiWorkerPipelineContext {
+ public:
+  explicit MultiWorkerPipelineContext(MpiCommunicator& c) : c_(c) {}
+  [[nodiscard]] int replica_id_in_sync_group() const noexcept { return c_.rank(); }
+  [[nodiscard]] int num_replicas_in_sync() const noexcept { return c_.size(); }
+  [[nodiscard]] int local_replica_id() const noexcept { return 0; }
+  template <MutableBuffer R, ReduceOperation Op>
+  void all_reduce(R&& data, Op op) {
+    c_.all_reduce(std::forward<R>(data), op);
+  }
+  void reduce_to_one(std::span<const float> in, std::span<float> out, int root, SumOp) {
+    std::vector<float> tmp(in.begin(), in.end());
+    c_.all_reduce(tmp, Sum);
+    if (c_.rank() == root) {
+      if (out.size() != tmp.size())
+        throw ShapeError("reduce_to_one: the root's output holds " + std::to_string(out.size()) +
+                         " elements but the inputs " + std::to_string(tmp.size()));
+      std::copy(tmp.begin(), tmp.end(), out.begin());
+    }
+  }
+  void barrier() { c_.barrier(); }
+
+ private:
+  MpiCommunicator& c_;
+};
+
+class MultiWorkerPipelineStrategy : public detail::StrategySurface<MultiWorkerPipelineStrategy> {
+ public:
+  using sync_policy = Synchronous;
+  using placement_policy = Pipeline;
+  using reduce_policy = NoReduce;
+  using context_type = MultiWorkerPipelineContext;
+  static constexpr std::string_view name = "multi_worker_pipeline";
+
+  //! Every rank of MPI_COMM_WORLD runs one stage (collective: every rank constructs it).
+  explicit MultiWorkerPipelineStrategy(MpiOptions opts = {}) : comm_(MpiCommunicator::world(opts)) {}
+  //! The ranks of `ranks` (for example a split of the world).
+  explicit MultiWorkerPipelineStrategy(MpiCommunicator ranks) : comm_(std::move(ranks)) {}
+
+  //! One replica per rank: stages x data-parallel copies.
+  [[nodiscard]] int num_replicas_in_sync() const noexcept { return comm_.size(); }
+  [[nodiscard]] int num_workers() const noexcept { return comm_.size(); }
+  [[nodiscard]] int worker_index() const noexcept { return comm_.rank(); }
+  [[nodiscard]] std::vector<Device> devices() const { return {cpu(0)}; }
+  [[nodiscard]] MpiCommunicator& communicator() noexcept { return comm_; }
+
+  //! How models made in this strategy's scope are split and run (as PipelineStrategy's).
+  [[nodiscard]] PipelineOptions& pipeline_options() noexcept { return options_; }
+  //! Per stage, over the training steps (every rank's copy after each training pass).
+  [[nodiscard]] PipelineStats& pipeline_stats() noexcept { return stats_; }
+
+  //! Runs `fn(ctx)` on this rank's replica; returns what it returned (one value).
+  template <std::invocable<context_type&> F>
+  auto run(F&& fn) {
+    context_type ctx{comm_};
+    using R = std::invoke_result_t<F&, context_type&>;
+    if constexpr (std::is_void_v<R>) {
+      fn(ctx);
+    } else {
+      std::vector<R> one;
+      one.push_back(fn(ctx));
+      return PerReplica<R>(std::move(one));
+    }
+  }
+
+ private:
+  MpiCommunicator comm_;
+  PipelineOptions options_;
+  PipelineStats stats_;
+};
+
+template <>
+inline std::unique_ptr<Executor> detail::make_executor<MultiWorkerPipelineStrategy>(MultiWorkerPipelineStrategy& s,
+                                                                                     ModelProgram& program) {
+  return std::make_unique<MultiWorkerExecutor>(
+      std::make_unique<MpiPipelineExecutor>(s.communicator(), program, s.pipeline_options(), s.pipeline_stats()),
+      s.communicator(), program);
+}
+
+}  // namespace strata

@@ -1,0 +1,146 @@
+// MultiWorkerPipelineStrategy under mpirun (2 and 4 ranks): a model's stages
+// on the ranks, and D data-parallel copies of them, train to bitwise the
+// weights and losses of PipelineStrategy in one process with as many
+// replicas and the same options (the same operations in the same order),
+// under every schedule; evaluate and predict agree; the whole model and its
+// optimizer state reach every rank at epoch ends (a checkpoint of the job
+// continues in one process as the job does); a rank count that the copies
+// do not divide is an error on every rank.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <strata/data/dataset.hpp>
+#include <strata/nn.hpp>
+#include <strata/strategy/multi_worker_pipeline.hpp>
+
+#include "../blobs.hpp"
+
+#include <unistd.h>
+
+namespace nn = strata::nn;
+using namespace std::chrono_literals;
+using strata::Schedule;
+
+namespace {
+
+// 6 layers, two without parameters, one with L2 (as tests/pipeline_test.cpp).
+nn::Sequential mlp() {
+  return nn::Sequential{nn::Input{{6}},  nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
+                        nn::ReLU{},      nn::Dense{12},
+                        nn::Dense{8},    nn::ReLU{},
+                        nn::Dense{3}};
+}
+
+int world() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+strata::MpiOptions quick() {
+  strata::MpiOptions o;
+  o.timeout = 20s;
+  return o;
+}
+
+struct Run {
+  std::vector<float> w;
+  std::vector<double> loss;
+  double eval_loss = 0;
+  std::vector<float> pred;
+};
+
+template <class S>
+Run train(S& s, std::size_t batch, int epochs) {
+  const auto data = strata_test::blobs(203, 11);
+  auto model = s.scope(mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                {.seed = 5});
+  const auto h = model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(batch)),
+                           {.epochs = epochs, .verbose = nn::Verbosity::Silent});
+  Run r;
+  for (const auto& logs : h.epochs()) r.loss.push_back(logs.at("loss"));
+  r.w = strata_test::flat_weights(model);
+  r.eval_loss = model.evaluate(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32)),
+                               {.verbose = nn::Verbosity::Silent})
+                    .at("loss");
+  const auto p = model.predict(s.distribute(strata::data::from_tensor_slices(data.x).batch(32)));
+  r.pred.assign(p.data(), p.data() + p.size());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("stages on ranks train bitwise as the same pipeline in one process, every schedule, with copies") {
+  const int W = world();
+  for (std::size_t D : {std::size_t{1}, std::size_t{2}}) {
+    if (W % static_cast<int>(D)) continue;
+    for (Schedule k : {Schedule::Naive, Schedule::GPipe, Schedule::OneFOneB}) {
+      CAPTURE(D);
+      CAPTURE(strata::to_string(k));
+      const strata::PipelineOptions o{.stages = {}, .micro_batches = 3, .schedule = k, .data_parallel = D};
+      strata::MultiWorkerPipelineStrategy ranks{quick()};
+      ranks.pipeline_options() = o;
+      strata::PipelineStrategy threads{strata::cpu_replicas(W)};
+      threads.pipeline_options() = o;
+      const Run a = train(ranks, 25, 2), b = train(threads, 25, 2);  // a last batch of 3 rows
+      CHECK(a.w == b.w);
+      CHECK(a.loss == b.loss);
+      CHECK(a.eval_loss == b.eval_loss);
+      CHECK(a.pred == b.pred);
+      REQUIRE(ranks.pipeline_stats().stages.size() == static_cast<std::size_t>(W) / D);
+      CHECK(ranks.pipeline_stats().steps == 18);
+      for (const auto& st : ranks.pipeline_stats().stages) CHECK(st.wall_s > 0);  // every stage's, on every rank
+    }
+  }
+}
+
+TEST_CASE("the job's checkpoint, taken at an epoch's end, continues in one process as the job does") {
+  const int W = world();
+  const auto data = strata_test::blobs(120, 3);
+  auto make = [](auto& s) {
+    auto m = s.scope(mlp);
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 5});
+    return m;
+  };
+  auto ds = [&] { return strata::data::from_tensor_slices(data.x, data.y).batch(20); };
+  strata::MultiWorkerPipelineStrategy ranks{quick()};
+  ranks.pipeline_options().micro_batches = 2;
+  auto a = make(ranks);
+  a.fit(ranks.distribute(ds()), {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  long pid = static_cast<long>(::getpid());
+  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const auto path = std::filesystem::temp_directory_path() / ("strata_mw_pipe_" + std::to_string(pid) + ".strata");
+  if (a.is_chief()) a.save_checkpoint(path);
+  MPI_Barrier(MPI_COMM_WORLD);
+  // one process, the same pipeline: from the checkpoint (weights and Adam's moments of every stage)
+  strata::PipelineStrategy threads{strata::cpu_replicas(W)};
+  threads.pipeline_options().micro_batches = 2;
+  auto b = make(threads);
+  b.build(strata::Shape{6});
+  b.load_checkpoint(path);
+  CHECK(strata_test::flat_weights(b) == strata_test::flat_weights(a));
+  a.fit(ranks.distribute(ds()), {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  b.fit(threads.distribute(ds()), {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  CHECK(strata_test::flat_weights(b) == strata_test::flat_weights(a));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (a.is_chief()) std::filesystem::remove(path);
+}
+
+TEST_CASE("ranks that the copies do not divide, or more stages than layers, are errors on every rank") {
+  const int W = world();
+  strata::MultiWorkerPipelineStrategy ranks{quick()};
+  ranks.pipeline_options().data_parallel = static_cast<std::size_t>(W + 1);
+  auto m = ranks.scope(mlp);
+  m.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  const std::string want = "ranks do not make data_parallel = " + std::to_string(W + 1);
+  CHECK_THROWS_WITH_AS(m.build(strata::Shape{6}), doctest::Contains(want.c_str()), strata::Error);
+  strata::MultiWorkerPipelineStrategy tiny{quick()};
+  auto two = tiny.scope([] { return nn::Sequential{nn::Input{{6}}, nn::Dense{3}}; });  // 1 layer
+  two.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  if (W > 1) CHECK_THROWS_AS(two.build(strata::Shape{6}), strata::Error);
+}
