@@ -3,12 +3,16 @@
 // training, asynchronous training learns and every rank ends with the
 // chief's weights, a worker's failure is rescheduled, a step failing
 // everywhere stops the chief's fit without hanging the others, bad cluster
-// specs fail on every rank.
+// specs fail on every rank; checkpoints hold the servers' optimizer state
+// and a fresh job continues them exactly.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -188,4 +192,162 @@ TEST_CASE("a worker started with another batch size stops fit on every rank with
   const std::string want = "fingerprint mismatch: rank " + std::to_string(odd) + " has global batch 8, rank 0 has 16";
   CHECK_THROWS_WITH_AS(model.fit(ds, {.verbose = nn::Verbosity::Silent}), doctest::Contains(want.c_str()),
                        strata::RunMismatch);
+}
+
+namespace {
+namespace fs = std::filesystem;
+namespace io = strata::io;
+//! What the checkpoint tests train with: Adam, synchronous rounds, 2 shards per variable.
+strata::ParameterServerOptions checkpoint_options() {
+  return {.staleness = 0, .partitioner = strata::FixedShardsPartitioner{.num_shards = 2}, .timeout = 30s};
+}
+template <class S>
+nn::Sequential adam_mlp(S& s) {
+  auto m = s.scope(blobs_mlp);
+  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+  m.build(strata::Shape{6});
+  return m;
+}
+template <class S>
+void train(nn::Sequential& m, S& s, const Blobs& data, std::size_t batch, int epochs) {
+  m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(batch)),
+        {.epochs = epochs, .verbose = nn::Verbosity::Silent});
+}
+//! A directory of the chief's (only the chief reads and writes checkpoints), removed after.
+struct ChiefDir {
+  fs::path path = fs::temp_directory_path() / ("strata_mpi_ps_ck_" + std::to_string(::getpid()));
+  ChiefDir() { fs::create_directories(path); }
+  ~ChiefDir() { fs::remove_all(path); }
+};
+const io::NamedTensor& tensor_of(const io::TensorFile& f, const std::string& name) {
+  const io::NamedTensor* t = f.tensor(name);
+  REQUIRE(t != nullptr);
+  return *t;
+}
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, static_cast<double>(std::abs(a[i] - b[i])));
+  return d;
+}
+std::vector<float> values(const io::NamedTensor& t) { return {t.value.begin(), t.value.end()}; }
+}  // namespace
+
+// The chief gathers the optimizer state (Adam's moments) and the shard
+// versions from the server ranks; a checkpoint of it loads anywhere, and a
+// fresh job restoring it (the chief sends it to the servers when training
+// starts) continues exactly as the uninterrupted run. Staleness 0 with two
+// workers is deterministic (a round's two gradients summed: the order does
+// not matter), so the comparison is bitwise.
+TEST_CASE("checkpoints across processes hold the servers' optimizer state; a fresh job continues them exactly") {
+  const Blobs data = blobs(480, 3);
+  const bool chief = world_rank() == spec().chief;
+  std::vector<float> two_epochs;
+  {
+    strata::MpiParameterServers rt{spec(), checkpoint_options()};
+    strata::ParameterServerStrategy ps{rt};
+    auto m = adam_mlp(ps);
+    train(m, ps, data, 16, 2);
+    two_epochs = flat_weights(m);
+  }
+  std::optional<ChiefDir> dir;
+  if (chief) dir.emplace();
+  const fs::path p = dir ? dir->path / "ps.strata" : fs::path{};
+  {
+    strata::MpiParameterServers rt{spec(), checkpoint_options()};
+    strata::ParameterServerStrategy ps{rt};
+    auto m = adam_mlp(ps);
+    train(m, ps, data, 16, 1);
+    if (!chief) {
+      CHECK_THROWS_WITH_AS(m.save_checkpoint("/nonexistent/x.strata"), doctest::Contains("only the chief"),
+                           strata::Error);
+    } else {
+      m.save_checkpoint(p);
+      const auto f = io::read_tensor_file(p);
+      // (a) a fresh model in one process loads the same weights and optimizer slots
+      strata::OneDeviceStrategy one{strata::cpu(0)};
+      auto o = adam_mlp(one);
+      o.load_checkpoint(p);
+      CHECK(flat_weights(o) == flat_weights(m));
+      CHECK(o.iterations() == 30);
+      o.save_checkpoint(dir->path / "again.strata");
+      const auto g = io::read_tensor_file(dir->path / "again.strata");
+      for (const char* slot : {"optimizer/0", "optimizer/1"}) {
+        CAPTURE(slot);
+        const auto &x = tensor_of(f, slot), &y = tensor_of(g, slot);
+        REQUIRE(x.value.size() == m.count_params());
+        CHECK(std::memcmp(x.value.data(), y.value.data(), x.value.bytes()) == 0);
+        double norm = 0;
+        for (float v : x.value) norm += std::abs(v);
+        CHECK(norm > 0);  // the servers' moments, not the chief's fresh ones
+      }
+      // the slots and versions are those the same training leaves on servers in one process
+      strata::ParameterServerStrategy ip{{.workers = 2, .servers = world_size() - 3, .staleness = std::uint64_t{0},
+                                          .partitioner = strata::FixedShardsPartitioner{.num_shards = 2}}};
+      auto r = adam_mlp(ip);
+      train(r, ip, data, 16, 1);
+      r.save_checkpoint(dir->path / "in_process.strata");
+      const auto h = io::read_tensor_file(dir->path / "in_process.strata");
+      REQUIRE(f.find("update_counters") != nullptr);
+      REQUIRE(h.find("update_counters") != nullptr);
+      CHECK(*f.find("update_counters") == *h.find("update_counters"));
+      CHECK(f.find("update_counters")->starts_with("15,15"));  // 30 batches in rounds of 2, on every shard
+      for (const char* slot : {"optimizer/0", "optimizer/1"})
+        CHECK(max_diff(values(tensor_of(f, slot)), values(tensor_of(h, slot))) < 1e-6);
+      // and the uninterrupted run across processes is that of the servers in one process
+      train(r, ip, data, 16, 1);
+      CHECK(max_diff(flat_weights(r), two_epochs) < 1e-6);
+    }
+  }
+  // (b) a fresh job: the chief restores before fit, the servers get it when training starts
+  strata::MpiParameterServers rt{spec(), checkpoint_options()};
+  strata::ParameterServerStrategy ps{rt};
+  auto m = adam_mlp(ps);
+  if (chief) m.load_checkpoint(p);
+  train(m, ps, data, 16, 1);
+  if (chief) {
+    CHECK(m.iterations() == 60);
+    CHECK(rt.shard_versions() == std::vector<std::uint64_t>(rt.shard_versions().size(), 30));  // 15 restored + 15
+    CHECK(rt.shard_versions().size() == 12);  // 6 variables, 2 shards each
+  }
+  CHECK(flat_weights(m) == two_epochs);
+}
+
+// A checkpoint written in one process (Mirrored x2: no shard versions) loads
+// into the job: its optimizer state reaches the servers, and training on
+// matches the parameter servers in one process continuing it.
+TEST_CASE("a checkpoint of Mirrored x2 loads into a parameter-server job across processes, optimizer state included") {
+  const Blobs data = blobs(480, 3);
+  const bool chief = world_rank() == spec().chief;
+  std::optional<ChiefDir> dir;
+  std::vector<float> ref, weights_only;
+  if (chief) {
+    dir.emplace();
+    strata::MirroredStrategy mir{strata::cpu_replicas(2)};
+    auto a = adam_mlp(mir);
+    train(a, mir, data, 32, 1);
+    a.save_checkpoint(dir->path / "mirrored.strata");
+    const auto continued = [&](bool state) {
+      strata::ParameterServerStrategy ip{{.workers = 2, .servers = world_size() - 3, .staleness = std::uint64_t{0},
+                                          .partitioner = strata::FixedShardsPartitioner{.num_shards = 2}}};
+      auto r = adam_mlp(ip);
+      if (state) r.load_checkpoint(dir->path / "mirrored.strata");
+      else r.load_weights(dir->path / "mirrored.strata");
+      train(r, ip, data, 16, 1);
+      return flat_weights(r);
+    };
+    ref = continued(true);
+    weights_only = continued(false);
+    CHECK(max_diff(ref, weights_only) > 1e-3);  // the optimizer state matters: this test can fail
+  }
+  strata::MpiParameterServers rt{spec(), checkpoint_options()};
+  strata::ParameterServerStrategy ps{rt};
+  auto m = adam_mlp(ps);
+  if (chief) m.load_checkpoint(dir->path / "mirrored.strata");
+  train(m, ps, data, 16, 1);
+  if (chief) {
+    CHECK(m.iterations() == 45);  // 15 steps under Mirrored, 30 here
+    CHECK(max_diff(flat_weights(m), ref) < 1e-6);
+  }
+  CHECK(same_everywhere(flat_weights(m)));
 }

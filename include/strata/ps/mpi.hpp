@@ -7,7 +7,11 @@
 //! the servers. Workers pull their parameters from every server, compute,
 //! push gradients (ps/mpi/worker.hpp); servers apply them (optimizer state
 //! lives there) one request at a time each, all servers in parallel
-//! (ps/mpi/server.hpp). Every wait is bounded by the options' timeout and
+//! (ps/mpi/server.hpp). Between training runs the chief holds the truth: the
+//! variables' value, the optimizer state (in its own updater, reached through
+//! the ServerState) and the shard versions, gathered from the servers at a
+//! run's end and sent back at the next run's start; checkpoints save and
+//! restore that copy. Every wait is bounded by the options' timeout and
 //! raises CollectiveTimeout naming who did not answer. A worker process that
 //! dies cannot be survived here: Open MPI ends the whole job (it has no fault
 //! tolerance without ULFM).
@@ -53,7 +57,8 @@ class MpiParameterServers final : public ParameterServerRuntime, public detail::
     const auto r = spec_.role_of(link_.rank());
     role_ = r == ClusterSpec::Role::Chief ? Role::Chief : r == ClusterSpec::Role::Server ? Role::Server : Role::Worker;
     link_.set_role_name(role_ == Role::Chief ? "chief" : role_ == Role::Server ? "server" : "worker");
-    if (role_ == Role::Chief) chief_ = std::make_unique<detail::MpiChief>(link_, spec_, o_, layout_, value_);
+    if (role_ == Role::Chief)
+      chief_ = std::make_unique<detail::MpiChief>(link_, spec_, o_, layout_, value_, state_, versions_);
   }
   MpiParameterServers(const MpiParameterServers&) = delete;
   MpiParameterServers& operator=(const MpiParameterServers&) = delete;
@@ -76,6 +81,8 @@ class MpiParameterServers final : public ParameterServerRuntime, public detail::
     layout_ = detail::ServerLayout(shards, o_.servers);
     value_ = flat;
     update_ = std::move(update);
+    state_ = {};
+    versions_.assign(layout_.shards().size(), 0);
     if (role_ == Role::Server) store_ = std::make_unique<ShardStore<float>>(std::move(flat), std::move(shards), o_.servers);
   }
 
@@ -96,6 +103,21 @@ class MpiParameterServers final : public ParameterServerRuntime, public detail::
     std::copy(in.begin(), in.end(), value_.begin());  // reaches the servers when training starts
   }
 
+  //! The chief's copy of the shard versions (updates applied to each shard)
+  //! as of the last run's end or the last set_shard_versions; empty elsewhere.
+  [[nodiscard]] std::vector<std::uint64_t> shard_versions() const override {
+    return role_ == Role::Chief ? versions_ : std::vector<std::uint64_t>{};
+  }
+  //! Sets the chief's copy; the servers get it when the next run starts.
+  void set_shard_versions(std::span<const std::uint64_t> v) override {
+    if (v.size() != versions_.size())
+      throw Error("ParameterServerStrategy: " + std::to_string(v.size()) + " shard versions for " +
+                  std::to_string(versions_.size()) + " shards");
+    versions_.assign(v.begin(), v.end());
+  }
+  [[nodiscard]] bool state_on_chief() const noexcept override { return true; }
+  void set_server_state(ServerState state) override { state_ = std::move(state); }
+
   void set_step(std::function<StepOutput(int, const StepInput&)> fn) override { step_ = std::move(fn); }
 
   RemoteValue<StepOutput> schedule(StepInput in) override {
@@ -110,7 +132,8 @@ class MpiParameterServers final : public ParameterServerRuntime, public detail::
     if (role_ == Role::Chief) return;
     if (role_ == Role::Worker) return detail::serve_as_worker(link_, spec_, step_, o_.before_step, final_value);
     if (!store_) throw Error("ParameterServerStrategy: a server has no variables; build the model on every rank");
-    detail::serve_as_server(link_, layout_, spec_, *store_, update_, o_.staleness == std::uint64_t{0}, final_value);
+    detail::serve_as_server(link_, layout_, spec_, *store_, update_, state_, o_.staleness == std::uint64_t{0},
+                            final_value);
   }
   void end_training(std::span<const float> final_value) override {
     if (chief_) chief_->end_training(final_value);
@@ -174,6 +197,8 @@ class MpiParameterServers final : public ParameterServerRuntime, public detail::
   detail::ServerLayout layout_;
   Tensor<float> value_;  // the chief's copy between runs (every rank's layout)
   ServerUpdate update_;
+  ServerState state_;                    // the optimizer state's hook (on the chief: its copy between runs)
+  std::vector<std::uint64_t> versions_;  // the chief's copy of each shard's version between runs
   std::unique_ptr<ShardStore<float>> store_;  // on a server: its shards (of a full-size vector)
   std::function<StepOutput(int, const StepInput&)> step_;
   std::unique_ptr<detail::MpiChief> chief_;  // the chief's scheduling; its threads use the members above

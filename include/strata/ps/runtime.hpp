@@ -42,6 +42,19 @@ struct StepOutput {
 using ServerUpdate = std::function<void(std::span<float> w, std::span<const float> g, std::size_t offset,
                                         std::uint64_t step)>;
 
+//! The servers' access to their optimizer's state (the slots of the
+//! ServerUpdate's optimizer), for checkpoints across processes: `read`
+//! copies the elements `ranges` (among all variables) of each of the
+//! `slots` slots into `out`, the ranges end to end, slot after slot; `write`
+//! sets them from `in`, laid out the same. Made on every rank with the
+//! ServerUpdate; on the chief it holds the state between training runs.
+//!   rt.set_server_state({.slots = 2, .read = read_slices, .write = write_slices});
+struct ServerState {
+  std::size_t slots = 0;
+  std::function<void(std::span<const Range> ranges, std::span<float> out)> read;
+  std::function<void(std::span<const Range> ranges, std::span<const float> in)> write;
+};
+
 //! How a variable is split into shards: shards for (shape, element bytes).
 using PartitionerFn = std::function<std::size_t(const Shape&, std::size_t)>;
 
@@ -83,6 +96,14 @@ class ParameterServerRuntime {
   virtual void set_shard_versions(std::span<const std::uint64_t> /*v*/) {
     throw Error("ParameterServerStrategy: the servers' versions live on other processes");
   }
+  //! Whether the chief keeps a copy of the servers' optimizer state (in the
+  //! ServerState's updater) and of their shard versions between training
+  //! runs: across processes, gathered from the servers at each run's end and
+  //! sent back at the next run's start, so checkpoints read and set it there.
+  [[nodiscard]] virtual bool state_on_chief() const noexcept { return false; }
+  //! The hook to the optimizer state the servers update (see ServerState);
+  //! set after create_variables, on every rank. In one process: unused.
+  virtual void set_server_state(ServerState /*state*/) {}
 
   //! Places variables of `shapes` (laid end to end in `init`) on the
   //! servers, sharded by the partitioner, updated by `update`; replaces any

@@ -10,6 +10,7 @@
 //!   auto model = s.scope([] { return strata::nn::Sequential{...}; });   // trains through this executor
 //! Not deterministic unless staleness is 0.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -49,26 +50,52 @@ class ParameterServerExecutor final : public Executor {
   }
 
   //! The servers get the variables (sharded) and a fresh optimizer, whose
-  //! state they update only on their shards' elements. Collective over MPI.
+  //! state they update only on their shards' elements; the ServerState
+  //! reaches that state by slices (across processes the chief's updater
+  //! holds the logical state between runs). Collective over MPI.
   void reset_optimizer() override {
     if (!copies_ || !program_.compiled()) return;
     updater_ = program_.make_updater(program_.num_params());
     rt_.create_variables(program_.variable_shapes(), value(),
                          [u = updater_.get()](std::span<float> w, std::span<const float> g, std::size_t offset,
                                               std::uint64_t step) { u->apply(w, g, offset, static_cast<std::int64_t>(step)); });
+    if (!rt_.state_on_chief()) return;
+    rt_.set_server_state(ServerState{
+        .slots = updater_->state().size(),
+        .read = [u = updater_.get()](std::span<const Range> ranges, std::span<float> out) {
+          std::vector<Tensor<float>> st = u->state();
+          slices(st, ranges, out.size(), [&](std::span<float> slot, std::size_t at) {
+            std::copy(slot.begin(), slot.end(), out.begin() + static_cast<std::ptrdiff_t>(at));
+          });
+        },
+        .write = [u = updater_.get()](std::span<const Range> ranges, std::span<const float> in) {
+          std::vector<Tensor<float>> st = u->state();
+          slices(st, ranges, in.size(), [&](std::span<float> slot, std::size_t at) {
+            std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(at), slot.size(), slot.begin());
+          });
+          u->set_state(st);
+        }});
   }
 
-  //! The servers' optimizer state, when they run in this process (threads);
-  //! across processes it lives on the server ranks: an Error says so.
+  //! The optimizer state: the servers' when they run in this process
+  //! (threads); across processes the chief's copy, gathered from the server
+  //! ranks when the last training pass ended. Only the chief saves it.
   std::vector<Tensor<float>> optimizer_state() override {
     check_state_here("save");
+    if (!rt_.servers_in_process() && !is_chief())
+      throw Error("ParameterServerStrategy across processes: only the chief saves the optimizer state (this rank is a " +
+                  std::string(rt_.role() == ParameterServerRuntime::Role::Server ? "server" : "worker") +
+                  "); call save_checkpoint on the chief");
     return updater_ ? updater_->state() : std::vector<Tensor<float>>{};
   }
   std::vector<std::uint64_t> update_counters() const override { return rt_.shard_versions(); }
   //! The servers' versions: the checkpoint's when it has one per shard, else
   //! the model's step for every shard (a checkpoint of another placement).
+  //! Across processes the chief's copy is set (the servers get it when the
+  //! next training pass starts); on the other ranks nothing is.
   void set_update_counters(std::span<const std::uint64_t> c, std::int64_t step) override {
     check_state_here("restore");
+    if (!restores_here()) return;
     std::vector<std::uint64_t> v = rt_.shard_versions();
     if (c.size() == v.size()) v.assign(c.begin(), c.end());
     else std::fill(v.begin(), v.end(), static_cast<std::uint64_t>(step));
@@ -77,7 +104,7 @@ class ParameterServerExecutor final : public Executor {
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
     check_state_here("restore");
     if (!updater_) throw Error("set_optimizer_state: the model is not compiled and placed yet");
-    updater_->set_state(slots);
+    if (restores_here()) updater_->set_state(slots);
   }
 
   void assign(const Tensor<float>& v) override {
@@ -115,13 +142,37 @@ class ParameterServerExecutor final : public Executor {
   }
 
   void check_state_here(const char* what) const {
-    if (!rt_.servers_in_process())
+    if (!rt_.servers_in_process() && !rt_.state_on_chief())
       throw Error(std::string("ParameterServerStrategy across processes: cannot ") + what +
                   " the optimizer state, which lives on the server ranks; checkpoints of this strategy need its "
                   "servers in one process (threads), or save_weights for the weights alone");
   }
 
  private:
+  //! Whether a restored state belongs in this process: the servers' own, or
+  //! the chief's copy (across processes the others' is the chief's to send).
+  [[nodiscard]] bool restores_here() const noexcept { return rt_.servers_in_process() || is_chief(); }
+  //! Calls fn(slice, at) for each of `ranges` in each slot of `st`, `at`
+  //! the slice's place in the ranges laid end to end, slot after slot
+  //! (`total` elements in all, else a ShapeError before any is touched).
+  template <class F>
+  static void slices(std::vector<Tensor<float>>& st, std::span<const Range> ranges, std::size_t total, F&& fn) {
+    std::size_t n = 0;
+    for (const Range& r : ranges) n += r.size();
+    if (n * st.size() != total)
+      throw ShapeError("ParameterServerStrategy: " + std::to_string(total) + " elements of optimizer state for " +
+                       std::to_string(st.size()) + " slots of " + std::to_string(n) + " elements");
+    std::size_t at = 0;
+    for (Tensor<float>& slot : st)
+      for (const Range& r : ranges) {
+        if (r.end > slot.size())
+          throw ShapeError("ParameterServerStrategy: an optimizer slot of " + std::to_string(slot.size()) +
+                           " elements has no elements " + std::to_string(r.begin) + ".." + std::to_string(r.end));
+        fn(slot.span().subspan(r.begin, r.size()), at);
+        at += r.size();
+      }
+  }
+
   //! A training step on worker `w`. Dropout is keyed by the step's number,
   //! not the worker, so a rescheduled step draws the same masks.
   StepOutput worker_step(int w, const StepInput& in) {

@@ -8,10 +8,11 @@
 //! join() waits for. What is particular to MPI sits in the Coordinator's
 //! hooks: a completed synchronous round (staleness 0) is applied on every
 //! server, a failed worker's staged gradients are dropped there. A run (from
-//! the first step scheduled to join) starts by assigning the chief's value to
-//! the servers and ends by reading theirs back, so between runs the chief's
-//! copy is the truth.
-//!   detail::MpiChief chief{link, spec, options, layout, value};
+//! the first step scheduled to join) starts by assigning the chief's value,
+//! optimizer state and shard versions to the servers and ends by reading
+//! theirs back, so between runs the chief's copy is the truth (what a
+//! checkpoint saves, what a restore sets before the next run).
+//!   detail::MpiChief chief{link, spec, options, layout, value, state, versions};
 //!   auto out = chief.schedule(std::move(batch));  chief.join();
 
 #include <cstddef>
@@ -29,19 +30,22 @@
 #include <strata/ps/cluster_spec.hpp>
 #include <strata/ps/coordinator.hpp>
 #include <strata/ps/mpi/link.hpp>
+#include <strata/ps/mpi/state_message.hpp>
 #include <strata/ps/mpi/step_message.hpp>
 #include <strata/ps/runtime.hpp>
 
 namespace strata::detail {
 
-//! The chief's scheduling over MPI (see the file comment). `layout` and
-//! `value` (the chief's copy of every variable) belong to the caller and are
-//! read at the start and written at the end of each run.
+//! The chief's scheduling over MPI (see the file comment). `layout`,
+//! `value` (the chief's copy of every variable), `state` (the hook to the
+//! chief's copy of the optimizer state) and `versions` (of every shard)
+//! belong to the caller and are read at the start and written at the end of
+//! each run.
 class MpiChief {
  public:
   MpiChief(PsLink& link, const ClusterSpec& spec, const ParameterServerOptions& o, const ServerLayout& layout,
-           Tensor<float>& value)
-      : link_(link), spec_(spec), layout_(layout), value_(value),
+           Tensor<float>& value, const ServerState& state, std::vector<std::uint64_t>& versions)
+      : link_(link), spec_(spec), layout_(layout), value_(value), state_(state), versions_(versions),
         coord_(std::make_unique<Coordinator>(CoordinatorOptions{.workers = static_cast<int>(spec.workers.size()),
                                                                 .staleness = o.staleness,
                                                                 .timeout = o.timeout,
@@ -70,6 +74,7 @@ class MpiChief {
       if (unreported_) std::rethrow_exception(std::exchange(unreported_, nullptr));
       if (!running_) {
         tell_servers(kAssign, value_.data(), value_.size(), MPI_FLOAT);  // the chief's value is the truth between runs
+        send_state();                                                    // and its optimizer state
         running_ = true;
       }
     }
@@ -130,6 +135,7 @@ class MpiChief {
     if (o.fatal) return o.error;
     try {
       read_servers();
+      read_state();
     } catch (...) {
       return std::current_exception();
     }
@@ -160,10 +166,57 @@ class MpiChief {
     for (std::size_t s = 0; s < parts.size(); ++s) layout_.scatter(s, parts[s], value_.span());
   }
 
+  //! Each server gets its shards' versions and their slices of the chief's
+  //! optimizer state, and acknowledges.
+  void send_state() {
+    std::lock_guard lk(servers_mu_);
+    check_versions();
+    std::vector<std::vector<char>> bytes(spec_.servers.size());
+    std::vector<char> acks(spec_.servers.size());
+    std::vector<MPI_Request> reqs;
+    for (std::size_t s = 0; s < spec_.servers.size(); ++s) {
+      ServerStatePart part{{}, std::vector<float>(state_.slots * layout_.count_of(s))};
+      for (std::size_t i : layout_.of(s)) part.versions.push_back(versions_[i]);
+      if (!part.slots.empty()) state_.read(server_ranges(layout_, s), part.slots);
+      bytes[s] = pack_state(part);
+      reqs.push_back(link_.irecv(&acks[s], 0, spec_.servers[s], kAck, MPI_CHAR));
+    }
+    for (std::size_t s = 0; s < spec_.servers.size(); ++s)
+      reqs.push_back(link_.isend(bytes[s].data(), bytes[s].size(), spec_.servers[s], kAssignState, MPI_BYTE));
+    link_.wait_all(reqs, "the servers' acknowledgement of the optimizer state");
+  }
+  //! The servers' optimizer state and versions become the chief's.
+  void read_state() {
+    std::lock_guard lk(servers_mu_);
+    check_versions();
+    std::vector<std::vector<char>> bytes(spec_.servers.size());
+    std::vector<MPI_Request> reqs;
+    for (std::size_t s = 0; s < bytes.size(); ++s) {
+      bytes[s].resize(state_bytes(layout_, s, state_.slots));
+      reqs.push_back(link_.irecv(bytes[s].data(), bytes[s].size(), spec_.servers[s], kReadStateReply, MPI_BYTE));
+    }
+    for (std::size_t s = 0; s < bytes.size(); ++s) reqs.push_back(link_.isend(nullptr, 0, spec_.servers[s], kReadState));
+    link_.wait_all(reqs, "the servers' optimizer state at the end of a run");
+    for (std::size_t s = 0; s < bytes.size(); ++s) {
+      const auto part = unpack_state(bytes[s], layout_.of(s).size(), state_.slots * layout_.count_of(s),
+                                     "server rank " + std::to_string(spec_.servers[s]) + "'s reply");
+      std::size_t k = 0;
+      for (std::size_t i : layout_.of(s)) versions_[i] = part.versions[k++];
+      if (!part.slots.empty()) state_.write(server_ranges(layout_, s), part.slots);
+    }
+  }
+  void check_versions() const {
+    if (versions_.size() != layout_.shards().size())
+      throw Error("ParameterServerStrategy: the chief holds " + std::to_string(versions_.size()) +
+                  " shard versions for " + std::to_string(layout_.shards().size()) + " shards");
+  }
+
   PsLink& link_;
   const ClusterSpec& spec_;
   const ServerLayout& layout_;
   Tensor<float>& value_;
+  const ServerState& state_;
+  std::vector<std::uint64_t>& versions_;
   std::mutex mu_;          // the run's state below, for the training loop's thread
   std::mutex servers_mu_;  // one exchange with the servers at a time
   std::exception_ptr unreported_;

@@ -32,7 +32,7 @@ namespace strata::detail {
 
 //! Message tags of the parameter-server protocol (in its own communicator).
 enum PsTag : int { kAssign = 7101, kPull, kPullReply, kPush, kAck, kApply, kDrop, kRead, kReadReply, kStep, kStepX,
-                   kStepY, kResult, kFailed, kEnd };
+                   kStepY, kResult, kFailed, kEnd, kAssignState, kReadState, kReadStateReply };
 
 //! This rank's end of the protocol: a duplicate of the job's communicator,
 //! and bounded, serialized point-to-point calls on it.

@@ -4,9 +4,11 @@
 //! to them (applied at once, or staged per worker at staleness 0); the chief
 //! assigns the value at the start of a run, tells it to apply a completed
 //! synchronous round or drop a failed worker's staged gradients, and reads
-//! its shards at the end of a run. The optimizer state lives here, in the
-//! ServerUpdate. Every wait is bounded by the link's timeout.
-//!   detail::serve_as_server(link, layout, spec, store, update, sync, final_value);
+//! its shards at the end of a run; with them, the optimizer state of its
+//! shards and their versions (sent at a run's start, read at its end:
+//! checkpoints). The optimizer state lives here, in the ServerUpdate, and is
+//! reached through the ServerState. Every wait is bounded by the link's timeout.
+//!   detail::serve_as_server(link, layout, spec, store, update, state, sync, final_value);
 
 #include <algorithm>
 #include <cstddef>
@@ -16,6 +18,7 @@
 
 #include <strata/ps/cluster_spec.hpp>
 #include <strata/ps/mpi/link.hpp>
+#include <strata/ps/mpi/state_message.hpp>
 #include <strata/ps/runtime.hpp>
 #include <strata/ps/shard_store.hpp>
 
@@ -23,14 +26,20 @@ namespace strata::detail {
 
 //! Serves this server's shards of `store` (a full-size store: only its own
 //! shards are touched) until kEnd arrives; then holds the trained value the
-//! chief sent in `final_value`.
+//! chief sent in `final_value`. `state` reaches the optimizer state `update`
+//! keeps (its slots over all variables; only this server's shards are read
+//! and written).
 inline void serve_as_server(PsLink& link, const ServerLayout& layout, const ClusterSpec& spec, ShardStore<float>& store,
-                            const ServerUpdate& update, bool sync, std::span<float> final_value) {
+                            const ServerUpdate& update, const ServerState& state, bool sync,
+                            std::span<float> final_value) {
   const auto me = static_cast<std::size_t>(spec.server_index(link.rank()));
   const auto& mine = layout.of(me);
   const auto& shards = layout.shards();
+  const std::vector<Range> ranges = server_ranges(layout, me);
+  const std::size_t floats = state.slots * layout.count_of(me);
   for (;;) {
-    auto st = link.probe(MPI_ANY_SOURCE, {kPull, kPush, kApply, kDrop, kAssign, kRead, kEnd}, "requests");
+    auto st = link.probe(MPI_ANY_SOURCE, {kPull, kPush, kApply, kDrop, kAssign, kRead, kAssignState, kReadState, kEnd},
+                         "requests");
     const int src = st.source;
     switch (st.tag) {
       case kPull: {
@@ -82,6 +91,25 @@ inline void serve_as_server(PsLink& link, const ServerLayout& layout, const Clus
         (void)link.recv_all<float>(st, MPI_FLOAT);
         const auto part = layout.gather(me, store.unsynchronized_value().span());
         link.send(part.data(), part.size(), src, kReadReply);
+        break;
+      }
+      case kAssignState: {
+        const auto b = link.recv_all<char>(st, MPI_BYTE);
+        const auto part = unpack_state(b, mine.size(), floats,
+                                       "the optimizer state rank " + std::to_string(src) + " sent server rank " +
+                                           std::to_string(link.rank()));
+        for (std::size_t k = 0; k < mine.size(); ++k) store.set_version(mine[k], part.versions[k]);
+        if (floats) state.write(ranges, part.slots);
+        link.send(nullptr, 0, src, kAck);
+        break;
+      }
+      case kReadState: {
+        (void)link.recv_all<float>(st, MPI_FLOAT);
+        ServerStatePart part{std::vector<std::uint64_t>(mine.size()), std::vector<float>(floats)};
+        for (std::size_t k = 0; k < mine.size(); ++k) part.versions[k] = store.version(mine[k]);
+        if (floats) state.read(ranges, part.slots);
+        const auto b = pack_state(part);
+        link.send(b.data(), b.size(), src, kReadStateReply, MPI_BYTE);
         break;
       }
       case kEnd: {
