@@ -40,7 +40,7 @@ struct Args {
   int servers = 1;   // parameter_server: servers
   std::optional<std::uint64_t> staleness;  // parameter_server: bound (none: asynchronous)
   std::string cluster;  // parameter_server under mpirun: "chief:0 ps:1 worker:2,3" (default: by --servers)
-  int stages = 2;                 // pipeline: stages, one CPU replica each
+  int stages = 0;                 // pipeline: stages (0: 2; under mpirun, the ranks / --data-parallel)
   std::size_t micro_batches = 4;  // pipeline: micro-batches per batch
   int data_parallel = 1;          // pipeline: copies of it
   strata::Schedule schedule = strata::Schedule::OneFOneB;  // pipeline
@@ -85,7 +85,8 @@ inline constexpr OptionInfo option_table[] = {
      ps_strategies},
     {"--cluster", "SPEC", "parameter_server under mpirun: \"chief:0 ps:1 worker:2,3\" (default: by --servers)",
      ps_strategies},
-    {"--stages", "S", "pipeline: stages, one CPU replica each, the layers split by parameters, 1-64 (default 2)",
+    {"--stages", "S", "pipeline: stages, the layers split by parameters, 1-64 (default 2; under mpirun one per "
+                      "rank: the ranks / D)",
      pipeline_strategies},
     {"--microbatches", "M", "pipeline: micro-batches per batch, 1-65536 (default 4)", pipeline_strategies},
     {"--schedule", "naive|gpipe|1f1b", "pipeline: the order of forwards and backwards (default 1f1b)",

@@ -38,7 +38,7 @@ struct StrategyChoice {
   int workers = 2;   //!< parameter_server: worker threads
   int servers = 1;   //!< parameter_server: server shards' hosts
   std::optional<std::uint64_t> staleness = std::nullopt;  //!< parameter_server: bound (none: asynchronous)
-  int stages = 2;                          //!< pipeline: stages (one CPU replica each), split by parameters
+  int stages = 0;  //!< pipeline: stages, split by parameters (0: 2 in one process, the ranks / data_parallel under mpirun)
   std::size_t micro_batches = 4;           //!< pipeline: micro-batches per batch
   int data_parallel = 1;                   //!< pipeline: copies of it (stages x copies CPU replicas)
   Schedule schedule = Schedule::OneFOneB;  //!< pipeline: the order of forwards and backwards
@@ -119,7 +119,7 @@ struct InProcessStrategies {
       if (c.device.is_gpu())
         throw Error("strata: pipeline runs its stages on CPU replicas so far, not on " + c.device.str());
       if constexpr (std::is_invocable_v<F&, PipelineStrategy&>) {
-        PipelineStrategy s{cpu_replicas(c.stages * c.data_parallel), c.comm_options()};
+        PipelineStrategy s{cpu_replicas((c.stages ? c.stages : 2) * c.data_parallel), c.comm_options()};
         s.pipeline_options().micro_batches = c.micro_batches;
         s.pipeline_options().data_parallel = static_cast<std::size_t>(c.data_parallel);
         s.pipeline_options().schedule = c.schedule;

@@ -1,8 +1,9 @@
 #pragma once
 //! Choosing a strategy by name, the MPI strategies included: everything
 //! by_name.hpp offers, plus "multi_worker_mirrored" (this process is one
-//! worker of the mpirun job) and "parameter_server" across the job's ranks
-//! (chief, servers and workers as a ClusterSpec assigns them). Opt-in: it
+//! worker of the mpirun job), "parameter_server" across the job's ranks
+//! (chief, servers and workers as a ClusterSpec assigns them) and
+//! "pipeline" across them (one stage per rank: MultiWorkerPipelineStrategy). Opt-in: it
 //! needs the MPI backend (its target links the strata-mpi dependency) and
 //! stops the build with the Meson option to enable otherwise.
 //!   #include <strata/strategy/by_name_mpi.hpp>
@@ -20,6 +21,7 @@
 #include <strata/ps/mpi.hpp>
 #include <strata/strategy/by_name.hpp>
 #include <strata/strategy/multi_worker.hpp>
+#include <strata/strategy/multi_worker_pipeline.hpp>
 
 namespace strata {
 
@@ -64,6 +66,25 @@ struct MpiStrategies {
                                o};
         ParameterServerStrategy s{rt};
         return fn(s);
+      }
+    }
+    if (name == "pipeline" && detail::launched_ranks() > 1) {
+      if constexpr (std::is_invocable_v<F&, MultiWorkerPipelineStrategy&>) {
+        MpiOptions mpi;
+        if (c.timeout) mpi.timeout = *c.timeout;
+        MultiWorkerPipelineStrategy s{mpi};
+        const int world = s.num_replicas_in_sync();
+        if (c.stages && c.stages * c.data_parallel != world)
+          throw Error("strata: pipeline under mpirun runs one stage per rank: " + std::to_string(c.stages) +
+                      " stages x " + std::to_string(c.data_parallel) + " data-parallel copies need " +
+                      std::to_string(c.stages * c.data_parallel) + " ranks, this job has " + std::to_string(world));
+        s.pipeline_options().micro_batches = c.micro_batches;
+        s.pipeline_options().schedule = c.schedule;
+        s.pipeline_options().data_parallel = static_cast<std::size_t>(c.data_parallel);
+        return fn(s);
+      } else {
+        throw Error("this program's code needs replicas that each run the whole model; it cannot run under "
+                    "pipeline");
       }
     }
     if (name == "multi_worker_mirrored") {
