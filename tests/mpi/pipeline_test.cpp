@@ -4,8 +4,9 @@
 // replicas and the same options (the same operations in the same order),
 // under every schedule; evaluate and predict agree; the whole model and its
 // optimizer state reach every rank at epoch ends (a checkpoint of the job
-// continues in one process as the job does); a rank count that the copies
-// do not divide is an error on every rank.
+// continues in one process as the job does); a stage that throws stops
+// every rank with its error, no hang; a rank count that the copies do not
+// divide is an error on every rank.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -129,6 +130,63 @@ TEST_CASE("the job's checkpoint, taken at an epoch's end, continues in one proce
   CHECK(strata_test::flat_weights(b) == strata_test::flat_weights(a));
   MPI_Barrier(MPI_COMM_WORLD);
   if (a.is_chief()) std::filesystem::remove(path);
+}
+
+namespace {
+// Throws in forward from training step `after` on (an identity otherwise).
+class Boom final : public nn::detail::LayerBase<Boom> {
+ public:
+  explicit Boom(int after) : after_(after) {}
+  std::string kind() const override { return "Boom"; }
+  strata::Shape build(const strata::Shape& in) override { return in; }
+  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
+    if (info.training && info.step >= static_cast<std::uint64_t>(after_)) throw strata::Error("boom in stage");
+    y.resize(c, x.shape());
+    if (x.size()) std::copy_n(x.data(), x.size(), y.data());
+  }
+  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
+    if (!dx) return;
+    dx->resize(c, dy.shape());
+    if (dy.size()) std::copy_n(dy.data(), dy.size(), dx->data());
+  }
+
+ private:
+  int after_;
+};
+}  // namespace
+
+TEST_CASE("a stage that throws stops every rank with its error, within the timeout") {
+  const int W = world();
+  const auto data = strata_test::blobs(64, 3);
+  const int where = W - 1;  // the last stage's layer throws (one layer per stage)
+  strata::MultiWorkerPipelineStrategy ranks{quick()};
+  ranks.pipeline_options().micro_batches = 4;
+  auto model = ranks.scope([&] {
+    nn::Sequential m{nn::Input{{6}}};
+    for (int l = 0; l < W; ++l) {
+      if (l == where && l > 0) m.add(Boom{2});
+      else m.add(nn::Dense{l == W - 1 ? 3u : 6u});
+    }
+    return m;
+  });
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    model.fit(ranks.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)),
+              {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  CAPTURE(what);
+  CHECK(what.find("boom in stage") != std::string::npos);
+  if (W > 1) {
+    const int rank = ranks.worker_index();
+    if (rank != where) CHECK(what.find("rank " + std::to_string(where) + " (stage " + std::to_string(where)) != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // at once, not at the 20 s timeout
+  CHECK(model.iterations() == 2);                      // the two steps before it trained
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST_CASE("ranks that the copies do not divide, or more stages than layers, are errors on every rank") {

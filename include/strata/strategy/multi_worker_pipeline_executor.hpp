@@ -16,6 +16,9 @@
 //! at the end of every training pass, so value() and optimizer_state() are
 //! the whole model's there (checkpoints are taken at epoch ends).
 //! Predictions are summed over the job (each row is computed by one rank).
+//! A stage's own error (a layer's, labels out of range) is sent to every
+//! other rank as an abort notice: their waits end at once with
+//! CollectiveAborted carrying it, and the communicator is unusable after.
 
 #include <algorithm>
 #include <chrono>
@@ -173,8 +176,18 @@ class MpiPipelineExecutor final : public Executor {
                       .it = it,
                       .results = results.data(),
                       .stat = stat};
-    double busy = run_stage_batch(link, *stage_, b, w);
-    comm_.finish_sends();
+    double busy = 0;
+    try {
+      busy = run_stage_batch(link, *stage_, b, w);
+      comm_.finish_sends();
+    } catch (const CollectiveError&) {
+      throw;  // a wait that failed: the job's failure, already known to the others (or named by them)
+    } catch (const std::exception& e) {
+      // this stage's own error (a layer's, labels out of range): every other rank's wait ends with it
+      comm_.abort("rank " + std::to_string(comm_.rank()) + " (stage " + std::to_string(s_) + " of copy " +
+                  std::to_string(d_) + "): " + e.what());
+      throw;
+    }
 
     // One all-reduce over the job: [non-finite count, then per copy and micro-batch: loss, rows, metrics].
     const std::size_t per = 2 + nm;
