@@ -5,6 +5,7 @@
 //!        -c include/strata/cuda/strata_cuda.cu -o strata_cuda.o
 
 #include <strata/cuda/compute.hpp>
+#include <strata/kernels/cuda/collectives.cuh>
 #include <strata/kernels/cuda/conv.cuh>
 #include <strata/kernels/cuda/losses.cuh>
 #include <strata/kernels/cuda/maps.cuh>

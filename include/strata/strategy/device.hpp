@@ -33,6 +33,25 @@ inline Device gpu(int i = 0) {
   return Device{Device::Kind::gpu, i};
 }
 
+//! `n` replicas on GPU `device` ("virtual GPUs", as TensorFlow's logical
+//! devices): each its own stream and buffers in the same memory, reduced
+//! by a kernel over their buffers (comm/cuda/device_team.hpp). How a
+//! machine with one GPU runs several GPU replicas.
+//!   strata::DeviceTeam team{strata::virtual_gpus(0, 4)};
+inline std::vector<Device> virtual_gpus(int device, int n) {
+  if (n < 1) throw Error("strata::virtual_gpus: the replica count must be positive, got " + std::to_string(n));
+  return std::vector<Device>(static_cast<std::size_t>(n), gpu(device));
+}
+
+//! One replica on each of the GPUs `devices`.
+//!   strata::DeviceTeam team{strata::gpus({0, 1})};   // needs peer access between 0 and 1
+inline std::vector<Device> gpus(const std::vector<int>& devices) {
+  if (devices.empty()) throw Error("strata::gpus: name at least one GPU");
+  std::vector<Device> d;
+  for (int i : devices) d.push_back(gpu(i));
+  return d;
+}
+
 //! `n` CPU replicas; n = 0 means one per hardware thread.
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
 inline std::vector<Device> cpu_replicas(int n = 0) {

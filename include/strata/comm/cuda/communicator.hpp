@@ -1,0 +1,297 @@
+#pragma once
+//! DeviceCommunicator: one GPU replica's collectives with the other replicas
+//! of its DeviceTeam (virtual GPUs on one device, or GPUs with peer access),
+//! over DEVICE memory, enqueued on the replica's stream: a call returns once
+//! the replicas agreed and its work is queued, never waiting for the GPU.
+//! Models strata::Communicator; the same contract as every communicator
+//! (agreement before data moves, deadlines, errors naming the replicas).
+//!   auto comm = team.communicator(r, stream);
+//!   comm.all_reduce(std::span<float>(grad, n), strata::Mean);   // grad: device memory of the replica's GPU
+//!
+//! all_reduce: replica r reduces shard r of every replica's buffer in
+//! replica order and writes it into every replica's output: each element is
+//! computed once, so all replicas hold bitwise the same result, and it is
+//! bitwise the host's reduction in replica order (comm/reduce_op.hpp).
+//! reduce_scatter: replica r reduces its shard (strata::shard_range) into its
+//! own output. broadcast and all_gather: device-to-device copies.
+//! send/recv: the sender copies into a buffer of the stream-ordered pool and
+//! returns; the receiver copies it out on its stream and frees it.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <strata/comm/communicator.hpp>
+#include <strata/comm/cuda/device_team.hpp>
+#include <strata/comm/reduce_op.hpp>
+#include <strata/core/concepts.hpp>
+#include <strata/core/partition.hpp>
+
+namespace strata {
+
+//! One GPU replica's handle on its DeviceTeam's collectives. Not thread-safe
+//! (one per replica thread); the team outlives it.
+class DeviceCommunicator {
+ public:
+  DeviceCommunicator(DeviceTeam& team, int rank, cudaStream_t stream)
+      : team_(&team), rank_(rank), stream_(stream),
+        device_(rank >= 0 && rank < team.size() ? team.devices()[static_cast<std::size_t>(rank)] : -1) {
+    if (device_ < 0)
+      throw Error("DeviceCommunicator: replica " + std::to_string(rank) + " is not in the team (it has " +
+                  std::to_string(team.size()) + ")");
+#if CUDART_VERSION >= 12080
+    int sd = -1;
+    cuda::check(cudaStreamGetDevice(stream, &sd), "cudaStreamGetDevice");
+    if (sd != device_)
+      throw Error("DeviceCommunicator: replica " + std::to_string(rank) + " runs on GPU " + std::to_string(device_) +
+                  " but its stream belongs to GPU " + std::to_string(sd));
+#endif
+  }
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return team_->size(); }
+  [[nodiscard]] int device() const noexcept { return device_; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+
+  //! Every replica's host thread waits until all have arrived, and every
+  //! replica's stream waits (on the device) for the work the others queued before it.
+  void barrier() {
+    const detail::CallDesc d{};
+    collective(d, nullptr, nullptr, [](std::uint64_t) {});
+  }
+
+  //! In-place all-reduce of device memory: afterwards every replica's `data`
+  //! holds the reduction of all replicas' `data`, bitwise identical on each.
+  //!   comm.all_reduce(std::span<float>(grad, n), strata::Sum);
+  template <Element T, ReduceOperation Op>
+  void all_reduce(std::span<T> data, Op) {
+    detail::check_op<Op, T>();
+    all_reduce_impl<Op, T>(data.data(), data.data(), data.size(), data.size());
+  }
+
+  //! Out-of-place all-reduce: `out` (as many elements as `in`) receives the result.
+  template <Element T, ReduceOperation Op>
+  void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, Op) {
+    detail::check_op<Op, T>();
+    all_reduce_impl<Op, T>(in.data(), out.data(), in.size(), out.size());
+  }
+
+  //! Copies `root`'s `data` into every replica's `data`.
+  template <Element T>
+  void broadcast(std::span<T> data, int root) {
+    const std::size_t n = data.size();
+    check_buffer(data.data(), n * sizeof(T), "broadcast", "buffer");
+    const detail::CallDesc d{.kind = detail::CallKind::broadcast, .dtype = dtype_name<T>(), .in_count = n,
+                             .out_count = n, .root = root, .has_op = false, .algorithm = "device_direct"};
+    collective(d, data.data(), data.data(), [&](std::uint64_t) {
+      if (rank_ == root || n == 0) return;
+      wait_for(team_->ready(root));
+      cuda::check(cudaMemcpyAsync(data.data(), slot(root).in, n * sizeof(T), cudaMemcpyDefault, stream_),
+                  "cudaMemcpyAsync (broadcast)");
+    });
+  }
+
+  //! Reduces every replica's `in` (n elements each) and leaves shard r
+  //! (strata::shard_range(n, size(), r) elements) in replica r's `out`.
+  template <Element T, ReduceOperation Op>
+  void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, Op) {
+    detail::check_op<Op, T>();
+    check_buffer(in.data(), in.size_bytes(), "reduce_scatter", "input");
+    check_buffer(out.data(), out.size_bytes(), "reduce_scatter", "output");
+    const detail::CallDesc d{.kind = detail::CallKind::reduce_scatter, .op = Op::kind, .dtype = dtype_name<T>(),
+                             .in_count = in.size(), .out_count = out.size(), .has_op = true,
+                             .algorithm = "device_direct"};
+    collective(d, in.data(), out.data(), [&](std::uint64_t) {
+      const Range mine = shard_range(in.size(), static_cast<std::size_t>(size()), static_cast<std::size_t>(rank_));
+      reduce(Op::kind, mine, out.data(), /*all_outputs=*/false);
+    });
+  }
+
+  //! Concatenates every replica's `in` in replica order into every
+  //! replica's `out` (inputs may differ in size; `out` holds their sum).
+  template <Element T>
+  void all_gather(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    check_buffer(in.data(), in.size_bytes(), "all_gather", "input");
+    check_buffer(out.data(), out.size_bytes(), "all_gather", "output");
+    const detail::CallDesc d{.kind = detail::CallKind::all_gather, .dtype = dtype_name<T>(), .in_count = in.size(),
+                             .out_count = out.size(), .has_op = false, .algorithm = "device_direct"};
+    collective(d, in.data(), out.data(), [&](std::uint64_t) {
+      std::size_t at = 0;
+      for (int s = 0; s < size(); ++s) {
+        const std::size_t n = slot(s).desc.in_count;
+        if (n) {
+          if (s != rank_) wait_for(team_->ready(s));
+          cuda::check(cudaMemcpyAsync(out.data() + at, slot(s).in, n * sizeof(T), cudaMemcpyDefault, stream_),
+                      "cudaMemcpyAsync (all_gather)");
+        }
+        at += n;
+      }
+    });
+  }
+
+  //! Sends `data` (device memory) to replica `peer` with `tag`: copies it
+  //! into a pool buffer on this replica's stream and returns (the receiver
+  //! copies it out when it receives). Sizes and types are checked by the
+  //! receiver, which raises CollectiveMismatch naming both.
+  //!   comm.send(std::span<const float>(act, n), comm.rank() + 1, /*tag=*/0);
+  template <Element T>
+  void send(std::span<const T> data, int peer, int tag) {
+    check_peer("send", peer);
+    check_buffer(data.data(), data.size_bytes(), "send", "buffer");
+    cuda::DeviceGuard g{device_};
+    Handoff h{};
+    if (!data.empty()) {
+      cuda::check_allocation(cudaMallocAsync(&h.staging, data.size_bytes(), stream_), "cudaMallocAsync (send)",
+                             data.size_bytes(), device_);
+      cuda::check(cudaMemcpyAsync(h.staging, data.data(), data.size_bytes(), cudaMemcpyDefault, stream_),
+                  "cudaMemcpyAsync (send)");
+      cuda::check(cudaEventCreateWithFlags(&h.copied, cudaEventDisableTiming), "cudaEventCreateWithFlags (send)");
+      cuda::check(cudaEventRecord(h.copied, stream_), "cudaEventRecord (send)");
+    }
+    team_->host_team().send(rank_, peer, tag, handoff_buffer<T>(data.size(), &h, nullptr));
+  }
+  template <Element T>
+  void send(std::span<T> data, int peer, int tag) {
+    send(std::span<const T>(data), peer, tag);
+  }
+
+  //! Receives the next message from replica `peer` with `tag` into `data`
+  //! (device memory), on this replica's stream.
+  template <Element T>
+  void recv(std::span<T> data, int peer, int tag) {
+    check_peer("recv", peer);
+    check_buffer(data.data(), data.size_bytes(), "recv", "buffer");
+    Handoff h{};
+    team_->host_team().recv(rank_, peer, tag, handoff_buffer<T>(data.size(), nullptr, &h));
+    if (!h.staging) return;
+    cuda::DeviceGuard g{device_};
+    cuda::check(cudaStreamWaitEvent(stream_, h.copied, 0), "cudaStreamWaitEvent (recv)");
+    cuda::check(cudaMemcpyAsync(data.data(), h.staging, data.size_bytes(), cudaMemcpyDefault, stream_),
+                "cudaMemcpyAsync (recv)");
+    cuda::check(cudaFreeAsync(h.staging, stream_), "cudaFreeAsync (recv)");
+    (void)cudaEventDestroy(h.copied);  // released once the wait queued above has passed it
+  }
+
+ private:
+  //! What a send hands its receiver through the host mailbox.
+  struct Handoff {
+    void* staging = nullptr;
+    cudaEvent_t copied = nullptr;
+  };
+  template <Element T>
+  static detail::P2pBuffer handoff_buffer(std::size_t count, const Handoff* in, Handoff* out) {
+    return {.dtype = dtype_name<T>(), .count = count, .bytes = sizeof(Handoff), .in = in, .out = out};
+  }
+
+  detail::Slot& slot(int r) { return team_->host_team().slot(r); }
+
+  void check_peer(const char* what, int peer) const {
+    if (peer < 0 || peer >= size() || peer == rank_)
+      throw Error(std::string("DeviceCommunicator::") + what + " on replica " + std::to_string(rank_) +
+                  ": peer " + std::to_string(peer) + " is not another replica of the team (it has " +
+                  std::to_string(size()) + ")");
+  }
+
+  //! A collective's buffers are device memory of this replica's GPU (or,
+  //! for a team over several GPUs, memory this GPU reaches): host memory or
+  //! another GPU's memory is an Error naming the call, not a crash.
+  void check_buffer(const void* p, std::size_t bytes, const char* call, const char* what) const {
+    if (bytes == 0) return;
+    cudaPointerAttributes a{};
+    const cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    const std::string who = std::string("DeviceCommunicator::") + call + " on replica " + std::to_string(rank_) +
+                            " (GPU " + std::to_string(device_) + "): the " + what;
+    if (e != cudaSuccess || (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged))
+      throw Error(who + " is host memory; a GPU replica's collectives take device memory of its GPU "
+                        "(a Tensor<T, CudaSpace>, or memory from its CudaCompute)");
+    if (a.type == cudaMemoryTypeDevice && a.device != device_)
+      throw Error(who + " is memory of GPU " + std::to_string(a.device) + ", not of the replica's GPU");
+  }
+
+  template <ReduceOperation Op, Element T>
+  void all_reduce_impl(const T* in, T* out, std::size_t n_in, std::size_t n_out) {
+    check_buffer(in, n_in * sizeof(T), "all_reduce", "input");
+    if (out != in) check_buffer(out, n_out * sizeof(T), "all_reduce", "output");
+    const detail::CallDesc d{.kind = detail::CallKind::all_reduce, .op = Op::kind, .dtype = dtype_name<T>(),
+                             .in_count = n_in, .out_count = n_out, .has_op = true, .algorithm = "device_direct"};
+    collective(d, in, out, [&](std::uint64_t) {
+      // Shards on 128-byte boundaries: 16-byte vector accesses in every shard.
+      const Range mine = detail::aligned_range(n_in, static_cast<std::size_t>(size()),
+                                               static_cast<std::size_t>(rank_), 128 / sizeof(T));
+      reduce<T>(Op::kind, mine, nullptr, /*all_outputs=*/true);
+    });
+  }
+
+  //! The reduce kernel over elements `r` of every replica's input, written
+  //! to the same elements of every replica's output (all_outputs) or from
+  //! the start of `own_out` (reduce_scatter's shard).
+  template <Element T>
+  void reduce(detail::OpKind op, Range r, T* own_out, bool all_outputs) {
+    const int p = size();
+    cuda::detail::ReplicaBuffers<T> b{};
+    b.p = p;
+    b.nout = all_outputs ? p : 1;
+    for (int s = 0; s < p; ++s) {
+      b.in[s] = static_cast<const T*>(slot(s).in) + r.begin;
+      if (all_outputs) b.out[s] = static_cast<T*>(slot(s).out) + r.begin;
+    }
+    if (!all_outputs) b.out[0] = own_out;
+    if (r.size() == 0) return;
+    for (int s = 0; s < p; ++s)
+      if (s != rank_) wait_for(team_->ready(s));
+    cuda::detail::launch_reduce_replicas<T>(stream_, op, b, r.size(), static_cast<std::size_t>(p));
+  }
+
+  void wait_for(cudaEvent_t e) { cuda::check(cudaStreamWaitEvent(stream_, e, 0), "cudaStreamWaitEvent"); }
+
+  //! The frame of every collective: mark this replica's buffers ready, agree
+  //! on the call (host), queue `work` (which waits on the device for the
+  //! buffers it reads), mark it done, wait on the host until every replica
+  //! queued its part, then make this stream wait until every replica's part
+  //! is done (so that none writes its buffers while another still reads
+  //! them). A failure between agreement and the end aborts the team, so the
+  //! others stop waiting at once.
+  template <class Work>
+  void collective(const detail::CallDesc& d, const void* in, void* out, Work work) {
+    cuda::DeviceGuard g{device_};
+    detail::Team& t = team_->host_team();
+    cuda::check(cudaEventRecord(team_->ready(rank_), stream_), "cudaEventRecord (ready)");
+    const std::uint64_t seq = t.enter(rank_, d, in, out);
+    try {
+      if (d.kind == detail::CallKind::barrier) {
+        for (int s = 0; s < size(); ++s)
+          if (s != rank_) wait_for(team_->ready(s));
+      } else {
+        work(seq);
+      }
+      cuda::check(cudaEventRecord(team_->done(rank_), stream_), "cudaEventRecord (done)");
+    } catch (const std::exception& e) {
+      team_->abort(rank_, e.what());
+      throw;
+    }
+    t.leave(rank_, seq, d);
+    if (d.kind != detail::CallKind::barrier)
+      for (int s = 0; s < size(); ++s)
+        if (s != rank_) wait_for(team_->done(s));
+  }
+
+  DeviceTeam* team_;
+  int rank_;
+  cudaStream_t stream_;
+  int device_;
+};
+
+static_assert(Communicator<DeviceCommunicator>);
+
+inline DeviceCommunicator DeviceTeam::communicator(int rank, cudaStream_t stream) {
+  return DeviceCommunicator{*this, rank, stream};
+}
+
+}  // namespace strata

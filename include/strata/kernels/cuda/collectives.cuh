@@ -1,0 +1,96 @@
+#pragma once
+//! The direct reduce kernel of GPU replicas that share a memory (virtual
+//! GPUs on one device, or GPUs with peer access): each replica reduces its
+//! shard of every replica's buffer, in replica order, and writes the result
+//! into every replica's output. nvcc only (strata_cuda.cu).
+//!   launch_reduce_replicas(stream, OpKind::sum, buffers, n, p);
+
+#include <strata/comm/cuda/launch.hpp>
+#include <strata/kernels/cuda/common.cuh>
+
+namespace strata::cuda::detail {
+
+template <class T, strata::detail::OpKind K>
+__device__ inline T combine_op(T a, T b) {
+  using strata::detail::OpKind;
+  if constexpr (K == OpKind::sum || K == OpKind::mean) return a + b;
+  else if constexpr (K == OpKind::min) return b < a ? b : a;  // the host's rule: a NaN in `a` stays
+  else if constexpr (K == OpKind::max) return a < b ? b : a;
+  else return a * b;
+}
+
+//! W elements of T loaded and stored as one (16-byte) access.
+template <class T, int W>
+struct alignas(sizeof(T) * W) Pack {
+  T v[W];
+};
+
+template <class T, strata::detail::OpKind K, int W>
+__global__ void reduce_replicas_kernel(ReplicaBuffers<T> b, std::size_t packs, T divisor) {
+  using P = Pack<T, W>;
+  for (std::size_t i = global_index(); i < packs; i += grid_stride()) {
+    P acc = reinterpret_cast<const P*>(b.in[0])[i];
+    for (int s = 1; s < b.p; ++s) {
+      const P x = reinterpret_cast<const P*>(b.in[s])[i];
+#pragma unroll
+      for (int k = 0; k < W; ++k) acc.v[k] = combine_op<T, K>(acc.v[k], x.v[k]);
+    }
+    if constexpr (K == strata::detail::OpKind::mean) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) acc.v[k] /= divisor;
+    }
+    for (int o = 0; o < b.nout; ++o) reinterpret_cast<P*>(b.out[o])[i] = acc;
+  }
+}
+
+template <class T, strata::detail::OpKind K>
+void launch_reduce_op(cudaStream_t s, const ReplicaBuffers<T>& b, std::size_t n, std::size_t contributors) {
+  constexpr int W = 16 / sizeof(T);
+  bool aligned = true;
+  for (int i = 0; i < b.p; ++i) aligned = aligned && reinterpret_cast<std::uintptr_t>(b.in[i]) % 16 == 0;
+  for (int i = 0; i < b.nout; ++i) aligned = aligned && reinterpret_cast<std::uintptr_t>(b.out[i]) % 16 == 0;
+  const T divisor = static_cast<T>(contributors);
+  std::size_t done = 0;
+  if (aligned && n >= static_cast<std::size_t>(W)) {
+    const std::size_t packs = n / W;
+    reduce_replicas_kernel<T, K, W><<<blocks_for(packs), block_threads, 0, s>>>(b, packs, divisor);
+    check_launch("reduce_replicas_kernel (16-byte packs)");
+    done = packs * W;
+  }
+  if (done < n) {  // unaligned buffers, or the tail after the packs
+    ReplicaBuffers<T> t = b;
+    for (int i = 0; i < b.p; ++i) t.in[i] += done;
+    for (int i = 0; i < b.nout; ++i) t.out[i] += done;
+    reduce_replicas_kernel<T, K, 1><<<blocks_for(n - done), block_threads, 0, s>>>(t, n - done, divisor);
+    check_launch("reduce_replicas_kernel");
+  }
+}
+
+template <class T>
+void launch_reduce_replicas(cudaStream_t s, strata::detail::OpKind op, const ReplicaBuffers<T>& b, std::size_t n,
+                            std::size_t contributors) {
+  using strata::detail::OpKind;
+  if (n == 0) return;
+  switch (op) {
+    case OpKind::sum: return launch_reduce_op<T, OpKind::sum>(s, b, n, contributors);
+    case OpKind::mean:
+      if constexpr (std::is_floating_point_v<T>) return launch_reduce_op<T, OpKind::mean>(s, b, n, contributors);
+      break;
+    case OpKind::min: return launch_reduce_op<T, OpKind::min>(s, b, n, contributors);
+    case OpKind::max: return launch_reduce_op<T, OpKind::max>(s, b, n, contributors);
+    case OpKind::product: return launch_reduce_op<T, OpKind::product>(s, b, n, contributors);
+  }
+  throw Error("launch_reduce_replicas: operation " + std::string(strata::detail::op_name(op)) +
+              " is not defined for this element type");
+}
+
+template void launch_reduce_replicas<float>(cudaStream_t, strata::detail::OpKind, const ReplicaBuffers<float>&,
+                                            std::size_t, std::size_t);
+template void launch_reduce_replicas<double>(cudaStream_t, strata::detail::OpKind, const ReplicaBuffers<double>&,
+                                             std::size_t, std::size_t);
+template void launch_reduce_replicas<std::int32_t>(cudaStream_t, strata::detail::OpKind,
+                                                   const ReplicaBuffers<std::int32_t>&, std::size_t, std::size_t);
+template void launch_reduce_replicas<std::int64_t>(cudaStream_t, strata::detail::OpKind,
+                                                   const ReplicaBuffers<std::int64_t>&, std::size_t, std::size_t);
+
+}  // namespace strata::cuda::detail

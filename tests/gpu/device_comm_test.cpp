@@ -1,0 +1,333 @@
+// DeviceCommunicator: the collectives of GPU replicas that share a memory
+// (virtual GPUs on GPU 0), against the host's reduction in replica order
+// (bitwise: each element is reduced once, in the same order), for every op,
+// type and element-count edge case at 2, 4 and 8 replicas; the contract
+// (mismatch, timeout, host memory) and the device-side ordering of many
+// back-to-back collectives.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/comm/cuda/communicator.hpp>
+#include <strata/cuda/launch.hpp>
+
+namespace {
+
+using strata::DeviceCommunicator;
+using strata::DeviceTeam;
+
+//! n elements of T in device memory of the current device, filled and read through `s`.
+template <class T>
+class DevBuf {
+ public:
+  DevBuf(cudaStream_t s, const std::vector<T>& v, std::size_t pad = 0) : s_(s), n_(v.size()), pad_(pad) {
+    strata::cuda::check(cudaMalloc(&base_, (n_ + pad_) * sizeof(T) + 16), "cudaMalloc");
+    if (n_) strata::cuda::check(cudaMemcpyAsync(get(), v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, s_), "up");
+  }
+  DevBuf(cudaStream_t s, std::size_t n, std::size_t pad = 0) : DevBuf(s, std::vector<T>(n), pad) {}
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() {
+    (void)cudaStreamSynchronize(s_);
+    (void)cudaFree(base_);
+  }
+  //! `pad` elements past a 256-byte boundary: pad = 1 makes every access unaligned.
+  T* get() const { return static_cast<T*>(base_) + pad_; }
+  std::span<T> span() const { return {get(), n_}; }
+  std::vector<T> read() const {
+    std::vector<T> v(n_);
+    if (n_) strata::cuda::check(cudaMemcpyAsync(v.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost, s_), "down");
+    strata::cuda::check(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
+    return v;
+  }
+
+ private:
+  cudaStream_t s_;
+  std::size_t n_, pad_;
+  void* base_ = nullptr;
+};
+
+//! Runs fn(comm, stream, r) on p replica threads of a team on GPU 0; the
+//! first exception of each replica is kept (index r), as a strategy does.
+std::vector<std::exception_ptr> run_team(
+    DeviceTeam& team, const std::function<void(DeviceCommunicator&, cudaStream_t, int)>& fn) {
+  const int p = team.size();
+  team.reset();
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(p));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        strata::cuda::DeviceGuard g{team.devices()[static_cast<std::size_t>(r)]};
+        strata::cuda::Stream stream{team.devices()[static_cast<std::size_t>(r)]};
+        DeviceCommunicator comm = team.communicator(r, stream.get());
+        fn(comm, stream.get(), r);
+        stream.synchronize();
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+        team.abort(r, "test replica failed");
+      }
+      team.depart(r);
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void rethrow_first(const std::vector<std::exception_ptr>& errors) {
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+template <class T>
+std::vector<T> values(std::size_t n, unsigned seed, bool product) {
+  std::mt19937 gen(seed);
+  std::vector<T> v(n);
+  if constexpr (std::is_floating_point_v<T>) {
+    std::uniform_real_distribution<T> u(product ? T(0.5) : T(-4), product ? T(1.5) : T(4));
+    for (auto& x : v) x = u(gen);
+  } else {
+    std::uniform_int_distribution<int> u(product ? -2 : -1000, product ? 2 : 1000);
+    for (auto& x : v) x = static_cast<T>(u(gen));
+  }
+  return v;
+}
+
+template <class T, class Op>
+std::vector<T> host_reduce(const std::vector<std::vector<T>>& in, std::size_t begin, std::size_t end) {
+  std::vector<const T*> ptr;
+  for (auto& v : in) ptr.push_back(v.data());
+  std::vector<T> out(end - begin);
+  T* o = out.data() - begin;  // reduce_range writes elements [begin, end)
+  strata::detail::reduce_range<Op>(ptr.data(), ptr.size(), &o, 1, begin, end, in.size());
+  return out;
+}
+
+template <class T>
+void require_bitwise(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  REQUIRE_MESSAGE(got.size() == want.size(), what);
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0)
+      FAIL(what << ": element " << i << " is " << got[i] << ", expected bitwise " << want[i]);
+}
+
+std::vector<std::size_t> counts_for(int p) {
+  const auto q = static_cast<std::size_t>(p);
+  return {0, 1, q - 1, q + 1, 1001, (std::size_t{1} << 20) + 3};
+}
+
+template <class T, class Op>
+void check_all_reduce(DeviceTeam& team, std::size_t n, bool in_place, std::size_t pad) {
+  const int p = team.size();
+  const bool prod = std::is_same_v<Op, strata::ProductOp>;
+  std::vector<std::vector<T>> in;
+  for (int r = 0; r < p; ++r) in.push_back(values<T>(n, 1000u * static_cast<unsigned>(r) + 7u, prod));
+  const auto want = host_reduce<T, Op>(in, 0, n);
+  std::vector<std::vector<T>> got(static_cast<std::size_t>(p));
+  rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+    DevBuf<T> a(s, in[static_cast<std::size_t>(r)], pad);
+    if (in_place) {
+      c.all_reduce(a.span(), Op{});
+      got[static_cast<std::size_t>(r)] = a.read();
+    } else {
+      DevBuf<T> out(s, n, pad);
+      c.all_reduce(std::span<const T>(a.span()), out.span(), Op{});
+      got[static_cast<std::size_t>(r)] = out.read();
+      require_bitwise(a.read(), in[static_cast<std::size_t>(r)], "the input of an out-of-place all_reduce");
+    }
+  }));
+  const std::string what = std::string(strata::dtype_name<T>()) + " " + std::string(Op::name) + " p=" +
+                           std::to_string(p) + " n=" + std::to_string(n) + (in_place ? " in place" : " out of place") +
+                           (pad ? " unaligned" : "");
+  for (int r = 0; r < p; ++r) require_bitwise(got[static_cast<std::size_t>(r)], want, what + " replica " + std::to_string(r));
+}
+
+template <class T>
+void check_every_op(DeviceTeam& team) {
+  for (std::size_t n : counts_for(team.size())) {
+    check_all_reduce<T, strata::SumOp>(team, n, true, 0);
+    check_all_reduce<T, strata::MinOp>(team, n, false, 0);
+    check_all_reduce<T, strata::MaxOp>(team, n, true, 1);
+    check_all_reduce<T, strata::ProductOp>(team, n, false, 1);
+    if constexpr (std::is_floating_point_v<T>) check_all_reduce<T, strata::MeanOp>(team, n, true, 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("virtual GPUs: all_reduce of every op, type and edge count equals the host's reduction bitwise") {
+  for (int p : {2, 4, 8}) {
+    CAPTURE(p);
+    DeviceTeam team{strata::virtual_gpus(0, p)};
+    check_every_op<float>(team);
+    check_every_op<double>(team);
+    check_every_op<std::int32_t>(team);
+    check_every_op<std::int64_t>(team);
+  }
+}
+
+TEST_CASE("virtual GPUs: one replica copies its input (out of place) and leaves it (in place)") {
+  DeviceTeam team{strata::virtual_gpus(0, 1)};
+  check_all_reduce<float, strata::MeanOp>(team, 1001, false, 0);
+  check_all_reduce<float, strata::SumOp>(team, 1001, true, 1);
+}
+
+TEST_CASE("virtual GPUs: broadcast, reduce_scatter (uneven shards) and all_gather (uneven inputs)") {
+  for (int p : {2, 3, 4, 8}) {
+    CAPTURE(p);
+    DeviceTeam team{strata::virtual_gpus(0, p)};
+    const auto up = static_cast<std::size_t>(p);
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, up + 1, std::size_t{100003}}) {
+      CAPTURE(n);
+      std::vector<std::vector<float>> in;
+      for (int r = 0; r < p; ++r) in.push_back(values<float>(n, 31u + static_cast<unsigned>(r), false));
+      const auto sum = host_reduce<float, strata::SumOp>(in, 0, n);
+      std::vector<std::vector<float>> bcast(up), shard(up), gathered(up);
+      // all_gather: replica r contributes r + n elements (uneven).
+      std::vector<float> concat;
+      for (int r = 0; r < p; ++r) {
+        auto v = values<float>(n + static_cast<std::size_t>(r), 77u + static_cast<unsigned>(r), false);
+        concat.insert(concat.end(), v.begin(), v.end());
+      }
+      rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+        const auto ur = static_cast<std::size_t>(r);
+        DevBuf<float> b(s, in[ur]);
+        c.broadcast(b.span(), p - 1);
+        bcast[ur] = b.read();
+        DevBuf<float> a(s, in[ur]);
+        DevBuf<float> out(s, strata::shard_range(n, up, ur).size());
+        c.reduce_scatter(std::span<const float>(a.span()), out.span(), strata::Sum);
+        shard[ur] = out.read();
+        auto mine = values<float>(n + ur, 77u + static_cast<unsigned>(r), false);
+        DevBuf<float> g(s, mine, 1);  // unaligned too
+        DevBuf<float> all(s, concat.size());
+        c.all_gather(std::span<const float>(g.span()), all.span());
+        gathered[ur] = all.read();
+      }));
+      for (int r = 0; r < p; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        require_bitwise(bcast[ur], in[up - 1], "broadcast from the last replica");
+        const auto range = strata::shard_range(n, up, ur);
+        require_bitwise(shard[ur], std::vector<float>(sum.begin() + static_cast<std::ptrdiff_t>(range.begin),
+                                                      sum.begin() + static_cast<std::ptrdiff_t>(range.end)),
+                        "reduce_scatter's shard " + std::to_string(r));
+        require_bitwise(gathered[ur], concat, "all_gather on replica " + std::to_string(r));
+      }
+    }
+  }
+}
+
+TEST_CASE("virtual GPUs: 300 back-to-back all_reduces with device work between them stay ordered") {
+  // Each step every replica adds (r + 1) to its vector on its stream, then
+  // all-reduces (sum): a missing wait on the device shows as a wrong value.
+  const int p = 4;
+  const std::size_t n = 1 << 16;
+  DeviceTeam team{strata::virtual_gpus(0, p)};
+  std::vector<std::vector<float>> got(p);
+  rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+    DevBuf<float> x(s, std::vector<float>(n, 0.f));
+    DevBuf<float> ones(s, std::vector<float>(n, 1.f));
+    for (int step = 0; step < 300; ++step) {
+      strata::cuda::detail::launch_axpy(s, static_cast<float>(r + 1), ones.get(), x.get(), n);
+      c.all_reduce(x.span(), strata::Mean);
+    }
+    got[static_cast<std::size_t>(r)] = x.read();
+  }));
+  // x_{k+1} = x_k + mean(r + 1) = x_k + 2.5, exactly representable all the way.
+  for (int r = 0; r < p; ++r) require_bitwise(got[static_cast<std::size_t>(r)], std::vector<float>(n, 750.f), "x after 300 steps");
+}
+
+TEST_CASE("virtual GPUs: send/recv around a ring, and a size mismatch named on the receiver") {
+  const int p = 4;
+  DeviceTeam team{strata::virtual_gpus(0, p)};
+  std::vector<std::vector<float>> got(p);
+  rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+    DevBuf<float> mine(s, values<float>(1000, 5u + static_cast<unsigned>(r), false));
+    DevBuf<float> in(s, 1000);
+    c.send(std::span<const float>(mine.span()), (r + 1) % p, 3);  // every replica sends first: must not wait
+    c.recv(in.span(), (r + p - 1) % p, 3);
+    got[static_cast<std::size_t>(r)] = in.read();
+  }));
+  for (int r = 0; r < p; ++r)
+    require_bitwise(got[static_cast<std::size_t>(r)], values<float>(1000, 5u + static_cast<unsigned>((r + p - 1) % p), false),
+                    "the ring message");
+
+  DeviceTeam two{strata::virtual_gpus(0, 2)};
+  auto errors = run_team(two, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+    DevBuf<float> b(s, r == 0 ? 10 : 11);
+    if (r == 0) c.send(std::span<const float>(b.span()), 1, 0);
+    else c.recv(b.span(), 0, 0);
+  });
+  REQUIRE(errors[1]);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(errors[1]),
+                       doctest::Contains("expected float32, 11 elements but replica 0 sent float32, 10 elements"),
+                       strata::CollectiveMismatch);
+}
+
+TEST_CASE("virtual GPUs: replicas that disagree raise CollectiveMismatch on every replica, naming each call") {
+  DeviceTeam team{strata::virtual_gpus(0, 3)};
+  auto errors = run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+    DevBuf<float> b(s, r == 1 ? 11 : 10);
+    c.all_reduce(b.span(), strata::Sum);
+  });
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(errors[static_cast<std::size_t>(r)]);
+    CHECK_THROWS_WITH_AS(std::rethrow_exception(errors[static_cast<std::size_t>(r)]),
+                         doctest::Contains("replica 1 called all_reduce(sum, float32, 11 elements, device_direct)"),
+                         strata::CollectiveMismatch);
+  }
+}
+
+TEST_CASE("virtual GPUs: a replica that never arrives is a CollectiveTimeout naming it, within the timeout") {
+  DeviceTeam team{strata::virtual_gpus(0, 3), {.timeout = std::chrono::milliseconds(300)}};
+  std::atomic<bool> release{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto errors = run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+    if (r == 2) {  // stalls (does not return, so it has not departed) until the others gave up
+      while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    DevBuf<float> b(s, 100);
+    try {
+      c.all_reduce(b.span(), strata::Sum);
+    } catch (...) {
+      if (r == 0) release.store(true);
+      throw;
+    }
+  });
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(waited < std::chrono::seconds(3));
+  REQUIRE(errors[0]);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(errors[0]), doctest::Contains("missing: replica 2"),
+                       strata::CollectiveTimeout);
+}
+
+TEST_CASE("virtual GPUs: host memory in a collective is an error naming the call, not a crash") {
+  DeviceTeam team{strata::virtual_gpus(0, 1)};
+  auto errors = run_team(team, [&](DeviceCommunicator& c, cudaStream_t, int) {
+    std::vector<float> host(10, 1.f);
+    c.all_reduce(std::span<float>(host), strata::Sum);
+  });
+  REQUIRE(errors[0]);
+  CHECK_THROWS_WITH_AS(std::rethrow_exception(errors[0]),
+                       doctest::Contains("DeviceCommunicator::all_reduce on replica 0 (GPU 0): the input is host memory"),
+                       strata::Error);
+}
+
+TEST_CASE("DeviceTeam: CPU replicas, too many replicas and no replicas are errors that say so") {
+  CHECK_THROWS_WITH_AS(DeviceTeam({strata::gpu(0), strata::cpu(0)}),
+                       doctest::Contains("replica 1 is /cpu:0; a device team holds GPU replicas"), strata::Error);
+  CHECK_THROWS_WITH_AS(DeviceTeam(strata::virtual_gpus(0, 33)), doctest::Contains("at most 32"), strata::Error);
+  CHECK_THROWS_WITH_AS(DeviceTeam(std::vector<strata::Device>{}), doctest::Contains("no replicas"), strata::Error);
+  CHECK_THROWS_WITH_AS(DeviceTeam({strata::gpu(strata::cuda::device_count())}),
+                       doctest::Contains("there is no CUDA device"), strata::CudaError);
+}
