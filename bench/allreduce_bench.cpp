@@ -1,12 +1,17 @@
 // All-reduce over CPU replicas, nccl-tests style: for each algorithm and
 // replica count, size from --min to --max (x4 steps), time per call, algbw,
 // busbw, the fraction of the memory-traffic bound, and a correctness check.
+// With --device gpu: virtual GPUs on GPU 0 (bench/allreduce_gpu.cpp).
 //   allreduce_bench [--replicas 2,4] [--algo ring,direct,auto] [--min 1K] [--max 64M] [--out-of-place]
+//   allreduce_bench --device gpu [--replicas 2,4,8] [--min 4K] [--max 256M]
 #include <cstdio>
 #include <string>
 #include <strata/strata.hpp>
 
 #include "bench_util.hpp"
+#if STRATA_HAS_CUDA
+#include "allreduce_gpu.hpp"
+#endif
 
 namespace {
 
@@ -15,6 +20,8 @@ struct Args {
   std::vector<std::string> algos{"ring", "direct", "auto"};
   std::size_t min_bytes = 1024, max_bytes = std::size_t{64} << 20;
   bool in_place = true;
+  bool gpu = false;
+  bool sizes_given = false, replicas_given = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -28,13 +35,20 @@ Args parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--replicas") a.replicas = bench::parse_ints(next());
+    if (k == "--replicas") a.replicas = bench::parse_ints(next()), a.replicas_given = true;
     else if (k == "--algo") a.algos = bench::split_commas(next());
-    else if (k == "--min") a.min_bytes = bench::parse_size(next());
-    else if (k == "--max") a.max_bytes = bench::parse_size(next());
+    else if (k == "--min") a.min_bytes = bench::parse_size(next()), a.sizes_given = true;
+    else if (k == "--max") a.max_bytes = bench::parse_size(next()), a.sizes_given = true;
     else if (k == "--out-of-place") a.in_place = false;
-    else {
-      std::fprintf(stderr, "usage: allreduce_bench [--replicas 2,4] [--algo ring,direct,auto] [--min 1K] [--max 64M] [--out-of-place]\n");
+    else if (k == "--device") {
+      const std::string d = next();
+      if (d != "cpu" && d != "gpu") {
+        std::fprintf(stderr, "allreduce_bench: --device is cpu or gpu, got '%s'\n", d.c_str());
+        std::exit(2);
+      }
+      a.gpu = d == "gpu";
+    } else {
+      std::fprintf(stderr, "usage: allreduce_bench [--device cpu|gpu] [--replicas 2,4] [--algo ring,direct,auto] [--min 1K] [--max 64M] [--out-of-place]\n");
       std::exit(2);
     }
   }
@@ -86,7 +100,17 @@ void sweep(int p, const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args a = parse(argc, argv);
+  Args a = parse(argc, argv);
+  if (a.gpu) {
+#if STRATA_HAS_CUDA
+    if (!a.replicas_given) a.replicas = {2, 4, 8};
+    if (!a.sizes_given) a.min_bytes = 4096, a.max_bytes = std::size_t{256} << 20;
+    return bench::gpu_all_reduce(a.replicas, a.min_bytes, a.max_bytes, a.in_place);
+#else
+    std::fprintf(stderr, "allreduce_bench: --device gpu needs the CUDA backend (configure with -Dcuda=enabled)\n");
+    return 2;
+#endif
+  }
   std::printf("# strata all-reduce over CPU replicas (%s, sum)\n", a.in_place ? "in place" : "out of place");
   for (int p : a.replicas) {
     const std::size_t big = std::size_t{256} << 20;

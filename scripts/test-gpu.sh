@@ -79,6 +79,8 @@ sys.exit(bad)
 PY
 
 echo "=== GPU benchmarks"
+echo "--- allreduce_bench --device gpu (virtual GPUs on GPU 0: p = 2, 4, 8, 4 KiB to 256 MiB)"
+"$build/bench/allreduce_bench" --device gpu --replicas 2,4,8 --min 4K --max 256M || status=1
 bench="$build/bench/train_bench"
 if [ -x "$bench" ]; then
   for batch in 128 1024; do
