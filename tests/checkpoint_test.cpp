@@ -26,6 +26,7 @@
 #include <strata/strategy/parameter_server.hpp>
 
 #include "blobs.hpp"
+#include "host_as_gpu.hpp"
 
 namespace fs = std::filesystem;
 namespace nn = strata::nn;
@@ -269,6 +270,9 @@ TEST_CASE("checkpoints are logical: written under Mirrored x4 (sharded), loaded 
   check_loads(cs, "central_storage_3");
   check_loads(ps, "parameter_server_3_shards");
   check_loads(m4, "mirrored_4");
+  strata_test::HostAsGpu host;  // the GPU replicas' executor, on the host's compute
+  strata::MirroredStrategy gpus{strata::virtual_gpus(0, 3)};
+  check_loads(gpus, "mirrored_gpu_3");
 }
 
 TEST_CASE("checkpoints refuse what would not resume exactly: another optimizer, seed or model") {

@@ -20,6 +20,7 @@
 #include <strata/strata.hpp>
 
 #include "blobs.hpp"
+#include "host_as_gpu.hpp"
 #include "watchdog.hpp"
 
 using namespace std::chrono_literals;
@@ -109,6 +110,17 @@ TEST_CASE("under MirroredStrategy a NaN in one replica's rows makes every replic
       check_skips_bad_batch(s, 16 + 15, nan_v);  // the last row of batch 1: the last replica's rows only
       check_skips_bad_batch(s, 32, nan_v);       // the first row of batch 2: replica 0's
     }
+  }
+}
+
+TEST_CASE("under MirroredStrategy on GPU replicas (their executor, on the host compute) every replica skips too") {
+  strata_test::Watchdog dog("mirrored gpu skip", 300s);
+  strata_test::HostAsGpu host;
+  for (int p : {2, 3}) {
+    CAPTURE(p);
+    strata::MirroredStrategy s{strata::virtual_gpus(0, p)};
+    check_skips_bad_batch(s, 16 + 15, nan_v);  // the last replica's rows only
+    check_skips_bad_batch(s, 32, std::numeric_limits<float>::infinity());  // replica 0's
   }
 }
 

@@ -23,6 +23,7 @@
 #include <strata/strategy/parameter_server.hpp>
 
 #include "blobs.hpp"
+#include "host_as_gpu.hpp"
 
 namespace nn = strata::nn;
 
@@ -157,6 +158,30 @@ TEST_CASE("a GPU device without the CUDA backend is an error naming what to incl
   CHECK_THROWS_WITH_AS(run(dev), doctest::Contains("/gpu:0 needs the CUDA backend: include <strata/cuda.hpp>"),
                        strata::Error);
   maker = saved;
-  CHECK_THROWS_WITH_AS(strata::MirroredStrategy({strata::gpu(0), strata::gpu(1)}),
+  CHECK_THROWS_WITH_AS(strata::CentralStorageStrategy({strata::gpu(0), strata::gpu(1)}),
                        doctest::Contains("/gpu:0: replicas of this strategy run on CPUs only so far"), strata::Error);
+  CHECK_THROWS_WITH_AS(strata::MirroredStrategy({strata::gpu(0), strata::cpu(1)}),
+                       doctest::Contains("/gpu:0 and /cpu:1: a MirroredStrategy's replicas are all GPUs or all CPUs"),
+                       strata::Error);
+  maker = nullptr;
+  strata::MirroredStrategy two{strata::virtual_gpus(0, 2)};
+  CHECK_THROWS_WITH_AS(run(two), doctest::Contains("/gpu:0 needs the CUDA backend: include <strata/cuda.hpp>"),
+                       strata::Error);
+  maker = saved;
+}
+
+// MirroredStrategy's executor of GPU replicas (strategy/device_mirrored_
+// executor.hpp: per-replica copies in each device's memory, the gradients
+// summed by the device collectives, here staged through host memory) is the
+// CPU replicas' training step: on the host's compute in place of the GPUs',
+// 2 and 3 replicas give the CPU MirroredStrategy's bits.
+TEST_CASE("MirroredStrategy's GPU executor on the host compute trains bitwise like CPU replicas") {
+  for (int p : {2, 3}) {
+    CAPTURE(p);
+    strata::MirroredStrategy cpu{strata::cpu_replicas(p)};
+    const std::uint64_t want = run(cpu);
+    strata_test::HostAsGpu host;
+    strata::MirroredStrategy gpus{strata::virtual_gpus(0, p)};
+    CHECK(run(gpus) == want);
+  }
 }

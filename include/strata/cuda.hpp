@@ -8,6 +8,7 @@
 //!   #include <strata/cuda.hpp>
 //!   strata::OneDeviceStrategy s{strata::gpu(0)};
 
+#include <strata/comm/cuda/collectives.hpp>
 #include <strata/cuda/compute.hpp>
 #include <strata/cuda/device.hpp>
 #include <strata/cuda/error.hpp>
@@ -26,6 +27,7 @@ inline const bool backend_registered = [] {
   b.make = &make_compute;
   b.count = [] { return device_count(); };
   b.name = [](int device) { return device_name(device); };
+  b.make_collectives = &make_collectives;
   return true;
 }();
 

@@ -14,6 +14,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
+#include <strata/cuda.hpp>  // registers the GPU with the strategies (OneDeviceStrategy{gpu(0)} below)
 #include <strata/cuda/compute.hpp>
 #include <strata/kernels/host/compute.hpp>
 

@@ -7,7 +7,9 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
+#include <strata/comm/threads/options.hpp>
 #include <strata/core/error.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/strategy/device.hpp>
@@ -19,11 +21,16 @@ using kernels::MatmulPrecision;
 
 namespace detail {
 
+class DeviceCollectives;  // strategy/device_collectives.hpp
+
 //! What the CUDA backend tells the core (set by <strata/cuda.hpp>; empty without it).
 struct GpuBackend {
   std::unique_ptr<kernels::Compute> (*make)(int device, MatmulPrecision precision) = nullptr;
   int (*count)() = nullptr;                  //!< usable GPUs (0: none, or no driver)
   std::string (*name)(int device) = nullptr;  //!< "NVIDIA H100 80GB HBM3"
+  //! The collectives of GPU replicas (strategy/device_collectives.hpp).
+  std::unique_ptr<DeviceCollectives> (*make_collectives)(const std::vector<Device>& devices,
+                                                         CommOptions opts) = nullptr;
 };
 
 inline GpuBackend& gpu_backend() {

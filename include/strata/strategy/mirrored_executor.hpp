@@ -22,6 +22,7 @@
 #include <strata/policy/placement.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/device_executor.hpp>
+#include <strata/strategy/device_mirrored_executor.hpp>
 #include <strata/strategy/sync_executor.hpp>
 
 namespace strata {
@@ -158,10 +159,19 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   bool sharded_ = false;
 };
 
+//! Mirrored: CPU replicas share the host's memory (MirroredExecutor); GPU
+//! replicas each keep their copy on their device (DeviceMirroredExecutor).
 template <>
 struct ExecutorFor<Mirrored> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
+    if (s.devices().front().is_gpu()) {
+      if constexpr (requires { s.workers(); })
+        throw Error("strata: GPU replicas across workers are not built yet (NCCL across processes, issue 13); "
+                    "train on the GPUs of one process with MirroredStrategy");
+      else
+        return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options().matmul);
+    }
     return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options());
   }
 };

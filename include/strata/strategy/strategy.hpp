@@ -236,11 +236,18 @@ class Strategy : public detail::StrategySurface<Strategy<Sync, Placement, Reduce
     if (std::same_as<Placement, OneDevice> && d.size() != 1)
       throw Error("strata: OneDeviceStrategy runs on exactly one device, got " + std::to_string(d.size()) +
                   "; use MirroredStrategy for several");
-    if (!std::same_as<Placement, OneDevice>)
+    if constexpr (std::same_as<Placement, Mirrored>) {  // GPU replicas, or CPU ones, not both
+      for (const Device& dev : d)
+        if (dev.is_gpu() != d.front().is_gpu())
+          throw Error("strata: " + d.front().str() + " and " + dev.str() +
+                      ": a MirroredStrategy's replicas are all GPUs or all CPUs");
+    } else if constexpr (!std::same_as<Placement, OneDevice>) {
       for (const Device& dev : d)
         if (dev.is_gpu())
-          throw Error("strata: " + dev.str() + ": replicas of this strategy run on CPUs only so far; a GPU trains "
-                      "under OneDeviceStrategy{strata::gpu(i)} (several GPUs: the NCCL backend, not yet built)");
+          throw Error("strata: " + dev.str() + ": replicas of this strategy run on CPUs only so far; GPUs train "
+                      "under OneDeviceStrategy{strata::gpu(i)} and MirroredStrategy{strata::virtual_gpus(0, n)} or "
+                      "{strata::gpus({0, 1})}");
+    }
     return d;
   }
   void check_count(std::size_t n, const char* what) const {
