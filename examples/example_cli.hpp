@@ -73,11 +73,13 @@ inline constexpr std::string_view ps_strategies = "parameter_server";
 inline constexpr std::string_view pipeline_strategies = "pipeline";
 
 inline constexpr OptionInfo option_table[] = {
-    {"--strategy", "NAME", "the strategy (default: mirrored; one_device on a GPU)", ""},
+    {"--strategy", "NAME", "the strategy (default: mirrored; on a GPU one_device, or mirrored with --replicas)", ""},
     {"--device", "cpu|gpu|gpu:N|auto",
-     "where default/one_device train (auto: a GPU when there is one; the other strategies run on CPUs)", ""},
-    {"--replicas", "N", "CPU replicas, 1-1024, of mirrored, central_storage, multi_worker_mirrored (per worker); "
-                        "default: by cores and batch; ignored when --device auto picks a GPU",
+     "where default/one_device/mirrored train (auto: a GPU when there is one and no other strategy is named; "
+     "the other strategies run on CPUs)", ""},
+    {"--replicas", "N", "replicas, 1-1024, of mirrored, central_storage, multi_worker_mirrored (per worker); "
+                        "default: by cores and batch. On --device gpu: N GPU replicas spread over the GPUs "
+                        "(several on one GPU are virtual GPUs); on gpu:K all on GPU K",
      replica_strategies},
     {"--workers", "W", "parameter_server: worker threads in this process, 1-256 (default 2)", ps_strategies},
     {"--servers", "S", "parameter_server: servers, 1-256 (default 1)", ps_strategies},
@@ -278,12 +280,10 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
                      ": it is an option of " + join(names, ", "));
   }
   const bool gpu_named = a.device_named && a.device != "cpu";
-  if (gpu_named && a.strategy_named && a.strategy != "default" && a.strategy != "one_device")
+  if (gpu_named && a.strategy_named && a.strategy != "default" && a.strategy != "one_device" &&
+      a.strategy != "mirrored")
     fail(prog, "--device " + a.device + " does not apply to --strategy " + a.strategy +
-                   ": its replicas run on CPUs; a GPU trains under default or one_device");
-  if (gpu_named && !a.strategy_named && a.has("--replicas"))
-    fail(prog, "--replicas does not apply to --device " + a.device +
-                   ": a GPU run is one_device, one replica (--device cpu for CPU replicas)");
+                   ": its replicas run on CPUs; GPUs train under default, one_device or mirrored");
   if (a.has("--workers") && !a.cluster.empty())
     fail(prog, "--workers does not apply with --cluster: the cluster spec's worker ranks are the workers");
 
@@ -300,14 +300,14 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
 //! The device --device names: "auto" is the first GPU when the program can
 //! train on one (strata::gpu_count()) and the strategy can run there
 //! (default, one_device, or none named), else the CPU. On a GPU the default
-//! strategy is one_device (strategies of several replicas run on CPUs so far),
-//! and --replicas, which only CPU replicas take, is ignored.
+//! strategy is one_device, or mirrored when --replicas is given (N GPU
+//! replicas: spread over the GPUs for gpu and auto, all on GPU K for gpu:K).
 inline strata::Device device_of(Args& a) {
   strata::Device d = strata::cpu(0);
   const bool gpu_capable = !a.strategy_named || a.strategy == "default" || a.strategy == "one_device";
   if (a.device == "gpu" || (a.device == "auto" && gpu_capable && strata::gpu_count() > 0)) d = strata::gpu(0);
   else if (a.device.rfind("gpu:", 0) == 0) d = strata::gpu(std::atoi(a.device.c_str() + 4));  // checked by parse
-  if (d.is_gpu() && !a.strategy_named) a.strategy = "one_device";
+  if (d.is_gpu() && !a.strategy_named) a.strategy = a.has("--replicas") ? "mirrored" : "one_device";
   return d;
 }
 
@@ -323,6 +323,7 @@ inline strata::StrategyChoice choice_of(const Args& a, strata::Device device = s
           .data_parallel = a.data_parallel,
           .schedule = a.schedule,
           .device = device,
+          .gpus = device.is_gpu() && a.device.rfind("gpu:", 0) != 0 ? strata::gpu_count() : 0,
           .cluster = a.cluster,
           .timeout = a.timeout};
 }

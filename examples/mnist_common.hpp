@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <optional>
 #include <type_traits>
 
@@ -93,7 +94,12 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
     }
   } else {
     where = std::to_string(strategy.num_replicas_in_sync()) + " replica(s)";
-    if (strategy.devices().front().is_gpu()) where += " on " + strata::describe(strategy.devices().front());
+    if (strategy.devices().front().is_gpu()) {
+      std::map<std::string, int> on;  // "/gpu:0 (NVIDIA H100 80GB HBM3)" -> replicas there
+      for (const auto& d : strategy.devices()) ++on[strata::describe(d)];
+      const char* sep = " on ";
+      for (const auto& [name, k] : on) where += sep + name + (k > 1 ? " x" + std::to_string(k) : ""), sep = ", ";
+    }
     if (strategy.any().num_workers() > 1) {
       where += " on ";
       where += std::to_string(strategy.any().num_workers());
@@ -141,6 +147,12 @@ int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential
       std::printf("SKIP: no GPU (or no CUDA backend in this build)\n");
       return 77;
     }
+    if (device.is_gpu() && device.index >= strata::gpu_count())
+      fail(argv[0], "--device " + a.device + ": " +
+                        (strata::gpu_count() == 0 ? std::string("this program finds no usable GPU (no device, no "
+                                                                "driver, or no CUDA backend in this build)")
+                                                  : "there is no GPU " + std::to_string(device.index) + " (this "
+                                                    "machine has " + std::to_string(strata::gpu_count()) + ")"));
     if (!a.quiet) std::printf("device: %s\n", device.is_gpu() ? strata::describe(device).c_str() : "cpu");
     const auto mnist = load(a);
     return Strategies::with(a.strategy, choice_of(a, device),

@@ -42,8 +42,11 @@ struct StrategyChoice {
   std::size_t micro_batches = 4;           //!< pipeline: micro-batches per batch
   int data_parallel = 1;                   //!< pipeline: copies of it (stages x copies CPU replicas)
   Schedule schedule = Schedule::OneFOneB;  //!< pipeline: the order of forwards and backwards
-  //! default / one_device: the device of the one replica (the others run on CPUs so far).
+  //! default / one_device: the device of the one replica; mirrored: with a GPU here, `replicas`
+  //! GPU replicas (1 when 0) on it, or spread over the first `gpus` GPUs (replica r on GPU r % gpus).
+  //! The other strategies run on CPUs so far.
   Device device = cpu(0);
+  int gpus = 0;  //!< mirrored on GPUs: spread the replicas over GPUs 0 to gpus - 1 (0: all on `device`)
   std::string cluster = {};  //!< parameter_server under mpirun (by_name_mpi.hpp): a ClusterSpec ("": chief 0, `servers` servers, workers)
   //! The collective deadline (none: each strategy's default): CommOptions::timeout
   //! of one_device, mirrored and central_storage (and of a multi-worker strategy's
@@ -65,6 +68,16 @@ struct StrategyChoice {
     return o;
   }
 };
+
+//! Mirrored's GPU replicas for choice `c` (its device is a GPU): `replicas`
+//! of them (1 when 0), on c.device, or spread over GPUs 0 .. gpus - 1.
+//!   strata::gpu_replicas({.replicas = 4, .device = strata::gpu(0), .gpus = 2});   // /gpu:0 /gpu:1 /gpu:0 /gpu:1
+inline std::vector<Device> gpu_replicas(const StrategyChoice& c) {
+  const int n = c.replicas > 0 ? c.replicas : 1;
+  std::vector<Device> d;
+  for (int r = 0; r < n; ++r) d.push_back(gpu(c.gpus > 0 ? r % c.gpus : c.device.index));
+  return d;
+}
 
 //! The strategies of one process, by name: what with_strategy builds.
 //!   for (auto n : strata::InProcessStrategies::names) std::puts(n.data());
@@ -95,11 +108,11 @@ struct InProcessStrategies {
       OneDeviceStrategy s{c.device, c.comm_options()};
       return fn(s);
     }
-    // a GPU named for a strategy of CPU replicas: its constructor refuses it with a sentence
     if (name == "mirrored") {
-      MirroredStrategy s{c.device.is_gpu() ? std::vector<Device>{c.device} : devices(), c.comm_options()};
+      MirroredStrategy s{c.device.is_gpu() ? gpu_replicas(c) : devices(), c.comm_options()};
       return fn(s);
     }
+    // a GPU named for a strategy of CPU replicas: its constructor refuses it with a sentence
     if (name == "central_storage") {
       CentralStorageStrategy s{c.device.is_gpu() ? std::vector<Device>{c.device} : devices(), c.comm_options()};
       return fn(s);
