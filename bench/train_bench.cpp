@@ -12,7 +12,8 @@
 // single short measurement is not a number to compare.
 //   ./build/bench/train_bench [--models mlp,cnn] [--strategies one_device,mirrored,central_storage]
 //                             [--replicas 1,2] [--batch 128] [--epochs 5] [--runs 5] [--examples N] [--data DIR]
-//                             [--device cpu|gpu]   (gpu: one_device on GPU 0, with the CUDA backend)
+//                             [--device cpu|gpu]   (gpu: one_device on GPU 0, mirrored on --replicas GPU replicas
+//                                                   spread over the GPUs, with the CUDA backend)
 // Compare: ./build/examples/mnist_mlp --strategy mirrored --replicas 2 --quiet
 #include <algorithm>
 #include <cstdio>
@@ -168,15 +169,16 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "train_bench: --device gpu, but this build has no CUDA backend or the machine no GPU\n");
     return 77;
   }
-  if (dev.is_gpu()) {
-    strategies.erase(std::remove_if(strategies.begin(), strategies.end(), [](auto& st) { return st != "one_device"; }),
+  if (dev.is_gpu()) {  // GPUs train under one_device and mirrored (replicas spread over the GPUs: virtual GPUs on one)
+    strategies.erase(std::remove_if(strategies.begin(), strategies.end(),
+                                    [](auto& st) { return st != "one_device" && st != "mirrored"; }),
                      strategies.end());
     if (strategies.empty()) strategies = {"one_device"};
-    replicas = {1};
   }
   const Data d = load(data_dir, examples);
   if (child) {
-    const double sps = strata::with_strategy(strategies.at(0), strata::StrategyChoice{.replicas = replicas.at(0), .device = dev},
+    const double sps = strata::with_strategy(strategies.at(0), strata::StrategyChoice{.replicas = replicas.at(0), .device = dev,
+                                                                    .gpus = dev.is_gpu() ? strata::gpu_count() : 0},
                                              [&](auto& s) { return run_once(s, models.at(0), d, u); });
     std::printf("%.1f\n", sps);
     return 0;

@@ -87,6 +87,11 @@ if [ -x "$bench" ]; then
     echo "--- train_bench --device gpu --models mlp,cnn --batch $batch"
     "$bench" --device gpu --models mlp,cnn --strategies one_device --batch "$batch" --epochs 2 --runs 3 || status=1
   done
+  echo "--- train_bench --device gpu --models mlp --strategies one_device,mirrored --replicas 1,2,4 (virtual GPUs)"
+  for batch in 128 1024; do
+    "$bench" --device gpu --models mlp --strategies one_device,mirrored --replicas 1,2,4 --batch "$batch" --epochs 2 \
+      --runs 3 || status=1
+  done
 else
   echo "skipped: $bench was not built (needs OpenBLAS and -Dbench=true)"
 fi
