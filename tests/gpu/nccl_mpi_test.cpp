@@ -1,0 +1,216 @@
+// NcclCommunicator::world under mpirun -np 2 (suite 'gpu'), one NCCL rank
+// per process. Two ranks asking for one GPU are refused on every rank, naming
+// both, before NCCL sees them (on a 1-GPU machine that is all this test can
+// check, and it is the case that matters there). With a GPU per rank (rank r
+// on GPU r): all_reduce, broadcast, reduce_scatter and all_gather against the
+// host, a disagreement raised on every rank, and a send / recv round trip.
+// Without a GPU every rank exits 77 (skipped) before MPI starts.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/comm/mpi/communicator.hpp>
+#include <strata/comm/nccl/world.hpp>
+#include <strata/cuda/device.hpp>
+#include <strata/cuda/stream.hpp>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+strata::MpiCommunicator mpi_world() { return strata::MpiCommunicator::world({.timeout = 60s}); }
+
+//! n elements of T on one GPU, written and read through a stream of it.
+template <class T>
+class DeviceVector {
+ public:
+  DeviceVector(const std::vector<T>& v, int device, cudaStream_t stream)
+      : device_(device), stream_(stream), n_(v.size()) {
+    strata::cuda::DeviceGuard g{device};
+    if (n_ == 0) return;
+    STRATA_CUDA_CHECK(cudaMalloc(&p_, n_ * sizeof(T)));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, stream));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  DeviceVector(const DeviceVector&) = delete;
+  DeviceVector& operator=(const DeviceVector&) = delete;
+  ~DeviceVector() {
+    if (p_ == nullptr) return;
+    strata::cuda::DeviceGuard g{device_};
+    (void)cudaFree(p_);
+  }
+  std::span<T> span() const { return {p_, n_}; }
+  std::vector<T> read() const {
+    std::vector<T> v(n_);
+    if (n_ == 0) return v;
+    strata::cuda::DeviceGuard g{device_};
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost, stream_));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return v;
+  }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+  std::size_t n_;
+  T* p_ = nullptr;
+};
+
+template <class T>
+std::vector<T> values(int rank, std::size_t n) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<T>(static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 3) % 5) - 2);
+  return v;
+}
+
+template <class T>
+void check_collectives(strata::NcclCommunicator& c, cudaStream_t s, std::size_t n) {
+  const int p = c.size(), me = c.rank();
+  const auto up = static_cast<std::size_t>(p);
+  std::vector<T> sum(n, T{0}), max = values<T>(0, n);
+  for (int r = 0; r < p; ++r) {
+    const auto v = values<T>(r, n);
+    for (std::size_t i = 0; i < n; ++i) {
+      sum[i] += v[i];
+      max[i] = std::max(max[i], v[i]);
+    }
+  }
+  {  // all_reduce, out of place and in place
+    DeviceVector<T> in(values<T>(me, n), c.device(), s), out(std::vector<T>(n, T{-7}), c.device(), s);
+    c.all_reduce(in.span(), out.span(), strata::Sum);
+    c.all_reduce(in.span(), strata::Max);
+    c.synchronize();
+    CHECK(out.read() == sum);
+    CHECK(in.read() == max);
+  }
+  if constexpr (std::floating_point<T>) {
+    DeviceVector<T> in(values<T>(me, n), c.device(), s);
+    c.all_reduce(in.span(), strata::Mean);
+    c.synchronize();
+    const auto got = in.read();
+    for (std::size_t i = 0; i < n; ++i)
+      if (std::abs(static_cast<double>(got[i]) - static_cast<double>(sum[i]) / p) > 1e-5) {
+        FAIL_CHECK("mean: element " << i << " is " << got[i] << ", expected " << static_cast<double>(sum[i]) / p);
+        break;
+      }
+  }
+  {  // broadcast from the last rank
+    DeviceVector<T> d(me == p - 1 ? values<T>(9, n) : std::vector<T>(n, T{-7}), c.device(), s);
+    c.broadcast(d.span(), p - 1);
+    c.synchronize();
+    CHECK(d.read() == values<T>(9, n));
+  }
+  {  // reduce_scatter: shards of n (uneven unless p divides it)
+    const strata::Range mine = strata::shard_range(n, up, static_cast<std::size_t>(me));
+    DeviceVector<T> in(values<T>(me, n), c.device(), s), out(std::vector<T>(mine.size(), T{-7}), c.device(), s);
+    c.reduce_scatter(in.span(), out.span(), strata::Sum);
+    c.synchronize();
+    CHECK(out.read() == std::vector<T>(sum.begin() + static_cast<std::ptrdiff_t>(mine.begin),
+                                       sum.begin() + static_cast<std::ptrdiff_t>(mine.end)));
+  }
+  for (bool uneven : {false, true}) {  // all_gather: rank r gives n (+ r when uneven) elements
+    std::vector<T> want;
+    for (int r = 0; r < p; ++r) {
+      const auto v = values<T>(r, n + (uneven ? static_cast<std::size_t>(r) : 0));
+      want.insert(want.end(), v.begin(), v.end());
+    }
+    DeviceVector<T> in(values<T>(me, n + (uneven ? static_cast<std::size_t>(me) : 0)), c.device(), s);
+    DeviceVector<T> out(std::vector<T>(want.size(), T{-7}), c.device(), s);
+    c.all_gather(in.span(), out.span());
+    c.synchronize();
+    CHECK_MESSAGE(out.read() == want, (uneven ? "uneven" : "even") << " all_gather");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("two ranks on one GPU: NcclCommunicator::world refuses on every rank, naming both") {
+  auto mpi = mpi_world();
+  REQUIRE(mpi.size() == 2);
+  strata::cuda::Stream s{0};
+  // On a 1-GPU machine this is what two ranks get; elsewhere both ask for GPU 0.
+  CHECK_THROWS_WITH_AS(strata::NcclCommunicator::world(mpi, 0, s.get()),
+                       doctest::Contains("ranks 0 and 1 both use GPU 0"), strata::Error);
+  mpi.barrier();  // every rank got here: nobody waits in NCCL
+}
+
+TEST_CASE("collectives across processes match the host (a GPU per rank)") {
+  auto mpi = mpi_world();
+  const int gpus = strata::cuda::device_count();
+  if (gpus < mpi.size()) {
+    MESSAGE("skipped: " << mpi.size() << " ranks need " << mpi.size() << " GPUs, this machine has " << gpus
+                        << " (the duplicate-GPU case above is what runs here)");
+    return;
+  }
+  const int device = mpi.rank();
+  strata::cuda::DeviceGuard g{device};
+  strata::cuda::Stream s{device};
+  auto c = strata::NcclCommunicator::world(mpi, device, s.get(), {.timeout = 60s});
+  CHECK(c.rank() == mpi.rank());
+  CHECK(c.size() == mpi.size());
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1001}, (std::size_t{1} << 20) + 3}) {
+    CAPTURE(n);
+    check_collectives<float>(c, s.get(), n);
+    check_collectives<std::int64_t>(c, s.get(), n);
+  }
+  // A disagreement: every rank raises it, and the communicator stays usable.
+  {
+    DeviceVector<float> a(values<float>(c.rank(), 10 + static_cast<std::size_t>(c.rank())), device, s.get());
+    CHECK_THROWS_WITH_AS(c.all_reduce(a.span(), strata::Sum), doctest::Contains("element counts differ"),
+                         strata::CollectiveMismatch);
+    c.barrier();
+    c.synchronize();
+    CHECK(c.failure().empty());
+  }
+  // A round trip between ranks 0 and 1.
+  if (c.rank() < 2) {
+    const int peer = 1 - c.rank();
+    DeviceVector<double> d(c.rank() == 0 ? values<double>(4, 777) : std::vector<double>(777, -7.0), device, s.get());
+    if (c.rank() == 0) {
+      c.send(d.span(), peer, 5);
+      c.recv(d.span(), peer, 6);
+    } else {
+      c.recv(d.span(), peer, 5);
+      c.send(d.span(), peer, 6);
+    }
+    c.synchronize();
+    CHECK(d.read() == values<double>(4, 777));
+  }
+  c.barrier();
+  c.synchronize();
+}
+
+// doctest under MPI, as tests/mpi/mpi_main.cpp, but skipped (77) on every
+// rank before MPI starts when there is no GPU.
+int main(int argc, char** argv) {
+  if (strata::cuda::device_count() == 0) {
+    std::puts("skipped: no GPU (strata::cuda::device_count() == 0)");
+    return 77;
+  }
+  strata::detail::mpi::runtime();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  doctest::Context ctx(argc, argv);
+  if (rank != 0) ctx.setOption("minimal", true);
+  if (!isatty(1)) ctx.setOption("no-colors", true);
+  const int res = ctx.run();
+  if (ctx.shouldExit()) return res;
+  int failed = res != 0, ranks_failed = 0;
+  MPI_Allreduce(&failed, &ranks_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0)
+    std::printf("NCCL MPI tests on %d ranks: %s on %d rank(s)\n", size, ranks_failed ? "FAILED" : "passed",
+                ranks_failed ? ranks_failed : size);
+  return ranks_failed ? 1 : 0;
+}
