@@ -75,8 +75,8 @@ inline constexpr std::string_view pipeline_strategies = "pipeline";
 inline constexpr OptionInfo option_table[] = {
     {"--strategy", "NAME", "the strategy (default: mirrored; on a GPU one_device, or mirrored with --replicas)", ""},
     {"--device", "cpu|gpu|gpu:N|auto",
-     "where default/one_device/mirrored train (auto: a GPU when there is one and no other strategy is named; "
-     "the other strategies run on CPUs)", ""},
+     "where default/one_device/mirrored/central_storage train (auto: a GPU when there is one and no other "
+     "strategy is named; the other strategies run on CPUs)", ""},
     {"--replicas", "N", "replicas, 1-1024, of mirrored, central_storage, multi_worker_mirrored (per worker); "
                         "default: by cores and batch. On --device gpu: N GPU replicas spread over the GPUs "
                         "(several on one GPU are virtual GPUs); on gpu:K all on GPU K",
@@ -281,9 +281,9 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   }
   const bool gpu_named = a.device_named && a.device != "cpu";
   if (gpu_named && a.strategy_named && a.strategy != "default" && a.strategy != "one_device" &&
-      a.strategy != "mirrored")
+      a.strategy != "mirrored" && a.strategy != "central_storage")
     fail(prog, "--device " + a.device + " does not apply to --strategy " + a.strategy +
-                   ": its replicas run on CPUs; GPUs train under default, one_device or mirrored");
+                   ": its replicas run on CPUs; GPUs train under default, one_device, mirrored or central_storage");
   if (a.has("--workers") && !a.cluster.empty())
     fail(prog, "--workers does not apply with --cluster: the cluster spec's worker ranks are the workers");
 

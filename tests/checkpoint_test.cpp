@@ -273,6 +273,8 @@ TEST_CASE("checkpoints are logical: written under Mirrored x4 (sharded), loaded 
   strata_test::HostAsGpu host;  // the GPU replicas' executor, on the host's compute
   strata::MirroredStrategy gpus{strata::virtual_gpus(0, 3)};
   check_loads(gpus, "mirrored_gpu_3");
+  strata::CentralStorageStrategy central_gpus{strata::virtual_gpus(0, 2)};
+  check_loads(central_gpus, "central_storage_gpu_2");
 }
 
 TEST_CASE("checkpoints refuse what would not resume exactly: another optimizer, seed or model") {

@@ -158,11 +158,12 @@ TEST_CASE("a GPU device without the CUDA backend is an error naming what to incl
   CHECK_THROWS_WITH_AS(run(dev), doctest::Contains("/gpu:0 needs the CUDA backend: include <strata/cuda.hpp>"),
                        strata::Error);
   maker = saved;
-  CHECK_THROWS_WITH_AS(strata::CentralStorageStrategy({strata::gpu(0), strata::gpu(1)}),
+  CHECK_THROWS_WITH_AS(strata::PipelineStrategy({strata::gpu(0), strata::gpu(1)}),
                        doctest::Contains("/gpu:0: replicas of this strategy run on CPUs only so far"), strata::Error);
   CHECK_THROWS_WITH_AS(strata::MirroredStrategy({strata::gpu(0), strata::cpu(1)}),
-                       doctest::Contains("/gpu:0 and /cpu:1: a MirroredStrategy's replicas are all GPUs or all CPUs"),
+                       doctest::Contains("/gpu:0 and /cpu:1: a strategy's replicas are all GPUs or all CPUs"),
                        strata::Error);
+  CHECK_THROWS_AS(strata::CentralStorageStrategy({strata::cpu(0), strata::gpu(0)}), strata::Error);
   maker = nullptr;
   strata::MirroredStrategy two{strata::virtual_gpus(0, 2)};
   CHECK_THROWS_WITH_AS(run(two), doctest::Contains("/gpu:0 needs the CUDA backend: include <strata/cuda.hpp>"),
@@ -182,6 +183,20 @@ TEST_CASE("MirroredStrategy's GPU executor on the host compute trains bitwise li
     const std::uint64_t want = run(cpu);
     strata_test::HostAsGpu host;
     strata::MirroredStrategy gpus{strata::virtual_gpus(0, p)};
+    CHECK(run(gpus) == want);
+  }
+}
+
+// CentralStorageStrategy on GPU replicas: variables and update on the host,
+// each replica's compute on its device (the central value uploaded each
+// step, the gradient downloaded): the CPU run's bits on the host compute.
+TEST_CASE("CentralStorageStrategy with GPU compute, on the host compute, trains bitwise like CPU replicas") {
+  for (int p : {2, 3}) {
+    CAPTURE(p);
+    strata::CentralStorageStrategy cpu{strata::cpu_replicas(p)};
+    const std::uint64_t want = run(cpu);
+    strata_test::HostAsGpu host;
+    strata::CentralStorageStrategy gpus{strata::virtual_gpus(0, p)};
     CHECK(run(gpus) == want);
   }
 }

@@ -75,3 +75,14 @@ TEST_CASE("MirroredStrategy on virtual GPUs skips a step whose summed gradient h
   CHECK(got.iterations == 3);  // 4 batches, one skipped
   for (float v : got.w) REQUIRE(std::isfinite(v));
 }
+
+TEST_CASE("CentralStorageStrategy with compute on 2 virtual GPUs (variables and update on the host) takes one GPU's steps") {
+  const auto data = strata_test::blobs(1003, 5);
+  strata::OneDeviceStrategy one{strata::gpu(0)};
+  const Run want = train(one, data, 2);
+  strata::CentralStorageStrategy s{strata::virtual_gpus(0, 2)};
+  const Run got = train(s, data, 2);
+  CHECK(got.iterations == want.iterations);
+  gpu_test::check_close(got.w, want.w, 1e-3, 2e-4, "weights against one GPU");
+  CHECK(got.accuracy == doctest::Approx(want.accuracy).epsilon(0.01));
+}

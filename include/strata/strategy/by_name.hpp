@@ -42,8 +42,9 @@ struct StrategyChoice {
   std::size_t micro_batches = 4;           //!< pipeline: micro-batches per batch
   int data_parallel = 1;                   //!< pipeline: copies of it (stages x copies CPU replicas)
   Schedule schedule = Schedule::OneFOneB;  //!< pipeline: the order of forwards and backwards
-  //! default / one_device: the device of the one replica; mirrored: with a GPU here, `replicas`
-  //! GPU replicas (1 when 0) on it, or spread over the first `gpus` GPUs (replica r on GPU r % gpus).
+  //! default / one_device: the device of the one replica; mirrored, central_storage: with a GPU
+  //! here, `replicas` GPU replicas (1 when 0) on it, or spread over the first `gpus` GPUs (replica r
+  //! on GPU r % gpus).
   //! The other strategies run on CPUs so far.
   Device device = cpu(0);
   int gpus = 0;  //!< mirrored on GPUs: spread the replicas over GPUs 0 to gpus - 1 (0: all on `device`)
@@ -112,11 +113,11 @@ struct InProcessStrategies {
       MirroredStrategy s{c.device.is_gpu() ? gpu_replicas(c) : devices(), c.comm_options()};
       return fn(s);
     }
-    // a GPU named for a strategy of CPU replicas: its constructor refuses it with a sentence
     if (name == "central_storage") {
-      CentralStorageStrategy s{c.device.is_gpu() ? std::vector<Device>{c.device} : devices(), c.comm_options()};
+      CentralStorageStrategy s{c.device.is_gpu() ? gpu_replicas(c) : devices(), c.comm_options()};
       return fn(s);
     }
+    // a GPU named for a strategy of CPU replicas: it says so with a sentence
     if (name == "parameter_server") {
       if (c.device.is_gpu())
         throw Error("strata: parameter_server runs its workers on CPUs so far, not on " + c.device.str());

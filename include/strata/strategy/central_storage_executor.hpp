@@ -3,7 +3,12 @@
 //! variables, read by every replica; gradients are reduced onto one central
 //! gradient and each replica applies the update to its slice of the central
 //! copy (with its slice of the one optimizer state).
+//! On GPU replicas (as TensorFlow's): the variables and the update stay on
+//! the host; each replica computes on its GPU, with the central value
+//! uploaded at the start of each step and its gradient downloaded for the
+//! host's reduction, so the arithmetic of the update is the CPU one.
 //!   strata::CentralStorageStrategy s{strata::cpu_replicas(4)};
+//!   strata::CentralStorageStrategy g{strata::virtual_gpus(0, 2)};   // compute on GPU 0, variables on the host
 //!   auto model = s.scope([] { return strata::nn::Sequential{...}; });   // trains through this executor
 
 #include <memory>
@@ -11,7 +16,9 @@
 #include <span>
 #include <vector>
 
+#include <strata/kernels/buffer.hpp>
 #include <strata/policy/placement.hpp>
+#include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/sync_executor.hpp>
 
 namespace strata::detail {
@@ -23,6 +30,8 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
 
  public:
   using Base::Base;
+  // The replicas' programs hold memory of the GPU computes: they go first.
+  ~CentralStorageExecutor() override { this->reps_.clear(); }
 
   [[nodiscard]] const Tensor<float>& value() const override { return var_->value(); }
   void assign(const Tensor<float>& v) override { var_->assign(v); }
@@ -36,11 +45,43 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   }
 
  private:
-  void place_values(const Tensor<float>& init, std::size_t local) { var_.emplace(init, static_cast<int>(local)); }
+  //! A GPU replica's compute and its copies of the value and the gradient.
+  struct OnDevice {
+    std::unique_ptr<kernels::Compute> c;
+    kernels::Buffer<float> value, grad;
+  };
+
+  void place_values(const Tensor<float>& init, std::size_t local) {
+    this->reps_.clear();  // bound to the computes and buffers below
+    var_.emplace(init, static_cast<int>(local));
+    const auto& devices = this->s_.devices();
+    if (!devices.front().is_gpu()) return devs_.clear();
+    if (devs_.size() != local) {
+      devs_.clear();
+      devs_.resize(local);
+      for (std::size_t r = 0; r < local; ++r) devs_[r].c = make_compute(devices[r], this->s_.executor_options().matmul);
+    }
+    for (OnDevice& d : devs_) {
+      d.value.resize(*d.c, Shape{init.size()});
+      d.grad.resize(*d.c, Shape{init.size()});
+    }
+  }
   std::span<const float> replica_value(std::size_t) { return var_->value().span(); }
+  std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
+    if (devs_.empty()) return Base::make_replica(r);
+    const std::size_t n = this->program_.num_params();
+    return this->program_.make_replica_on(*devs_[r].c, {devs_[r].value.data(), n}, {devs_[r].grad.data(), n});
+  }
+  //! A GPU replica computes with the central value of this step.
+  void before_step(std::size_t r) {
+    if (devs_.empty() || var_->value().size() == 0) return;
+    devs_[r].c->upload(devs_[r].value.data(), var_->value().data(), var_->value().bytes());
+  }
 
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
+    if (!devs_.empty() && this->grads_[r].size())  // the GPU's gradient, for the host's reduction
+      devs_[r].c->download(this->grads_[r].data(), devs_[r].grad.data(), this->grads_[r].bytes());
     var_->apply_gradient(ctx, this->grads_[r], [&](std::span<float> w, std::span<const float> g, std::size_t off) {
       if (this->finite_gradient(ctx, r, g)) updater_->apply(w, g, off, it);  // g: this replica's slice of the sum
     });
@@ -48,6 +89,7 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
 
   std::optional<CentralVariable<float>> var_;
   std::unique_ptr<Updater> updater_;
+  std::vector<OnDevice> devs_;  // GPU replicas: one per local replica; empty on CPUs
 };
 
 template <>

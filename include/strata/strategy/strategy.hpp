@@ -236,17 +236,17 @@ class Strategy : public detail::StrategySurface<Strategy<Sync, Placement, Reduce
     if (std::same_as<Placement, OneDevice> && d.size() != 1)
       throw Error("strata: OneDeviceStrategy runs on exactly one device, got " + std::to_string(d.size()) +
                   "; use MirroredStrategy for several");
-    if constexpr (std::same_as<Placement, Mirrored>) {  // GPU replicas, or CPU ones, not both
-      for (const Device& dev : d)
+    if constexpr (std::same_as<Placement, Mirrored> || std::same_as<Placement, CentralStorage>) {
+      for (const Device& dev : d)  // GPU replicas, or CPU ones, not both
         if (dev.is_gpu() != d.front().is_gpu())
           throw Error("strata: " + d.front().str() + " and " + dev.str() +
-                      ": a MirroredStrategy's replicas are all GPUs or all CPUs");
+                      ": a strategy's replicas are all GPUs or all CPUs");
     } else if constexpr (!std::same_as<Placement, OneDevice>) {
       for (const Device& dev : d)
         if (dev.is_gpu())
           throw Error("strata: " + dev.str() + ": replicas of this strategy run on CPUs only so far; GPUs train "
-                      "under OneDeviceStrategy{strata::gpu(i)} and MirroredStrategy{strata::virtual_gpus(0, n)} or "
-                      "{strata::gpus({0, 1})}");
+                      "under OneDeviceStrategy{strata::gpu(i)}, MirroredStrategy and CentralStorageStrategy "
+                      "({strata::virtual_gpus(0, n)}, {strata::gpus({0, 1})})");
     }
     return d;
   }

@@ -62,7 +62,7 @@ class SyncExecutor : public Executor {
     reps_.clear();
     grads_.assign(local, Tensor<float>{Shape{program_.num_params()}});
     results_.assign(local, ReplicaResult{});
-    for (std::size_t r = 0; r < local; ++r) reps_.push_back(program_.make_replica(derived().replica_value(r), grads_[r].span()));
+    for (std::size_t r = 0; r < local; ++r) reps_.push_back(derived().make_replica(r));
     reset_optimizer();
   }
 
@@ -102,6 +102,13 @@ class SyncExecutor : public Executor {
  protected:
   Derived& derived() noexcept { return static_cast<Derived&>(*this); }
 
+  //! Replica r's program; a Derived that computes elsewhere than the host
+  //! (a GPU) makes its own, and refreshes what it reads in before_step.
+  std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
+    return program_.make_replica(derived().replica_value(r), grads_[r].span());
+  }
+  void before_step(std::size_t /*r*/) {}
+
   //! Derived::apply's gate between the reduction and the update: with the
   //! finiteness policy on, whether the step's reduced gradient is finite.
   //! Each local replica r counts the NaN and infinite values of its slice
@@ -134,6 +141,7 @@ class SyncExecutor : public Executor {
       const std::size_t r = local_index(ctx);
       const int g = ctx.replica_id_in_sync_group();
       const Range rows = own ? shard_range(b.x->shape()[0], p, r) : shard_range(global, p, static_cast<std::size_t>(g));
+      derived().before_step(r);
       reps_[r]->step(b, rows, StepInfo{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale}, results_[r]);
       if (pass.phase == Phase::Train) derived().apply(ctx, r, it);
     });
