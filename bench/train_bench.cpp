@@ -31,7 +31,9 @@
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
 
-#if STRATA_HAS_CUDA  // bench/meson.build links strata-cuda whenever the backend is built
+#if STRATA_HAS_NCCL  // bench/meson.build links strata-nccl whenever NCCL is built, else strata-cuda
+#include <strata/nccl.hpp>
+#elif STRATA_HAS_CUDA
 #include <strata/cuda.hpp>
 #endif
 

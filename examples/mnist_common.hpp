@@ -14,7 +14,9 @@
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
-#if STRATA_HAS_CUDA  // examples/meson.build links strata-cuda whenever the backend is built
+#if STRATA_HAS_NCCL  // examples/meson.build links strata-nccl whenever NCCL is built, else strata-cuda
+#include <strata/nccl.hpp>  // --device gpu; GPU replicas on distinct GPUs sum with NCCL
+#elif STRATA_HAS_CUDA
 #include <strata/cuda.hpp>  // --device gpu
 #endif
 

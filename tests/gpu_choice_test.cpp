@@ -25,18 +25,18 @@ TEST_CASE("choose_gpu_reduce: virtual GPUs on one device reduce with the direct 
         "1 replica on GPU 3: nothing to exchange (a copy on the device)");
 }
 
-TEST_CASE("choose_gpu_reduce: distinct GPUs use NCCL when built, else peer memory, else the host") {
+TEST_CASE("choose_gpu_reduce: distinct GPUs use NCCL when the program has it, else peer memory, else the host") {
   const std::vector<int> two{0, 1};
   auto c = strata::choose_gpu_reduce(two, true, no_peers);
   CHECK(c.kind == GpuReduce::nccl);
   CHECK(c.why == "2 replicas on 2 distinct GPUs (0, 1): NCCL, one communicator rank per GPU");
   c = strata::choose_gpu_reduce(two, false, all_peers);
   CHECK(c.kind == GpuReduce::device_direct);
-  CHECK(c.why.find("NCCL is not built (-Dnccl); every pair of GPUs reaches the other's memory") != std::string::npos);
+  CHECK(c.why.find("NCCL is not in this program; every pair of GPUs reaches the other's memory") != std::string::npos);
   c = strata::choose_gpu_reduce(two, false, no_peers);
   CHECK(c.kind == GpuReduce::host_staged);
-  CHECK(c.why == "2 replicas on GPUs 0, 1: GPUs 0 and 1 cannot access each other's memory and NCCL is not built "
-                 "(-Dnccl): staged through host memory");
+  CHECK(c.why == "2 replicas on GPUs 0, 1: GPUs 0 and 1 cannot access each other's memory and NCCL is not in this "
+                 "program: staged through host memory");
 }
 
 TEST_CASE("choose_gpu_reduce: GPUs shared by some replicas need peer access, NCCL cannot take them") {
@@ -62,7 +62,7 @@ TEST_CASE("choose_gpu_reduce: forcing an algorithm says so, and an impossible fo
                        "GPU and some replicas share a GPU",
                        strata::Error);
   CHECK_THROWS_WITH_AS(strata::choose_gpu_reduce(two, false, all_peers, "nccl"),
-                       doctest::Contains("NCCL is not built"), strata::Error);
+                       doctest::Contains("NCCL is not in this program"), strata::Error);
   CHECK_THROWS_WITH_AS(strata::choose_gpu_reduce(two, true, no_peers, "device_direct"),
                        doctest::Contains("GPUs 0 and 1 cannot access each other's memory"), strata::Error);
   CHECK_THROWS_WITH_AS(strata::choose_gpu_reduce(two, true, all_peers, "ring"),

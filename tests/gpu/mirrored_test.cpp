@@ -11,6 +11,9 @@
 #include <vector>
 
 #include <strata/cuda.hpp>
+#if STRATA_HAS_NCCL
+#include <strata/nccl.hpp>  // one replica per distinct GPU: NCCL
+#endif
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
@@ -85,4 +88,19 @@ TEST_CASE("CentralStorageStrategy with compute on 2 virtual GPUs (variables and 
   CHECK(got.iterations == want.iterations);
   gpu_test::check_close(got.w, want.w, 1e-3, 2e-4, "weights against one GPU");
   CHECK(got.accuracy == doctest::Approx(want.accuracy).epsilon(0.01));
+}
+
+TEST_CASE("MirroredStrategy with one replica per GPU (NCCL where built) takes one GPU's steps") {
+  const int n = strata::cuda::device_count();
+  if (n < 2) {
+    MESSAGE("one GPU: the replicas-on-distinct-GPUs case needs two (virtual GPUs are tested above)");
+    return;
+  }
+  const auto data = strata_test::blobs(1003, 5);
+  strata::OneDeviceStrategy one{strata::gpu(0)};
+  const Run want = train(one, data, 2);
+  strata::MirroredStrategy s{strata::gpus({0, 1})};
+  const Run got = train(s, data, 2);
+  CHECK(got.iterations == want.iterations);
+  gpu_test::check_close(got.w, want.w, 1e-3, 2e-4, "weights against one GPU");
 }

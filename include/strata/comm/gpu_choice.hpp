@@ -112,7 +112,8 @@ inline std::string list_devices(const std::map<int, int>& count) {
 //! replica, a GPU index repeated for virtual GPUs) of one process:
 //! - one GPU shared by every replica (virtual GPUs): device_direct, since
 //!   NCCL cannot have two ranks on one GPU and the buffers share a memory;
-//! - one replica per distinct GPU: NCCL when built (`nccl_available`);
+//! - one replica per distinct GPU: NCCL when the program has it
+//!   (`nccl_available`: built with -Dnccl and <strata/nccl.hpp> included);
 //!   without it device_direct where every pair of GPUs reaches the other's
 //!   memory (`peer(a, b)`), else host_staged;
 //! - GPUs shared by some replicas: device_direct with peer access between
@@ -152,12 +153,12 @@ inline GpuReduceChoice choose_gpu_reduce(std::span<const int> devices, bool nccl
   } else if (no_peer.empty()) {
     c = {GpuReduce::device_direct,
          where + " on GPUs " + detail::list_devices(count) + ": " +
-             (distinct ? std::string("NCCL is not built (-Dnccl)") : std::string("NCCL needs one rank per GPU")) +
+             (distinct ? std::string("NCCL is not in this program") : std::string("NCCL needs one rank per GPU")) +
              "; every pair of GPUs reaches the other's memory, so a direct reduce kernel reads the peers' buffers"};
   } else {
     c = {GpuReduce::host_staged,
          where + " on GPUs " + detail::list_devices(count) + ": " + no_peer + " and " +
-             (distinct ? std::string("NCCL is not built (-Dnccl)") : std::string("NCCL needs one rank per GPU")) +
+             (distinct ? std::string("NCCL is not in this program") : std::string("NCCL needs one rank per GPU")) +
              ": staged through host memory"};
   }
   if (force.empty() || force == gpu_reduce_name(c.kind)) return c;
@@ -167,7 +168,7 @@ inline GpuReduceChoice choose_gpu_reduce(std::span<const int> devices, bool nccl
                 detail::list_devices(count) + ": " + why);
   };
   if (force == "nccl") {
-    if (!nccl_available) cannot("NCCL is not built (-Dnccl)");
+    if (!nccl_available) cannot("NCCL is not in this program");
     if (!distinct) cannot("NCCL needs one rank per GPU and some replicas share a GPU");
     return {GpuReduce::nccl, "forced: nccl (automatic: " + c.why + ")"};
   }

@@ -50,20 +50,34 @@ inline bool peer_access(int a, int b) {
   return can != 0;
 }
 
-//! The collectives of GPU replicas `devices`: the direct kernel where their
-//! memories reach each other, else staged through host memory. The
-//! environment variable STRATA_GPU_ALLREDUCE=device_direct|host_staged
-//! forces one (an impossible one is an Error naming why).
-inline std::unique_ptr<strata::detail::DeviceCollectives> make_collectives(const std::vector<Device>& devices,
-                                                                           CommOptions opts) {
+//! The automatic choice for GPU replicas `devices` (comm/gpu_choice.hpp),
+//! or the one the environment variable STRATA_GPU_ALLREDUCE forces
+//! (nccl, device_direct, host_staged; an impossible one is an Error naming why).
+inline GpuReduceChoice choose_for(const std::vector<Device>& devices, bool nccl_available) {
   std::vector<int> index;
   for (const Device& d : devices) index.push_back(d.index);
   const char* force = std::getenv("STRATA_GPU_ALLREDUCE");
-  // NCCL is not wired into the executors yet: the choice is among the two paths that are.
-  const GpuReduceChoice c = choose_gpu_reduce(index, /*nccl_available=*/false, peer_access, force ? force : "");
+  return choose_gpu_reduce(index, nccl_available, peer_access, force ? force : "");
+}
+
+//! The collectives for a device_direct or host_staged choice `c`.
+inline std::unique_ptr<strata::detail::DeviceCollectives> collectives_for(const GpuReduceChoice& c,
+                                                                          const std::vector<Device>& devices,
+                                                                          CommOptions opts) {
   if (c.kind == GpuReduce::host_staged)
     return std::make_unique<strata::detail::HostStagedCollectives>(static_cast<int>(devices.size()), opts, c.why);
+  if (c.kind != GpuReduce::device_direct)
+    throw Error("strata: " + std::string(gpu_reduce_name(c.kind)) + " chosen (" + c.why +
+                ") in a program without it: include <strata/nccl.hpp> and link strata-nccl");
   return std::make_unique<DeviceTeamCollectives>(devices, opts, c.why);
+}
+
+//! The collectives of GPU replicas `devices` in a program without NCCL: the
+//! direct kernel where their memories reach each other, else staged
+//! through host memory (<strata/nccl.hpp> adds NCCL between distinct GPUs).
+inline std::unique_ptr<strata::detail::DeviceCollectives> make_collectives(const std::vector<Device>& devices,
+                                                                           CommOptions opts) {
+  return collectives_for(choose_for(devices, /*nccl_available=*/false), devices, opts);
 }
 
 }  // namespace strata::cuda

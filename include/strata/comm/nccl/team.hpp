@@ -67,6 +67,10 @@ class NcclTeam {
   [[nodiscard]] const CommOptions& options() const noexcept { return opts_; }
   //! Whether a rank failed (its failure then ends every rank's next call).
   [[nodiscard]] bool aborted() const noexcept { return team_.aborted(); }
+  //! Rank `rank` failed outside the team's calls (e.g. in its own step):
+  //! every rank waiting in a call, or making the next one, stops at once
+  //! with CollectiveAborted naming `why`.
+  void abort(int rank, const std::string& why) { team_.abort(rank, why); }
 
   //! Rank `rank`'s communicator, its calls enqueued on `stream` (a stream of
   //! GPU device(rank)). Made in (or handed to) the replica thread that uses it.

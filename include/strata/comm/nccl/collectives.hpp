@@ -1,0 +1,70 @@
+#pragma once
+//! NCCL as the gradient all-reduce of MirroredStrategy's GPU replicas
+//! (strategy/device_collectives.hpp) when each replica has its own GPU.
+//!   auto coll = strata::nccl::make_collectives(strata::gpus({0, 1}), {});
+//!   coll->choice();   // "2 replicas on 2 distinct GPUs (0, 1): NCCL, one communicator rank per GPU"
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/comm/cuda/collectives.hpp>
+#include <strata/comm/nccl/team.hpp>
+
+namespace strata::nccl {
+
+//! One NCCL rank per replica (distinct GPUs), each replica's calls on its
+//! compute's stream. After a failure the team is rebuilt at reset() (an
+//! aborted NCCL communicator cannot be used again).
+class NcclCollectives final : public strata::detail::DeviceCollectives {
+ public:
+  NcclCollectives(std::vector<int> devices, CommOptions opts, std::string why)
+      : devices_(std::move(devices)), opts_(opts), why_(std::move(why)) {
+    rebuild();
+  }
+
+  void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) override {
+    auto* gpu = dynamic_cast<cuda::CudaCompute*>(&c);
+    if (!gpu)
+      throw Error("NcclCollectives: replica " + std::to_string(rank) + " computes on " + c.name() +
+                  ", not on a GPU");
+    auto& comm = comms_[static_cast<std::size_t>(rank)];  // each replica touches only its own slot
+    if (!comm || comm->stream() != gpu->stream()) comm.emplace(team_->communicator(rank, gpu->stream()));
+    comm->all_reduce(std::span<float>(data, n), Sum);
+  }
+  void abort(int rank, const std::string& why) override { team_->abort(rank, why); }
+  void reset() override {
+    if (team_->aborted()) rebuild();
+  }
+  [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
+
+ private:
+  void rebuild() {
+    comms_.clear();
+    team_.reset();
+    team_ = std::make_unique<NcclTeam>(devices_, opts_);
+    comms_.resize(devices_.size());
+  }
+
+  std::vector<int> devices_;
+  CommOptions opts_;
+  std::string why_;
+  std::unique_ptr<NcclTeam> team_;
+  std::vector<std::optional<NcclCommunicator>> comms_;
+};
+
+//! The collectives of GPU replicas `devices` in a program with NCCL: NCCL
+//! between distinct GPUs, else the CUDA backend's choice (direct kernel or
+//! host-staged); STRATA_GPU_ALLREDUCE forces one.
+inline std::unique_ptr<strata::detail::DeviceCollectives> make_collectives(const std::vector<Device>& devices,
+                                                                           CommOptions opts) {
+  const GpuReduceChoice c = cuda::choose_for(devices, /*nccl_available=*/true);
+  if (c.kind != GpuReduce::nccl) return cuda::collectives_for(c, devices, opts);
+  std::vector<int> index;
+  for (const Device& d : devices) index.push_back(d.index);
+  return std::make_unique<NcclCollectives>(std::move(index), opts, c.why);
+}
+
+}  // namespace strata::nccl
