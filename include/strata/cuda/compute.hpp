@@ -195,6 +195,10 @@ class CudaCompute final : public kernels::Compute {
     refuse_in_capture("synchronize");
     stream_.synchronize();
   }
+  //! Makes this compute's device current on the calling thread (the kernel
+  //! launches and cuBLAS calls below rely on it; a replica thread calls it
+  //! before its step).
+  void bind_thread() override { check(cudaSetDevice(device_), "cudaSetDevice"); }
 
   // -- products --------------------------------------------------------------
   //! Row-major C = alpha op(A) op(B) + beta C as the column-major product

@@ -82,6 +82,10 @@ class Compute {
   virtual void fill(float* x, float value, std::size_t n) = 0;
   //! Returns when every call issued before it has finished (a no-op on the host).
   virtual void synchronize() = 0;
+  //! Makes the calling thread ready to issue this compute's calls (a GPU:
+  //! its device current), for the thread that will run a replica's step; a
+  //! no-op on the host.
+  virtual void bind_thread() {}
 
   // -- products ------------------------------------------------------------
   //! Row-major C[m x n] = alpha * op(A) * op(B) + beta * C with op(A) m x k,

@@ -74,7 +74,9 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   }
   //! A GPU replica computes with the central value of this step.
   void before_step(std::size_t r) {
-    if (devs_.empty() || var_->value().size() == 0) return;
+    if (devs_.empty()) return;
+    devs_[r].c->bind_thread();  // this pool thread issues replica r's calls: its GPU current
+    if (var_->value().size() == 0) return;
     devs_[r].c->upload(devs_[r].value.data(), var_->value().data(), var_->value().bytes());
   }
 

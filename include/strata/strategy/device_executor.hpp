@@ -77,6 +77,7 @@ class DeviceExecutor final : public Executor {
   }
 
   PassTotals run_pass(Pass& pass) override {
+    c_->bind_thread();  // the pass runs on the calling thread: the device current for its calls (gpu(i), i > 0)
     return detail::run_batches(pass, program_.num_metrics(), [&](const Batch& b, std::size_t index, PassTotals& t) {
       if (const std::size_t rows = b.x->shape()[0]) step(b, pass, rows, t, index);
     });

@@ -156,6 +156,7 @@ class DeviceMirroredExecutor final : public Executor {
     Replica& R = reps_[r];
     const std::size_t p = reps_.size(), n = program_.num_params();
     const int rank = static_cast<int>(r);
+    R.c->bind_thread();  // this pool thread issues replica r's calls: its GPU current
     R.rep->step(b, shard_range(global, p, r),
                 StepInfo{phase, rank, static_cast<int>(p), static_cast<std::uint64_t>(it), scale}, R.result);
     if (phase != Phase::Train) return;
