@@ -84,7 +84,8 @@ Row time_all_reduce(strata::DeviceTeam& team, std::size_t bytes, bool in_place) 
       once();
       std::vector<float> got(n);
       if (n)
-        strata::cuda::check(cudaMemcpyAsync(got.data(), in_place ? in : out, bytes, cudaMemcpyDeviceToHost, stream.get()),
+        strata::cuda::check(cudaMemcpyAsync(got.data(), in_place ? in : out, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                            stream.get()),
                             "cudaMemcpyAsync");
       stream.synchronize();
       const float want = static_cast<float>(p * (p + 1) / 2);

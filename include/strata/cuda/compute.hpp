@@ -109,6 +109,17 @@ class CudaCompute final : public kernels::Compute {
     }
     (void)cudaStreamSynchronize(stream_.get());
     (void)cudaGetLastError();
+    // The handle, its workspace and the stream belong to device_: release
+    // them with it current (a replica's compute may be destroyed from a
+    // thread where another GPU is), then give the thread its device back.
+    int previous = device_;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = device_;
+    if (previous != device_) (void)cudaSetDevice(device_);
+    blas_.reset();
+    workspace_.reset();
+    stream_ = Stream{};
+    if (previous != device_) (void)cudaSetDevice(previous);
+    (void)cudaGetLastError();
   }
 
   [[nodiscard]] kernels::Where where() const noexcept override { return kernels::Where::Cuda; }

@@ -41,6 +41,8 @@ class DeviceGuard {
 //!   my_kernel<<<g, b, 0, s.get()>>>(...);  s.synchronize();
 class Stream {
  public:
+  //! No stream (what a moved-from or released Stream holds).
+  Stream() noexcept = default;
   explicit Stream(int device) : device_(device) {
     DeviceGuard g{device};
     check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");

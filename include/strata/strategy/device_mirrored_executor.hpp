@@ -137,7 +137,14 @@ class DeviceMirroredExecutor final : public Executor {
         }
       });
     } catch (...) {
-      colls_->reset();  // no replica runs now: the next step starts clean
+      // No replica runs now: let every device finish what was queued (a
+      // collective's kernels may still touch a failed replica's buffers),
+      // then the next step starts clean.
+      for (Replica& R : reps_) try {
+          R.c->synchronize();
+        } catch (...) {  // the failure being reported is the one that counts
+        }
+      colls_->reset();
       throw;
     }
     if (pass.phase != Phase::Predict)

@@ -15,7 +15,9 @@
 //! reduce_scatter: replica r reduces its shard (strata::shard_range) into its
 //! own output. broadcast and all_gather: device-to-device copies.
 //! send/recv: the sender copies into a buffer of the stream-ordered pool and
-//! returns; the receiver copies it out on its stream and frees it.
+//! returns; the receiver copies it out on its stream and frees it (also
+//! when the sizes disagree: CollectiveMismatch on the receiver). A message
+//! never received (its receiver failed) keeps its buffer until the process ends.
 
 #include <cuda_runtime_api.h>
 
@@ -145,7 +147,7 @@ class DeviceCommunicator {
     check_peer("send", peer);
     check_buffer(data.data(), data.size_bytes(), "send", "buffer");
     cuda::DeviceGuard g{device_};
-    Handoff h{};
+    Handoff h{.dtype = dtype_name<T>(), .count = data.size(), .device = device_};
     if (!data.empty()) {
       cuda::check_allocation(cudaMallocAsync(&h.staging, data.size_bytes(), stream_), "cudaMallocAsync (send)",
                              data.size_bytes(), device_);
@@ -154,7 +156,7 @@ class DeviceCommunicator {
       cuda::check(cudaEventCreateWithFlags(&h.copied, cudaEventDisableTiming), "cudaEventCreateWithFlags (send)");
       cuda::check(cudaEventRecord(h.copied, stream_), "cudaEventRecord (send)");
     }
-    team_->host_team().send(rank_, peer, tag, handoff_buffer<T>(data.size(), &h, nullptr));
+    team_->host_team().send(rank_, peer, tag, handoff_buffer(&h, nullptr));
   }
   template <Element T>
   void send(std::span<T> data, int peer, int tag) {
@@ -168,25 +170,44 @@ class DeviceCommunicator {
     check_peer("recv", peer);
     check_buffer(data.data(), data.size_bytes(), "recv", "buffer");
     Handoff h{};
-    team_->host_team().recv(rank_, peer, tag, handoff_buffer<T>(data.size(), nullptr, &h));
-    if (!h.staging) return;
+    team_->host_team().recv(rank_, peer, tag, handoff_buffer(nullptr, &h));
     cuda::DeviceGuard g{device_};
-    cuda::check(cudaStreamWaitEvent(stream_, h.copied, 0), "cudaStreamWaitEvent (recv)");
-    cuda::check(cudaMemcpyAsync(data.data(), h.staging, data.size_bytes(), cudaMemcpyDefault, stream_),
-                "cudaMemcpyAsync (recv)");
-    cuda::check(cudaFreeAsync(h.staging, stream_), "cudaFreeAsync (recv)");
-    (void)cudaEventDestroy(h.copied);  // released once the wait queued above has passed it
+    const bool match = h.dtype == dtype_name<T>() && h.count == data.size();
+    if (h.staging) {
+      cuda::check(cudaStreamWaitEvent(stream_, h.copied, 0), "cudaStreamWaitEvent (recv)");
+      if (match)
+        cuda::check(cudaMemcpyAsync(data.data(), h.staging, data.size_bytes(), cudaMemcpyDefault, stream_),
+                    "cudaMemcpyAsync (recv)");
+      if (h.device == device_) {
+        cuda::check(cudaFreeAsync(h.staging, stream_), "cudaFreeAsync (recv)");
+      } else {  // the sender's GPU's pool: free it once our copy is done
+        cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (recv)");
+        cuda::check(cudaFree(h.staging), "cudaFree (recv)");
+      }
+      (void)cudaEventDestroy(h.copied);  // released once the wait queued above has passed it
+    }
+    if (!match)
+      throw CollectiveMismatch("strata: recv on replica " + std::to_string(rank_) + " from replica " +
+                               std::to_string(peer) + " with tag " + std::to_string(tag) + " expected " +
+                               std::string(dtype_name<T>()) + ", " + std::to_string(data.size()) +
+                               " elements but replica " + std::to_string(peer) + " sent " + std::string(h.dtype) +
+                               ", " + std::to_string(h.count) +
+                               " elements (the message is dropped; sender and receiver must agree on size and type)");
   }
 
  private:
-  //! What a send hands its receiver through the host mailbox.
+  //! What a send hands its receiver through the host mailbox: always taken
+  //! by the receive (the mailbox matches every handoff), which checks the
+  //! type and count itself, so a mismatched message's buffer is freed too.
   struct Handoff {
+    std::string_view dtype;  // dtype_name<T>(): static storage
+    std::size_t count = 0;
+    int device = -1;  // whose pool `staging` is from
     void* staging = nullptr;
     cudaEvent_t copied = nullptr;
   };
-  template <Element T>
-  static detail::P2pBuffer handoff_buffer(std::size_t count, const Handoff* in, Handoff* out) {
-    return {.dtype = dtype_name<T>(), .count = count, .bytes = sizeof(Handoff), .in = in, .out = out};
+  static detail::P2pBuffer handoff_buffer(const Handoff* in, Handoff* out) {
+    return {.dtype = "device handoff", .count = 1, .bytes = sizeof(Handoff), .in = in, .out = out};
   }
 
   detail::Slot& slot(int r) { return team_->host_team().slot(r); }
@@ -274,9 +295,15 @@ class DeviceCommunicator {
       cuda::check(cudaEventRecord(team_->done(rank_), stream_), "cudaEventRecord (done)");
     } catch (const std::exception& e) {
       team_->abort(rank_, e.what());
+      team_->quiesce();  // others' kernels may still touch our buffers: let them end first
       throw;
     }
-    t.leave(rank_, seq, d);
+    try {
+      t.leave(rank_, seq, d);
+    } catch (...) {
+      team_->quiesce();
+      throw;
+    }
     if (d.kind != detail::CallKind::barrier)
       for (int s = 0; s < size(); ++s)
         if (s != rank_) wait_for(team_->done(s));

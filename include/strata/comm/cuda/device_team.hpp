@@ -46,6 +46,7 @@ class DeviceTeam {
     for (int a : distinct)
       for (int b : distinct)
         if (a != b) enable_peer(a, b);
+    distinct_.assign(distinct.begin(), distinct.end());
     for (int d : devices_) {
       cuda::DeviceGuard g{d};
       ready_.emplace_back();
@@ -72,6 +73,18 @@ class DeviceTeam {
   void depart(int r) { team_.depart(r); }
   //! Called while no replica runs: forget the previous run (counters, abort).
   void reset() { team_.reset(); }
+  //! After a failure inside a collective: waits until every GPU of the team
+  //! has finished the work already queued (another replica's kernel may
+  //! still be writing a buffer its owner is about to free or reuse).
+  //! Errors are ignored: the failure being reported is the one that counts.
+  void quiesce() const noexcept {
+    int previous = 0;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    for (int d : distinct_)
+      if (cudaSetDevice(d) == cudaSuccess) (void)cudaDeviceSynchronize();
+    if (previous >= 0) (void)cudaSetDevice(previous);
+    (void)cudaGetLastError();
+  }
 
   // For DeviceCommunicator.
   detail::Team& host_team() noexcept { return team_; }
@@ -101,16 +114,25 @@ class DeviceTeam {
       throw Error("DeviceTeam: GPU " + std::to_string(a) + " cannot access GPU " + std::to_string(b) +
                   "'s memory (no peer access), so their replicas cannot reduce in each other's memory; use NCCL "
                   "(one replica per GPU) or the host-staged path (strata::choose_gpu_reduce says which applies)");
-    cuda::DeviceGuard g{a};
-    const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
-    if (e == cudaErrorPeerAccessAlreadyEnabled) {
-      (void)cudaGetLastError();
-      return;
+    {
+      cuda::DeviceGuard g{a};
+      const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+      else cuda::check(e, "cudaDeviceEnablePeerAccess");
     }
-    cuda::check(e, "cudaDeviceEnablePeerAccess");
+    // Peer access covers cudaMalloc memory, not the stream-ordered pool's,
+    // where replicas' buffers live: GPU a must be given access to b's pool.
+    cudaMemPool_t pool = nullptr;
+    cuda::check(cudaDeviceGetDefaultMemPool(&pool, b), "cudaDeviceGetDefaultMemPool");
+    cudaMemAccessDesc access{};
+    access.location.type = cudaMemLocationTypeDevice;
+    access.location.id = a;
+    access.flags = cudaMemAccessFlagsProtReadWrite;
+    cuda::check(cudaMemPoolSetAccess(pool, &access, 1), "cudaMemPoolSetAccess");
   }
 
   std::vector<int> devices_;
+  std::vector<int> distinct_;  // each GPU once
   detail::Team team_;
   std::vector<cuda::Event> ready_, done_;
 };
