@@ -281,9 +281,10 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   }
   const bool gpu_named = a.device_named && a.device != "cpu";
   if (gpu_named && a.strategy_named && a.strategy != "default" && a.strategy != "one_device" &&
-      a.strategy != "mirrored" && a.strategy != "central_storage")
+      a.strategy != "mirrored" && a.strategy != "central_storage" && a.strategy != "multi_worker_mirrored")
     fail(prog, "--device " + a.device + " does not apply to --strategy " + a.strategy +
-                   ": its replicas run on CPUs; GPUs train under default, one_device, mirrored or central_storage");
+                   ": its replicas run on CPUs; GPUs train under default, one_device, mirrored, central_storage "
+                   "or multi_worker_mirrored");
   if (a.has("--workers") && !a.cluster.empty())
     fail(prog, "--workers does not apply with --cluster: the cluster spec's worker ranks are the workers");
 

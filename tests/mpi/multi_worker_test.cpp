@@ -18,6 +18,8 @@
 
 #include <unistd.h>
 
+#include "../host_as_gpu.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -175,6 +177,44 @@ TEST_CASE("a model trained across workers matches the same model trained in one 
   for (std::size_t t = 0; t < w_one.size(); ++t)
     for (std::size_t i = 0; i < w_one[t].value.size(); ++i)
       REQUIRE(w_multi[t].value[i] == doctest::Approx(w_one[t].value[i]).epsilon(2e-5));
+}
+
+// GPU replicas across workers (issue 13): each worker's replicas keep their
+// copies on their devices, the gradients are summed through host memory by
+// the strategy's hierarchical all-reduce. On the host's compute in place of
+// the GPUs' it is the CPU replicas' run, bit for bit.
+TEST_CASE("GPU replicas across workers (host-staged), on the host compute, train bitwise like CPU replicas") {
+  namespace nn = strata::nn;
+  strata::Tensor<float> x{{96, 6}};
+  strata::Tensor<std::int32_t> y{{96}};
+  for (std::size_t i = 0; i < 96; ++i) {
+    for (std::size_t j = 0; j < 6; ++j) x[i * 6 + j] = static_cast<float>(((i * 5 + j * 7) % 13)) / 13.f - 0.5f;
+    y[i] = x[i * 6] < -0.17f ? 0 : x[i * 6] < 0.17f ? 1 : 2;
+  }
+  auto train = [&](auto& strategy) {
+    auto data = strata::data::from_tensor_slices(x, y).shuffle(96, 3).batch(20);
+    auto model = strategy.scope([] {
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
+                            nn::Dropout{0.2f}, nn::Dense{3}};
+    });
+    model.compile(nn::Adam{1e-2}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                  {.seed = 5});
+    auto h = model.fit(strategy.distribute(data), {.epochs = 4, .verbose = nn::Verbosity::Silent});
+    std::vector<float> w;
+    for (const auto& t : model.get_weights()) w.insert(w.end(), t.value.begin(), t.value.end());
+    const double acc = model.evaluate(strategy.distribute(data), {.verbose = nn::Verbosity::Silent}).at("accuracy");
+    return std::tuple{w, h.epochs().back().at("loss"), acc};
+  };
+  strata::MultiWorkerMirroredStrategy cpus{strata::cpu_replicas(2), quick()};
+  auto [w_cpu, loss_cpu, acc_cpu] = train(cpus);
+  strata_test::HostAsGpu host;
+  strata::MultiWorkerMirroredStrategy gpus{strata::virtual_gpus(0, 2), quick()};
+  auto [w_gpu, loss_gpu, acc_gpu] = train(gpus);
+  CHECK(w_gpu == w_cpu);
+  CHECK(loss_gpu == loss_cpu);
+  CHECK(acc_gpu == acc_cpu);
+  CHECK_THROWS_WITH_AS(strata::MultiWorkerMirroredStrategy({strata::gpu(0), strata::cpu(0)}, quick()),
+                       doctest::Contains("a strategy's replicas are all GPUs or all CPUs"), strata::Error);
 }
 
 namespace {

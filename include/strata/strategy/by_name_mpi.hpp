@@ -93,7 +93,9 @@ struct MpiStrategies {
       auto workers = MpiCommunicator::world(mpi);
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       const int local = c.replicas > 0 ? c.replicas : std::max(1, cores / workers.ranks_on_node());
-      MultiWorkerMirroredStrategy s{std::move(workers), cpu_replicas(local), c.comm_options()};
+      // GPU replicas: `replicas` of them (1 when 0) per worker, spread over the GPUs (strata::gpu_replicas)
+      MultiWorkerMirroredStrategy s{std::move(workers), c.device.is_gpu() ? gpu_replicas(c) : cpu_replicas(local),
+                                    c.comm_options()};
       return fn(s);
     }
     return InProcessStrategies::with(name, std::move(c), std::forward<F>(fn), names);

@@ -160,18 +160,14 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
 };
 
 //! Mirrored: CPU replicas share the host's memory (MirroredExecutor); GPU
-//! replicas each keep their copy on their device (DeviceMirroredExecutor).
+//! replicas each keep their copy on their device (DeviceMirroredExecutor),
+//! in one process and across workers.
 template <>
 struct ExecutorFor<Mirrored> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
-    if (s.devices().front().is_gpu()) {
-      if constexpr (requires { s.workers(); })
-        throw Error("strata: GPU replicas across workers are not built yet (NCCL across processes, issue 13); "
-                    "train on the GPUs of one process with MirroredStrategy");
-      else
-        return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options().matmul);
-    }
+    if (s.devices().front().is_gpu())
+      return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options().matmul);
     return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options());
   }
 };

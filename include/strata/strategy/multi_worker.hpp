@@ -145,6 +145,8 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
   //! variable values every worker starts from.
   [[nodiscard]] bool is_chief() const noexcept { return comm_.rank() == 0; }
   [[nodiscard]] const std::vector<Device>& devices() const noexcept { return devices_; }
+  //! The local replicas' collective options (CommOptions of the constructor).
+  [[nodiscard]] const CommOptions& options() noexcept { return pool_.team().options(); }
   //! The communicator between workers (auto_choice, options, health).
   [[nodiscard]] MpiCommunicator& communicator() noexcept { return comm_; }
 
@@ -224,6 +226,10 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
 
   static std::vector<Device> check_devices(std::vector<Device> d) {
     if (d.empty()) throw Error("strata: MultiWorkerMirroredStrategy needs at least one local device, got none");
+    for (const Device& dev : d)  // GPU replicas, or CPU ones, not both
+      if (dev.is_gpu() != d.front().is_gpu())
+        throw Error("strata: " + d.front().str() + " and " + dev.str() +
+                    ": a strategy's replicas are all GPUs or all CPUs");
     return d;
   }
   static CommOptions with_leader_slack(CommOptions local, const MpiOptions& mpi) {

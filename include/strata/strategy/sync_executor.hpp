@@ -108,6 +108,8 @@ class SyncExecutor : public Executor {
     return program_.make_replica(derived().replica_value(r), grads_[r].span());
   }
   void before_step(std::size_t /*r*/) {}
+  //! Called when a step failed, once no replica runs.
+  void after_failure() {}
 
   //! Derived::apply's gate between the reduction and the update: with the
   //! finiteness policy on, whether the step's reduced gradient is finite.
@@ -137,14 +139,12 @@ class SyncExecutor : public Executor {
     bad_ = 0;
     if (pass.phase == Phase::Predict && !own && workers_.size() > 1)  // other workers' rows: zero before the sum
       std::fill_n(b.predictions, global * program_.output_width(), 0.f);
-    s_.run([&](auto& ctx) {
-      const std::size_t r = local_index(ctx);
-      const int g = ctx.replica_id_in_sync_group();
-      const Range rows = own ? shard_range(b.x->shape()[0], p, r) : shard_range(global, p, static_cast<std::size_t>(g));
-      derived().before_step(r);
-      reps_[r]->step(b, rows, StepInfo{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale}, results_[r]);
-      if (pass.phase == Phase::Train) derived().apply(ctx, r, it);
-    });
+    try {
+      run_replicas(b, pass, global, own, p, sync, scale, it);
+    } catch (...) {
+      derived().after_failure();
+      throw;
+    }
     if (pass.phase != Phase::Predict)
       for (const ReplicaResult& res : results_) t.add(res.loss, res.rows, res.metrics);  // replica order: deterministic
     t.samples += global;
@@ -153,6 +153,19 @@ class SyncExecutor : public Executor {
     if (bad_ > 0) return pass.skip_step(index, it, bad_);
     pass.applied_step();
     ++*pass.iteration;
+  }
+
+  //! Every local replica's part of one step (within Strategy::run).
+  void run_replicas(const Batch& b, Pass& pass, std::size_t global, bool own, std::size_t p, int sync, float scale,
+                    std::int64_t it) {
+    s_.run([&](auto& ctx) {
+      const std::size_t r = local_index(ctx);
+      const int g = ctx.replica_id_in_sync_group();
+      const Range rows = own ? shard_range(b.x->shape()[0], p, r) : shard_range(global, p, static_cast<std::size_t>(g));
+      derived().before_step(r);
+      reps_[r]->step(b, rows, StepInfo{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale}, results_[r]);
+      if (pass.phase == Phase::Train) derived().apply(ctx, r, it);
+    });
   }
 
   //! Collective across workers: the totals of every worker's rows (running
