@@ -33,6 +33,7 @@ class DevBuf {
   DevBuf(cudaStream_t s, const std::vector<T>& v, std::size_t pad = 0) : s_(s), n_(v.size()), pad_(pad) {
     strata::cuda::check(cudaMalloc(&base_, (n_ + pad_) * sizeof(T) + 16), "cudaMalloc");
     if (n_) strata::cuda::check(cudaMemcpyAsync(get(), v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, s_), "up");
+    strata::cuda::check(cudaStreamSynchronize(s_), "cudaStreamSynchronize");  // `v` may be a temporary
   }
   DevBuf(cudaStream_t s, std::size_t n, std::size_t pad = 0) : DevBuf(s, std::vector<T>(n), pad) {}
   DevBuf(const DevBuf&) = delete;
