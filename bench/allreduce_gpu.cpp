@@ -14,6 +14,9 @@
 
 #include <strata/comm/cuda/communicator.hpp>
 #include <strata/cuda/launch.hpp>
+#if STRATA_HAS_NCCL
+#include <strata/comm/nccl/team.hpp>
+#endif
 
 #include "bench_util.hpp"
 
@@ -103,6 +106,35 @@ Row time_all_reduce(strata::DeviceTeam& team, std::size_t bytes, bool in_place) 
   return total;
 }
 
+#if STRATA_HAS_NCCL
+//! One NCCL rank on GPU 0: the latency and bandwidth floor of an NCCL call
+//! (contract, enqueue, polling) with nobody to exchange with.
+void nccl_one_rank(std::size_t min_bytes, std::size_t max_bytes) {
+  strata::NcclTeam team{{0}};
+  strata::cuda::DeviceGuard g{0};
+  strata::cuda::Stream stream{0};
+  auto comm = team.communicator(0, stream.get());
+  std::printf("# NCCL, 1 rank on GPU 0 (NcclCommunicator: host contract, enqueue, polled completion), sum, float\n");
+  std::printf("# %8s %12s %10s %8s\n", "size(B)", "count", "time(us)", "algbw");
+  for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
+    const std::size_t n = bytes / sizeof(float);
+    void* mem = nullptr;
+    strata::cuda::check(cudaMalloc(&mem, std::max<std::size_t>(bytes, 4)), "cudaMalloc");
+    std::span<float> buf(static_cast<float*>(mem), n);
+    const int iters = std::max(20, iterations_for(bytes, 1));
+    for (int i = 0; i < 5; ++i) comm.all_reduce(buf, strata::Sum);
+    comm.synchronize();
+    const double t0 = now_s();
+    for (int i = 0; i < iters; ++i) comm.all_reduce(buf, strata::Sum);
+    comm.synchronize();
+    const double t = (now_s() - t0) / iters;
+    std::printf("%10zu %12zu %10.1f %8.2f\n", bytes, n, t * 1e6, static_cast<double>(bytes) / t / 1e9);
+    std::fflush(stdout);
+    (void)cudaFree(mem);
+  }
+}
+#endif
+
 }  // namespace
 
 int gpu_all_reduce(const std::vector<int>& replicas, std::size_t min_bytes, std::size_t max_bytes, bool in_place) {
@@ -135,6 +167,11 @@ int gpu_all_reduce(const std::vector<int>& replicas, std::size_t min_bytes, std:
       wrong += row.wrong;
     }
   }
+#if STRATA_HAS_NCCL
+  nccl_one_rank(min_bytes, max_bytes);
+#else
+  std::printf("# NCCL: not in this build (-Dnccl)\n");
+#endif
   return wrong == 0 ? 0 : 1;
 }
 
