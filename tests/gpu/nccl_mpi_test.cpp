@@ -24,47 +24,15 @@
 #include <strata/cuda/device.hpp>
 #include <strata/cuda/stream.hpp>
 
+#include "device_vector.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
+using gpu_test::DeviceVector;
 
 strata::MpiCommunicator mpi_world() { return strata::MpiCommunicator::world({.timeout = 60s}); }
 
-//! n elements of T on one GPU, written and read through a stream of it.
-template <class T>
-class DeviceVector {
- public:
-  DeviceVector(const std::vector<T>& v, int device, cudaStream_t stream)
-      : device_(device), stream_(stream), n_(v.size()) {
-    strata::cuda::DeviceGuard g{device};
-    if (n_ == 0) return;
-    STRATA_CUDA_CHECK(cudaMalloc(&p_, n_ * sizeof(T)));
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, stream));
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-  DeviceVector(const DeviceVector&) = delete;
-  DeviceVector& operator=(const DeviceVector&) = delete;
-  ~DeviceVector() {
-    if (p_ == nullptr) return;
-    strata::cuda::DeviceGuard g{device_};
-    (void)cudaFree(p_);
-  }
-  std::span<T> span() const { return {p_, n_}; }
-  std::vector<T> read() const {
-    std::vector<T> v(n_);
-    if (n_ == 0) return v;
-    strata::cuda::DeviceGuard g{device_};
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(v.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost, stream_));
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return v;
-  }
-
- private:
-  int device_;
-  cudaStream_t stream_;
-  std::size_t n_;
-  T* p_ = nullptr;
-};
 
 template <class T>
 std::vector<T> values(int rank, std::size_t n) {
