@@ -77,16 +77,7 @@ class MpiPipelineExecutor final : public Executor {
     value_ = init;
     comm_.broadcast(value_.span(), 0);
     grad_ = Tensor<float>{Shape{init.size()}};
-    slices_.clear();
-    stats_.stages.assign(S, {});
-    for (std::size_t s = 0, off = 0; s < S; ++s) {
-      std::size_t n = 0;
-      for (std::size_t l = ranges_[s].begin; l < ranges_[s].end; ++l) n += counts_[l];
-      slices_.push_back(Range{off, off + n});
-      stats_.stages[s].layers = ranges_[s];
-      stats_.stages[s].params = n;
-      off += n;
-    }
+    slices_ = stage_param_slices(ranges_, counts_, stats_);
     const Range mine = slices_[s_];
     stage_ = program_.make_stage(ranges_[s_], value_.span().subspan(mine.begin, mine.size()),
                                  grad_.span().subspan(mine.begin, mine.size()));

@@ -119,21 +119,14 @@ class PipelineExecutor final : public Executor {
  private:
   //! Makes the stages of ranges_, for every copy, over value_ and its gradient.
   void layout() {
-    const std::size_t S = ranges_.size();
     stages_.clear();
     stages_.resize(grads_.size());
-    slices_.clear();
-    stats_.stages.assign(S, {});
-    for (std::size_t s = 0, off = 0; s < S; ++s) {
-      std::size_t n = 0;
-      for (std::size_t l = ranges_[s].begin; l < ranges_[s].end; ++l) n += counts_[l];
-      slices_.push_back(Range{off, off + n});
+    slices_ = stage_param_slices(ranges_, counts_, stats_);
+    for (std::size_t s = 0; s < ranges_.size(); ++s) {
+      const Range r = slices_[s];
       for (std::size_t d = 0; d < grads_.size(); ++d)
-        stages_[d].push_back(
-            program_.make_stage(ranges_[s], value_.span().subspan(off, n), grads_[d].span().subspan(off, n)));
-      stats_.stages[s].layers = ranges_[s];
-      stats_.stages[s].params = n;
-      off += n;
+        stages_[d].push_back(program_.make_stage(ranges_[s], value_.span().subspan(r.begin, r.size()),
+                                                 grads_[d].span().subspan(r.begin, r.size())));
     }
   }
 

@@ -46,6 +46,24 @@ inline std::vector<StageTask> stage_order(Schedule k, std::size_t s, std::size_t
   return v;
 }
 
+//! Each stage's slice of the flat parameters (stage s holds the layers
+//! ranges[s], layer l has counts[l] parameters), in stage order; resets
+//! `stats` to one entry per stage with its layers and parameter count.
+inline std::vector<Range> stage_param_slices(const std::vector<Range>& ranges, const std::vector<std::size_t>& counts,
+                                             PipelineStats& stats) {
+  std::vector<Range> slices;
+  stats.stages.assign(ranges.size(), {});
+  for (std::size_t s = 0, off = 0; s < ranges.size(); ++s) {
+    std::size_t n = 0;
+    for (std::size_t l = ranges[s].begin; l < ranges[s].end; ++l) n += counts[l];
+    slices.push_back(Range{off, off + n});
+    stats.stages[s].layers = ranges[s];
+    stats.stages[s].params = n;
+    off += n;
+  }
+  return slices;
+}
+
 //! Bytes stage `s` holds running micro-batches of up to `rows` rows, `flight`
 //! at a time: its input and each layer's output per row (`widths`, one per
 //! layer), and on the last stage the loss's gradient, kept until backward.
