@@ -16,6 +16,7 @@
 #include <strata/strata.hpp>
 
 #include "blobs.hpp"
+#include "boom_layer.hpp"
 #include "watchdog.hpp"
 
 namespace nn = strata::nn;
@@ -246,28 +247,7 @@ TEST_CASE("a memory budget too small for one stage is an error before training; 
   CHECK(max_diff(w, train(ref, wide, 32, 1)) < 2e-5f);
 }
 
-namespace {
-// Throws in forward once `after` forwards ran (training only).
-class Boom final : public nn::detail::LayerBase<Boom> {
- public:
-  explicit Boom(int after) : after_(after) {}
-  std::string kind() const override { return "Boom"; }
-  strata::Shape build(const strata::Shape& in) override { return in; }
-  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
-    if (info.training && info.step >= static_cast<std::uint64_t>(after_)) throw strata::Error("boom in stage");
-    y.resize(c, x.shape());
-    if (x.size()) std::copy_n(x.data(), x.size(), y.data());
-  }
-  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
-    if (!dx) return;
-    dx->resize(c, dy.shape());
-    if (dy.size()) std::copy_n(dy.data(), dy.size(), dx->data());
-  }
-
- private:
-  int after_;
-};
-}  // namespace
+using strata_test::Boom;
 
 TEST_CASE("a stage that throws stops every stage with its error, no hang") {
   strata_test::Watchdog dog("pipeline failure", 120s);

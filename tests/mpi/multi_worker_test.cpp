@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/data/dataset.hpp>
@@ -28,6 +29,16 @@ strata::MultiWorkerOptions quick(std::chrono::milliseconds t = 20s) {
   o.mpi.timeout = t;
   o.local.timeout = t;
   return o;
+}
+//! 96 samples of 6 features, 3 classes learnable from the first feature (the same on every worker).
+std::pair<strata::Tensor<float>, strata::Tensor<std::int32_t>> samples_96() {
+  strata::Tensor<float> x{{96, 6}};
+  strata::Tensor<std::int32_t> y{{96}};
+  for (std::size_t i = 0; i < 96; ++i) {
+    for (std::size_t j = 0; j < 6; ++j) x[i * 6 + j] = static_cast<float>(((i * 5 + j * 7) % 13)) / 13.f - 0.5f;
+    y[i] = x[i * 6] < -0.17f ? 0 : x[i * 6] < 0.17f ? 1 : 2;
+  }
+  return {std::move(x), std::move(y)};
 }
 int world_rank() {
   int r = 0;
@@ -185,12 +196,9 @@ TEST_CASE("a model trained across workers matches the same model trained in one 
 // the GPUs' it is the CPU replicas' run, bit for bit.
 TEST_CASE("GPU replicas across workers (host-staged), on the host compute, train bitwise like CPU replicas") {
   namespace nn = strata::nn;
-  strata::Tensor<float> x{{96, 6}};
-  strata::Tensor<std::int32_t> y{{96}};
-  for (std::size_t i = 0; i < 96; ++i) {
-    for (std::size_t j = 0; j < 6; ++j) x[i * 6 + j] = static_cast<float>(((i * 5 + j * 7) % 13)) / 13.f - 0.5f;
-    y[i] = x[i * 6] < -0.17f ? 0 : x[i * 6] < 0.17f ? 1 : 2;
-  }
+  const auto samples = samples_96();
+  const auto& x = samples.first;
+  const auto& y = samples.second;
   auto train = [&](auto& strategy) {
     auto data = strata::data::from_tensor_slices(x, y).shuffle(96, 3).batch(20);
     auto model = strategy.scope([] {
@@ -341,12 +349,9 @@ TEST_CASE("workers that disagree on the run's fingerprint all raise RunMismatch 
 
 TEST_CASE("checkpoints are logical across processes: one process's Mirrored x4 <-> 2 workers x 2 replicas") {
   namespace nn = strata::nn;
-  strata::Tensor<float> x{{96, 6}};
-  strata::Tensor<std::int32_t> y{{96}};
-  for (std::size_t i = 0; i < 96; ++i) {
-    for (std::size_t j = 0; j < 6; ++j) x[i * 6 + j] = static_cast<float>(((i * 5 + j * 7) % 13)) / 13.f - 0.5f;
-    y[i] = x[i * 6] < -0.17f ? 0 : x[i * 6] < 0.17f ? 1 : 2;
-  }
+  const auto samples = samples_96();
+  const auto& x = samples.first;
+  const auto& y = samples.second;
   auto make = [](auto& strategy) {
     auto model = strategy.scope([] {
       return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh}}, nn::Dense{3}};

@@ -19,6 +19,7 @@
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
 #include "../blobs.hpp"
+#include "../boom_layer.hpp"
 
 #include <unistd.h>
 
@@ -132,28 +133,7 @@ TEST_CASE("the job's checkpoint, taken at an epoch's end, continues in one proce
   if (a.is_chief()) std::filesystem::remove(path);
 }
 
-namespace {
-// Throws in forward from training step `after` on (an identity otherwise).
-class Boom final : public nn::detail::LayerBase<Boom> {
- public:
-  explicit Boom(int after) : after_(after) {}
-  std::string kind() const override { return "Boom"; }
-  strata::Shape build(const strata::Shape& in) override { return in; }
-  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
-    if (info.training && info.step >= static_cast<std::uint64_t>(after_)) throw strata::Error("boom in stage");
-    y.resize(c, x.shape());
-    if (x.size()) std::copy_n(x.data(), x.size(), y.data());
-  }
-  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
-    if (!dx) return;
-    dx->resize(c, dy.shape());
-    if (dy.size()) std::copy_n(dy.data(), dy.size(), dx->data());
-  }
-
- private:
-  int after_;
-};
-}  // namespace
+using strata_test::Boom;
 
 TEST_CASE("a stage that throws stops every rank with its error, within the timeout") {
   const int W = world();
