@@ -14,6 +14,9 @@
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
+#if STRATA_HAS_MPI  // examples/meson.build links the MNIST examples with strata-mpi whenever the backend is built
+#include <strata/strategy/by_name_mpi.hpp>  // the strategies across the ranks of an mpirun job
+#endif
 #if STRATA_HAS_NCCL  // examples/meson.build links strata-nccl whenever NCCL is built, else strata-cuda
 #include <strata/nccl.hpp>  // --device gpu; GPU replicas on distinct GPUs sum with NCCL
 #elif STRATA_HAS_CUDA
@@ -23,6 +26,15 @@
 #include "example_cli.hpp"
 
 namespace example {
+
+//! The strategies the MNIST examples offer: with the MPI backend, those
+//! across the ranks of an mpirun job too (multi_worker_mirrored, parameter
+//! servers and pipeline stages on ranks).
+#if STRATA_HAS_MPI
+using Strategies = strata::MpiStrategies;
+#else
+using Strategies = strata::InProcessStrategies;
+#endif
 
 inline strata::data::Mnist load(const Args& a) {
   const auto dir = a.data.empty() ? strata::data::default_mnist_dir() : std::filesystem::path(a.data);
@@ -124,10 +136,8 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
 }
 
 //! main() of an MNIST example: parse, load, train under the named strategy.
-//! `Strategies`: the names it accepts and how it builds them
-//! (strata::MpiStrategies where the example includes by_name_mpi.hpp).
-template <class Strategies = strata::InProcessStrategies>
-int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model, double target) {
+//! The names it accepts and how it builds them: example::Strategies.
+inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model, double target) {
   constexpr bool mpi = !std::is_same_v<Strategies, strata::InProcessStrategies>;
   Args a = parse(argc, argv, {}, Program{Strategies::names, mnist_options(mpi)});
   if (a.min_accuracy < 0) a.min_accuracy = target;
