@@ -60,14 +60,15 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # The MPI tests run in the release suite, and under ThreadSanitizer as the
 # 'mpi_tsan' suite (2 ranks, Open MPI's own reports suppressed by
 # tests/mpi/tsan.supp); not under ASan: Open MPI's memory hooks and
-# never-freed globals defeat it.
+# never-freed globals defeat it, so that build leaves MPI out (and the
+# TSan build makes only the MPI programs its suite runs).
 only_unit=(--no-suite compile_fail --no-suite packaging --no-suite readme --no-suite examples --no-suite mpi)
 suite "release (g++)" build g++ -- -Dbuildtype=release
 suite "ThreadSanitizer (g++)" build-tsan g++ "${only_unit[@]}" -- \
   -Dbuildtype=debugoptimized -Db_sanitize=thread -Dbench=false -Dexamples=false -Dcuda=disabled
 suite "AddressSanitizer + UBSan (clang++)" build-asan clang++ "${only_unit[@]}" -- \
   -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbench=false -Dexamples=false \
-  -Dcuda=disabled
+  -Dcuda=disabled -Dmpi=disabled
 
 # --- Fuzzing (tests/fuzz/run.sh; issue 15) -------------------------------
 # Each libFuzzer target (the IDX reader, the weights-file reader), built with
