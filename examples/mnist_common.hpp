@@ -19,6 +19,9 @@
 #endif
 #if STRATA_HAS_NCCL  // examples/meson.build links strata-nccl whenever NCCL is built, else strata-cuda
 #include <strata/nccl.hpp>  // --device gpu; GPU replicas on distinct GPUs sum with NCCL
+#if STRATA_HAS_MPI
+#include <strata/nccl_mpi.hpp>  // and GPU workers on distinct GPUs sum across workers with NCCL
+#endif
 #elif STRATA_HAS_CUDA
 #include <strata/cuda.hpp>  // --device gpu
 #endif
@@ -70,6 +73,8 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
   // initial weights: a collective), only the chief prints
   const std::string summary = model.summary();
   if (!a.quiet && chief) std::printf("%s", summary.c_str());
+  if (const std::string how = model.gradient_reduction(); !a.quiet && chief && !how.empty())
+    std::printf("gradients: %s\n", how.c_str());  // GPU replicas: which all-reduce, and why
   const std::size_t n = mnist.train_images.shape()[0];
   auto train = strata::data::from_tensor_slices(mnist.train_images, mnist.train_labels)
                    .shuffle(n, a.seed)

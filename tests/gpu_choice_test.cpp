@@ -93,3 +93,39 @@ TEST_CASE("duplicate_gpus: two ranks on one GPU are named, with the host and the
   std::vector<GpuIdentity> hosts{{"a", 0, ""}, {"b", 0, ""}};
   CHECK(strata::duplicate_gpus(hosts).empty());
 }
+
+TEST_CASE("choose_worker_reduce: NCCL across workers on distinct GPUs, host memory when they share one or lack it") {
+  std::vector<GpuIdentity> own{{"a", 0, "GPU-1"}, {"b", 0, "GPU-2"}, {"b", 1, "GPU-3"}};
+  auto c = strata::choose_worker_reduce(own, /*nccl_available=*/true);
+  CHECK(c.kind == GpuReduce::nccl);
+  CHECK(c.why == "3 workers, each on its own GPU: NCCL across workers (one rank per worker, on the GPU of its local "
+                 "replica 0), after the sum of its local replicas on their devices");
+
+  // Two processes on one GPU (the one-GPU machine): NCCL would refuse them; staged through host memory.
+  std::vector<GpuIdentity> shared{{"h", 0, "GPU-9"}, {"h", 0, "GPU-9"}};
+  c = strata::choose_worker_reduce(shared, true);
+  CHECK(c.kind == GpuReduce::host_staged);
+  CHECK(c.why == "2 workers share GPUs (ranks 0 and 1 both use GPU 0 (GPU-9) on h, counting workers as ranks) and "
+                 "NCCL needs one GPU per rank: each worker's sum is staged through host memory and all-reduced over "
+                 "MPI");
+
+  // Without <strata/nccl_mpi.hpp> nothing is gathered: host memory, and the header that changes it.
+  c = strata::choose_worker_reduce({}, false);
+  CHECK(c.kind == GpuReduce::host_staged);
+  CHECK(c.why.find("include <strata/nccl_mpi.hpp>") != std::string::npos);
+
+  // Forcing: host memory always can; NCCL cannot on a shared GPU or without NCCL, and says why.
+  c = strata::choose_worker_reduce(own, true, "host_staged");
+  CHECK(c.kind == GpuReduce::host_staged);
+  CHECK(c.why.starts_with("forced: host_staged (automatic: 3 workers, each on its own GPU"));
+  CHECK(strata::choose_worker_reduce(own, true, "nccl").kind == GpuReduce::nccl);
+  CHECK_THROWS_WITH_AS(strata::choose_worker_reduce(shared, true, "nccl"),
+                       doctest::Contains("cannot force nccl across workers: ranks 0 and 1 both use GPU 0 (GPU-9) on "
+                                         "h. NCCL needs one GPU per rank"),
+                       strata::Error);
+  CHECK_THROWS_WITH_AS(strata::choose_worker_reduce({}, false, "nccl"),
+                       doctest::Contains("NCCL across workers is not in this program"), strata::Error);
+  CHECK_THROWS_WITH_AS(strata::choose_worker_reduce(own, true, "ring"),
+                       doctest::Contains("unknown algorithm 'ring' across workers; use nccl or host_staged"),
+                       strata::Error);
+}

@@ -189,7 +189,9 @@ TEST_CASE("MirroredStrategy's GPU executor on the host compute trains bitwise li
 
 // CentralStorageStrategy on GPU replicas: variables and update on the host,
 // each replica's compute on its device (the central value uploaded each
-// step, the gradient downloaded): the CPU run's bits on the host compute.
+// step, the gradient downloaded), or (CentralVariables::Gpu) variables and
+// update on replica 0's device, its values sent to the others each step:
+// either way the CPU run's bits on the host compute.
 TEST_CASE("CentralStorageStrategy with GPU compute, on the host compute, trains bitwise like CPU replicas") {
   for (int p : {2, 3}) {
     CAPTURE(p);
@@ -198,5 +200,8 @@ TEST_CASE("CentralStorageStrategy with GPU compute, on the host compute, trains 
     strata_test::HostAsGpu host;
     strata::CentralStorageStrategy gpus{strata::virtual_gpus(0, p)};
     CHECK(run(gpus) == want);
+    strata::CentralStorageStrategy on_gpu{strata::virtual_gpus(0, p)};
+    on_gpu.executor_options().central_variables = strata::CentralVariables::Gpu;
+    CHECK(run(on_gpu) == want);  // (without the values sent, replicas 1.. would train on stale ones)
   }
 }

@@ -90,6 +90,24 @@ TEST_CASE("CentralStorageStrategy with compute on 2 virtual GPUs (variables and 
   CHECK(got.accuracy == doctest::Approx(want.accuracy).epsilon(0.01));
 }
 
+TEST_CASE("CentralStorageStrategy with the variables on the GPU (CentralVariables::Gpu) takes one GPU's steps") {
+  const auto data = strata_test::blobs(1003, 5);
+  strata::OneDeviceStrategy one{strata::gpu(0)};
+  const Run want = train(one, data, 2);
+  for (int p : {2, 3}) {
+    CAPTURE(p);
+    strata::CentralStorageStrategy s{strata::virtual_gpus(0, p)};
+    s.executor_options().central_variables = strata::CentralVariables::Gpu;
+    const Run got = train(s, data, 2);
+    CHECK(got.iterations == want.iterations);
+    gpu_test::check_close(got.w, want.w, 1e-3, 2e-4, "weights against one GPU");
+    CHECK(got.accuracy == doctest::Approx(want.accuracy).epsilon(0.01));
+    // the same bits as Mirrored on the same replicas: one update broadcast, or the same update everywhere
+    strata::MirroredStrategy m{strata::virtual_gpus(0, p)};
+    gpu_test::check_bitwise(got.w, train(m, data, 2).w, "Mirrored on the same virtual GPUs");
+  }
+}
+
 TEST_CASE("MirroredStrategy with one replica per GPU (NCCL where built) takes one GPU's steps") {
   const int n = strata::cuda::device_count();
   if (n < 2) {

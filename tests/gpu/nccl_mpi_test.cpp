@@ -8,13 +8,10 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +22,7 @@
 #include <strata/cuda/stream.hpp>
 
 #include "device_vector.hpp"
+#include "mpi_gpu_main.hpp"
 
 using namespace std::chrono_literals;
 
@@ -159,26 +157,4 @@ TEST_CASE("collectives across processes match the host (a GPU per rank)") {
   c.synchronize();
 }
 
-// doctest under MPI, as tests/mpi/mpi_main.cpp, but skipped (77) on every
-// rank before MPI starts when there is no GPU.
-int main(int argc, char** argv) {
-  if (strata::cuda::device_count() == 0) {
-    std::puts("skipped: no GPU (strata::cuda::device_count() == 0)");
-    return 77;
-  }
-  strata::detail::mpi::runtime();
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  doctest::Context ctx(argc, argv);
-  if (rank != 0) ctx.setOption("minimal", true);
-  if (!isatty(1)) ctx.setOption("no-colors", true);
-  const int res = ctx.run();
-  if (ctx.shouldExit()) return res;
-  int failed = res != 0, ranks_failed = 0;
-  MPI_Allreduce(&failed, &ranks_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0)
-    std::printf("NCCL MPI tests on %d ranks: %s on %d rank(s)\n", size, ranks_failed ? "FAILED" : "passed",
-                ranks_failed ? ranks_failed : size);
-  return ranks_failed ? 1 : 0;
-}
+int main(int argc, char** argv) { return gpu_test::mpi_main(argc, argv, "NCCL MPI tests"); }

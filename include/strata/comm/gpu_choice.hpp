@@ -181,4 +181,44 @@ inline GpuReduceChoice choose_gpu_reduce(std::span<const int> devices, bool nccl
               "'; use nccl, device_direct or host_staged");
 }
 
+//! How the workers (processes) of MultiWorkerMirroredStrategy with GPU
+//! replicas sum their local sums, decided from the GPU of each worker's
+//! local replica 0 (`leaders`, one per worker, the same on every worker):
+//! - NCCL, one rank per worker on that GPU, where every worker's is its own
+//!   GPU and the program has NCCL across workers (`nccl_available`:
+//!   <strata/nccl_mpi.hpp> included);
+//! - else staged through host memory over MPI (the worker's sum downloaded,
+//!   all-reduced by the strategy's MPI communicator, uploaded).
+//! `force` ("nccl" or "host_staged") overrides where it can run; an
+//! impossible force is an Error naming why.
+//!   auto c = strata::choose_worker_reduce(ids, true);
+//!   // nccl: "2 workers, each on its own GPU: NCCL across workers, ..."
+inline GpuReduceChoice choose_worker_reduce(std::span<const GpuIdentity> leaders, bool nccl_available,
+                                            std::string_view force = {}) {
+  const std::string where = std::to_string(leaders.size()) + " workers";
+  const std::string dup = nccl_available ? duplicate_gpus(leaders) : std::string();
+  GpuReduceChoice c;
+  if (!nccl_available)
+    c = {GpuReduce::host_staged,
+         "NCCL across workers is not in this program (include <strata/nccl_mpi.hpp> and link strata-nccl): each "
+         "worker's sum is staged through host memory and all-reduced over MPI"};
+  else if (!dup.empty())
+    c = {GpuReduce::host_staged,
+         where + " share GPUs (" + dup + ", counting workers as ranks) and NCCL needs one GPU per rank: each "
+                 "worker's sum is staged through host memory and all-reduced over MPI"};
+  else
+    c = {GpuReduce::nccl, where + ", each on its own GPU: NCCL across workers (one rank per worker, on the GPU of "
+                                  "its local replica 0), after the sum of its local replicas on their devices"};
+  if (force.empty() || force == gpu_reduce_name(c.kind)) return c;
+  if (force == "nccl") {
+    if (!nccl_available)
+      throw Error("choose_worker_reduce: cannot force nccl across workers: NCCL across workers is not in this "
+                  "program (include <strata/nccl_mpi.hpp> and link strata-nccl)");
+    check_distinct_gpus(leaders, "choose_worker_reduce: cannot force nccl across workers");
+  }
+  if (force == "host_staged") return {GpuReduce::host_staged, "forced: host_staged (automatic: " + c.why + ")"};
+  throw Error("choose_worker_reduce: unknown algorithm '" + std::string(force) + "' across workers; use nccl or "
+              "host_staged");
+}
+
 }  // namespace strata

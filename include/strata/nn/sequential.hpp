@@ -191,6 +191,12 @@ class Sequential {
     return all;
   }
 
+  //! How the replicas' gradients are summed and why, once the model is
+  //! built: "2 replicas share GPU 0 (virtual GPUs): a direct reduce kernel
+  //! ..." for GPU replicas (and, across workers, how the sums cross them);
+  //! empty where nothing is chosen at run time (CPU replicas: the reduce policy).
+  [[nodiscard]] std::string gradient_reduction() const { return ex_->collectives_choice(); }
+
   //! A Keras-like table: layers, output shapes, parameter counts. Builds
   //! the model if its Input is known.
   [[nodiscard]] std::string summary() {

@@ -73,10 +73,13 @@ struct StrategyChoice {
 //! Mirrored's GPU replicas for choice `c` (its device is a GPU): `replicas`
 //! of them (1 when 0), on c.device, or spread over GPUs 0 .. gpus - 1.
 //!   strata::gpu_replicas({.replicas = 4, .device = strata::gpu(0), .gpus = 2});   // /gpu:0 /gpu:1 /gpu:0 /gpu:1
-inline std::vector<Device> gpu_replicas(const StrategyChoice& c) {
+//! `first` shifts the spread: a worker with local rank k and n replicas
+//! starts at GPU k * n, so that the workers of one node take distinct GPUs
+//! where there are enough (NCCL can then join them).
+inline std::vector<Device> gpu_replicas(const StrategyChoice& c, int first = 0) {
   const int n = c.replicas > 0 ? c.replicas : 1;
   std::vector<Device> d;
-  for (int r = 0; r < n; ++r) d.push_back(gpu(c.gpus > 0 ? r % c.gpus : c.device.index));
+  for (int r = 0; r < n; ++r) d.push_back(gpu(c.gpus > 0 ? (first + r) % c.gpus : c.device.index));
   return d;
 }
 

@@ -93,8 +93,11 @@ struct MpiStrategies {
       auto workers = MpiCommunicator::world(mpi);
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       const int local = c.replicas > 0 ? c.replicas : std::max(1, cores / workers.ranks_on_node());
-      // GPU replicas: `replicas` of them (1 when 0) per worker, spread over the GPUs (strata::gpu_replicas)
-      MultiWorkerMirroredStrategy s{std::move(workers), c.device.is_gpu() ? gpu_replicas(c) : cpu_replicas(local),
+      // GPU replicas: `replicas` of them (1 when 0) per worker, spread over the GPUs (strata::gpu_replicas),
+      // the workers of a node on distinct GPUs where there are enough
+      const int gpu_first = workers.rank_on_node() * (c.replicas > 0 ? c.replicas : 1);
+      MultiWorkerMirroredStrategy s{std::move(workers),
+                                    c.device.is_gpu() ? gpu_replicas(c, gpu_first) : cpu_replicas(local),
                                     c.comm_options()};
       return fn(s);
     }

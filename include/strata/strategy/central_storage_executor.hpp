@@ -14,11 +14,14 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <strata/kernels/buffer.hpp>
 #include <strata/policy/placement.hpp>
 #include <strata/strategy/device_compute.hpp>
+#include <strata/strategy/device_mirrored_executor.hpp>
+#include <strata/strategy/mirrored_executor.hpp>  // ExecutorOptions, CentralVariables
 #include <strata/strategy/sync_executor.hpp>
 
 namespace strata::detail {
@@ -42,6 +45,12 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
     if (!updater_) throw Error("set_optimizer_state: the model is not compiled and placed yet");
     updater_->set_state(slots);
+  }
+  [[nodiscard]] std::string collectives_choice() const override {
+    if (devs_.empty()) return {};
+    return std::to_string(devs_.size()) + (devs_.size() == 1 ? " GPU replica" : " GPU replicas") +
+           " with central variables: each gradient is downloaded and summed on the host, where the variables and "
+           "the update live; the value is uploaded to every replica each step";
   }
 
  private:
@@ -94,10 +103,15 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   std::vector<OnDevice> devs_;  // GPU replicas: one per local replica; empty on CPUs
 };
 
+//! CentralStorage: on CPUs, and on GPUs with the variables on the host,
+//! CentralStorageExecutor; on GPUs with the variables on a GPU
+//! (CentralVariables::Gpu), the device executor in its central mode.
 template <>
 struct ExecutorFor<CentralStorage> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
+    if (s.devices().front().is_gpu() && s.executor_options().central_variables == CentralVariables::Gpu)
+      return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options().matmul, /*central=*/true);
     return std::make_unique<CentralStorageExecutor<S>>(s, program);
   }
 };

@@ -8,6 +8,7 @@
 //! replicas reduce in host memory in replica order, each uploads the sum.
 //!   auto coll = strata::detail::make_device_collectives(devices, opts);
 //!   coll->all_reduce_sum(r, compute, grad, n);   // on replica r's thread, every replica
+//!   coll->broadcast(r, compute, grad, n, 0);      // every replica takes replica 0's
 
 #include <cstddef>
 #include <memory>
@@ -33,6 +34,8 @@ class DeviceCollectives {
   //! Replica `rank`'s `n` floats at `data` (memory of `c`) become the sum of
   //! every replica's, added in replica order (bitwise the same on each).
   virtual void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) = 0;
+  //! Replica `rank`'s `n` floats at `data` (memory of `c`) become replica `root`'s.
+  virtual void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) = 0;
   //! Replica `rank` failed with `why`: the others stop waiting for it.
   virtual void abort(int rank, const std::string& why) = 0;
   //! Called while no replica runs: forget a previous run (its counters, an abort).
@@ -69,6 +72,16 @@ class HostStagedCollectives final : public DeviceCollectives {
     reduce_range<SumOp>(in.data(), in.size(), out.data(), out.size(), r.begin, r.end, static_cast<std::size_t>(p));
     team_.leave(rank, seq, d);
     if (n) c.upload(data, mine.data(), n * sizeof(float));
+  }
+  void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
+    auto& mine = host_[static_cast<std::size_t>(rank)];
+    mine.resize(n);
+    if (rank == root && n) c.download(mine.data(), data, n * sizeof(float));
+    const CallDesc d{.kind = CallKind::broadcast, .dtype = "float32", .in_count = n, .out_count = n, .root = root,
+                     .algorithm = "host_staged"};
+    const std::uint64_t seq = team_.enter(rank, d, mine.data(), mine.data());
+    if (rank != root && n) c.upload(data, static_cast<const float*>(team_.slot(root).in), n * sizeof(float));
+    team_.leave(rank, seq, d);
   }
   void abort(int rank, const std::string& why) override { team_.abort(rank, why); }
   void reset() override { team_.reset(); }

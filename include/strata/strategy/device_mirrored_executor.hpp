@@ -16,17 +16,25 @@
 //!   between distinct GPUs, else staged through host memory); each replica
 //!   then counts the NaN and infinite values of its 1/p slice of the sum on
 //!   its device, and one host all-reduce of a float decides for all;
-//! - several workers (MultiWorkerMirroredStrategy with GPU replicas): staged
-//!   through host memory, each replica's gradient downloaded and summed by
-//!   the strategy's hierarchical all-reduce (local replicas, then MPI), the
-//!   finiteness checked there as on CPUs, the sum uploaded again.
+//! - several workers (MultiWorkerMirroredStrategy with GPU replicas):
+//!   hierarchical, as the CPU workers' all-reduce: the local replicas sum on
+//!   their devices (DeviceCollectives), local replica 0 sums that across
+//!   workers (worker_sum.hpp: NCCL, one rank per worker, where each worker's
+//!   replica 0 has a GPU of its own and <strata/nccl_mpi.hpp> is included;
+//!   else staged through host memory over MPI), and the local replicas take
+//!   its result on their devices; the finiteness is counted on the devices.
+//! Central (CentralStorageStrategy with CentralVariables::Gpu): only
+//! replica 0 keeps optimizer state and applies the update to its copy, the
+//! central one; the others take its values on their devices each step.
 //! Run on the host's compute (tests substitute it for the GPU's) it is
-//! bitwise the CPU run with the direct all-reduce, in one process and
-//! across workers. Not yet: the sharded update on GPUs.
+//! bitwise the CPU run with the direct all-reduce (central: the CPU
+//! CentralStorageStrategy's), in one process and across workers. Not yet:
+//! the sharded update on GPUs.
 
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <strata/comm/reduce_op.hpp>
@@ -35,6 +43,7 @@
 #include <strata/strategy/device_collectives.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/sync_executor.hpp>
+#include <strata/strategy/worker_sum.hpp>
 
 namespace strata::detail {
 
@@ -44,20 +53,26 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
   friend Base;
 
  public:
-  DeviceMirroredExecutor(S& s, ModelProgram& program, MatmulPrecision matmul) : Base(s, program), matmul_(matmul) {}
+  //! `central`: the update on replica 0 only, its values broadcast (CentralVariables::Gpu).
+  DeviceMirroredExecutor(S& s, ModelProgram& program, MatmulPrecision matmul, bool central = false)
+      : Base(s, program), matmul_(matmul), central_(central) {}
   // The replicas' programs and updaters hold memory of the computes: they go first.
   ~DeviceMirroredExecutor() override {
     this->reps_.clear();
+    workers_sum_.reset();  // may hold an NCCL communicator on replica 0's stream
     for (Replica& R : devs_) R.updater.reset();
   }
 
-  //! Which all-reduce the local replicas use, and why.
-  [[nodiscard]] const std::string& collectives_choice() const noexcept { return colls_->choice(); }
+  //! Which all-reduce the local replicas use, and why (and, across
+  //! workers, how their sums cross workers).
+  [[nodiscard]] std::string collectives_choice() const override { return choice_; }
 
   void reset_optimizer() override {
-    for (Replica& R : devs_) {
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      Replica& R = devs_[r];
       R.updater.reset();
-      if (program_compiled()) R.updater = this->program_.make_updater_on(*R.c, this->program_.num_params());
+      if (program_compiled() && updates(r))
+        R.updater = this->program_.make_updater_on(*R.c, this->program_.num_params());
     }
   }
   //! Replica 0's (every replica's is the same).
@@ -68,7 +83,8 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
     if (devs_.empty() || !devs_.front().updater)
       throw Error("set_optimizer_state: the model is not compiled and placed yet");
-    for (Replica& R : devs_) R.updater->set_state(slots);
+    for (Replica& R : devs_)
+      if (R.updater) R.updater->set_state(slots);
   }
 
   //! Replica 0's copy, read back from its device (cached until it changes).
@@ -97,17 +113,29 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
   };
 
   [[nodiscard]] bool program_compiled() const { return this->program_.compiled() && !this->reps_.empty(); }
+  //! Whether replica r applies the update (every one, or only the central one).
+  [[nodiscard]] bool updates(std::size_t r) const noexcept { return !central_ || r == 0; }
 
   // -- SyncExecutor's hooks -------------------------------------------------
   void place_values(const Tensor<float>& init, std::size_t local) {
     this->reps_.clear();  // bound to the buffers below
     const std::vector<Device>& devices = this->s_.devices();
     if (devs_.size() != local) {
+      workers_sum_.reset();
       for (Replica& R : devs_) R.updater.reset();
       devs_.clear();
       devs_.resize(local);
       for (std::size_t r = 0; r < local; ++r) devs_[r].c = make_compute(devices[r], matmul_);
       colls_ = make_device_collectives(devices, this->s_.options());
+      choice_ = colls_->choice();
+      if (central_)
+        choice_ += "; the variables and the update on replica 0's device (central storage), its values sent to "
+                   "the other replicas' devices each step";
+      if constexpr (requires { this->s_.make_worker_sum(*devs_.front().c); })
+        if (this->workers_.size() > 1) {  // collective over the workers, as place() is
+          workers_sum_ = this->s_.make_worker_sum(*devs_.front().c);
+          choice_ += "; across workers: " + workers_sum_->choice();
+        }
     }
     colls_->reset();
     for (Replica& R : devs_) {
@@ -143,20 +171,19 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
     const std::size_t n = this->program_.num_params();
     const std::size_t p = devs_.size();
     try {
-      if (this->workers_.size() > 1) {
-        // Across workers: the strategy's hierarchical all-reduce on the host.
-        std::span<float> g = this->grads_[r].span();
-        if (n) R.c->download(g.data(), R.grad.data(), n * sizeof(float));
-        ctx.all_reduce(g, Sum);
-        if (!this->finite_gradient(ctx, r, std::span<const float>(g).subspan(shard_range(n, p, r).begin,
-                                                                            shard_range(n, p, r).size())))
-          return;
-        if (n) R.c->upload(R.grad.data(), g.data(), n * sizeof(float));
+      const int me = static_cast<int>(r);
+      if (workers_sum_) {
+        // Across workers, hierarchical: the local sum on the devices (replica
+        // order), replica 0 sums it across workers, the others take its result.
+        if (p > 1) colls_->all_reduce_sum(me, *R.c, R.grad.data(), n);
+        if (r == 0) workers_sum_->all_reduce_sum(*R.c, R.grad.data(), n);
+        if (p > 1) colls_->broadcast(me, *R.c, R.grad.data(), n, 0);
       } else {
-        colls_->all_reduce_sum(static_cast<int>(r), *R.c, R.grad.data(), n);
-        if (this->check_ && !finite_on_device(ctx, r)) return;
+        colls_->all_reduce_sum(me, *R.c, R.grad.data(), n);
       }
-      R.updater->apply({R.value.data(), n}, {R.grad.data(), n}, 0, it);
+      if (this->check_ && !finite_on_device(ctx, r)) return;
+      if (updates(r)) R.updater->apply({R.value.data(), n}, {R.grad.data(), n}, 0, it);
+      if (central_ && p > 1) colls_->broadcast(me, *R.c, R.value.data(), n, 0);
     } catch (const std::exception& e) {
       colls_->abort(static_cast<int>(r), e.what());
       throw;
@@ -164,7 +191,9 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
   }
 
   //! The finiteness decision on the devices' sum: replica r counts its 1/p
-  //! slice on its device, one host all-reduce of the counts decides for all.
+  //! slice on its device, one host all-reduce of the counts (over every
+  //! replica of every worker: each worker's slices cover the same sum once)
+  //! decides for all.
   template <class Ctx>
   bool finite_on_device(Ctx& ctx, std::size_t r) {
     Replica& R = devs_[r];
@@ -176,13 +205,16 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
     R.c->download(&local, R.bad.data(), sizeof local);
     float bad[1] = {static_cast<float>(local)};
     ctx.all_reduce(std::span<float>(bad), Sum);
-    if (r == 0) this->bad_ = bad[0];
+    if (r == 0) this->bad_ = static_cast<double>(bad[0]) / this->workers_.size();
     return bad[0] == 0.f;
   }
 
   MatmulPrecision matmul_;
+  bool central_ = false;
   std::vector<Replica> devs_;
   std::unique_ptr<DeviceCollectives> colls_;
+  std::unique_ptr<WorkerSum> workers_sum_;  // across workers (MultiWorkerMirroredStrategy), else null
+  std::string choice_;
   mutable std::optional<Tensor<float>> host_;
 };
 

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <strata/core/error.hpp>
@@ -58,6 +59,10 @@ class Executor {
   //! of a training pass (a checkpoint there is consistent); false where
   //! steps are still in flight until the pass ends (a parameter server).
   [[nodiscard]] virtual bool state_settled_between_steps() const noexcept { return true; }
+  //! How the replicas' gradients are summed and why, where that is decided
+  //! when the variables are placed (GPU replicas: the device kernel, NCCL
+  //! or host memory; across workers too); empty elsewhere.
+  [[nodiscard]] virtual std::string collectives_choice() const { return {}; }
   //! Runs a pass; returns its sums (at its end, every worker's).
   virtual PassTotals run_pass(Pass& pass) = 0;
   //! Predictions of a whole dataset, `all` rows in dataset order: across

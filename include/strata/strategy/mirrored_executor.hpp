@@ -38,9 +38,25 @@ enum class ShardedUpdate {
   Off,   //!< every replica updates its whole copy
 };
 
+//! Where CentralStorageStrategy keeps its one copy of the variables, and
+//! runs the update, when its replicas are GPUs.
+//!   s.executor_options().central_variables = strata::CentralVariables::Gpu;   // before making the model
+enum class CentralVariables {
+  //! Host memory (TensorFlow's choice with several GPUs): each replica's
+  //! gradient downloaded and summed there, the value uploaded each step.
+  Host,
+  //! The GPU of replica 0 (TensorFlow's choice with one GPU; here also for
+  //! virtual GPUs on it): the gradients summed on the devices, the update
+  //! run once, with the one optimizer state, and its values broadcast to the
+  //! other replicas' devices each step.
+  Gpu,
+};
+
 //! What a strategy tells its executor.
 struct ExecutorOptions {
   ShardedUpdate sharded_update = ShardedUpdate::Auto;
+  //! CentralStorageStrategy on GPU replicas only.
+  CentralVariables central_variables = CentralVariables::Host;
   //! The number format of a GPU replica's matrix products (values and
   //! optimizer state stay FP32; host products are always FP32).
   MatmulPrecision matmul = MatmulPrecision::FP32;

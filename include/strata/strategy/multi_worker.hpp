@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -23,11 +24,13 @@
 #include <utility>
 #include <vector>
 
+#include <strata/comm/gpu_choice.hpp>
 #include <strata/comm/mpi/communicator.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/mirrored_executor.hpp>
 #include <strata/strategy/multi_worker_executor.hpp>
 #include <strata/strategy/strategy.hpp>
+#include <strata/strategy/worker_sum.hpp>
 
 namespace strata {
 
@@ -220,6 +223,21 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
 
   //! The workers as the executor's synchronous loop uses them (collectives over MPI).
   [[nodiscard]] detail::MpiWorkers workers() noexcept { return detail::MpiWorkers(comm_); }
+
+  //! How GPU replicas' sums cross workers (strategy/worker_sum.hpp), `first`
+  //! being local replica 0's compute: NCCL where <strata/nccl_mpi.hpp> is
+  //! included and every worker's replica 0 has a GPU of its own, else staged
+  //! through host memory over this strategy's MPI communicator. Collective
+  //! over the workers; STRATA_WORKER_ALLREDUCE (nccl, host_staged) forces one.
+  [[nodiscard]] std::unique_ptr<detail::WorkerSum> make_worker_sum(kernels::Compute& first) {
+    std::function<void(std::span<float>)> host = [this](std::span<float> v) {
+      leader([&] { comm_.all_reduce(v, Sum); });
+    };
+    if (auto make = detail::nccl_worker_sum().make) return make(comm_, devices_.front(), first, std::move(host));
+    const char* force = std::getenv("STRATA_WORKER_ALLREDUCE");
+    GpuReduceChoice c = choose_worker_reduce({}, /*nccl_available=*/false, force ? force : "");
+    return std::make_unique<detail::HostStagedWorkerSum>(std::move(host), std::move(c.why));
+  }
 
  private:
   friend class MultiWorkerReplicaContext;

@@ -96,6 +96,7 @@ class MultiWorkerExecutor final : public Executor {
   void set_update_counters(std::span<const std::uint64_t> c, std::int64_t step) override {
     inner_->set_update_counters(c, step);
   }
+  [[nodiscard]] std::string collectives_choice() const override { return inner_->collectives_choice(); }
   [[nodiscard]] bool state_settled_between_steps() const noexcept override {
     return inner_->state_settled_between_steps();
   }

@@ -25,17 +25,24 @@ class DeviceTeamCollectives final : public strata::detail::DeviceCollectives {
       : team_(devices, opts), why_(std::move(why)) {}
 
   void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) override {
-    auto* gpu = dynamic_cast<CudaCompute*>(&c);
-    if (!gpu)
-      throw Error("DeviceTeamCollectives: replica " + std::to_string(rank) + " computes on " + c.name() +
-                  ", not on a GPU (a device team reduces GPU memory)");
-    DeviceCommunicator{team_, rank, gpu->stream()}.all_reduce(std::span<float>(data, n), Sum);
+    DeviceCommunicator{team_, rank, stream_of(rank, c)}.all_reduce(std::span<float>(data, n), Sum);
+  }
+  void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
+    DeviceCommunicator{team_, rank, stream_of(rank, c)}.broadcast(std::span<float>(data, n), root);
   }
   void abort(int rank, const std::string& why) override { team_.abort(rank, why); }
   void reset() override { team_.reset(); }
   [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
 
  private:
+  static cudaStream_t stream_of(int rank, kernels::Compute& c) {
+    auto* gpu = dynamic_cast<CudaCompute*>(&c);
+    if (!gpu)
+      throw Error("DeviceTeamCollectives: replica " + std::to_string(rank) + " computes on " + c.name() +
+                  ", not on a GPU (a device team reduces GPU memory)");
+    return gpu->stream();
+  }
+
   DeviceTeam team_;
   std::string why_;
 };

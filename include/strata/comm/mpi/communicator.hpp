@@ -87,6 +87,8 @@ class MpiCommunicator {
   [[nodiscard]] bool shares_memory() const noexcept { return !ex_.network(); }
   //! Ranks of this communicator on this rank's node (sharing its memory).
   [[nodiscard]] int ranks_on_node() const noexcept { return ex_.node_size(); }
+  //! This rank's index among the ranks on its node (its local rank: which GPU it takes).
+  [[nodiscard]] int rank_on_node() const noexcept { return ex_.node_rank(); }
   //! Collectives this rank has completed on this communicator.
   [[nodiscard]] std::uint64_t completed() const noexcept { return ex_.completed(); }
   //! Empty while usable; after a timeout or an abort, why it is not.

@@ -77,6 +77,7 @@ class Exchange {
     now_ = Activity{};
     network_ = t.network;
     node_size_ = t.node_size;
+    node_rank_ = t.node_rank;
     network_why_ = t.why;
   }
 
@@ -87,6 +88,7 @@ class Exchange {
   [[nodiscard]] bool network() const noexcept { return network_; }
   [[nodiscard]] const std::string& network_why() const noexcept { return network_why_; }
   [[nodiscard]] int node_size() const noexcept { return node_size_; }
+  [[nodiscard]] int node_rank() const noexcept { return node_rank_; }
   [[nodiscard]] std::uint64_t completed() const noexcept { return completed_; }
   [[nodiscard]] const std::string& poisoned() const noexcept { return poisoned_; }
   //! Every rank's call of the collective in progress (index = rank).
@@ -478,6 +480,7 @@ class Exchange {
   MpiOptions opts_;
   bool network_ = false;
   int node_size_ = 1;
+  int node_rank_ = 0;
   std::string network_why_;
   std::uint64_t entered_ = 0, completed_ = 0;
   std::vector<std::uint64_t> last_seen_;       // per rank: the last collective it arrived at with us

@@ -14,6 +14,7 @@ namespace strata::detail::mpi {
 struct Transport {
   bool network = false;  //!< some rank talks over a network
   int node_size = 1;     //!< ranks on this rank's node
+  int node_rank = 0;     //!< this rank's index among them
   std::string why;       //!< why network (empty in shared memory)
 };
 
@@ -40,6 +41,7 @@ Transport detect_transport(MPI_Comm comm, int size, Wait&& wait, InTime&& still_
   MPI_Comm node = MPI_COMM_NULL;
   check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
   MPI_Comm_size(node, &t.node_size);
+  MPI_Comm_rank(node, &t.node_rank);
   MPI_Comm_free(&node);
   int spans = t.node_size < size ? 1 : 0, any_spans = 0;
   check(MPI_Iallreduce(&spans, &any_spans, 1, MPI_INT, MPI_MAX, comm, &req), "MPI_Iallreduce");

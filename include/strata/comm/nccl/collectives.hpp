@@ -26,13 +26,10 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
   }
 
   void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) override {
-    auto* gpu = dynamic_cast<cuda::CudaCompute*>(&c);
-    if (!gpu)
-      throw Error("NcclCollectives: replica " + std::to_string(rank) + " computes on " + c.name() +
-                  ", not on a GPU");
-    auto& comm = comms_[static_cast<std::size_t>(rank)];  // each replica touches only its own slot
-    if (!comm || comm->stream() != gpu->stream()) comm.emplace(team_->communicator(rank, gpu->stream()));
-    comm->all_reduce(std::span<float>(data, n), Sum);
+    comm_of(rank, c).all_reduce(std::span<float>(data, n), Sum);
+  }
+  void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
+    comm_of(rank, c).broadcast(std::span<float>(data, n), root);
   }
   void abort(int rank, const std::string& why) override { team_->abort(rank, why); }
   void reset() override {
@@ -41,6 +38,17 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
   [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
 
  private:
+  //! Replica `rank`'s communicator on its compute's stream (each replica touches only its own slot).
+  NcclCommunicator& comm_of(int rank, kernels::Compute& c) {
+    auto* gpu = dynamic_cast<cuda::CudaCompute*>(&c);
+    if (!gpu)
+      throw Error("NcclCollectives: replica " + std::to_string(rank) + " computes on " + c.name() +
+                  ", not on a GPU");
+    auto& comm = comms_[static_cast<std::size_t>(rank)];
+    if (!comm || comm->stream() != gpu->stream()) comm.emplace(team_->communicator(rank, gpu->stream()));
+    return *comm;
+  }
+
   void rebuild() {
     comms_.clear();
     team_.reset();

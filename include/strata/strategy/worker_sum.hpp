@@ -1,0 +1,81 @@
+#pragma once
+//! How a buffer in a device's memory is summed across workers (processes):
+//! what MultiWorkerMirroredStrategy's GPU replicas use after summing among
+//! themselves on their devices (device_mirrored_executor.hpp). Local replica
+//! 0 of each worker calls it; the others then take its result on their
+//! devices. Two ways, chosen by choose_worker_reduce (comm/gpu_choice.hpp):
+//! - HostStagedWorkerSum (every program): download, the strategy's MPI
+//!   all-reduce in host memory, upload;
+//! - NCCL across workers, one rank per worker on local replica 0's GPU,
+//!   where every worker's is its own GPU: registered by <strata/nccl_mpi.hpp>
+//!   through nccl_worker_sum() (this header names neither MPI nor NCCL).
+//!   auto sum = strategy.make_worker_sum(compute_of_replica_0);   // collective over the workers
+//!   sum->all_reduce_sum(compute_of_replica_0, grad, n);          // on local replica 0's thread
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/kernels/compute.hpp>
+#include <strata/strategy/device.hpp>
+
+namespace strata {
+
+class MpiCommunicator;  // comm/mpi/communicator.hpp
+
+namespace detail {
+
+//! The sum of one buffer over every worker. Collective over the workers:
+//! one thread per worker calls it, every worker in the same order; waits
+//! have the workers' communicator's deadline.
+class WorkerSum {
+ public:
+  virtual ~WorkerSum() = default;
+  //! `n` floats at `data` (memory of `c`) become the sum of every worker's.
+  virtual void all_reduce_sum(kernels::Compute& c, float* data, std::size_t n) = 0;
+  //! Which way and why (choose_worker_reduce's sentence).
+  [[nodiscard]] virtual const std::string& choice() const noexcept = 0;
+};
+
+//! Download, `sum` in host memory (the strategy's MPI all-reduce between
+//! workers), upload. Works for any compute; on the host's compute it is
+//! bitwise the CPU workers' hierarchical all-reduce.
+class HostStagedWorkerSum final : public WorkerSum {
+ public:
+  HostStagedWorkerSum(std::function<void(std::span<float>)> sum, std::string why)
+      : sum_(std::move(sum)), why_(std::move(why)) {}
+
+  void all_reduce_sum(kernels::Compute& c, float* data, std::size_t n) override {
+    host_.resize(n);
+    if (n) c.download(host_.data(), data, n * sizeof(float));
+    sum_(std::span<float>(host_));
+    if (n) c.upload(data, host_.data(), n * sizeof(float));
+  }
+  [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
+
+ private:
+  std::function<void(std::span<float>)> sum_;
+  std::vector<float> host_;
+  std::string why_;
+};
+
+//! What <strata/nccl_mpi.hpp> registers: given the workers' communicator,
+//! local replica 0's device and compute, and the host-staged sum to fall
+//! back on, the worker sum (collective over the workers: every worker's
+//! GPU is gathered to decide).
+struct WorkerSumMaker {
+  std::unique_ptr<WorkerSum> (*make)(MpiCommunicator& workers, const Device& leader, kernels::Compute& c,
+                                     std::function<void(std::span<float>)> host_sum) = nullptr;
+};
+
+inline WorkerSumMaker& nccl_worker_sum() {
+  static WorkerSumMaker m;
+  return m;
+}
+
+}  // namespace detail
+}  // namespace strata
