@@ -226,3 +226,27 @@ TEST_CASE("fit on a GPU skips a step whose gradient is not finite, as on the hos
   for (float v : got) REQUIRE(std::isfinite(v));
   check_close(got, want, 1e-6, 1e-7, "weights as if the NaN batch had not been there");
 }
+
+TEST_CASE("a pass on gpu(1) gives the caller's thread its current device back") {
+  const int n = strata::cuda::device_count();
+  if (n < 2) {
+    MESSAGE("one GPU: the device-restoring case needs two");
+    return;
+  }
+  namespace nn = strata::nn;
+  strata::Tensor<float> x{{32, 6}};
+  strata::Tensor<std::int32_t> y{{32}};
+  for (std::size_t i = 0; i < 32; ++i) {
+    for (std::size_t j = 0; j < 6; ++j) x[i * 6 + j] = static_cast<float>((i + j) % 5) - 2.f;
+    y[i] = static_cast<std::int32_t>(i % 3);
+  }
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  strata::OneDeviceStrategy s{strata::gpu(1)};
+  auto model = s.scope([] { return nn::Sequential{nn::Input{{6}}, nn::Dense{3}}; });
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 1});
+  model.fit(s.distribute(strata::data::from_tensor_slices(x, y).batch(8)), {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  int current = -1;
+  REQUIRE(cudaGetDevice(&current) == cudaSuccess);
+  CHECK(current == 0);
+  CHECK(model.iterations() == 4);
+}

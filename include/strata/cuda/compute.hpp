@@ -209,7 +209,18 @@ class CudaCompute final : public kernels::Compute {
   //! Makes this compute's device current on the calling thread (the kernel
   //! launches and cuBLAS calls below rely on it; a replica thread calls it
   //! before its step).
-  void bind_thread() override { check(cudaSetDevice(device_), "cudaSetDevice"); }
+  int bind_thread() override {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous = -1;
+    }
+    check(cudaSetDevice(device_), "cudaSetDevice");
+    return previous;
+  }
+  void unbind_thread(int previous) noexcept override {
+    if (previous >= 0 && previous != device_ && cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
+  }
 
   // -- products --------------------------------------------------------------
   //! Row-major C = alpha op(A) op(B) + beta C as the column-major product

@@ -84,8 +84,12 @@ class Compute {
   virtual void synchronize() = 0;
   //! Makes the calling thread ready to issue this compute's calls (a GPU:
   //! its device current), for the thread that will run a replica's step; a
-  //! no-op on the host.
-  virtual void bind_thread() {}
+  //! no-op on the host. Returns what unbind_thread restores (a GPU: the
+  //! device current before).
+  virtual int bind_thread() { return -1; }
+  //! Gives the calling thread back its state from before the bind_thread()
+  //! that returned `previous` (for a caller's thread lent for a pass).
+  virtual void unbind_thread(int /*previous*/) noexcept {}
 
   // -- products ------------------------------------------------------------
   //! Row-major C[m x n] = alpha * op(A) * op(B) + beta * C with op(A) m x k,

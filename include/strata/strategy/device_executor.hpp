@@ -77,7 +77,13 @@ class DeviceExecutor final : public Executor {
   }
 
   PassTotals run_pass(Pass& pass) override {
-    c_->bind_thread();  // the pass runs on the calling thread: the device current for its calls (gpu(i), i > 0)
+    // The pass runs on the caller's thread: the device current for its calls
+    // (gpu(i), i > 0), and the caller's current device back afterwards.
+    struct Bound {
+      kernels::Compute& c;
+      int previous;
+      ~Bound() { c.unbind_thread(previous); }
+    } bound{*c_, c_->bind_thread()};
     return detail::run_batches(pass, program_.num_metrics(), [&](const Batch& b, std::size_t index, PassTotals& t) {
       if (const std::size_t rows = b.x->shape()[0]) step(b, pass, rows, t, index);
     });
