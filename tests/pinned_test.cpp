@@ -175,15 +175,21 @@ TEST_CASE("a GPU device without the CUDA backend is an error naming what to incl
 // executor.hpp: per-replica copies in each device's memory, the gradients
 // summed by the device collectives, here staged through host memory) is the
 // CPU replicas' training step: on the host's compute in place of the GPUs',
-// 2 and 3 replicas give the CPU MirroredStrategy's bits.
+// 2 and 3 replicas give the CPU MirroredStrategy's bits, with the update
+// sharded over the replicas (reduce-scatter, slices, all-gather) or not.
 TEST_CASE("MirroredStrategy's GPU executor on the host compute trains bitwise like CPU replicas") {
   for (int p : {2, 3}) {
     CAPTURE(p);
     strata::MirroredStrategy cpu{strata::cpu_replicas(p)};
     const std::uint64_t want = run(cpu);
     strata_test::HostAsGpu host;
-    strata::MirroredStrategy gpus{strata::virtual_gpus(0, p)};
+    strata::MirroredStrategy gpus{strata::virtual_gpus(0, p)};  // Auto: sharded at 3
     CHECK(run(gpus) == want);
+    for (auto mode : {strata::ShardedUpdate::Off, strata::ShardedUpdate::On}) {
+      strata::MirroredStrategy s{strata::virtual_gpus(0, p)};
+      s.executor_options().sharded_update = mode;
+      CHECK(run(s) == want);
+    }
   }
 }
 

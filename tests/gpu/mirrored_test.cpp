@@ -67,6 +67,12 @@ TEST_CASE("MirroredStrategy on 2 and 4 virtual GPUs takes one GPU's steps (FP32 
     CHECK(got.accuracy == doctest::Approx(want.accuracy).epsilon(0.01));
     const Run again = train(s, data, 2);
     gpu_test::check_bitwise(again.w, got.w, "a second run on the same replicas");
+    // the sharded update (Auto from 3 replicas) sums alike: the same bits on or off
+    for (auto mode : {strata::ShardedUpdate::Off, strata::ShardedUpdate::On}) {
+      strata::MirroredStrategy m{strata::virtual_gpus(0, p)};
+      m.executor_options().sharded_update = mode;
+      gpu_test::check_bitwise(train(m, data, 2).w, got.w, "the update sharded or not");
+    }
   }
 }
 

@@ -21,7 +21,7 @@
 #include <strata/policy/placement.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/device_mirrored_executor.hpp>
-#include <strata/strategy/mirrored_executor.hpp>  // ExecutorOptions, CentralVariables
+#include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/sync_executor.hpp>
 
 namespace strata::detail {
@@ -111,7 +111,7 @@ struct ExecutorFor<CentralStorage> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
     if (s.devices().front().is_gpu() && s.executor_options().central_variables == CentralVariables::Gpu)
-      return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options().matmul, /*central=*/true);
+      return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options(), /*central=*/true);
     return std::make_unique<CentralStorageExecutor<S>>(s, program);
   }
 };

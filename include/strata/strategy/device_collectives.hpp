@@ -9,8 +9,11 @@
 //!   auto coll = strata::detail::make_device_collectives(devices, opts);
 //!   coll->all_reduce_sum(r, compute, grad, n);   // on replica r's thread, every replica
 //!   coll->broadcast(r, compute, grad, n, 0);      // every replica takes replica 0's
+//!   coll->reduce_scatter_sum(r, compute, grad, shard, n);  coll->all_gather(r, compute, shard, value, n);
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +39,13 @@ class DeviceCollectives {
   virtual void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) = 0;
   //! Replica `rank`'s `n` floats at `data` (memory of `c`) become replica `root`'s.
   virtual void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) = 0;
+  //! The sum of every replica's `n` floats at `in`, added in replica order;
+  //! replica `rank` gets its slice shard_range(n, replicas, rank) of it in
+  //! `out` (that slice's size; not overlapping `in`). Memory of `c`.
+  virtual void reduce_scatter_sum(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) = 0;
+  //! Every replica's slice (shard_range(n, replicas, r) floats at its `in`)
+  //! concatenated in replica order into each replica's `out` (n floats).
+  virtual void all_gather(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) = 0;
   //! Replica `rank` failed with `why`: the others stop waiting for it.
   virtual void abort(int rank, const std::string& why) = 0;
   //! Called while no replica runs: forget a previous run (its counters, an abort).
@@ -83,11 +93,50 @@ class HostStagedCollectives final : public DeviceCollectives {
     if (rank != root && n) c.upload(data, static_cast<const float*>(team_.slot(root).in), n * sizeof(float));
     team_.leave(rank, seq, d);
   }
+  // Each replica reduces (or gathers) into its own host copy, writing only
+  // the slice it owns (reduce-scatter) or the slices it does not (all-gather),
+  // while the others read theirs: disjoint ranges, no race.
+  void reduce_scatter_sum(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    auto& mine = host_[static_cast<std::size_t>(rank)];
+    mine.resize(n);
+    if (n) c.download(mine.data(), in, n * sizeof(float));
+    const Range r = slice(n, rank);
+    const CallDesc d{.kind = CallKind::reduce_scatter, .op = OpKind::sum, .dtype = "float32", .in_count = n,
+                     .out_count = r.size(), .has_op = true, .algorithm = "host_staged"};
+    const std::uint64_t seq = team_.enter(rank, d, mine.data(), mine.data());
+    const int p = team_.size();
+    std::vector<const float*> ins(static_cast<std::size_t>(p));
+    for (int s = 0; s < p; ++s) ins[static_cast<std::size_t>(s)] = static_cast<const float*>(team_.slot(s).in) + r.begin;
+    float* o = mine.data() + r.begin;
+    reduce_range<SumOp>(ins.data(), ins.size(), &o, 1, 0, r.size(), ins.size());
+    team_.leave(rank, seq, d);
+    if (r.size()) c.upload(out, mine.data() + r.begin, r.size() * sizeof(float));
+  }
+  void all_gather(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    auto& mine = host_[static_cast<std::size_t>(rank)];
+    mine.resize(n);
+    const Range r = slice(n, rank);
+    if (r.size()) c.download(mine.data() + r.begin, in, r.size() * sizeof(float));
+    const CallDesc d{.kind = CallKind::all_gather, .dtype = "float32", .in_count = r.size(), .out_count = n,
+                     .algorithm = "host_staged"};
+    const std::uint64_t seq = team_.enter(rank, d, mine.data(), mine.data());
+    for (int s = 0; s < team_.size(); ++s) {
+      if (s == rank) continue;
+      const Range theirs = slice(n, s);
+      std::copy_n(static_cast<const float*>(team_.slot(s).in) + theirs.begin, theirs.size(), mine.data() + theirs.begin);
+    }
+    team_.leave(rank, seq, d);
+    if (n) c.upload(out, mine.data(), n * sizeof(float));
+  }
   void abort(int rank, const std::string& why) override { team_.abort(rank, why); }
   void reset() override { team_.reset(); }
   [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
 
  private:
+  [[nodiscard]] Range slice(std::size_t n, int rank) const {
+    return shard_range(n, static_cast<std::size_t>(team_.size()), static_cast<std::size_t>(rank));
+  }
+
   Team team_;
   std::vector<std::vector<float>> host_;  // per replica, its staged copy
   std::string why_;

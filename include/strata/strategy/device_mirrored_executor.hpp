@@ -28,9 +28,14 @@
 //! central one; the others take its values on their devices each step.
 //! Run on the host's compute (tests substitute it for the GPU's) it is
 //! bitwise the CPU run with the direct all-reduce (central: the CPU
-//! CentralStorageStrategy's), in one process and across workers. Not yet:
-//! the sharded update on GPUs.
+//! CentralStorageStrategy's), in one process and across workers.
+//! Sharded update (ZeRO stage 1, as on CPU replicas: ShardedUpdate, Auto
+//! from 3 replicas, one process): the gradients are reduce-scattered, each
+//! replica updates its 1/p slice of its copy with its 1/p of the optimizer
+//! state, and the updated slices are all-gathered into every copy: the same
+//! sums, so the same bits, with the optimizer state divided by p.
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <span>
@@ -42,6 +47,7 @@
 #include <strata/kernels/buffer.hpp>
 #include <strata/strategy/device_collectives.hpp>
 #include <strata/strategy/device_compute.hpp>
+#include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/sync_executor.hpp>
 #include <strata/strategy/worker_sum.hpp>
 
@@ -54,8 +60,8 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
 
  public:
   //! `central`: the update on replica 0 only, its values broadcast (CentralVariables::Gpu).
-  DeviceMirroredExecutor(S& s, ModelProgram& program, MatmulPrecision matmul, bool central = false)
-      : Base(s, program), matmul_(matmul), central_(central) {}
+  DeviceMirroredExecutor(S& s, ModelProgram& program, ExecutorOptions opts, bool central = false)
+      : Base(s, program), opts_(opts), central_(central) {}
   // The replicas' programs and updaters hold memory of the computes: they go first.
   ~DeviceMirroredExecutor() override {
     this->reps_.clear();
@@ -72,20 +78,47 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
       Replica& R = devs_[r];
       R.updater.reset();
       if (program_compiled() && updates(r))
-        R.updater = this->program_.make_updater_on(*R.c, this->program_.num_params());
+        R.updater = this->program_.make_updater_on(*R.c, sharded_ ? mine(r).size() : this->program_.num_params());
     }
   }
-  //! Replica 0's (every replica's is the same).
+  //! Replica 0's (every replica's is the same); sharded, every replica's slice of it.
   std::vector<Tensor<float>> optimizer_state() override {
     if (devs_.empty() || !devs_.front().updater) return {};
-    return devs_.front().updater->state();
+    if (!sharded_) return devs_.front().updater->state();
+    std::vector<Tensor<float>> out;
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      auto part = devs_[r].updater->state();
+      if (out.empty())
+        for (std::size_t k = 0; k < part.size(); ++k) out.emplace_back(Shape{this->program_.num_params()});
+      for (std::size_t k = 0; k < part.size(); ++k)
+        std::copy_n(part[k].data(), part[k].size(), out[k].data() + mine(r).begin);
+    }
+    return out;
   }
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
     if (devs_.empty() || !devs_.front().updater)
       throw Error("set_optimizer_state: the model is not compiled and placed yet");
-    for (Replica& R : devs_)
-      if (R.updater) R.updater->set_state(slots);
+    for (const auto& t : slots)
+      if (t.size() != this->program_.num_params())
+        throw ShapeError("set_optimizer_state: a slot of " + std::to_string(t.size()) + " elements for " +
+                         std::to_string(this->program_.num_params()) + " parameters");
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      if (!devs_[r].updater) continue;
+      if (!sharded_) {
+        devs_[r].updater->set_state(slots);
+        continue;
+      }
+      std::vector<Tensor<float>> part;
+      for (const auto& t : slots) {
+        Tensor<float> s{Shape{mine(r).size()}};
+        std::copy_n(t.data() + mine(r).begin, s.size(), s.data());
+        part.push_back(std::move(s));
+      }
+      devs_[r].updater->set_state(part);
+    }
   }
+  //! Whether the update is sharded over the replicas (decided when the variables are placed).
+  [[nodiscard]] bool sharded() const noexcept { return sharded_; }
 
   //! Replica 0's copy, read back from its device (cached until it changes).
   [[nodiscard]] const Tensor<float>& value() const override {
@@ -108,6 +141,7 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
   struct Replica {
     std::unique_ptr<kernels::Compute> c;
     kernels::Buffer<float> value, grad;
+    kernels::Buffer<float> shard;  // sharded update: its slice of the summed gradient, then of the updated values
     kernels::Buffer<double> bad;
     std::unique_ptr<Updater> updater;
   };
@@ -115,6 +149,8 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
   [[nodiscard]] bool program_compiled() const { return this->program_.compiled() && !this->reps_.empty(); }
   //! Whether replica r applies the update (every one, or only the central one).
   [[nodiscard]] bool updates(std::size_t r) const noexcept { return !central_ || r == 0; }
+  //! Replica r's slice of the parameters (the sharded update's, the finiteness count's).
+  [[nodiscard]] Range mine(std::size_t r) const { return shard_range(this->program_.num_params(), devs_.size(), r); }
 
   // -- SyncExecutor's hooks -------------------------------------------------
   void place_values(const Tensor<float>& init, std::size_t local) {
@@ -125,9 +161,17 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
       for (Replica& R : devs_) R.updater.reset();
       devs_.clear();
       devs_.resize(local);
-      for (std::size_t r = 0; r < local; ++r) devs_[r].c = make_compute(devices[r], matmul_);
+      for (std::size_t r = 0; r < local; ++r) devs_[r].c = make_compute(devices[r], opts_.matmul);
       colls_ = make_device_collectives(devices, this->s_.options());
       choice_ = colls_->choice();
+      // sharded as on CPU replicas (mirrored_executor.hpp): in one process, from 3 replicas unless told
+      sharded_ = !central_ && this->workers_.size() == 1 && local > 1 &&
+                 (opts_.sharded_update == ShardedUpdate::On ||
+                  (opts_.sharded_update == ShardedUpdate::Auto && local >= 3));
+      if (sharded_)
+        choice_ += "; the update sharded over the replicas (reduce-scatter, each updates its 1/" +
+                   std::to_string(local) + " slice with its 1/" + std::to_string(local) +
+                   " of the optimizer state, all-gather)";
       if (central_)
         choice_ += "; the variables and the update on replica 0's device (central storage), its values sent to "
                    "the other replicas' devices each step";
@@ -144,6 +188,8 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
       if (init.size()) R.c->upload(R.value.data(), init.data(), init.bytes());
       R.c->fill(R.grad.data(), 0.f, init.size());
     }
+    for (std::size_t r = 0; r < devs_.size(); ++r)
+      if (sharded_) devs_[r].shard.resize(*devs_[r].c, Shape{mine(r).size()});
     host_.reset();
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
@@ -172,6 +218,17 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
     const std::size_t p = devs_.size();
     try {
       const int me = static_cast<int>(r);
+      if (sharded_) {
+        // reduce-scatter, update this replica's slice, all-gather the updated slices (from a buffer no one
+        // writes meanwhile); a skipped step leaves every slice as it was
+        const Range m = mine(r);
+        colls_->reduce_scatter_sum(me, *R.c, R.grad.data(), R.shard.data(), n);
+        if (this->check_ && !finite_on_device(ctx, r, R.shard.data(), m.size())) return;
+        R.updater->apply({R.value.data() + m.begin, m.size()}, {R.shard.data(), m.size()}, 0, it);
+        if (m.size()) R.c->copy(R.shard.data(), R.value.data() + m.begin, m.size() * sizeof(float));
+        colls_->all_gather(me, *R.c, R.shard.data(), R.value.data(), n);
+        return;
+      }
       if (workers_sum_) {
         // Across workers, hierarchical: the local sum on the devices (replica
         // order), replica 0 sums it across workers, the others take its result.
@@ -181,7 +238,7 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
       } else {
         colls_->all_reduce_sum(me, *R.c, R.grad.data(), n);
       }
-      if (this->check_ && !finite_on_device(ctx, r)) return;
+      if (this->check_ && !finite_on_device(ctx, r, R.grad.data() + mine(r).begin, mine(r).size())) return;
       if (updates(r)) R.updater->apply({R.value.data(), n}, {R.grad.data(), n}, 0, it);
       if (central_ && p > 1) colls_->broadcast(me, *R.c, R.value.data(), n, 0);
     } catch (const std::exception& e) {
@@ -191,17 +248,16 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
   }
 
   //! The finiteness decision on the devices' sum: replica r counts its 1/p
-  //! slice on its device, one host all-reduce of the counts (over every
-  //! replica of every worker: each worker's slices cover the same sum once)
-  //! decides for all.
+  //! slice (`part`, `count` floats of its device's memory) there, one host
+  //! all-reduce of the counts (over every replica of every worker: each
+  //! worker's slices cover the same sum once) decides for all.
   template <class Ctx>
-  bool finite_on_device(Ctx& ctx, std::size_t r) {
+  bool finite_on_device(Ctx& ctx, std::size_t r, const float* part, std::size_t count) {
     Replica& R = devs_[r];
-    const Range mine = shard_range(this->program_.num_params(), devs_.size(), r);
     double local = 0;
     R.bad.resize(*R.c, Shape{1});
     R.c->upload(R.bad.data(), &local, sizeof local);
-    R.c->count_nonfinite(R.grad.data() + mine.begin, mine.size(), R.bad.data());
+    R.c->count_nonfinite(part, count, R.bad.data());
     R.c->download(&local, R.bad.data(), sizeof local);
     float bad[1] = {static_cast<float>(local)};
     ctx.all_reduce(std::span<float>(bad), Sum);
@@ -209,8 +265,9 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
     return bad[0] == 0.f;
   }
 
-  MatmulPrecision matmul_;
+  ExecutorOptions opts_;
   bool central_ = false;
+  bool sharded_ = false;
   std::vector<Replica> devs_;
   std::unique_ptr<DeviceCollectives> colls_;
   std::unique_ptr<WorkerSum> workers_sum_;  // across workers (MultiWorkerMirroredStrategy), else null

@@ -23,44 +23,10 @@
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/device_executor.hpp>
 #include <strata/strategy/device_mirrored_executor.hpp>
+#include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/sync_executor.hpp>
 
 namespace strata {
-
-//! Whether a mirrored executor shards the optimizer update over replicas.
-enum class ShardedUpdate {
-  //! Sharded from 3 replicas in one process: measured faster there (the
-  //! update alone 1.5x at 4 replicas, whole MLP steps 1.04-1.07x), slower at 2
-  //! (0.91-0.96x: two collectives instead of one cost more than half the
-  //! update saves; docs/performance.md).
-  Auto,
-  On,    //!< sharded wherever the replicas' collectives allow it (one process)
-  Off,   //!< every replica updates its whole copy
-};
-
-//! Where CentralStorageStrategy keeps its one copy of the variables, and
-//! runs the update, when its replicas are GPUs.
-//!   s.executor_options().central_variables = strata::CentralVariables::Gpu;   // before making the model
-enum class CentralVariables {
-  //! Host memory (TensorFlow's choice with several GPUs): each replica's
-  //! gradient downloaded and summed there, the value uploaded each step.
-  Host,
-  //! The GPU of replica 0 (TensorFlow's choice with one GPU; here also for
-  //! virtual GPUs on it): the gradients summed on the devices, the update
-  //! run once, with the one optimizer state, and its values broadcast to the
-  //! other replicas' devices each step.
-  Gpu,
-};
-
-//! What a strategy tells its executor.
-struct ExecutorOptions {
-  ShardedUpdate sharded_update = ShardedUpdate::Auto;
-  //! CentralStorageStrategy on GPU replicas only.
-  CentralVariables central_variables = CentralVariables::Host;
-  //! The number format of a GPU replica's matrix products (values and
-  //! optimizer state stay FP32; host products are always FP32).
-  MatmulPrecision matmul = MatmulPrecision::FP32;
-};
 
 namespace detail {
 
@@ -183,7 +149,7 @@ struct ExecutorFor<Mirrored> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
     if (s.devices().front().is_gpu())
-      return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options().matmul);
+      return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options());
     return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options());
   }
 };

@@ -30,11 +30,22 @@ class DeviceTeamCollectives final : public strata::detail::DeviceCollectives {
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
     DeviceCommunicator{team_, rank, stream_of(rank, c)}.broadcast(std::span<float>(data, n), root);
   }
+  void reduce_scatter_sum(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    DeviceCommunicator{team_, rank, stream_of(rank, c)}.reduce_scatter(
+        std::span<const float>(in, n), std::span<float>(out, slice(n, rank)), Sum);
+  }
+  void all_gather(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    DeviceCommunicator{team_, rank, stream_of(rank, c)}.all_gather(std::span<const float>(in, slice(n, rank)),
+                                                                   std::span<float>(out, n));
+  }
   void abort(int rank, const std::string& why) override { team_.abort(rank, why); }
   void reset() override { team_.reset(); }
   [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
 
  private:
+  [[nodiscard]] std::size_t slice(std::size_t n, int rank) const {
+    return shard_range(n, static_cast<std::size_t>(team_.size()), static_cast<std::size_t>(rank)).size();
+  }
   static cudaStream_t stream_of(int rank, kernels::Compute& c) {
     auto* gpu = dynamic_cast<CudaCompute*>(&c);
     if (!gpu)

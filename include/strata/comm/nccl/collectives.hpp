@@ -31,6 +31,14 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
     comm_of(rank, c).broadcast(std::span<float>(data, n), root);
   }
+  void reduce_scatter_sum(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    NcclCommunicator& comm = comm_of(rank, c);
+    comm.reduce_scatter(std::span<const float>(in, n), std::span<float>(out, slice(n, rank)), Sum);
+  }
+  void all_gather(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    NcclCommunicator& comm = comm_of(rank, c);
+    comm.all_gather(std::span<const float>(in, slice(n, rank)), std::span<float>(out, n));
+  }
   void abort(int rank, const std::string& why) override { team_->abort(rank, why); }
   void reset() override {
     if (team_->aborted()) rebuild();
@@ -38,6 +46,9 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
   [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
 
  private:
+  [[nodiscard]] std::size_t slice(std::size_t n, int rank) const {
+    return shard_range(n, devices_.size(), static_cast<std::size_t>(rank)).size();
+  }
   //! Replica `rank`'s communicator on its compute's stream (each replica touches only its own slot).
   NcclCommunicator& comm_of(int rank, kernels::Compute& c) {
     auto* gpu = dynamic_cast<cuda::CudaCompute*>(&c);

@@ -1,0 +1,47 @@
+#pragma once
+//! What a strategy tells its executor (Strategy::executor_options(), set
+//! before the model is made): whether the update is sharded over mirrored
+//! replicas, the number format of GPU matrix products, where
+//! CentralStorageStrategy keeps its variables on GPU replicas.
+//!   s.executor_options().sharded_update = strata::ShardedUpdate::Off;
+
+#include <strata/strategy/device_compute.hpp>  // MatmulPrecision
+
+namespace strata {
+
+//! Whether a mirrored executor shards the optimizer update over replicas.
+enum class ShardedUpdate {
+  //! Sharded from 3 replicas in one process: measured faster there (the
+  //! update alone 1.5x at 4 replicas, whole MLP steps 1.04-1.07x), slower at 2
+  //! (0.91-0.96x: two collectives instead of one cost more than half the
+  //! update saves; docs/performance.md).
+  Auto,
+  On,    //!< sharded wherever the replicas' collectives allow it (one process)
+  Off,   //!< every replica updates its whole copy
+};
+
+//! Where CentralStorageStrategy keeps its one copy of the variables, and
+//! runs the update, when its replicas are GPUs.
+//!   s.executor_options().central_variables = strata::CentralVariables::Gpu;   // before making the model
+enum class CentralVariables {
+  //! Host memory (TensorFlow's choice with several GPUs): each replica's
+  //! gradient downloaded and summed there, the value uploaded each step.
+  Host,
+  //! The GPU of replica 0 (TensorFlow's choice with one GPU; here also for
+  //! virtual GPUs on it): the gradients summed on the devices, the update
+  //! run once, with the one optimizer state, and its values broadcast to the
+  //! other replicas' devices each step.
+  Gpu,
+};
+
+//! What a strategy tells its executor.
+struct ExecutorOptions {
+  ShardedUpdate sharded_update = ShardedUpdate::Auto;
+  //! CentralStorageStrategy on GPU replicas only.
+  CentralVariables central_variables = CentralVariables::Host;
+  //! The number format of a GPU replica's matrix products (values and
+  //! optimizer state stay FP32; host products are always FP32).
+  MatmulPrecision matmul = MatmulPrecision::FP32;
+};
+
+}  // namespace strata
