@@ -21,41 +21,18 @@
 #include <strata/comm/cuda/communicator.hpp>
 #include <strata/cuda/launch.hpp>
 
+#include "device_vector.hpp"
+
 namespace {
 
 using strata::DeviceCommunicator;
 using strata::DeviceTeam;
 
-//! n elements of T in device memory of the current device, filled and read through `s`.
+//! A device buffer on GPU 0 through stream `s` (device_vector.hpp), `pad` elements past an aligned address.
 template <class T>
-class DevBuf {
- public:
-  DevBuf(cudaStream_t s, const std::vector<T>& v, std::size_t pad = 0) : s_(s), n_(v.size()), pad_(pad) {
-    strata::cuda::check(cudaMalloc(&base_, (n_ + pad_) * sizeof(T) + 16), "cudaMalloc");
-    if (n_) strata::cuda::check(cudaMemcpyAsync(get(), v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, s_), "up");
-    strata::cuda::check(cudaStreamSynchronize(s_), "cudaStreamSynchronize");  // `v` may be a temporary
-  }
+struct DevBuf : gpu_test::DeviceVector<T> {
+  DevBuf(cudaStream_t s, const std::vector<T>& v, std::size_t pad = 0) : gpu_test::DeviceVector<T>(v, 0, s, pad) {}
   DevBuf(cudaStream_t s, std::size_t n, std::size_t pad = 0) : DevBuf(s, std::vector<T>(n), pad) {}
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() {
-    (void)cudaStreamSynchronize(s_);
-    (void)cudaFree(base_);
-  }
-  //! `pad` elements past a 256-byte boundary: pad = 1 makes every access unaligned.
-  T* get() const { return static_cast<T*>(base_) + pad_; }
-  std::span<T> span() const { return {get(), n_}; }
-  std::vector<T> read() const {
-    std::vector<T> v(n_);
-    if (n_) strata::cuda::check(cudaMemcpyAsync(v.data(), get(), n_ * sizeof(T), cudaMemcpyDeviceToHost, s_), "down");
-    strata::cuda::check(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
-    return v;
-  }
-
- private:
-  cudaStream_t s_;
-  std::size_t n_, pad_;
-  void* base_ = nullptr;
 };
 
 //! Runs fn(comm, stream, r) on p replica threads of a team on GPU 0; the

@@ -1,6 +1,7 @@
 #pragma once
 // A test's device buffer: n elements of T on one GPU, uploaded from and read
-// back into a std::vector through a stream of that GPU (the NCCL tests).
+// back into a std::vector through a stream of that GPU (the NCCL and device
+// communicator tests), optionally `pad` elements past an aligned address.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -13,24 +14,27 @@
 namespace gpu_test {
 
 //! n elements of T on one GPU, written and read through a stream of it.
+//! `pad` elements past cudaMalloc's (256-byte aligned) address: pad = 1
+//! makes every access unaligned. Never a null pointer, even for n = 0.
 template <class T>
 class DeviceVector {
  public:
-  DeviceVector(const std::vector<T>& v, int device, cudaStream_t stream)
+  DeviceVector(const std::vector<T>& v, int device, cudaStream_t stream, std::size_t pad = 0)
       : device_(device), stream_(stream), n_(v.size()) {
     strata::cuda::DeviceGuard g{device};
-    if (n_ == 0) return;
-    STRATA_CUDA_CHECK(cudaMalloc(&p_, n_ * sizeof(T)));
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, stream));
-    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    STRATA_CUDA_CHECK(cudaMalloc(&base_, (n_ + pad) * sizeof(T) + 16));
+    p_ = static_cast<T*>(base_) + pad;
+    if (n_) STRATA_CUDA_CHECK(cudaMemcpyAsync(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, stream));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));  // `v` may be a temporary
   }
   DeviceVector(const DeviceVector&) = delete;
   DeviceVector& operator=(const DeviceVector&) = delete;
   ~DeviceVector() {
-    if (p_ == nullptr) return;
     strata::cuda::DeviceGuard g{device_};
-    (void)cudaFree(p_);
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaFree(base_);
   }
+  T* get() const { return p_; }
   std::span<T> span() const { return {p_, n_}; }
   std::vector<T> read() const {
     std::vector<T> v(n_);
@@ -45,6 +49,7 @@ class DeviceVector {
   int device_;
   cudaStream_t stream_;
   std::size_t n_;
+  void* base_ = nullptr;
   T* p_ = nullptr;
 };
 

@@ -54,11 +54,7 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   }
 
  private:
-  //! A GPU replica's compute and its copies of the value and the gradient.
-  struct OnDevice {
-    std::unique_ptr<kernels::Compute> c;
-    kernels::Buffer<float> value, grad;
-  };
+  using OnDevice = DeviceReplicaBuffers;  // a GPU replica's compute, value and gradient
 
   void place_values(const Tensor<float>& init, std::size_t local) {
     this->reps_.clear();  // bound to the computes and buffers below

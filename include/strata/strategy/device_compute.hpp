@@ -11,6 +11,7 @@
 
 #include <strata/comm/threads/options.hpp>
 #include <strata/core/error.hpp>
+#include <strata/kernels/buffer.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/strategy/device.hpp>
 
@@ -31,6 +32,13 @@ struct GpuBackend {
   //! The collectives of GPU replicas (strategy/device_collectives.hpp).
   std::unique_ptr<DeviceCollectives> (*make_collectives)(const std::vector<Device>& devices,
                                                          CommOptions opts) = nullptr;
+};
+
+//! A GPU replica's compute and its copies of the variables' value and
+//! gradient, in that compute's memory (what the executors of GPU replicas keep per replica).
+struct DeviceReplicaBuffers {
+  std::unique_ptr<kernels::Compute> c;
+  kernels::Buffer<float> value, grad;
 };
 
 inline GpuBackend& gpu_backend() {

@@ -85,36 +85,17 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
   std::vector<Tensor<float>> optimizer_state() override {
     if (devs_.empty() || !devs_.front().updater) return {};
     if (!sharded_) return devs_.front().updater->state();
-    std::vector<Tensor<float>> out;
-    for (std::size_t r = 0; r < devs_.size(); ++r) {
-      auto part = devs_[r].updater->state();
-      if (out.empty())
-        for (std::size_t k = 0; k < part.size(); ++k) out.emplace_back(Shape{this->program_.num_params()});
-      for (std::size_t k = 0; k < part.size(); ++k)
-        std::copy_n(part[k].data(), part[k].size(), out[k].data() + mine(r).begin);
-    }
-    return out;
+    return join_state_slices(this->program_.num_params(), devs_.size(),
+                             [&](std::size_t r) { return devs_[r].updater->state(); });
   }
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
     if (devs_.empty() || !devs_.front().updater)
       throw Error("set_optimizer_state: the model is not compiled and placed yet");
-    for (const auto& t : slots)
-      if (t.size() != this->program_.num_params())
-        throw ShapeError("set_optimizer_state: a slot of " + std::to_string(t.size()) + " elements for " +
-                         std::to_string(this->program_.num_params()) + " parameters");
+    check_state_slots(slots, this->program_.num_params());
     for (std::size_t r = 0; r < devs_.size(); ++r) {
       if (!devs_[r].updater) continue;
-      if (!sharded_) {
-        devs_[r].updater->set_state(slots);
-        continue;
-      }
-      std::vector<Tensor<float>> part;
-      for (const auto& t : slots) {
-        Tensor<float> s{Shape{mine(r).size()}};
-        std::copy_n(t.data() + mine(r).begin, s.size(), s.data());
-        part.push_back(std::move(s));
-      }
-      devs_[r].updater->set_state(part);
+      if (sharded_) devs_[r].updater->set_state(state_slice(slots, mine(r)));
+      else devs_[r].updater->set_state(slots);
     }
   }
   //! Whether the update is sharded over the replicas (decided when the variables are placed).
@@ -138,9 +119,7 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
   }
 
  private:
-  struct Replica {
-    std::unique_ptr<kernels::Compute> c;
-    kernels::Buffer<float> value, grad;
+  struct Replica : DeviceReplicaBuffers {
     kernels::Buffer<float> shard;  // sharded update: its slice of the summed gradient, then of the updated values
     kernels::Buffer<double> bad;
     std::unique_ptr<Updater> updater;

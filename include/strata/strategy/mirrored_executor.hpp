@@ -58,33 +58,15 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   std::vector<Tensor<float>> optimizer_state() override {
     if (updaters_.empty()) return {};
     if (!sharded_) return updaters_.front()->state();  // every copy's is the same
-    std::vector<Tensor<float>> out;
-    for (std::size_t r = 0; r < updaters_.size(); ++r) {
-      auto part = updaters_[r]->state();
-      if (out.empty())
-        for (std::size_t k = 0; k < part.size(); ++k) out.emplace_back(Shape{this->program_.num_params()});
-      for (std::size_t k = 0; k < part.size(); ++k) std::copy_n(part[k].data(), part[k].size(), out[k].data() + mine(r).begin);
-    }
-    return out;
+    return join_state_slices(this->program_.num_params(), updaters_.size(),
+                             [&](std::size_t r) { return updaters_[r]->state(); });
   }
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
     if (updaters_.empty()) throw Error("set_optimizer_state: the model is not compiled and placed yet");
-    for (const auto& t : slots)
-      if (t.size() != this->program_.num_params())
-        throw ShapeError("set_optimizer_state: a slot of " + std::to_string(t.size()) + " elements for " +
-                         std::to_string(this->program_.num_params()) + " parameters");
+    check_state_slots(slots, this->program_.num_params());
     for (std::size_t r = 0; r < updaters_.size(); ++r) {
-      if (!sharded_) {
-        updaters_[r]->set_state(slots);
-        continue;
-      }
-      std::vector<Tensor<float>> part;
-      for (const auto& t : slots) {
-        Tensor<float> p{Shape{mine(r).size()}};
-        std::copy_n(t.data() + mine(r).begin, p.size(), p.data());
-        part.push_back(std::move(p));
-      }
-      updaters_[r]->set_state(part);
+      if (sharded_) updaters_[r]->set_state(state_slice(slots, mine(r)));
+      else updaters_[r]->set_state(slots);
     }
   }
   //! Whether the update is sharded (decided when the variables are placed).
