@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/comm/mpi/activity.hpp>
 #include <strata/comm/mpi/contract.hpp>
 #include <strata/comm/mpi/handles.hpp>
 #include <strata/comm/mpi/mpi.hpp>
@@ -32,30 +33,6 @@
 #include <strata/comm/mpi/transport.hpp>
 
 namespace strata::detail::mpi {
-
-//! What a rank is doing while it waits: a collective, or one message to or
-//! from a peer (the words every error names it with).
-struct Activity {
-  enum Kind : std::uint8_t { collective, send, recv, setup } kind = collective;
-  int peer = -1, tag = -1;
-  std::size_t count = 0;
-  std::string_view dtype{};
-  std::string_view call{};  //!< setup: what is being set up ("creating a communicator")
-};
-
-//! A non-blocking collective given up at its deadline: MPI offers no way to
-//! cancel or free it, so its request and the memory it may still touch (our
-//! staging, counts) are kept until the process ends, never reused.
-struct Abandoned {
-  MPI_Request req = MPI_REQUEST_NULL;
-  std::vector<std::byte> staging;
-  std::vector<int> counts, displs;
-};
-
-//! A test seam, null in programs: called on this rank once a collective's
-//! contract has agreed, before its data moves (tests stop a rank there to
-//! show that the data phase's deadline holds too).
-inline void (*after_contract_hook)(std::uint64_t seq) = nullptr;
 
 class Exchange {
  public:
@@ -347,61 +324,11 @@ class Exchange {
   static constexpr std::size_t fused_max = 4096;
 
  private:
-  //! What this rank is doing, for messages: "collective #3 all_reduce(...)",
-  //! "recv(from rank 1, tag 7, 1000 float32)".
-  [[nodiscard]] std::string activity() const {
-    if (now_.kind == Activity::setup) return std::string(now_.call);
-    if (now_.kind == Activity::collective) return "collective #" + std::to_string(cur_seq_) + " " + cur_.str();
-    std::string s = now_.kind == Activity::send ? "send(to rank " : "recv(from rank ";
-    s += std::to_string(now_.peer);
-    s += ", tag ";
-    s += std::to_string(now_.tag);
-    s += ", ";
-    s += std::to_string(now_.count);
-    s += ' ';
-    s += now_.dtype;
-    s += ')';
-    return s;
-  }
-
+  //! What this rank is doing, for messages (activity.hpp).
+  [[nodiscard]] std::string activity() const { return describe(now_, cur_seq_, cur_); }
   //! Every rank but this one ("1", "0, 2, 3").
-  [[nodiscard]] std::string others() const {
-    std::string s;
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) {
-        if (!s.empty()) s += ", ";
-        s += std::to_string(r);
-      }
-    return s;
-  }
-
-  //! Collectives given up at their deadline, for the life of the process.
-  static std::vector<Abandoned>& graveyard() {
-    static std::vector<Abandoned>* g = new std::vector<Abandoned>;  // never destroyed: MPI may still use it at exit
-    return *g;
-  }
-
-  [[nodiscard]] std::string who_never_arrived() const {
-    std::string who, report;
-    for (int r = 0; r < size_; ++r)
-      if (!got_[static_cast<std::size_t>(r)]) {
-        if (!who.empty()) who += ", ";
-        who += std::to_string(r);
-        const auto last = last_seen_[static_cast<std::size_t>(r)];
-        // appended piece by piece: GCC 12 -O3 warns falsely (-Wrestrict) on "#" + string
-        report += "\n  rank ";
-        report += std::to_string(r);
-        report += ": last completed collective ";
-        if (last) {
-          report += '#';
-          report += std::to_string(last);
-        } else {
-          report += "none";
-        }
-      }
-    if (who.empty()) return "every rank arrived, but the headers this rank sent were not received";
-    return "rank(s) " + who + " never arrived" + report;
-  }
+  [[nodiscard]] std::string others() const { return all_ranks_but(rank_, size_); }
+  [[nodiscard]] std::string who_never_arrived() const { return mpi::who_never_arrived(got_, last_seen_); }
 
   //! Every rank's all-reduce or barrier equals ours and is valid (the common
   //! case, checked without allocating); anything else takes the full check.
