@@ -144,9 +144,7 @@ class DeviceMirroredExecutor final : public SyncExecutor<S, DeviceMirroredExecut
       colls_ = make_device_collectives(devices, this->s_.options());
       choice_ = colls_->choice();
       // sharded as on CPU replicas (mirrored_executor.hpp): in one process, from 3 replicas unless told
-      sharded_ = !central_ && this->workers_.size() == 1 && local > 1 &&
-                 (opts_.sharded_update == ShardedUpdate::On ||
-                  (opts_.sharded_update == ShardedUpdate::Auto && local >= 3));
+      sharded_ = !central_ && this->workers_.size() == 1 && shards_update(opts_.sharded_update, local);
       if (sharded_)
         choice_ += "; the update sharded over the replicas (reduce-scatter, each updates its 1/" +
                    std::to_string(local) + " slice with its 1/" + std::to_string(local) +

@@ -5,6 +5,8 @@
 //! CentralStorageStrategy keeps its variables on GPU replicas.
 //!   s.executor_options().sharded_update = strata::ShardedUpdate::Off;
 
+#include <cstddef>
+
 #include <strata/strategy/device_compute.hpp>  // MatmulPrecision
 
 namespace strata {
@@ -19,6 +21,13 @@ enum class ShardedUpdate {
   On,    //!< sharded wherever the replicas' collectives allow it (one process)
   Off,   //!< every replica updates its whole copy
 };
+
+//! Whether `local` replicas in one process shard their update under `mode`
+//! (Auto: from 3 replicas); the executors add what else they need (collectives
+//! that reduce-scatter and all-gather, one worker).
+[[nodiscard]] constexpr bool shards_update(ShardedUpdate mode, std::size_t local) noexcept {
+  return local > 1 && (mode == ShardedUpdate::On || (mode == ShardedUpdate::Auto && local >= 3));
+}
 
 //! Where CentralStorageStrategy keeps its one copy of the variables, and
 //! runs the update, when its replicas are GPUs.

@@ -87,8 +87,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
 
   void place_values(const Tensor<float>& init, std::size_t local) {
     vars_.emplace(init, static_cast<int>(local));
-    sharded_ = can_shard && local > 1 &&
-               (opts_.sharded_update == ShardedUpdate::On || (opts_.sharded_update == ShardedUpdate::Auto && local >= 3));
+    sharded_ = can_shard && shards_update(opts_.sharded_update, local);
     shards_.clear();
     if (sharded_)
       for (std::size_t r = 0; r < local; ++r) shards_.emplace_back(Shape{mine(r).size()});
