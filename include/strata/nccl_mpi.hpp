@@ -86,11 +86,7 @@ inline std::unique_ptr<strata::detail::WorkerSum> make_worker_sum(MpiCommunicato
       throw Error("strata: the workers disagree on STRATA_WORKER_ALLREDUCE (worker " + std::to_string(w) +
                   " and worker " + std::to_string(mpi.rank()) + " differ): set it alike on every worker");
     on_gpus = on_gpus && at[gpu_words + 1] == 1;
-    dn::WireGpu g;
-    std::memcpy(static_cast<void*>(&g), at, sizeof(g));
-    g.host[sizeof(g.host) - 1] = '\0';
-    g.uuid[sizeof(g.uuid) - 1] = '\0';
-    ids.push_back(GpuIdentity{.host = g.host, .device = static_cast<int>(g.device), .uuid = g.uuid});
+    ids.push_back(dn::identity_of(dn::read_wire_gpu(at)));
   }
   if (!on_gpus) {  // replicas on another compute (the host's, in tests) cannot take NCCL
     if (force == "nccl")

@@ -103,6 +103,18 @@ struct WireGpu {
 };
 static_assert(sizeof(WireGpu) % sizeof(std::int64_t) == 0);
 
+//! The WireGpu at `words` (as an all-gather delivered it), its strings terminated.
+inline WireGpu read_wire_gpu(const std::int64_t* words) {
+  WireGpu w;
+  std::memcpy(static_cast<void*>(&w), words, sizeof(w));
+  w.host[sizeof(w.host) - 1] = '\0';
+  w.uuid[sizeof(w.uuid) - 1] = '\0';
+  return w;
+}
+inline GpuIdentity identity_of(const WireGpu& w) {
+  return GpuIdentity{.host = w.host, .device = static_cast<int>(w.device), .uuid = w.uuid};
+}
+
 //! This rank's GPU `device` and stream, described without throwing (every
 //! rank must reach the exchange, whatever is wrong with its GPU).
 inline WireGpu describe_gpu(int device, [[maybe_unused]] cudaStream_t stream) {
@@ -155,10 +167,7 @@ inline NcclCommunicator NcclCommunicator::world(MpiCommunicator& mpi, int device
   std::vector<GpuIdentity> ids;
   std::string problems;
   for (std::size_t r = 0; r < up; ++r) {
-    dn::WireGpu w;
-    std::memcpy(static_cast<void*>(&w), all.data() + r * gpu_words, sizeof(w));
-    w.host[sizeof(w.host) - 1] = '\0';
-    w.uuid[sizeof(w.uuid) - 1] = '\0';
+    const dn::WireGpu w = dn::read_wire_gpu(all.data() + r * gpu_words);
     const std::string host = w.host[0] != '\0' ? std::string(w.host) : std::string("its host");
     const std::string rank = "rank " + std::to_string(r);
     std::string problem;
@@ -171,7 +180,7 @@ inline NcclCommunicator NcclCommunicator::world(MpiCommunicator& mpi, int device
     else if (w.status == dn::WireGpu::unreadable)
       problem = rank + " could not read the properties of GPU " + std::to_string(w.device) + " on " + host;
     if (!problem.empty()) problems += (problems.empty() ? "" : "; ") + problem;
-    ids.push_back(GpuIdentity{.host = w.host, .device = static_cast<int>(w.device), .uuid = w.uuid});
+    ids.push_back(dn::identity_of(w));
   }
   if (!problems.empty()) throw Error(who + ": " + problems);
   check_distinct_gpus(ids, "strata: NcclCommunicator::world");
