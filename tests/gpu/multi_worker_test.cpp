@@ -22,6 +22,7 @@
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"
+#include "../quick_workers.hpp"
 #include "gpu_util.hpp"
 #include "mpi_gpu_main.hpp"
 
@@ -30,12 +31,7 @@ namespace nn = strata::nn;
 
 namespace {
 
-strata::MultiWorkerOptions quick() {
-  strata::MultiWorkerOptions o;
-  o.mpi.timeout = 60s;
-  o.local.timeout = 60s;
-  return o;
-}
+strata::MultiWorkerOptions quick() { return strata_test::quick_workers(60s); }
 
 struct Run {
   std::vector<float> w;

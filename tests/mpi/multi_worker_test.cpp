@@ -21,16 +21,13 @@
 #include <unistd.h>
 
 #include "../host_as_gpu.hpp"
+#include "../quick_workers.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
-strata::MultiWorkerOptions quick(std::chrono::milliseconds t = 20s) {
-  strata::MultiWorkerOptions o;
-  o.mpi.timeout = t;
-  o.local.timeout = t;
-  return o;
-}
+using strata_test::quick_workers;
+strata::MultiWorkerOptions quick(std::chrono::milliseconds t = 20s) { return quick_workers(t); }
 //! 96 samples of 6 features, 3 classes learnable from the first feature (the same on every worker).
 std::pair<strata::Tensor<float>, strata::Tensor<std::int32_t>> samples_96() {
   strata::Tensor<float> x{{96, 6}};

@@ -22,18 +22,14 @@
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"
+#include "../quick_workers.hpp"
 #include "../host_as_gpu.hpp"
 
 using namespace std::chrono_literals;
 namespace nn = strata::nn;
 
 namespace {
-strata::MultiWorkerOptions quick() {
-  strata::MultiWorkerOptions o;
-  o.mpi.timeout = 20s;
-  o.local.timeout = 20s;
-  return o;
-}
+strata::MultiWorkerOptions quick() { return strata_test::quick_workers(20s); }
 int world_rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
