@@ -11,15 +11,18 @@
 
 #include <cblas.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
+#include <strata/strategy/device_collectives.hpp>
 #include <strata/strategy/parameter_server.hpp>
 
 #include "blobs.hpp"
@@ -210,4 +213,32 @@ TEST_CASE("CentralStorageStrategy with GPU compute, on the host compute, trains 
     on_gpu.executor_options().central_variables = strata::CentralVariables::Gpu;
     CHECK(run(on_gpu) == want);  // (without the values sent, replicas 1.. would train on stale ones)
   }
+}
+
+// The host-staged device collectives (strategy/device_collectives.hpp) wait
+// only inside their team's calls: a replica that never arrives is named by a
+// CollectiveTimeout within the deadline, in each of them, and a reset makes
+// the team usable again (no hang, nothing left half done).
+TEST_CASE("host-staged device collectives: a replica that never arrives is named within the timeout") {
+  using namespace std::chrono_literals;
+  strata::detail::HostStagedCollectives coll(2, strata::CommOptions{.timeout = 200ms}, "test");
+  auto& c = strata::kernels::host_compute();
+  std::vector<float> a(5, 1.f), out(3, 0.f);
+  const auto started = std::chrono::steady_clock::now();
+  const auto missing = doctest::Contains("missing: replica 1");
+  CHECK_THROWS_WITH_AS(coll.broadcast(0, c, a.data(), a.size(), 0), missing, strata::CollectiveTimeout);
+  coll.reset();
+  CHECK_THROWS_WITH_AS(coll.reduce_scatter_sum(0, c, a.data(), out.data(), a.size()), missing,
+                       strata::CollectiveTimeout);
+  coll.reset();
+  CHECK_THROWS_WITH_AS(coll.all_gather(0, c, out.data(), a.data(), a.size()), missing, strata::CollectiveTimeout);
+  CHECK(std::chrono::steady_clock::now() - started < 10s);
+  // both present after a reset: the sum's slices and the gathered values
+  coll.reset();
+  std::vector<float> b(5, 2.f), out0(3, 0.f), out1(2, 0.f);
+  std::thread other([&] { coll.reduce_scatter_sum(1, c, b.data(), out1.data(), b.size()); });
+  coll.reduce_scatter_sum(0, c, a.data(), out0.data(), a.size());
+  other.join();
+  CHECK(out0 == std::vector<float>(3, 3.f));
+  CHECK(out1 == std::vector<float>(2, 3.f));
 }
