@@ -220,8 +220,15 @@ inline bool is_tensor_file(const std::filesystem::path& path) {
   return in.read(magic, 8) && std::memcmp(magic, tensor_file_magic, 8) == 0;
 }
 
-//! Reads and verifies a whole file; `who` starts error messages.
-inline TensorFile read_tensor_file(const std::filesystem::path& path, const std::string& who = "read_tensor_file") {
+//! What read_tensor_file reads: the whole file, or its kind and metadata
+//! only (the header and manifest verified; the tensors neither read nor
+//! checked: a cheap look at whose file it is).
+enum class ReadPart { Everything, MetadataOnly };
+
+//! Reads and verifies a whole file (or, with ReadPart::MetadataOnly, its
+//! header and metadata); `who` starts error messages.
+inline TensorFile read_tensor_file(const std::filesystem::path& path, const std::string& who = "read_tensor_file",
+                                   ReadPart part = ReadPart::Everything) {
   const std::string where = who + ": " + path.string();
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
@@ -283,6 +290,7 @@ inline TensorFile read_tensor_file(const std::filesystem::path& path, const std:
     auto v = r.get_string("a metadata value", std::size_t{1} << 24);
     f.meta.emplace_back(std::move(k), std::move(v));
   }
+  if (part == ReadPart::MetadataOnly) return f;
   const auto count = r.get<std::uint32_t>("the tensor count");
   if (count > r.left() / 24) throw Error(where + " is corrupt: " + std::to_string(count) + " tensors");
   std::vector<Entry> entries;

@@ -12,13 +12,16 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <ranges>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/nn/backup_and_restore.hpp>
 #include <strata/nn/checkpoint_format.hpp>
 #include <strata/nn/fit_loop.hpp>
 #include <strata/nn/preemption.hpp>
+#include <strata/nn/run_record.hpp>
 #include <strata/strategy/any_strategy.hpp>
 
 namespace strata::nn::detail {
@@ -53,43 +56,65 @@ inline std::vector<double> sum_over_workers(AnyStrategy& s, std::vector<double> 
 template <class Model>
 class FitBackup {
  public:
-  FitBackup(Model& m, BackupAndRestore& b) : m_(m), b_(b) {
+  //! `fields`: what makes this run the same run (nn/run_record.hpp);
+  //! `epochs`: the epochs this fit asks for.
+  FitBackup(Model& m, BackupAndRestore& b, std::vector<std::pair<std::string, std::string>> fields, int epochs)
+      : m_(m), b_(b), fields_(std::move(fields)), epochs_(epochs) {
     if (b_.options().handle_signals) guard_ = std::make_unique<PreemptionGuard>();
     resume_.after = [this](const TrainingPosition& p, FitMoment m) { return after(p, m); };
   }
 
-  //! Finds the newest checkpoint (agreed across workers) and loads it; the
-  //! position fit starts from (the beginning without one).
+  //! The chief takes the directory (its lock, then its run record: ours,
+  //! another run's, or none yet), every worker learns whether it could;
+  //! then the newest checkpoint of this run that every worker can load is
+  //! loaded. Returns the position fit starts from (the beginning without
+  //! one). Refuses, on every worker, a directory that belongs to another
+  //! run or holds no checkpoint this run can resume from (unless
+  //! start_over), and a checkpoint past the end of this fit's epochs.
   const FitResume& resume() {
     AnyStrategy& s = m_.strategy();
+    std::exception_ptr refused;
     if (m_.is_chief()) {
-      b_.prepare();
-      b_.prune();  // temporary files of a killed writer
+      try {
+        claim();
+      } catch (...) {
+        refused = std::current_exception();
+      }
     }
-    auto all = b_.checkpoints();
-    if (!same_on_every_worker(s, static_cast<double>(all.size())))  // the loop below is collective
-        throw Error("BackupAndRestore: the workers see different numbers of checkpoints in " + b_.dir().string() +
-                    " (this one: " + std::to_string(all.size()) + "); give every worker the same directory");
-    // newest first; a file that fails its checks (flipped bits) is reported and skipped
+    if (sum_over_workers(s, {refused ? 1.0 : 0.0})[0] > 0) {
+      b_.lock_.reset();
+      if (refused) std::rethrow_exception(refused);
+      throw CheckpointDirectoryError("BackupAndRestore: the chief (worker 0) refused the checkpoint directory " +
+                                     b_.dir().string() + "; its error says why");
+    }
+    if (!m_.is_chief()) {  // the chief recorded the run: the others read which it is
+      auto r = detail::read_run_record(b_.record_path());
+      if (!r) throw Error("BackupAndRestore: " + b_.record_path().string() + " vanished after the chief wrote it");
+      b_.run_ = {r->id, fields_};
+    }
     std::optional<TrainingPosition> loaded;
     std::int64_t step = -1;
-    for (auto i = all.rbegin(); i != all.rend() && !loaded; ++i) {
-      if (!same_on_every_worker(s, static_cast<double>(i->first)))
-        throw Error("BackupAndRestore: the workers see different newest checkpoints in " + b_.dir().string() +
-                    " (this one: step " + std::to_string(i->first) + "); give every worker the same directory");
-      try {
-        loaded = m_.load_checkpoint(i->second);
-        step = i->first;
-      } catch (const Preempted&) {
-        throw;
-      } catch (const Error& e) {
-        if (m_.is_chief()) std::fprintf(stderr, "BackupAndRestore: skipping %s: %s\n", i->second.string().c_str(), e.what());
-      }
-      auto ok = sum_over_workers(s, {loaded ? 1.0 : 0.0});
-      if (ok[0] != 0 && ok[0] != static_cast<double>(s.num_workers()))
-        throw Error("BackupAndRestore: checkpoint " + i->second.string() + " loaded on some workers only");
+    std::vector<std::string> unusable;  // every file in a checkpoint's name not resumed from, and why
+    if (!b_.options().start_over) load_newest(loaded, step, unusable);
+    const std::string dir = b_.dir().string();
+    if (!loaded && !unusable.empty()) {
+      std::string why;
+      for (const auto& u : unusable) why += "\n  " + u;
+      throw CheckpointDirectoryError(
+          "BackupAndRestore: " + dir + " holds " + std::to_string(unusable.size()) +
+          " file(s) named like checkpoints, and this run can resume from none of them:" + why +
+          "\nNothing was deleted. Use another directory, or start over there (BackupOptions::start_over; the "
+          "examples' --start-over), which leaves files that no run can read where they are");
     }
-    b_.resumed_from_ = loaded ? std::optional<std::int64_t>(step) : std::nullopt;
+    if (loaded && (loaded->epoch > epochs_ || (loaded->epoch == epochs_ && loaded->batch > 0)))
+      throw CheckpointDirectoryError(
+          "BackupAndRestore: the checkpoint of step " + std::to_string(step) + " in " + dir + " stands at epoch " +
+          std::to_string(loaded->epoch + (loaded->batch > 0 ? 1 : 0)) +
+          (loaded->batch > 0 ? ", batch " + std::to_string(loaded->batch) : std::string(" (its end)")) +
+          ", past the end of this fit's " + std::to_string(epochs_) + " epoch(s): it belongs to a longer run. Ask for "
+          "at least " + std::to_string(loaded->epoch + (loaded->batch > 0 ? 1 : 0)) +
+          " epochs to go on with it, use another directory, or start over (BackupOptions::start_over)");
+    b_.resumed_at_ = loaded;
     if (loaded) {
       resume_.resumed = true;
       resume_.start = *loaded;
@@ -101,12 +126,100 @@ class FitBackup {
   //! The step of the checkpoint fit resumed from (nullopt: it started afresh).
   [[nodiscard]] std::optional<std::int64_t> resumed_from() const noexcept { return resumed_from_; }
 
-  //! After a completed fit (delete_at_end): the checkpoints go.
+  //! After a completed fit, with delete_at_end: this run's checkpoints go.
   void finished() {
-    if (b_.options().delete_at_end && m_.is_chief()) b_.clear();
+    if (b_.options().delete_at_end && m_.is_chief()) b_.finish();
   }
 
  private:
+  //! The chief: lock the directory, then decide whose it is. A run record
+  //! naming other settings, or (without a record) a checkpoint of another
+  //! run, is refused naming what differs; start_over removes that run's
+  //! checkpoints instead and begins a new run. The record is written before
+  //! any checkpoint, so a directory with checkpoints of a run has its record.
+  void claim() {
+    b_.prepare();
+    if (!b_.lock_) b_.lock_.emplace(b_.lock_path(), "BackupAndRestore");
+    const bool over = b_.options().start_over;
+    const std::string dir = b_.dir().string();
+    std::optional<RunIdentity> owner;
+    try {
+      owner = detail::read_run_record(b_.record_path());
+    } catch (const Error& e) {
+      if (!over)
+        throw CheckpointDirectoryError(std::string(e.what()) + ": " + dir +
+                                       " may belong to another run; nothing was deleted. Use another directory, or "
+                                       "start over (BackupOptions::start_over), which replaces the record");
+    }
+    if (!owner)  // no record: a checkpoint that names its run (the record removed by hand)
+      for (const auto& [st, p] : b_.checkpoints() | std::views::reverse) {
+        try {
+          if ((owner = detail::run_of(io::read_tensor_file(p, "BackupAndRestore", io::ReadPart::MetadataOnly)))) break;
+        } catch (const Error&) {
+        }
+      }
+    if (owner && !over) {
+      const std::string d = detail::differences(*owner, fields_);
+      if (d.empty()) {
+        b_.run_ = {owner->id, fields_};
+        if (!std::filesystem::exists(b_.record_path())) detail::write_run_record(b_.record_path(), b_.run_);
+        b_.prune_temporaries();
+        return;
+      }
+      throw CheckpointDirectoryError("BackupAndRestore: " + dir + " belongs to another run, whose settings differ (" +
+                                     d + "): resuming it would not continue that run. Nothing was deleted. Use "
+                                     "another directory, or start over there (BackupOptions::start_over; the "
+                                     "examples' --start-over), which removes that run's checkpoints");
+    }
+    if (owner) {  // start_over: the recorded run's checkpoints go (files no run can read stay)
+      std::error_code ec;
+      for (const auto& c : b_.checkpoints_of(owner->id)) std::filesystem::remove(c.second, ec);
+    }
+    b_.run_ = {detail::new_run_id(), fields_};
+    detail::write_run_record(b_.record_path(), b_.run_);
+    b_.prune_temporaries();
+  }
+
+  //! Every worker: the newest checkpoint of this run (or one that names no
+  //! run: written before runs were recorded) that every worker loads.
+  void load_newest(std::optional<TrainingPosition>& loaded, std::int64_t& step, std::vector<std::string>& unusable) {
+    AnyStrategy& s = m_.strategy();
+    const auto entries = b_.entries();
+    BackupAndRestore::Checkpoints all;
+    for (const auto& e : entries) {
+      if (e.regular) all.emplace_back(e.step, e.path);
+      else unusable.push_back(e.path.string() + " is not a file (a directory?): left alone");
+    }
+    if (!same_on_every_worker(s, static_cast<double>(all.size())))  // the loop below is collective
+      throw Error("BackupAndRestore: the workers see different numbers of checkpoints in " + b_.dir().string() +
+                  " (this one: " + std::to_string(all.size()) + "); give every worker the same directory");
+    // newest first; a file that fails its checks (flipped bits) is reported and skipped
+    for (auto i = all.rbegin(); i != all.rend() && !loaded; ++i) {
+      if (!same_on_every_worker(s, static_cast<double>(i->first)))
+        throw Error("BackupAndRestore: the workers see different newest checkpoints in " + b_.dir().string() +
+                    " (this one: step " + std::to_string(i->first) + "); give every worker the same directory");
+      std::string why;
+      try {
+        auto run = detail::run_of(io::read_tensor_file(i->second, "BackupAndRestore", io::ReadPart::MetadataOnly));
+        if (run && run->id != b_.run_.id) why = "it belongs to another run (" + run->id + ")";
+        else loaded = m_.load_checkpoint(i->second);
+        step = i->first;
+      } catch (const Preempted&) {
+        throw;
+      } catch (const Error& e) {
+        why = e.what();
+      }
+      if (!why.empty()) {
+        unusable.push_back(i->second.string() + ": " + why);
+        if (m_.is_chief()) std::fprintf(stderr, "BackupAndRestore: skipping %s: %s\n", i->second.string().c_str(), why.c_str());
+      }
+      auto ok = sum_over_workers(s, {loaded ? 1.0 : 0.0});
+      if (ok[0] != 0 && ok[0] != static_cast<double>(s.num_workers()))
+        throw Error("BackupAndRestore: checkpoint " + i->second.string() + " loaded on some workers only");
+    }
+    if (!loaded) step = -1;
+  }
+
   //! Under an executor whose state settles only when its pass ends (a
   //! parameter server: steps in flight), a step's end saves nothing: a
   //! signal stops the pass, which then saves (PassStopped); periodic saves
@@ -135,8 +248,8 @@ class FitBackup {
     std::string why;
     if (m_.is_chief()) {
       try {
-        m_.save_checkpoint(path, p);
-        b_.prune();
+        m_.save_checkpoint(path, p, detail::run_meta(b_.run_));
+        b_.prune(p.step);
       } catch (const std::exception& e) {
         why = e.what();
       }
@@ -148,6 +261,8 @@ class FitBackup {
 
   Model& m_;
   BackupAndRestore& b_;
+  std::vector<std::pair<std::string, std::string>> fields_;
+  int epochs_;
   std::unique_ptr<PreemptionGuard> guard_;
   FitResume resume_;
   std::optional<std::int64_t> resumed_from_;

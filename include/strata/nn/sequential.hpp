@@ -246,15 +246,17 @@ class Sequential {
   //! state, the step count and `pos` (where in fit; default: no epoch
   //! begun), atomically. Reads every copy it needs (under several workers,
   //! call it on each; only the chief's file matters).
-  void save_checkpoint(const std::filesystem::path& path, TrainingPosition pos = {}) {
+  //! `extra`: more metadata (BackupAndRestore adds its run's identity).
+  void save_checkpoint(const std::filesystem::path& path, TrainingPosition pos = {},
+                       const std::vector<std::pair<std::string, std::string>>& extra = {}) {
     check_built("save_checkpoint");
     check_compiled("save_checkpoint");
     pos.step = iterations_;
-    io::write_tensor_file(path,
-                          detail::make_checkpoint(*m_, get_weights(), ex_->optimizer_state(), pos,
-                                                  ex_->update_counters(), strategy_->name(),
-                                                  strategy_->num_replicas_in_sync()),
-                          "save_checkpoint");
+    io::TensorFile f = detail::make_checkpoint(*m_, get_weights(), ex_->optimizer_state(), pos,
+                                               ex_->update_counters(), strategy_->name(),
+                                               strategy_->num_replicas_in_sync());
+    f.meta.insert(f.meta.end(), extra.begin(), extra.end());
+    io::write_tensor_file(path, f, "save_checkpoint");
   }
   //! Loads a checkpoint written under any strategy: weights, optimizer
   //! state and step count (all or nothing); returns where fit was.
@@ -352,15 +354,30 @@ class Sequential {
         if (backup_of) throw Error("fit: more than one BackupAndRestore among the callbacks");
         backup_of = b;
       }
+    std::optional<std::size_t> global_batch;  // the first batch's rows (a backed-up run records it)
     {
       auto it = ds.iterator();
       auto first = data_pass(it, data, Phase::Train);
+      first.next_fn = [inner = std::move(first.next_fn), &global_batch]() {
+        auto b = inner();
+        if (b && b->x && !global_batch) global_batch = b->x->shape()[0];
+        return b;
+      };
       if (!ex_->begin_fit(first)) return {};  // this process served the ones training
-      if (backup_of && !built() && !first.next()) first.empty();  // a checkpoint loads into a built model
+      if (backup_of && !global_batch && !first.next() && !built()) first.empty();  // a checkpoint loads into a built model
     }
     History history;
     std::optional<detail::FitBackup<Sequential>> backup;
-    if (backup_of) backup.emplace(*this, *backup_of);
+    if (backup_of) {
+      // what makes a resume the same run, whatever the strategy (nn/run_record.hpp)
+      auto fields = m_->describe_for_fingerprint();
+      if (!detail::per_worker(data)) {  // a worker's own share (sharded by file) may differ in size
+        fields.emplace_back("global batch", global_batch ? std::to_string(*global_batch) : "none");
+        const auto batches = ds.cardinality();
+        fields.emplace_back("batches per epoch", batches ? std::to_string(*batches) : "unknown");
+      }
+      backup.emplace(*this, *backup_of, std::move(fields), opts.epochs);
+    }
     try {
       const detail::FitResume* resume = backup ? &backup->resume() : nullptr;
       history = detail::fit_epochs(
