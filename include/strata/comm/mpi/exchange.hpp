@@ -256,6 +256,8 @@ class Exchange {
   //! flag raises CollectiveAborted; the deadline raises CollectiveTimeout
   //! with `missing()`. The communicator is then unusable, except after a
   //! timeout when `poison_on_timeout` is false (nothing was left half done).
+  //! Every timeout marks the runtime failed (runtime.hpp): the process's
+  //! exit then waits for the other ranks only within the timeout, and aborts.
   template <class Ready, class Missing>
   void wait_until(Ready ready, Missing missing, bool poison_on_timeout = true) {
     for (int i = 0;; ++i) {
@@ -272,6 +274,9 @@ class Exchange {
                                   std::to_string(size_) + " timed out after " + std::to_string(opts_.timeout.count()) +
                                   " ms: " + missing();
           if (poison_on_timeout) poison(activity() + " timed out");
+          // even a wait that leaves the communicator usable (a recv that took
+          // nothing) gave up on a peer that may never come: the exit must not wait for it
+          else runtime().note_failure(opts_.timeout);
           throw CollectiveTimeout(msg);
         }
       }
