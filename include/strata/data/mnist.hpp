@@ -47,9 +47,16 @@ namespace detail {
 
 inline IdxArray read_mnist_file(const std::filesystem::path& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
+  if (!std::filesystem::exists(path, ec)) {
+    // the files as published (yann.lecun.com, most mirrors) are gzipped: say how to get the raw ones
+    if (auto gz = path; std::filesystem::exists(gz += ".gz", ec))
+      throw Error("load_mnist: " + path.string() + " does not exist, but " + gz.string() +
+                  " does: decompress it (gunzip -k " + (path.parent_path() / "*.gz").string() +
+                  "; load_mnist reads raw IDX), or run scripts/fetch-mnist.sh " + path.parent_path().string() +
+                  " (it decompresses and checks them)");
     throw Error("load_mnist: " + path.string() + " does not exist; run scripts/fetch-mnist.sh " +
                 path.parent_path().string() + " to download MNIST there (or point STRATA_MNIST_DIR at a copy)");
+  }
   return read_idx(path);
 }
 

@@ -36,6 +36,8 @@ class DirLock {
   //! holder; `who` starts the messages.
   DirLock(std::filesystem::path path, std::string_view who) : path_(std::move(path)) {
     for (int attempt = 0; attempt < 8; ++attempt) {
+      std::error_code ec;
+      created_ = !std::filesystem::exists(path_, ec);
       fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
       if (fd_ < 0) throw Error(std::string(who) + ": cannot create the lock file " + path_.string() + ": " + std::strerror(errno));
       if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -82,6 +84,8 @@ class DirLock {
     fd_ = -1;
   }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  //! Whether this lock made its file (a refused run removes only that).
+  [[nodiscard]] bool created() const noexcept { return created_; }
 
  private:
   std::string read_holder() const {
@@ -102,6 +106,7 @@ class DirLock {
 
   std::filesystem::path path_;
   int fd_ = -1;
+  bool created_ = false;
 };
 
 }  // namespace strata::io

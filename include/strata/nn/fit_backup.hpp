@@ -82,6 +82,7 @@ class FitBackup {
       }
     }
     if (sum_over_workers(s, {refused ? 1.0 : 0.0})[0] > 0) {
+      if (b_.lock_ && b_.lock_->created()) b_.lock_->remove_and_release();  // leave no trace where refused
       b_.lock_.reset();
       if (refused) std::rethrow_exception(refused);
       throw CheckpointDirectoryError("BackupAndRestore: the chief (worker 0) refused the checkpoint directory " +

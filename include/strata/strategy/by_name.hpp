@@ -90,6 +90,15 @@ struct InProcessStrategies {
   static constexpr std::array<std::string_view, 6> names{"default",         "one_device",      "mirrored",
                                                          "central_storage", "parameter_server", "pipeline"};
 
+  //! The size of the job this process runs in: 1 (every strategy here runs in this process).
+  [[nodiscard]] static constexpr int launched_ranks() noexcept { return 1; }
+  //! The stages with("pipeline", c, fn) splits a model into: c.stages, 2 when 0.
+  //! A program checks them against its model's layers before it trains (each stage needs one):
+  //!   if (S::pipeline_stages(c) > model.layers().size()) ...;   // say so in the user's terms
+  [[nodiscard]] static constexpr int pipeline_stages(const StrategyChoice& c) noexcept {
+    return c.stages ? c.stages : 2;
+  }
+
   //! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
   //! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
   //! 0 for one per core (at least 32 rows each when `batch` is given); "parameter_server": `workers` worker threads and

@@ -52,6 +52,16 @@ struct MpiStrategies {
   [[nodiscard]] static bool parameter_server_across_ranks(std::string_view name, const StrategyChoice& c) {
     return name == "parameter_server" && (detail::launched_ranks() > 1 || !c.cluster.empty());
   }
+  //! The size of the MPI job this process was started in, from the launcher's
+  //! environment (no MPI call): 1 when not under mpirun.
+  [[nodiscard]] static int launched_ranks() { return detail::launched_ranks(); }
+  //! The stages with("pipeline", c, fn) splits a model into: under mpirun one
+  //! per rank, the ranks / c.data_parallel (c.stages, when given, must make
+  //! exactly the ranks); else InProcessStrategies::pipeline_stages(c).
+  [[nodiscard]] static int pipeline_stages(const StrategyChoice& c) {
+    const int ranks = launched_ranks();
+    return ranks > 1 ? ranks / std::max(1, c.data_parallel) : InProcessStrategies::pipeline_stages(c);
+  }
 
   template <class F>
   static auto with(std::string_view name, StrategyChoice c, F&& fn) -> std::invoke_result_t<F&, DefaultStrategy&> {

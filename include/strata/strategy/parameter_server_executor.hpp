@@ -192,6 +192,13 @@ class ParameterServerExecutor final : public Executor {
   //! worker, at most two per worker in flight; results taken in order (logs,
   //! progress and callbacks as in synchronous training). The chief's copy
   //! holds the servers' value after.
+  //! A pass stopped early (a signal, a callback) stops scheduling; at
+  //! staleness 0 it first completes the synchronous round under way: a round
+  //! is the pass's next `workers` batches, and a partial one would be applied
+  //! at join() as a round of its own (its own average, its own optimizer
+  //! step), which the uninterrupted run never applies. So a stopped pass
+  //! ends on a round boundary, as every position it saves must (a resumed
+  //! run's rounds start where its pass starts).
   PassTotals train(Pass& pass) {
     PassTotals t;
     t.metrics.assign(program_.num_metrics(), 0.0);
@@ -207,8 +214,11 @@ class ParameterServerExecutor final : public Executor {
       t.samples += out.rows;
       stop = pass.end_step(steps++, t) || stop;
     };
+    const bool rounds = rt_.staleness() == std::uint64_t{0};
+    const auto round = static_cast<std::size_t>(rt_.num_workers());
+    const auto more = [&] { return !stop || (rounds && scheduled % round != 0); };
     try {
-      while (!stop && (!pass.max_steps || scheduled < pass.max_steps)) {
+      while (more() && (!pass.max_steps || scheduled < pass.max_steps)) {
         std::optional<Batch> b = pass.next();
         if (!b) break;
         pass.begin_step(scheduled);

@@ -6,17 +6,91 @@
 //! rank that threw) the exit waits at most the failing communicator's timeout
 //! for every rank to get there, then brings the whole job down with
 //! MPI_Abort instead of hanging in MPI_Finalize.
+//! MPI initialization has a deadline too: MPI_Init waits for every rank of
+//! the job to start, so a rank stopped or slow before it would otherwise
+//! leave the others waiting in silence. After STRATA_MPI_INIT_TIMEOUT
+//! seconds (default 120) this rank prints which rank it is, what it waited
+//! for and the deadline, and exits with status 1 (mpirun then ends the job).
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
+
+#include <unistd.h>
 
 #include <strata/comm/mpi/mpi.hpp>
 
 namespace strata::detail::mpi {
+
+//! How long MPI initialization may wait for the other ranks:
+//! STRATA_MPI_INIT_TIMEOUT seconds (fractions allowed, > 0), else 120 s.
+inline std::chrono::milliseconds init_timeout() {
+  const char* env = std::getenv("STRATA_MPI_INIT_TIMEOUT");
+  if (!env || !*env) return std::chrono::seconds(120);
+  char* end = nullptr;
+  const double s = std::strtod(env, &end);
+  if (*end != '\0' || !std::isfinite(s) || s <= 0 || s > 604800)
+    throw Error(std::string("strata: STRATA_MPI_INIT_TIMEOUT=\"") + env +
+                "\" is not a number of seconds > 0 and at most 604800 (the deadline of MPI initialization)");
+  return std::chrono::milliseconds(std::max<long long>(1, std::llround(s * 1000)));
+}
+
+//! This process's rank and the job's size as the launcher set them (no MPI
+//! call: MPI is not initialized yet): "rank 1 of 2", or "this rank".
+inline std::string launched_rank_words() {
+  for (const auto& [rank, size] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                   std::pair{"PMIX_RANK", "PMIX_SIZE"}, std::pair{"PMI_RANK", "PMI_SIZE"}})
+    if (const char* r = std::getenv(rank)) {
+      const char* n = std::getenv(size);
+      return std::string("rank ") + r + (n ? std::string(" of ") + n : std::string());
+    }
+  return "this rank";
+}
+
+//! Runs `init` (MPI_Init_thread) under `deadline`: past it, a watchdog thread
+//! prints one line naming this rank and _exit(1)s, since MPI offers no way to
+//! leave a blocked MPI_Init (and the process cannot finalize what never
+//! initialized).
+template <class Init>
+void init_with_deadline(std::chrono::milliseconds deadline, Init init) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lk(mu);
+    if (cv.wait_for(lk, deadline, [&] { return done; })) return;
+    std::fprintf(stderr,
+                 "strata: %s: MPI initialization (MPI_Init_thread) did not return within %.3g s: it waits for "
+                 "every rank of the job to start, and some rank has not (stopped, slow to start or gone); "
+                 "exiting (STRATA_MPI_INIT_TIMEOUT sets this deadline in seconds)\n",
+                 launched_rank_words().c_str(), static_cast<double>(deadline.count()) / 1000.0);
+    std::fflush(stderr);
+    ::_exit(1);
+  });
+  struct Disarm {  // on return and on a throw alike
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& done;
+    std::thread& t;
+    ~Disarm() {
+      {
+        std::lock_guard lk(mu);
+        done = true;
+      }
+      cv.notify_one();
+      t.join();
+    }
+  } disarm{mu, cv, done, watchdog};
+  init();
+}
 
 class Runtime {
  public:
@@ -25,7 +99,9 @@ class Runtime {
     MPI_Initialized(&init);
     if (!init) {
       int provided = 0;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      init_with_deadline(init_timeout(), [&] {
+        check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      });
       owner_ = true;
       if (provided < MPI_THREAD_SERIALIZED)
         throw Error("strata: this MPI library offers thread level " + std::to_string(provided) +
@@ -60,7 +136,7 @@ class Runtime {
     }
   }
 
-  //! A collective failed in this process: the exit must not wait forever.
+  //! A collective or message failed (or timed out) in this process: the exit must not wait forever.
   void note_failure(std::chrono::milliseconds timeout) {
     std::lock_guard lk(mu_);
     failed_.store(true);
@@ -86,7 +162,7 @@ class Runtime {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         std::fprintf(stderr,
-                     "strata: rank %d: after a failed collective, not every rank reached the end of the program "
+                     "strata: rank %d: after a failed collective or message, not every rank reached the end of the program "
                      "within %lld ms; aborting the job\n",
                      rank, static_cast<long long>(exit_timeout_.count()));
         std::fflush(stderr);
