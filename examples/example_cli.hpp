@@ -6,7 +6,8 @@
 // an option that does not apply to the chosen strategy is an error, and
 // output paths are checked before anything trains. Every mistake is one
 // sentence naming the option, the value and what is allowed, exit status 2;
-// --help prints the usage and exits 0.
+// --help prints the usage (with every default) and exits 0. A value follows
+// its option as the next argument or after '=' (--epochs 3, --epochs=3).
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -95,27 +97,39 @@ inline constexpr OptionInfo option_table[] = {
      pipeline_strategies},
     {"--data-parallel", "D", "pipeline: D copies of it, each on its share of every batch, 1-64 (default 1)",
      pipeline_strategies},
-    {"--epochs", "N", "passes over the training set, 1-100000", ""},
+    {"--epochs", "N", "passes over the training set, 1-100000 (default {epochs})", ""},
     {"--batch", "N", "global batch, 1-1048576 (default 128)", ""},
     {"--data", "DIR", "the MNIST directory (default: the cache of scripts/fetch-mnist.sh)", ""},
-    {"--seed", "N", "initialization and shuffling seed, 0-18446744073709551615", ""},
+    {"--seed", "N", "initialization and shuffling seed, 0-18446744073709551615 (default {seed})", ""},
     {"--save", "FILE", "write the trained weights there (its directory must exist and be writable)", ""},
-    {"--checkpoint-dir", "DIR", "BackupAndRestore into DIR: running the same command again resumes", ""},
+    {"--checkpoint-dir", "DIR",
+     "BackupAndRestore into DIR: a checkpoint every 100 steps and at each epoch's end; running the same command "
+     "again resumes from the newest. A completed run deletes its checkpoints only after its final evaluation "
+     "and --save are written",
+     ""},
     {"--train-limit", "N", "train on the first N examples only, 1-4294967295", ""},
-    {"--min-accuracy", "X", "exit 1 below this test accuracy, 0-1 (default: the example's bar)", ""},
-    {"--timeout", "SECONDS", "the collective deadline, > 0 up to 604800, fractions allowed (default: the "
-                             "strategy's; default runs one replica on this thread: nothing to wait for)",
+    {"--min-accuracy", "X", "exit 3 below this test accuracy, 0-1 (default {min_accuracy})", ""},
+    {"--timeout", "SECONDS", "the collective deadline, > 0 up to 604800, fractions allowed (default 120; "
+                             "parameter_server: 60; default runs one replica on this thread: nothing to wait for)",
      ""},
     {"--quiet", "", "no summary, no progress bar", ""},
     {"--if-present", "", "exit 77 (skipped) when MNIST or the GPU is not there (for the test suite)", ""},
     {"--help", "", "print this and exit 0 (also -h)", ""},
 };
 
-//! What one program takes: the strategy names it accepts and its options.
+//! What one program takes: the strategy names it accepts, its options, and
+//! what --help says after them (its exit statuses).
 struct Program {
   std::span<const std::string_view> strategies = strata::strategy_names;
   std::vector<std::string_view> options;
+  std::string_view epilogue = "exit status: 0 success, 1 error, 2 a mistake on the command line";
 };
+
+//! The exit statuses of the MNIST examples, for --help.
+inline constexpr std::string_view mnist_exit_statuses =
+    "exit status: 0 success; 1 error; 2 a mistake on the command line; 3 test accuracy below the bar "
+    "(--min-accuracy); 75 preempted (SIGTERM or SIGINT: the checkpoint is saved, run the same command again to "
+    "resume); 77 skipped (--if-present: no MNIST or no GPU)";
 
 //! The options of the MNIST examples; with `mpi`, --cluster too.
 inline std::vector<std::string_view> mnist_options(bool mpi) {
@@ -134,8 +148,47 @@ inline std::string join(std::span<const std::string_view> names, std::string_vie
   return out;
 }
 
-inline std::string usage_text(const char* prog, const Program& p) {
-  std::string out = std::string("usage: ") + prog + " [options]\n";
+namespace detail {
+
+//! A number as --help shows it: "0.975", "5" (no trailing zeros).
+inline std::string shown(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+//! `help` with its {epochs}, {seed} and {min_accuracy} replaced by the program's defaults `d`.
+inline std::string with_defaults(std::string_view help, const Args& d) {
+  std::string out(help);
+  const auto put = [&](std::string_view key, const std::string& value) {
+    if (const auto at = out.find(key); at != std::string::npos) out.replace(at, key.size(), value);
+  };
+  put("{epochs}", std::to_string(d.epochs));
+  put("{seed}", std::to_string(d.seed));
+  put("{min_accuracy}", d.min_accuracy >= 0 ? shown(d.min_accuracy) : std::string("the example's bar"));
+  return out;
+}
+
+//! `text` word by word from column `col`, lines indented to `indent` and wrapped at 100 columns.
+inline void wrap(std::string& out, std::string_view text, std::size_t col, std::size_t indent) {
+  for (std::string_view rest = text; !rest.empty();) {
+    const auto sp = rest.find(' ');
+    const auto word = rest.substr(0, sp);
+    rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
+    if (col > indent && col + 1 + word.size() > 100) out += '\n' + std::string(indent, ' '), col = indent;
+    if (col > indent) out += ' ', ++col;
+    out += word;
+    col += word.size();
+  }
+  out += '\n';
+}
+
+}  // namespace detail
+
+//! The usage of `p`'s program whose defaults are `d`: every option with its
+//! default, then the program's exit statuses.
+inline std::string usage_text(const char* prog, const Program& p, const Args& d = {}) {
+  std::string out = std::string("usage: ") + prog + " [options]  (--opt VALUE or --opt=VALUE)\n";
   for (const auto& info : option_table) {
     if (std::find(p.options.begin(), p.options.end(), info.name) == p.options.end()) continue;
     std::string left = "  " + std::string(info.name);
@@ -145,18 +198,9 @@ inline std::string usage_text(const char* prog, const Program& p) {
     std::size_t col = left.size();
     if (col >= 30) out += '\n', col = 0;
     out += std::string(30 - col, ' ');
-    col = 30;
-    for (std::string_view rest = info.help; !rest.empty();) {  // words, wrapped at 100 columns
-      const auto sp = rest.find(' ');
-      const auto word = rest.substr(0, sp);
-      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
-      if (col > 30 && col + 1 + word.size() > 100) out += '\n' + std::string(30, ' '), col = 30;
-      if (col > 30) out += ' ', ++col;
-      out += word;
-      col += word.size();
-    }
-    out += '\n';
+    detail::wrap(out, detail::with_defaults(info.help, d), 30, 30);
   }
+  if (!p.epilogue.empty()) detail::wrap(out, p.epilogue, 0, 2);
   return out;
 }
 
@@ -205,10 +249,17 @@ inline double decimal(const char* prog, std::string_view opt, std::string_view v
 //! sentence on stderr and exit status 2.
 inline Args parse(int argc, char** argv, Args a, const Program& p) {
   const char* prog = argv[0];
+  const Args defaults = a;
   for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--help" || k == "-h") {
-      std::fputs(usage_text(prog, p).c_str(), stdout);
+    const std::string arg = argv[i];
+    // --opt=VALUE is --opt VALUE (the value may itself hold '=')
+    const auto eq = arg.rfind("--", 0) == 0 ? arg.find('=') : std::string::npos;
+    const std::string k = arg.substr(0, eq);
+    const std::optional<std::string> attached =
+        eq == std::string::npos ? std::nullopt : std::optional<std::string>(arg.substr(eq + 1));
+    if (k == "--help" || arg == "-h") {
+      if (attached) fail(prog, "--help takes no value, but " + detail::quoted(arg) + " gives it one: write --help alone");
+      std::fputs(usage_text(prog, p, defaults).c_str(), stdout);
       std::exit(0);
     }
     const auto info = std::find_if(std::begin(option_table), std::end(option_table),
@@ -216,13 +267,15 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
     if (info == std::end(option_table)) fail(prog, "unknown option " + detail::quoted(k));
     if (std::find(p.options.begin(), p.options.end(), k) == p.options.end())
       fail(prog, k + " is not an option of this program");
+    if (info->value.empty() && attached)
+      fail(prog, k + " takes no value, but " + detail::quoted(arg) + " gives it one: write " + k + " alone");
     a.given.push_back(k);
     if (info->value.empty()) {
       (k == "--quiet" ? a.quiet : a.if_present) = true;
       continue;
     }
-    if (i + 1 >= argc) fail(prog, "missing value after " + k + " (" + std::string(info->value) + ")");
-    const std::string v = argv[++i];
+    if (!attached && i + 1 >= argc) fail(prog, "missing value after " + k + " (" + std::string(info->value) + ")");
+    const std::string v = attached ? *attached : std::string(argv[++i]);
     if (k == "--strategy") {
       if (std::find(p.strategies.begin(), p.strategies.end(), v) == p.strategies.end())
         fail(prog, "--strategy " + detail::quoted(v) + " is not a strategy of this program: expected one of " +
@@ -296,6 +349,30 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   if (a.has("--save")) check_output_file(prog, "--save", a.save);
   if (a.has("--checkpoint-dir")) check_output_dir(prog, "--checkpoint-dir", a.checkpoint_dir);
   return a;
+}
+
+//! The options every rank of an mpirun job must be given alike (what is
+//! trained, for how long, what is written and what counts as success), as
+//! (option, value) pairs of their parsed values: the ranks compare them
+//! before they train. --data, --save, --device, --replicas, --quiet may
+//! differ (per host, or read by the chief alone).
+inline std::vector<std::pair<std::string, std::string>> options_that_must_match(const Args& a) {
+  const auto or_none = [](const std::string& v) { return v.empty() ? std::string("(none)") : v; };
+  return {{"--strategy", a.strategy},
+          {"--epochs", std::to_string(a.epochs)},
+          {"--batch", std::to_string(a.batch)},
+          {"--seed", std::to_string(a.seed)},
+          {"--train-limit", a.train_limit ? std::to_string(a.train_limit) : std::string("(none)")},
+          {"--checkpoint-dir", or_none(a.checkpoint_dir)},
+          {"--min-accuracy", detail::shown(a.min_accuracy)},
+          {"--timeout", a.timeout ? std::to_string(a.timeout->count()) + " ms" : std::string("(default)")},
+          {"--stages", std::to_string(a.stages)},
+          {"--microbatches", std::to_string(a.micro_batches)},
+          {"--schedule", std::string(strata::to_string(a.schedule))},
+          {"--data-parallel", std::to_string(a.data_parallel)},
+          {"--servers", std::to_string(a.servers)},
+          {"--staleness", a.staleness ? std::to_string(*a.staleness) : std::string("(unbounded)")},
+          {"--cluster", or_none(a.cluster)}};
 }
 
 //! The device --device names: "auto" is the first GPU when the program can

