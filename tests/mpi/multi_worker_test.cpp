@@ -415,3 +415,48 @@ TEST_CASE("checkpoints are logical across processes: one process's Mirrored x4 <
     std::filesystem::remove(multi_path);
   }
 }
+
+TEST_CASE("BackupAndRestore across workers: the chief owns the directory, its refusal reaches every worker") {
+  namespace nn = strata::nn;
+  const auto samples = samples_96();
+  auto make = [](auto& strategy, std::uint64_t seed) {
+    auto model = strategy.scope([] {
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh}}, nn::Dense{3}};
+    });
+    model.compile(nn::Adam{1e-2}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = seed});
+    return model;
+  };
+  auto data = [&] { return strata::data::from_tensor_slices(samples.first, samples.second).batch(24); };
+  long pid = world_rank() == 0 ? static_cast<long>(::getpid()) : 0;
+  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const auto dir = std::filesystem::temp_directory_path() / ("strata_mw_backup_" + std::to_string(pid));
+  strata::MultiWorkerMirroredStrategy multi{strata::cpu_replicas(1), quick()};
+  {
+    nn::BackupAndRestore b{dir, {.delete_at_end = false}};
+    auto m = make(multi, 9);
+    m.fit(multi.distribute(data()), {.epochs = 1, .verbose = nn::Verbosity::Silent, .callbacks = {&b}});
+  }  // its checkpoint (step 4) stays; the lock is released
+  {
+    nn::BackupAndRestore b{dir};
+    auto m = make(multi, 10);  // another seed: another run
+    std::string msg;
+    try {
+      m.fit(multi.distribute(data()), {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&b}});
+    } catch (const nn::CheckpointDirectoryError& e) {
+      msg = e.what();
+    }
+    if (world_rank() == 0) CHECK(msg.find("seed: 9 there, 10 here") != std::string::npos);
+    else CHECK(msg.find("the chief (worker 0) refused the checkpoint directory") != std::string::npos);
+  }
+  nn::BackupAndRestore b{dir};
+  auto m = make(multi, 9);
+  m.fit(multi.distribute(data()), {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&b}});
+  CHECK(b.resumed_from() == 4);  // on every worker
+  CHECK(m.iterations() == 8);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    CHECK((!std::filesystem::exists(dir) || std::filesystem::is_empty(dir)));  // done: its files went
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+}

@@ -189,7 +189,10 @@ class FitBackup {
     BackupAndRestore::Checkpoints all;
     for (const auto& e : entries) {
       if (e.regular) all.emplace_back(e.step, e.path);
-      else unusable.push_back(e.path.string() + " is not a file (a directory?): left alone");
+      else {
+        unusable.push_back(e.path.string() + " is not a file (a directory?): left alone");
+        if (m_.is_chief()) std::fprintf(stderr, "BackupAndRestore: skipping %s: %s\n", e.path.string().c_str(), "not a file (a directory?): left alone");
+      }
     }
     if (!same_on_every_worker(s, static_cast<double>(all.size())))  // the loop below is collective
       throw Error("BackupAndRestore: the workers see different numbers of checkpoints in " + b_.dir().string() +
