@@ -6,12 +6,25 @@
 //! naming the replicas that are missing, and the mailbox of point-to-point
 //! messages (mailbox.hpp) under the same abort and timeout rules. Never a
 //! silent hang.
+//!
+//! Whatever the deadline's size (1 ms included), a replica that gives up on a
+//! collective (timeout, abort, a replica that returned) never returns while
+//! another replica still reads or writes its buffers: the others read them
+//! in place from the moment they see every replica arrived ("committed")
+//! until they leave. So giving up aborts the team first (every other waiter
+//! stops at its next check, and a replica arriving late sees the abort
+//! before it commits: Dekker's pattern on `committed` and `aborted_`, both
+//! sequentially consistent), then waits until no committed replica still
+//! touches its buffers; that takes the others' bounded copying and reducing,
+//! never a wait of theirs, which the abort ends.
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +56,10 @@ struct alignas(64) Slot {
   std::atomic<std::uint64_t> left{0};      // collectives completed
   std::atomic<std::uint64_t> progress{0};  // ring steps completed
   std::atomic<bool> departed{false};       // returned from its function
+  // The collective whose arrival this replica saw complete: from then until
+  // `left` or `quit` reaches it, it reads (and writes) the others' buffers.
+  std::atomic<std::uint64_t> committed{0};
+  std::atomic<std::uint64_t> quit{0};  // a collective it gave up on after committing or arriving
   // Written by the owner before `arrived` is released, read by the others
   // until they have left the same collective.
   CallDesc desc;
@@ -76,6 +93,8 @@ class Team {
       s.left.store(0);
       s.progress.store(0);
       s.departed.store(false);
+      s.committed.store(0);
+      s.quit.store(0);
     }
     mailbox_.reset();
     std::lock_guard lk(mu_);
@@ -136,6 +155,13 @@ class Team {
     s.arrived.store(seq);
     notify();
     wait(me, seq, d, "enter", [&](int r) { return slot(r).arrived.load() >= seq; });
+    s.committed.store(seq);  // from here on this replica touches the others' buffers...
+    if (aborted_.load()) {   // ...unless one gave up meanwhile (it saw us, or we see it)
+      const std::string why = abort_reason();
+      give_up(me, seq);
+      throw CollectiveAborted("strata: replica " + std::to_string(me) + " abandoned collective #" +
+                              std::to_string(seq) + " " + d.str() + " because " + why);
+    }
     {  // also with one replica: a root must still name a replica
       std::vector<const CallDesc*> all(static_cast<std::size_t>(p_));
       for (int r = 0; r < p_; ++r) all[static_cast<std::size_t>(r)] = &slot(r).desc;
@@ -201,23 +227,64 @@ class Team {
     } guard{sleepers_};
     for (;;) {
       if (all_ready(ready)) return;
-      if (aborted_.load())
-        throw CollectiveAborted("strata: replica " + std::to_string(me) + " abandoned collective #" +
-                                std::to_string(seq) + " " + d.str() + " because " + abort_reason_);
+      if (aborted_.load()) {
+        const std::string msg = "strata: replica " + std::to_string(me) + " abandoned collective #" +
+                                std::to_string(seq) + " " + d.str() + " because " + abort_reason_;
+        lk.unlock();
+        give_up(me, seq);
+        throw CollectiveAborted(msg);
+      }
       std::string departed;
       for (int r = 0; r < p_; ++r)
         if (!ready(r) && slot(r).departed.load()) departed += (departed.empty() ? "" : ", ") + std::to_string(r);
-      if (!departed.empty())
-        throw CollectiveTimeout("strata: collective #" + std::to_string(seq) + " " + d.str() + " on replica " +
-                                std::to_string(me) + " can never complete: replica(s) " + departed +
-                                " returned from their function without calling it" + progress_report(ready));
       const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline)
-        throw CollectiveTimeout("strata: collective #" + std::to_string(seq) + " " + d.str() + " on replica " +
-                                std::to_string(me) + " timed out after " + std::to_string(opts_.timeout.count()) +
-                                " ms waiting for the other replicas to " + phase + progress_report(ready));
+      if (!departed.empty() || now >= deadline) {
+        const std::string msg =
+            "strata: collective #" + std::to_string(seq) + " " + d.str() + " on replica " + std::to_string(me) +
+            (!departed.empty() ? " can never complete: replica(s) " + departed +
+                                     " returned from their function without calling it"
+                               : " timed out after " + std::to_string(opts_.timeout.count()) +
+                                     " ms waiting for the other replicas to " + phase) +
+            progress_report(ready);
+        lk.unlock();
+        abort(me, msg);  // the others stop waiting for us, and stop touching our buffers
+        give_up(me, seq);
+        throw CollectiveTimeout(msg);
+      }
       cv_.wait_for(lk, std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(50)));
     }
+  }
+
+  //! Replica `me` gives up on collective `seq` (the team is aborted by
+  //! now): it stops touching the others' buffers, then waits until no other
+  //! replica that committed to `seq` still touches its own. They are copying
+  //! or reducing (bounded work), or at a wait that sees the abort and gives
+  //! up too, so this ends in their compute time; a bound far above it (ten
+  //! deadlines, at least 5 minutes) ends the process with a message rather
+  //! than return while memory this replica's caller frees is in use.
+  void give_up(int me, std::uint64_t seq) {
+    slot(me).quit.store(seq);
+    notify();
+    const auto touching = [&](int r) {
+      const Slot& o = slot(r);
+      return r != me && o.committed.load() >= seq && o.left.load() < seq && o.quit.load() < seq;
+    };
+    const auto limit = std::max<std::chrono::steady_clock::duration>(10 * opts_.timeout, std::chrono::minutes(5));
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (int r = 0; r < p_; ++r)
+      for (int i = 0; touching(r); ++i) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          std::fprintf(stderr,
+                       "strata: replica %d gave up on collective #%llu, but replica %d still uses its buffers "
+                       "after %lld s; ending the process rather than free memory in use\n",
+                       me, static_cast<unsigned long long>(seq), r,
+                       static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(limit).count()));
+          std::fflush(stderr);
+          std::abort();
+        }
+        if (i < 64) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
   }
 
   //! "; missing: replica 1 (completed 4 collectives, entered 4)".
