@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <numeric>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -586,4 +587,38 @@ TEST_CASE("cluster specs: roles by counts or written out; bad specs say what is 
   bad("chief:0 ps1 worker:2", 3, "expected role:ranks");
   CHECK_THROWS_WITH_AS((void)strata::ClusterSpec::from_counts(2, 3), doctest::Contains("at least 4 ranks"), strata::Error);
   CHECK_THROWS_AS((void)strata::ClusterSpec::from_counts(0, 3), strata::Error);
+}
+
+TEST_CASE("in one process, servers going away apply nothing a run left staged (its update's model is gone)") {
+  // A staleness-0 run that ends in error (a timeout) can leave a round
+  // incomplete, a worker's gradient staged. When the strategy goes, its
+  // coordinator retires the workers, which completes that round: the round
+  // hook must not apply it then, through an update whose optimizer belonged
+  // to a model destroyed before the strategy (a 1 ms --timeout crashed the
+  // examples there).
+  strata_test::Watchdog dog("in-process servers' end", 60s);
+  std::atomic<bool> gone{false};
+  std::atomic<int> applied{0}, applied_late{0};
+  {
+    strata::InProcessParameterServers rt{{.workers = 2, .servers = 1, .staleness = std::uint64_t{0}}};
+    rt.create_variables({Shape{4}}, Tensor<float>{Shape{4}},
+                        [&](std::span<float>, std::span<const float>, std::size_t, std::uint64_t) {
+      ++applied;
+      if (gone) ++applied_late;
+    });
+    const std::vector<float> g(4, 1.f);
+    strata::StalenessClock& clock = rt.coordinator().clock();
+    for (int w : {0, 1}) {  // round 1: both workers
+      clock.begin(w);
+      rt.push(w, g);
+      clock.end(w);
+    }
+    CHECK(applied == 1);
+    clock.begin(1);  // round 2: worker 1 only, as when worker 0's wait timed out
+    rt.push(1, g);
+    clock.end(1);
+    CHECK(applied == 1);
+    gone = true;
+  }
+  CHECK(applied_late == 0);
 }

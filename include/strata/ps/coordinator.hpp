@@ -175,6 +175,14 @@ class Coordinator {
     }
     return {std::exchange(lost_step_, nullptr), false};
   }
+  //! Waits until no step is running (taken by a worker and not yet
+  //! finished or failed), at most `limit`; whether none is. After a run
+  //! that ended in error (settle() waits for running steps only as long as
+  //! the timeout), for a caller whose steps use memory it is about to free.
+  [[nodiscard]] bool wait_running(std::chrono::steady_clock::duration limit) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, limit, [&] { return running_ == 0; });
+  }
   //! Waits until every scheduled step has finished or failed for good; then
   //! throws the error that ended the run, or else the first step failure
   //! that exhausted its attempts, if any (once).

@@ -9,6 +9,10 @@
 //! the store, a failed worker's staged gradients dropped from it.
 //!   strata::InProcessParameterServers ps{{.workers = 4, .servers = 2, .staleness = 1}};
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +47,14 @@ class InProcessParameterServers final : public ParameterServerRuntime {
       if (store_) store_->drop_staged(w);
     });
   }
+
+  InProcessParameterServers(const InProcessParameterServers&) = delete;
+  InProcessParameterServers& operator=(const InProcessParameterServers&) = delete;
+  //! The coordinator's end retires its workers, which completes a round;
+  //! its hook must not apply what a run that ended in error left staged:
+  //! the update belongs to a model that is gone by now (a 1 ms timeout
+  //! crashed the examples here).
+  ~InProcessParameterServers() override { coord_.clock().on_round({}); }
 
   [[nodiscard]] Role role() const noexcept override { return Role::Chief; }
   [[nodiscard]] int num_workers() const noexcept override { return o_.workers; }
@@ -104,7 +116,29 @@ class InProcessParameterServers final : public ParameterServerRuntime {
       return (*fn)(ctx.worker(), in);
     });
   }
-  void join() override { coord_.join(); }
+  //! Errors as Coordinator::join; after one, also waits for the steps
+  //! still running, whatever the timeout's size: they use the caller's model
+  //! (the executor's worker copies and gradients), which an error frees
+  //! next. In one process a step never waits (pull, compute, push), so this
+  //! takes its computation; a bound far above it ends the process with a
+  //! message rather than free memory in use.
+  void join() override {
+    try {
+      coord_.join();
+    } catch (...) {
+      const auto limit = std::max<std::chrono::steady_clock::duration>(10 * o_.timeout, std::chrono::minutes(5));
+      if (!coord_.wait_running(limit)) {
+        std::fprintf(stderr,
+                     "strata: the parameter-server run ended (%s), but a worker's step still runs after %lld s; "
+                     "ending the process rather than free the model it uses\n",
+                     detail::what_of(std::current_exception()).c_str(),
+                     static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(limit).count()));
+        std::fflush(stderr);
+        std::abort();
+      }
+      throw;
+    }
+  }
   [[nodiscard]] std::vector<WorkerFailure> failures() const override { return coord_.failures(); }
   [[nodiscard]] std::vector<std::uint64_t> pushes_per_server() const override {
     std::vector<std::uint64_t> v;
