@@ -4,7 +4,11 @@
 # errors), then the unit tests under ThreadSanitizer (g++) and under
 # AddressSanitizer+UBSan (clang++); the sanitizer builds leave the CUDA
 # backend out (no GPU here: its tests only compile and skip, which the
-# release build already does). Ends with the line "N passed, M failed"; exits non-zero if any
+# release build already does). Every supported configuration is built, with
+# its examples and benchmarks, warnings as errors (issue 21): everything
+# (the release build), MPI without CUDA (ThreadSanitizer), no MPI and no CUDA
+# (AddressSanitizer), and CUDA without MPI (compiled only: the files that
+# differ). Ends with the line "N passed, M failed"; exits non-zero if any
 # test failed or a build broke.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +38,9 @@ PY
 }
 
 # suite NAME BUILDDIR COMPILER MESON-TEST-ARGS -- SETUP-ARGS
+# Builds the default targets and, before testing, the targets named in the
+# array also_build (for targets that are not built by default).
+also_build=()
 suite() {
   local name=$1 dir=$2 cxx=$3
   shift 3
@@ -44,7 +51,7 @@ suite() {
   local setup=(env CXX="$cxx" meson setup "$dir")
   [ -f "$dir/build.ninja" ] && setup=(meson configure "$dir")  # existing dir: make sure it has these options
   "${setup[@]}" -Dwerror=true "$@" > "$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; failed=$((failed + 1)); return; }
-  if ! ninja -C "$dir" > "$dir.build.log" 2>&1; then
+  if ! ninja -C "$dir" all "${also_build[@]}" > "$dir.build.log" 2>&1; then
     tail -n 60 "$dir.build.log"
     echo "$name: build failed"
     failed=$((failed + 1))
@@ -62,13 +69,52 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # tests/mpi/tsan.supp); not under ASan: Open MPI's memory hooks and
 # never-freed globals defeat it, so that build leaves MPI out (and the
 # TSan build makes only the MPI programs its suite runs).
-only_unit=(--no-suite compile_fail --no-suite packaging --no-suite readme --no-suite examples --no-suite mpi)
+# Each sanitizer build also builds, without running them (the release build
+# runs the examples and command lines), the example and benchmark programs
+# whose code depends on its configuration (under a sanitizer none is built by
+# default; a failed build counts as a failure): mnist_mlp (examples/
+# mnist_common.hpp: MpiStrategies or InProcessStrategies, CUDA or not) in
+# both, train_bench and allreduce_bench (CPU only) without any backend. The
+# other examples and benchmarks hold no code that depends on a backend.
+only_unit=(--no-suite compile_fail --no-suite packaging --no-suite readme --no-suite examples --no-suite mpi
+           --no-suite cli)
 suite "release (g++)" build g++ -- -Dbuildtype=release
+also_build=(examples/mnist_mlp)
 suite "ThreadSanitizer (g++)" build-tsan g++ "${only_unit[@]}" -- \
-  -Dbuildtype=debugoptimized -Db_sanitize=thread -Dbench=false -Dexamples=false -Dcuda=disabled
+  -Dbuildtype=debugoptimized -Db_sanitize=thread -Dbench=true -Dexamples=true -Dcuda=disabled -Dnccl=disabled
+also_build=(examples/mnist_mlp bench/train_bench bench/allreduce_bench)
 suite "AddressSanitizer + UBSan (clang++)" build-asan clang++ "${only_unit[@]}" -- \
-  -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbench=false -Dexamples=false \
-  -Dcuda=disabled -Dmpi=disabled
+  -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbench=true -Dexamples=true \
+  -Dcuda=disabled -Dmpi=disabled -Dnccl=disabled
+also_build=()
+
+# CUDA without MPI (and without NCCL): compiled, not linked or run. Only the
+# translation units whose code depends on that combination (the
+# `#elif STRATA_HAS_CUDA` branches of examples/mnist_common.hpp and
+# bench/train_bench.cpp, allreduce_gpu.cpp without NCCL); linking would need
+# the CUDA kernels' nvcc build, which the release build already makes and runs.
+# Only where the release build found the CUDA toolkit.
+cuda_only_objects=(examples/mnist_mlp.p/mnist_mlp.cpp.o bench/train_bench.p/train_bench.cpp.o
+                   bench/allreduce_bench.p/allreduce_gpu.cpp.o)
+if grep -q '^#define STRATA_HAS_CUDA 1' build/include/strata/config.hpp 2> /dev/null; then
+  echo "=== CUDA without MPI or NCCL (g++, compile only)"
+  cdir=build-cuda-nompi
+  setup=(env CXX=g++ meson setup "$cdir")
+  [ -f "$cdir/build.ninja" ] && setup=(meson configure "$cdir")
+  if ! "${setup[@]}" -Dwerror=true -Dbuildtype=release -Dcuda=enabled -Dmpi=disabled -Dnccl=disabled \
+       -Dtests=false > "$cdir.setup.log" 2>&1; then
+    cat "$cdir.setup.log"
+    failed=$((failed + 1))
+  elif ! ninja -C "$cdir" "${cuda_only_objects[@]}" > "$cdir.build.log" 2>&1; then
+    tail -n 60 "$cdir.build.log"
+    echo "CUDA without MPI: build failed"
+    failed=$((failed + 1))
+  else
+    echo "CUDA without MPI: ${#cuda_only_objects[@]} translation units compile warning-free"
+  fi
+else
+  echo "=== CUDA without MPI or NCCL: skipped (the release build found no CUDA toolkit)"
+fi
 
 # --- Fuzzing (tests/fuzz/run.sh; issue 15) -------------------------------
 # Each libFuzzer target (the IDX reader, the weights-file reader), built with
