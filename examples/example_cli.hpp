@@ -55,6 +55,7 @@ struct Args {
   std::string checkpoint_dir;
   std::size_t train_limit = 0;  // use only the first N training examples (0: all)
   bool quiet = false;
+  bool start_over = false;  // --checkpoint-dir: begin afresh there (BackupOptions::start_over)
   double min_accuracy = -1;  // exit status 0 only at or above this test accuracy (-1: the example's bar)
   //! The collective deadline (none: the strategy's default).
   std::optional<std::chrono::milliseconds> timeout;
@@ -107,6 +108,9 @@ inline constexpr OptionInfo option_table[] = {
      "again resumes from the newest. A completed run deletes its checkpoints only after its final evaluation "
      "and --save are written",
      ""},
+    {"--start-over", "", "with --checkpoint-dir: begin afresh there, removing the checkpoints of the run recorded "
+                         "in DIR (a DIR of another run, or with nothing this run can resume from, is otherwise "
+                         "refused); files no run can read stay", ""},
     {"--train-limit", "N", "train on the first N examples only, 1-4294967295", ""},
     {"--min-accuracy", "X", "exit 3 below this test accuracy, 0-1 (default {min_accuracy})", ""},
     {"--timeout", "SECONDS", "the collective deadline, > 0 up to 604800, fractions allowed (default 120; "
@@ -271,7 +275,7 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
       fail(prog, k + " takes no value, but " + detail::quoted(arg) + " gives it one: write " + k + " alone");
     a.given.push_back(k);
     if (info->value.empty()) {
-      (k == "--quiet" ? a.quiet : a.if_present) = true;
+      (k == "--quiet" ? a.quiet : k == "--start-over" ? a.start_over : a.if_present) = true;
       continue;
     }
     if (!attached && i + 1 >= argc) fail(prog, "missing value after " + k + " (" + std::string(info->value) + ")");
@@ -348,6 +352,8 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   // Output paths: checked now, not after the training they would record.
   if (a.has("--save")) check_output_file(prog, "--save", a.save);
   if (a.has("--checkpoint-dir")) check_output_dir(prog, "--checkpoint-dir", a.checkpoint_dir);
+  if (a.start_over && a.checkpoint_dir.empty())
+    fail(prog, "--start-over applies only with --checkpoint-dir (it begins afresh in that directory)");
   return a;
 }
 

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <ranges>
 #include <string>
 #include <utility>
 #include <vector>
@@ -152,13 +151,15 @@ class FitBackup {
                                        " may belong to another run; nothing was deleted. Use another directory, or "
                                        "start over (BackupOptions::start_over), which replaces the record");
     }
-    if (!owner)  // no record: a checkpoint that names its run (the record removed by hand)
-      for (const auto& [st, p] : b_.checkpoints() | std::views::reverse) {
+    if (!owner) {  // no record: a checkpoint that names its run (the record removed by hand)
+      const auto all = b_.checkpoints();
+      for (auto i = all.rbegin(); i != all.rend() && !owner; ++i) {  // newest first
         try {
-          if ((owner = detail::run_of(io::read_tensor_file(p, "BackupAndRestore", io::ReadPart::MetadataOnly)))) break;
+          owner = detail::run_of(io::read_tensor_file(i->second, "BackupAndRestore", io::ReadPart::MetadataOnly));
         } catch (const Error&) {
         }
       }
+    }
     if (owner && !over) {
       const std::string d = detail::differences(*owner, fields_);
       if (d.empty()) {
