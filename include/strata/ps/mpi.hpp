@@ -57,6 +57,17 @@ class MpiParameterServers final : public ParameterServerRuntime, public detail::
     const auto r = spec_.role_of(link_.rank());
     role_ = r == ClusterSpec::Role::Chief ? Role::Chief : r == ClusterSpec::Role::Server ? Role::Server : Role::Worker;
     link_.set_role_name(role_ == Role::Chief ? "chief" : role_ == Role::Server ? "server" : "worker");
+    {
+      std::vector<std::string> roles(static_cast<std::size_t>(link_.size()));
+      const auto name = [&](int rank, std::string what) {
+        if (rank >= 0 && static_cast<std::size_t>(rank) < roles.size())
+          roles[static_cast<std::size_t>(rank)] = std::move(what);
+      };
+      name(spec_.chief, "chief");
+      for (std::size_t i = 0; i < spec_.servers.size(); ++i) name(spec_.servers[i], "server " + std::to_string(i));
+      for (std::size_t i = 0; i < spec_.workers.size(); ++i) name(spec_.workers[i], "worker " + std::to_string(i));
+      link_.set_role_names(std::move(roles));
+    }
     if (role_ == Role::Chief)
       chief_ = std::make_unique<detail::MpiChief>(link_, spec_, o_, layout_, value_, state_, versions_);
   }

@@ -76,6 +76,7 @@ class MpiChief {
         tell_servers(kAssign, value_.data(), value_.size(), MPI_FLOAT);  // the chief's value is the truth between runs
         send_state();                                                    // and its optimizer state
         running_ = true;
+        run_error_.clear();
       }
     }
     return coord_->schedule([this, in = std::move(in)](WorkerContext& ctx) { return run_on_rank(ctx, in); });
@@ -87,16 +88,31 @@ class MpiChief {
   //! Ends the run, if one is under way, and tells every other rank that
   //! training is over, sending `final_value`. An error of the run is kept for
   //! the next join() or schedule().
+  //! If the other ranks do not take the end within the timeout, the
+  //! CollectiveTimeout names them, and the error that ended the run first,
+  //! if one did (fit is unwinding from it: this error replaces it).
   void end_training(std::span<const float> final_value) {
     if (auto e = finish_run(); e) {
       std::lock_guard lk(mu_);
       if (!unreported_) unreported_ = e;
     }
-    std::vector<float> v(final_value.begin(), final_value.end());
+    // on the heap: a send that times out keeps its buffer (MPI may still read it)
+    auto v = std::make_unique<std::vector<float>>(final_value.begin(), final_value.end());
     std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
     for (int r = 0; r < link_.size(); ++r)
-      if (r != link_.rank()) reqs.push_back(link_.isend(v.data(), v.size(), r, kEnd));
-    link_.wait_all(reqs, "the end of training sent to every rank");
+      if (r != link_.rank()) {
+        reqs.push_back(link_.isend(v->data(), v->size(), r, kEnd));
+        peers.push_back(r);
+      }
+    try {
+      link_.wait_all(reqs, "the end of training to reach every rank", peers);
+    } catch (const CollectiveTimeout& e) {
+      (void)v.release();  // left to MPI for the life of the process
+      std::lock_guard lk(mu_);
+      if (run_error_.empty()) throw;
+      throw CollectiveTimeout(std::string(e.what()) + ", after the training run had ended in error: " + run_error_);
+    }
   }
 
  private:
@@ -132,14 +148,26 @@ class MpiChief {
     if (!running_) return std::exchange(unreported_, nullptr);
     running_ = false;
     const Coordinator::Outcome o = coord_->settle();
-    if (o.fatal) return o.error;
+    const auto noted = [&](std::exception_ptr e) {
+      if (e && run_error_.empty()) run_error_ = what_of(e);
+      return e;
+    };
+    if (o.fatal) return noted(o.error);
     try {
       read_servers();
       read_state();
     } catch (...) {
-      return std::current_exception();
+      return noted(std::current_exception());
     }
-    return o.error;
+    return noted(o.error);
+  }
+
+  //! The servers' ranks, twice: the peers of an exchange that receives
+  //! from each server, then sends to each.
+  [[nodiscard]] std::vector<int> servers_twice() const {
+    std::vector<int> p(spec_.servers.begin(), spec_.servers.end());
+    p.insert(p.end(), spec_.servers.begin(), spec_.servers.end());
+    return p;
   }
 
   //! The chief tells every server something and waits for each one's ack.
@@ -150,7 +178,7 @@ class MpiChief {
     for (std::size_t s = 0; s < spec_.servers.size(); ++s)
       reqs.push_back(link_.irecv(&acks[s], 0, spec_.servers[s], kAck, MPI_CHAR));
     for (std::size_t s = 0; s < spec_.servers.size(); ++s) reqs.push_back(link_.isend(data, n, spec_.servers[s], tag, t));
-    link_.wait_all(reqs, "the servers' acknowledgement");
+    link_.wait_all(reqs, "the servers' acknowledgement", servers_twice());
   }
   //! The servers' value becomes the chief's.
   void read_servers() {
@@ -162,7 +190,7 @@ class MpiChief {
       reqs.push_back(link_.irecv(parts[s].data(), parts[s].size(), spec_.servers[s], kReadReply));
     }
     for (std::size_t s = 0; s < parts.size(); ++s) reqs.push_back(link_.isend(nullptr, 0, spec_.servers[s], kRead));
-    link_.wait_all(reqs, "the servers' values at the end of a run");
+    link_.wait_all(reqs, "the servers' values at the end of a run", servers_twice());
     for (std::size_t s = 0; s < parts.size(); ++s) layout_.scatter(s, parts[s], value_.span());
   }
 
@@ -183,7 +211,7 @@ class MpiChief {
     }
     for (std::size_t s = 0; s < spec_.servers.size(); ++s)
       reqs.push_back(link_.isend(bytes[s].data(), bytes[s].size(), spec_.servers[s], kAssignState, MPI_BYTE));
-    link_.wait_all(reqs, "the servers' acknowledgement of the optimizer state");
+    link_.wait_all(reqs, "the servers' acknowledgement of the optimizer state", servers_twice());
   }
   //! The servers' optimizer state and versions become the chief's.
   void read_state() {
@@ -196,7 +224,7 @@ class MpiChief {
       reqs.push_back(link_.irecv(bytes[s].data(), bytes[s].size(), spec_.servers[s], kReadStateReply, MPI_BYTE));
     }
     for (std::size_t s = 0; s < bytes.size(); ++s) reqs.push_back(link_.isend(nullptr, 0, spec_.servers[s], kReadState));
-    link_.wait_all(reqs, "the servers' optimizer state at the end of a run");
+    link_.wait_all(reqs, "the servers' optimizer state at the end of a run", servers_twice());
     for (std::size_t s = 0; s < bytes.size(); ++s) {
       const auto part = unpack_state(bytes[s], layout_.of(s).size(), state_.slots * layout_.count_of(s),
                                      "server rank " + std::to_string(spec_.servers[s]) + "'s reply");
@@ -220,6 +248,7 @@ class MpiChief {
   std::mutex mu_;          // the run's state below, for the training loop's thread
   std::mutex servers_mu_;  // one exchange with the servers at a time
   std::exception_ptr unreported_;
+  std::string run_error_;  // the error that ended the last run, for end_training's
   bool running_ = false;
   std::unique_ptr<Coordinator> coord_;  // last: its threads use everything above
 };

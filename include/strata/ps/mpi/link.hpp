@@ -53,6 +53,13 @@ class PsLink {
   [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   //! How this rank names itself in errors ("chief", "server", "worker").
   void set_role_name(std::string name) { role_ = std::move(name); }
+  //! How every rank is named in errors, by rank ("chief", "server", ...).
+  void set_role_names(std::vector<std::string> names) { roles_ = std::move(names); }
+  //! "rank 2 (worker)".
+  [[nodiscard]] std::string name_of(int rank) const {
+    const auto r = static_cast<std::size_t>(rank);
+    return "rank " + std::to_string(rank) + (r < roles_.size() && !roles_[r].empty() ? " (" + roles_[r] + ")" : "");
+  }
 
   MPI_Request irecv(void* buf, std::size_t n, int src, int tag, MPI_Datatype t = MPI_FLOAT) {
     MPI_Request r;
@@ -68,10 +75,13 @@ class PsLink {
   }
   void send(const void* buf, std::size_t n, int dst, int tag, MPI_Datatype t = MPI_FLOAT) {
     std::vector<MPI_Request> v{isend(buf, n, dst, tag, t)};
-    wait_all(v, "a message to rank " + std::to_string(dst));
+    wait_all(v, "a message to " + name_of(dst));
   }
-  //! Waits for every request, at most the timeout.
-  void wait_all(std::vector<MPI_Request>& reqs, const std::string& what) {
+  //! Waits for every request, at most the timeout. `peers` (one per
+  //! request, when given): the rank each request exchanges with, so that a
+  //! timeout names the ranks that did not take part ("... for the end of
+  //! training sent to every rank; rank 2 (worker) did not take it").
+  void wait_all(std::vector<MPI_Request>& reqs, const std::string& what, std::span<const int> peers = {}) {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (int spins = 0;; ++spins) {
       int done = 0;
@@ -80,7 +90,7 @@ class PsLink {
         mpi::check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
       }
       if (done) return;
-      if (std::chrono::steady_clock::now() > deadline) timed_out(what);
+      if (std::chrono::steady_clock::now() > deadline) timed_out(what + missing(reqs, peers));
       if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
@@ -128,7 +138,7 @@ class PsLink {
       mpi::check(MPI_Imrecv(v->data(), n, t, &m.handle, reqs.data()), "MPI_Imrecv");
     }
     try {
-      wait_all(reqs, "the rest of a message from rank " + std::to_string(m.source));
+      wait_all(reqs, "the rest of a message from " + name_of(m.source));
     } catch (...) {
       (void)v.release();  // MPI may still write it: left to MPI for the life of the process
       throw;
@@ -159,6 +169,26 @@ class PsLink {
     }
     all = std::move(*got);
   }
+  //! "; no answer from rank 2 (worker)": the peers of the requests not
+  //! complete (each tested once more; a complete one is freed, as after a
+  //! wait). Empty without peers.
+  std::string missing(std::vector<MPI_Request>& reqs, std::span<const int> peers) {
+    if (peers.size() != reqs.size()) return {};
+    std::vector<int> who;
+    {
+      std::lock_guard lk(mu_);
+      for (std::size_t i = 0; i < reqs.size(); ++i) {
+        int flag = 1;
+        if (reqs[i] != MPI_REQUEST_NULL) MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
+        if (!flag && std::find(who.begin(), who.end(), peers[i]) == who.end()) who.push_back(peers[i]);
+      }
+    }
+    if (who.empty()) return {};
+    std::sort(who.begin(), who.end());
+    std::string s = "; no answer from ";
+    for (std::size_t i = 0; i < who.size(); ++i) s += (i ? ", " : "") + name_of(who[i]);
+    return s;
+  }
   [[noreturn]] void timed_out(const std::string& what) const {
     mpi::runtime().note_failure(timeout_);  // the job's exit must not wait for this rank's peers forever
     throw CollectiveTimeout("strata: rank " + std::to_string(rank_) + (role_.empty() ? "" : " (" + role_ + ")") +
@@ -170,6 +200,7 @@ class PsLink {
   mpi::CommHandle comm_;
   int rank_ = 0, size_ = 0;
   std::string role_;
+  std::vector<std::string> roles_;  // every rank's, for errors
   std::mutex mu_;  // MPI_THREAD_SERIALIZED: one call at a time
 };
 

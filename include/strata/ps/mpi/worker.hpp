@@ -34,7 +34,7 @@ inline void pull_from_servers(PsLink& link, const ServerLayout& layout, const Cl
     reqs.push_back(link.irecv(bufs[s].data(), bufs[s].size(), spec.servers[s], kPullReply));
   }
   for (std::size_t s = 0; s < bufs.size(); ++s) link.send(nullptr, 0, spec.servers[s], kPull);
-  link.wait_all(reqs, "a pull from the servers");
+  link.wait_all(reqs, "a pull from the servers", spec.servers);
   for (std::size_t s = 0; s < bufs.size(); ++s) layout.scatter(s, bufs[s], params);
 }
 
@@ -49,7 +49,9 @@ inline void push_to_servers(PsLink& link, const ServerLayout& layout, const Clus
     bufs[s] = layout.gather(s, grad);
     reqs.push_back(link.isend(bufs[s].data(), bufs[s].size(), spec.servers[s], kPush));
   }
-  link.wait_all(reqs, "a push to the servers");
+  std::vector<int> peers(spec.servers.begin(), spec.servers.end());
+  peers.insert(peers.end(), spec.servers.begin(), spec.servers.end());
+  link.wait_all(reqs, "a push to the servers", peers);
 }
 
 //! Runs the chief's steps with `step` (after `before_step`, if set) until
