@@ -249,6 +249,8 @@ TEST_CASE("a directory holding nothing this run can resume from is refused, list
   CHECK(msg.find("Nothing was deleted") != std::string::npos);
   CHECK(m.iterations() == 0);  // no silent fresh start
   CHECK(fs::is_directory(d.path / "ckpt-000000000010.strata"));
+  CHECK(!fs::exists(d.path / "run.strata"));  // and no trace of the refused run
+  CHECK(!fs::exists(d.path / "run.lock"));
   // a directory in place of the newest checkpoint, with an older one of this run: resumes from that
   TempDir e;
   crashed_run(e.path, 5);

@@ -72,6 +72,7 @@ class FitBackup {
   //! start_over), and a checkpoint past the end of this fit's epochs.
   const FitResume& resume() {
     AnyStrategy& s = m_.strategy();
+    b_.resumed_at_.reset();
     std::exception_ptr refused;
     if (m_.is_chief()) {
       try {
@@ -94,6 +95,40 @@ class FitBackup {
     }
     std::optional<TrainingPosition> loaded;
     std::int64_t step = -1;
+    try {
+      check_resumable(loaded, step);
+    } catch (const CheckpointDirectoryError&) {
+      if (m_.is_chief()) {  // refused after all: leave no record or lock file this attempt made
+        std::error_code ec;
+        if (record_made_) std::filesystem::remove(b_.record_path(), ec);
+        if (b_.lock_ && b_.lock_->created()) b_.lock_->remove_and_release();
+      }
+      b_.lock_.reset();
+      b_.run_ = {};
+      throw;
+    }
+    b_.resumed_at_ = loaded;
+    if (loaded) {
+      resume_.resumed = true;
+      resume_.start = *loaded;
+      resumed_from_ = step;
+    }
+    return resume_;
+  }
+  [[nodiscard]] const FitResume& hooks() const noexcept { return resume_; }
+  //! The step of the checkpoint fit resumed from (nullopt: it started afresh).
+  [[nodiscard]] std::optional<std::int64_t> resumed_from() const noexcept { return resumed_from_; }
+
+  //! After a completed fit, with delete_at_end: this run's checkpoints go.
+  void finished() {
+    if (b_.options().delete_at_end && m_.is_chief()) b_.finish();
+  }
+
+ private:
+  //! Every worker: loads the newest checkpoint of this run, then refuses a
+  //! directory with files named like checkpoints and none resumable, or a
+  //! checkpoint past the end of this fit's epochs.
+  void check_resumable(std::optional<TrainingPosition>& loaded, std::int64_t& step) {
     std::vector<std::string> unusable;  // every file in a checkpoint's name not resumed from, and why
     if (!b_.options().start_over) load_newest(loaded, step, unusable);
     const std::string dir = b_.dir().string();
@@ -114,24 +149,8 @@ class FitBackup {
           ", past the end of this fit's " + std::to_string(epochs_) + " epoch(s): it belongs to a longer run. Ask for "
           "at least " + std::to_string(loaded->epoch + (loaded->batch > 0 ? 1 : 0)) +
           " epochs to go on with it, use another directory, or start over (BackupOptions::start_over)");
-    b_.resumed_at_ = loaded;
-    if (loaded) {
-      resume_.resumed = true;
-      resume_.start = *loaded;
-      resumed_from_ = step;
-    }
-    return resume_;
-  }
-  [[nodiscard]] const FitResume& hooks() const noexcept { return resume_; }
-  //! The step of the checkpoint fit resumed from (nullopt: it started afresh).
-  [[nodiscard]] std::optional<std::int64_t> resumed_from() const noexcept { return resumed_from_; }
-
-  //! After a completed fit, with delete_at_end: this run's checkpoints go.
-  void finished() {
-    if (b_.options().delete_at_end && m_.is_chief()) b_.finish();
   }
 
- private:
   //! The chief: lock the directory, then decide whose it is. A run record
   //! naming other settings, or (without a record) a checkpoint of another
   //! run, is refused naming what differs; start_over removes that run's
@@ -164,7 +183,10 @@ class FitBackup {
       const std::string d = detail::differences(*owner, fields_);
       if (d.empty()) {
         b_.run_ = {owner->id, fields_};
-        if (!std::filesystem::exists(b_.record_path())) detail::write_run_record(b_.record_path(), b_.run_);
+        if (!std::filesystem::exists(b_.record_path())) {
+          detail::write_run_record(b_.record_path(), b_.run_);
+          record_made_ = true;
+        }
         b_.prune_temporaries();
         return;
       }
@@ -179,6 +201,7 @@ class FitBackup {
     }
     b_.run_ = {detail::new_run_id(), fields_};
     detail::write_run_record(b_.record_path(), b_.run_);
+    record_made_ = true;
     b_.prune_temporaries();
   }
 
@@ -268,6 +291,7 @@ class FitBackup {
   BackupAndRestore& b_;
   std::vector<std::pair<std::string, std::string>> fields_;
   int epochs_;
+  bool record_made_ = false;  // the chief wrote the directory's record in this fit
   std::unique_ptr<PreemptionGuard> guard_;
   FitResume resume_;
   std::optional<std::int64_t> resumed_from_;
