@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <numeric>
+#include <thread>
 
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
@@ -235,4 +236,56 @@ TEST_CASE("staleness 0 preempted by SIGTERM at any step resumes bitwise: the sav
         std::filesystem::remove_all(dir, ec);
       }
   }
+}
+
+TEST_CASE("a 1 ms timeout at staleness 0: each fit succeeds or raises CollectiveTimeout, and its model can go first") {
+  // A staleness wait past the deadline ends the run; a worker may still end
+  // an empty step afterwards and complete a round, whose application calls
+  // the optimizer of the model: the model (and with it its executor) goes
+  // before the strategy here, as in the examples, where a 1 ms --timeout
+  // crashed one run in 20.
+  strata_test::Watchdog dog("ps 1 ms timeouts", 300s);
+  const Blobs data = blobs(256, 31);
+  int timed_out = 0;
+  for (int run = 0; run < 30; ++run) {
+    CAPTURE(run);
+    strata::ParameterServerStrategy s{{.workers = 2, .servers = 2, .staleness = 0, .timeout = 1ms,
+                                       .before_step = [run](const strata::WorkerContext& w) {
+                                         if (w.worker() == 1 && (w.step() + static_cast<std::uint64_t>(run)) % 3 == 0)
+                                           std::this_thread::sleep_for(2ms);  // a straggler past the deadline
+                                       }}};
+    auto m = s.scope(blobs_mlp);
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+    try {
+      m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)),
+            {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    } catch (const strata::CollectiveTimeout&) {
+      ++timed_out;
+    }
+    // leaving the scope: the model (and its executor) goes first, then the strategy
+  }
+  CHECK(timed_out > 0);
+}
+
+TEST_CASE("a model that goes before its parameter-server strategy takes its optimizer out of the servers' rounds") {
+  // After the model (and its executor, whose optimizer the servers' update
+  // calls) is gone, a round the workers complete applies nothing: before,
+  // it called the destroyed optimizer.
+  strata_test::Watchdog dog("ps model gone", 120s);
+  const Blobs data = blobs(64, 33);
+  strata::ParameterServerStrategy s{{.workers = 2, .servers = 1, .staleness = 0}};
+  auto* rt = dynamic_cast<strata::InProcessParameterServers*>(&s.runtime());
+  REQUIRE(rt != nullptr);
+  { (void)fit_blobs(s, data, 16, 1); }  // trains, then goes
+  std::vector<float> before(rt->store().total_elements()), after(before.size());
+  rt->read(before);
+  const std::vector<float> g(before.size(), 1.f);
+  strata::StalenessClock& clock = rt->coordinator().clock();
+  for (int w : {0, 1}) {  // a round with a gradient staged
+    clock.begin(w);
+    rt->push(w, g);
+    clock.end(w);
+  }
+  rt->read(after);
+  CHECK(after == before);
 }

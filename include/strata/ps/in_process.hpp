@@ -36,13 +36,6 @@ class InProcessParameterServers final : public ParameterServerRuntime {
                                   .max_attempts = o_.max_attempts,
                                   .max_queued = 0,
                                   .on_failure = o_.on_failure}) {
-    // synchronous rounds: what a round's workers staged is applied once
-    // every live worker finished the round, before any starts the next
-    if (o_.staleness == std::uint64_t{0}) {
-      coord_.clock().on_round([this](std::uint64_t) {
-        if (store_) store_->apply_staged(update_);
-      });
-    }
     coord_.on_worker_lost([this](int w) {
       if (store_) store_->drop_staged(w);
     });
@@ -54,7 +47,7 @@ class InProcessParameterServers final : public ParameterServerRuntime {
   //! its hook must not apply what a run that ended in error left staged:
   //! the update belongs to a model that is gone by now (a 1 ms timeout
   //! crashed the examples here).
-  ~InProcessParameterServers() override { coord_.clock().on_round({}); }
+  ~InProcessParameterServers() override { forget_update(); }
 
   [[nodiscard]] Role role() const noexcept override { return Role::Chief; }
   [[nodiscard]] int num_workers() const noexcept override { return o_.workers; }
@@ -71,10 +64,22 @@ class InProcessParameterServers final : public ParameterServerRuntime {
 
   void create_variables(const std::vector<Shape>& shapes, const Tensor<float>& init, ServerUpdate update) override {
     Tensor<float> flat = detail::flat_value(shapes, init);
+    forget_update();  // no round of the old variables is applied to the new ones
     update_ = std::move(update);
     store_ = std::make_unique<ShardStore<float>>(std::move(flat), detail::shard_layout(shapes, o_.partitioner, o_.servers),
                                                  o_.servers);
+    // synchronous rounds: what a round's workers staged is applied once
+    // every live worker finished the round, before any starts the next
+    if (o_.staleness == std::uint64_t{0}) {
+      coord_.clock().on_round([this](std::uint64_t) {
+        if (store_) store_->apply_staged(update_);
+      });
+    }
   }
+  //! Clears the round hook (under the clock's lock: a round being applied
+  //! finishes first); the servers' pushes run only inside steps, which the
+  //! update's owner has joined by then.
+  void forget_update() override { coord_.clock().on_round({}); }
 
   void pull(int, std::span<float> params) override {
     const ShardStore<float>& s = store();

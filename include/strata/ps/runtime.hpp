@@ -109,6 +109,12 @@ class ParameterServerRuntime {
   //! servers, sharded by the partitioner, updated by `update`; replaces any
   //! placed before. Collective over MPI (every rank, same shapes).
   virtual void create_variables(const std::vector<Shape>& shapes, const Tensor<float>& init, ServerUpdate update) = 0;
+  //! The owner of the ServerUpdate (and of the step function) is going:
+  //! nothing may call them any more. In one process a worker that ends an
+  //! empty step after a run that failed can still complete a synchronous
+  //! round, whose application calls the update; this waits for one under
+  //! way and stops the rest (create_variables sets them up again).
+  virtual void forget_update() {}
   //! Worker `w` reads every shard into `params` (all variables, end to end).
   virtual void pull(int w, std::span<float> params) = 0;
   //! Worker `w` sends its gradient of every variable (end to end).

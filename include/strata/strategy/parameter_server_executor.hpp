@@ -30,6 +30,11 @@ namespace strata::detail {
 class ParameterServerExecutor final : public Executor {
  public:
   ParameterServerExecutor(ParameterServerRuntime& rt, ModelProgram& program) : rt_(rt), program_(program) {}
+  //! The servers' update calls this model's optimizer: it goes with it (a
+  //! worker completing a round after a failed run crashed the examples).
+  ~ParameterServerExecutor() override { rt_.forget_update(); }
+  ParameterServerExecutor(const ParameterServerExecutor&) = delete;
+  ParameterServerExecutor& operator=(const ParameterServerExecutor&) = delete;
 
   [[nodiscard]] bool placed() const noexcept override { return copies_.has_value(); }
   //! Steps run asynchronously on the workers: settled only when a pass ends.
