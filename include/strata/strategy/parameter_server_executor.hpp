@@ -30,9 +30,6 @@ namespace strata::detail {
 class ParameterServerExecutor final : public Executor {
  public:
   ParameterServerExecutor(ParameterServerRuntime& rt, ModelProgram& program) : rt_(rt), program_(program) {}
-  //! The servers' update calls this model's optimizer: it goes with it (a
-  //! worker completing a round after a failed run crashed the examples).
-  ~ParameterServerExecutor() override { rt_.forget_update(); }
   ParameterServerExecutor(const ParameterServerExecutor&) = delete;
   ParameterServerExecutor& operator=(const ParameterServerExecutor&) = delete;
 
@@ -61,9 +58,17 @@ class ParameterServerExecutor final : public Executor {
   void reset_optimizer() override {
     if (!copies_ || !program_.compiled()) return;
     updater_ = program_.make_updater(program_.num_params());
+    // The servers hold the update beyond this model's life (a worker ending
+    // an empty step after a failed run completes a round): once the model
+    // is gone it applies nothing (a 1 ms --timeout crashed the examples
+    // calling a destroyed optimizer there); while it applies, the optimizer
+    // stays.
     rt_.create_variables(program_.variable_shapes(), value(),
-                         [u = updater_.get()](std::span<float> w, std::span<const float> g, std::size_t offset,
-                                              std::uint64_t step) { u->apply(w, g, offset, static_cast<std::int64_t>(step)); });
+                         [weak = std::weak_ptr<Updater>(updater_)](std::span<float> w, std::span<const float> g,
+                                                                   std::size_t offset, std::uint64_t step) {
+                           if (const std::shared_ptr<Updater> u = weak.lock())
+                             u->apply(w, g, offset, static_cast<std::int64_t>(step));
+                         });
     if (!rt_.state_on_chief()) return;
     rt_.set_server_state(ServerState{
         .slots = updater_->state().size(),
@@ -264,7 +269,7 @@ class ParameterServerExecutor final : public Executor {
   std::optional<MirroredVariable<float>> copies_;
   std::vector<Tensor<float>> grads_;
   std::vector<std::unique_ptr<ReplicaProgram>> reps_;
-  std::unique_ptr<Updater> updater_;
+  std::shared_ptr<Updater> updater_;  // shared: the servers' update holds it weakly
 };
 
 template <>
