@@ -97,7 +97,7 @@ class MpiChief {
       if (!unreported_) unreported_ = e;
     }
     // on the heap: a send that times out keeps its buffer (MPI may still read it)
-    auto v = std::make_unique<std::vector<float>>(final_value.begin(), final_value.end());
+    auto v = std::make_shared<std::vector<float>>(final_value.begin(), final_value.end());
     std::vector<MPI_Request> reqs;
     std::vector<int> peers;
     for (int r = 0; r < link_.size(); ++r)
@@ -106,9 +106,8 @@ class MpiChief {
         peers.push_back(r);
       }
     try {
-      link_.wait_all(reqs, "the end of training to reach every rank", peers);
+      link_.wait_all(reqs, "the end of training to reach every rank", peers, {v});
     } catch (const CollectiveTimeout& e) {
-      (void)v.release();  // left to MPI for the life of the process
       std::lock_guard lk(mu_);
       if (run_error_.empty()) throw;
       throw CollectiveTimeout(std::string(e.what()) + ", after the training run had ended in error: " + run_error_);
@@ -173,24 +172,31 @@ class MpiChief {
   //! The chief tells every server something and waits for each one's ack.
   void tell_servers(int tag, const void* data, std::size_t n, MPI_Datatype t) {
     std::lock_guard lk(servers_mu_);  // one exchange at a time: each expects one ack per server
-    std::vector<char> acks(spec_.servers.size());
+    // on the heap, the data copied: a wait that times out leaves them to MPI (PsLink::wait_all)
+    int size = 0;
+    mpi::check(MPI_Type_size(t, &size), "MPI_Type_size");
+    const auto* first = static_cast<const char*>(data);
+    auto copy = std::make_shared<std::vector<char>>(first, first + (data ? n * static_cast<std::size_t>(size) : 0));
+    auto acks = std::make_shared<std::vector<char>>(spec_.servers.size());
     std::vector<MPI_Request> reqs;
     for (std::size_t s = 0; s < spec_.servers.size(); ++s)
-      reqs.push_back(link_.irecv(&acks[s], 0, spec_.servers[s], kAck, MPI_CHAR));
-    for (std::size_t s = 0; s < spec_.servers.size(); ++s) reqs.push_back(link_.isend(data, n, spec_.servers[s], tag, t));
-    link_.wait_all(reqs, "the servers' acknowledgement", servers_twice());
+      reqs.push_back(link_.irecv(&(*acks)[s], 0, spec_.servers[s], kAck, MPI_CHAR));
+    for (std::size_t s = 0; s < spec_.servers.size(); ++s)
+      reqs.push_back(link_.isend(data ? copy->data() : nullptr, n, spec_.servers[s], tag, t));
+    link_.wait_all(reqs, "the servers' acknowledgement", servers_twice(), {copy, acks});
   }
   //! The servers' value becomes the chief's.
   void read_servers() {
     std::lock_guard lk(servers_mu_);
-    std::vector<std::vector<float>> parts(spec_.servers.size());
+    auto kept = std::make_shared<std::vector<std::vector<float>>>(spec_.servers.size());  // see tell_servers
+    auto& parts = *kept;
     std::vector<MPI_Request> reqs;
     for (std::size_t s = 0; s < parts.size(); ++s) {
       parts[s].resize(layout_.count_of(s));
       reqs.push_back(link_.irecv(parts[s].data(), parts[s].size(), spec_.servers[s], kReadReply));
     }
     for (std::size_t s = 0; s < parts.size(); ++s) reqs.push_back(link_.isend(nullptr, 0, spec_.servers[s], kRead));
-    link_.wait_all(reqs, "the servers' values at the end of a run", servers_twice());
+    link_.wait_all(reqs, "the servers' values at the end of a run", servers_twice(), {kept});
     for (std::size_t s = 0; s < parts.size(); ++s) layout_.scatter(s, parts[s], value_.span());
   }
 
@@ -199,32 +205,34 @@ class MpiChief {
   void send_state() {
     std::lock_guard lk(servers_mu_);
     check_versions();
-    std::vector<std::vector<char>> bytes(spec_.servers.size());
-    std::vector<char> acks(spec_.servers.size());
+    auto kept = std::make_shared<std::vector<std::vector<char>>>(spec_.servers.size());  // see tell_servers
+    auto& bytes = *kept;
+    auto acks = std::make_shared<std::vector<char>>(spec_.servers.size());
     std::vector<MPI_Request> reqs;
     for (std::size_t s = 0; s < spec_.servers.size(); ++s) {
       ServerStatePart part{{}, std::vector<float>(state_.slots * layout_.count_of(s))};
       for (std::size_t i : layout_.of(s)) part.versions.push_back(versions_[i]);
       if (!part.slots.empty()) state_.read(server_ranges(layout_, s), part.slots);
       bytes[s] = pack_state(part);
-      reqs.push_back(link_.irecv(&acks[s], 0, spec_.servers[s], kAck, MPI_CHAR));
+      reqs.push_back(link_.irecv(&(*acks)[s], 0, spec_.servers[s], kAck, MPI_CHAR));
     }
     for (std::size_t s = 0; s < spec_.servers.size(); ++s)
       reqs.push_back(link_.isend(bytes[s].data(), bytes[s].size(), spec_.servers[s], kAssignState, MPI_BYTE));
-    link_.wait_all(reqs, "the servers' acknowledgement of the optimizer state", servers_twice());
+    link_.wait_all(reqs, "the servers' acknowledgement of the optimizer state", servers_twice(), {kept, acks});
   }
   //! The servers' optimizer state and versions become the chief's.
   void read_state() {
     std::lock_guard lk(servers_mu_);
     check_versions();
-    std::vector<std::vector<char>> bytes(spec_.servers.size());
+    auto kept = std::make_shared<std::vector<std::vector<char>>>(spec_.servers.size());  // see tell_servers
+    auto& bytes = *kept;
     std::vector<MPI_Request> reqs;
     for (std::size_t s = 0; s < bytes.size(); ++s) {
       bytes[s].resize(state_bytes(layout_, s, state_.slots));
       reqs.push_back(link_.irecv(bytes[s].data(), bytes[s].size(), spec_.servers[s], kReadStateReply, MPI_BYTE));
     }
     for (std::size_t s = 0; s < bytes.size(); ++s) reqs.push_back(link_.isend(nullptr, 0, spec_.servers[s], kReadState));
-    link_.wait_all(reqs, "the servers' optimizer state at the end of a run", servers_twice());
+    link_.wait_all(reqs, "the servers' optimizer state at the end of a run", servers_twice(), {kept});
     for (std::size_t s = 0; s < bytes.size(); ++s) {
       const auto part = unpack_state(bytes[s], layout_.of(s).size(), state_.slots * layout_.count_of(s),
                                      "server rank " + std::to_string(spec_.servers[s]) + "'s reply");

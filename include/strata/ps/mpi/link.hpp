@@ -34,6 +34,23 @@ namespace strata::detail {
 enum PsTag : int { kAssign = 7101, kPull, kPullReply, kPush, kAck, kApply, kDrop, kRead, kReadReply, kStep, kStepX,
                    kStepY, kResult, kFailed, kEnd, kAssignState, kReadState, kReadStateReply };
 
+//! Point-to-point requests given up at their deadline, with the buffers MPI
+//! may still read or write for them (a late peer's reply lands there): kept
+//! for the life of the process, never freed nor reused, as comm/mpi keeps
+//! its abandoned collectives (activity.hpp's graveyard).
+struct PsAbandoned {
+  std::vector<MPI_Request> reqs;
+  std::vector<std::shared_ptr<void>> buffers;
+};
+inline std::vector<PsAbandoned>& ps_graveyard() {
+  static auto* g = new std::vector<PsAbandoned>;  // never destroyed: MPI may still use it at exit
+  return *g;
+}
+inline std::mutex& ps_graveyard_mutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
+
 //! This rank's end of the protocol: a duplicate of the job's communicator,
 //! and bounded, serialized point-to-point calls on it.
 class PsLink {
@@ -81,7 +98,12 @@ class PsLink {
   //! request, when given): the rank each request exchanges with, so that a
   //! timeout names the ranks that did not take part ("... for the end of
   //! training sent to every rank; rank 2 (worker) did not take it").
-  void wait_all(std::vector<MPI_Request>& reqs, const std::string& what, std::span<const int> peers = {}) {
+  //! `keep`: the buffers the requests read or write (on the heap). On a
+  //! timeout the requests not complete are abandoned, and `keep` with them
+  //! (ps_graveyard(), for the life of the process): MPI may still use them.
+  //! A caller whose buffers are its own locals must pass them here.
+  void wait_all(std::vector<MPI_Request>& reqs, const std::string& what, std::span<const int> peers = {},
+                std::vector<std::shared_ptr<void>> keep = {}) {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (int spins = 0;; ++spins) {
       int done = 0;
@@ -90,9 +112,21 @@ class PsLink {
         mpi::check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
       }
       if (done) return;
-      if (std::chrono::steady_clock::now() > deadline) timed_out(what + missing(reqs, peers));
+      if (std::chrono::steady_clock::now() > deadline) {
+        const std::string who = missing(reqs, peers);
+        abandon(reqs, std::move(keep));
+        timed_out(what + who);
+      }
       if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
+  }
+  //! Gives up `reqs` (those not complete) and `keep` to ps_graveyard().
+  static void abandon(std::vector<MPI_Request>& reqs, std::vector<std::shared_ptr<void>> keep) {
+    PsAbandoned a{{}, std::move(keep)};
+    for (MPI_Request& r : reqs)
+      if (r != MPI_REQUEST_NULL) a.reqs.push_back(std::exchange(r, MPI_REQUEST_NULL));
+    std::lock_guard g(ps_graveyard_mutex());
+    ps_graveyard().push_back(std::move(a));
   }
   //! A message taken off the queue by probe() (matched: no other thread can
   //! receive it), to be received with recv_all().
@@ -131,18 +165,13 @@ class PsLink {
   std::vector<T> recv_all(Message& m, MPI_Datatype t) {
     int n = 0;
     MPI_Get_count(&m.status, t, &n);
-    auto v = std::make_unique<std::vector<T>>(static_cast<std::size_t>(n));
+    auto v = std::make_shared<std::vector<T>>(static_cast<std::size_t>(n));
     std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
     {
       std::lock_guard lk(mu_);
       mpi::check(MPI_Imrecv(v->data(), n, t, &m.handle, reqs.data()), "MPI_Imrecv");
     }
-    try {
-      wait_all(reqs, "the rest of a message from " + name_of(m.source));
-    } catch (...) {
-      (void)v.release();  // MPI may still write it: left to MPI for the life of the process
-      throw;
-    }
+    wait_all(reqs, "the rest of a message from " + name_of(m.source), {}, {v});  // MPI may still write it
     return std::move(*v);
   }
   //! Every rank's `mine` (fixed size, the same everywhere) gathered into
@@ -150,8 +179,8 @@ class PsLink {
   void all_gather(const std::vector<std::int64_t>& mine, std::vector<std::int64_t>& all,
                   const std::string& what = "every rank to agree on the cluster and the run") {
     // on the heap: a collective MPI cannot cancel keeps its buffers if it times out
-    auto send = std::make_unique<std::vector<std::int64_t>>(mine);
-    auto got = std::make_unique<std::vector<std::int64_t>>(mine.size() * static_cast<std::size_t>(size_));
+    auto send = std::make_shared<std::vector<std::int64_t>>(mine);
+    auto got = std::make_shared<std::vector<std::int64_t>>(mine.size() * static_cast<std::size_t>(size_));
     const int n = mpi::as_count(mine.size(), "an all-gather");
     std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
     {
@@ -160,11 +189,9 @@ class PsLink {
                  "MPI_Iallgather");
     }
     try {
-      wait_all(reqs, what + " (an all-gather over all " + std::to_string(size_) + " ranks)");
+      wait_all(reqs, what + " (an all-gather over all " + std::to_string(size_) + " ranks)", {}, {send, got});
     } catch (...) {
-      (void)send.release();  // left to MPI for the life of the process, with the communicator
-      (void)got.release();
-      comm_.keep_forever();
+      comm_.keep_forever();  // a collective MPI cannot cancel may still use it
       throw;
     }
     all = std::move(*got);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,31 +28,35 @@ namespace strata::detail {
 //! Reads every server's shards into `params` (all variables, end to end).
 inline void pull_from_servers(PsLink& link, const ServerLayout& layout, const ClusterSpec& spec,
                               std::span<float> params) {
-  std::vector<std::vector<float>> bufs(layout.servers());
+  // on the heap: a wait that times out leaves them to MPI (PsLink::wait_all)
+  auto kept = std::make_shared<std::vector<std::vector<float>>>(layout.servers());
+  auto& bufs = *kept;
   std::vector<MPI_Request> reqs;
   for (std::size_t s = 0; s < bufs.size(); ++s) {
     bufs[s].resize(layout.count_of(s));
     reqs.push_back(link.irecv(bufs[s].data(), bufs[s].size(), spec.servers[s], kPullReply));
   }
   for (std::size_t s = 0; s < bufs.size(); ++s) link.send(nullptr, 0, spec.servers[s], kPull);
-  link.wait_all(reqs, "a pull from the servers", spec.servers);
+  link.wait_all(reqs, "a pull from the servers", spec.servers, {kept});
   for (std::size_t s = 0; s < bufs.size(); ++s) layout.scatter(s, bufs[s], params);
 }
 
 //! Sends each server its shards of `grad` and waits for every acknowledgement.
 inline void push_to_servers(PsLink& link, const ServerLayout& layout, const ClusterSpec& spec,
                             std::span<const float> grad) {
-  std::vector<std::vector<float>> bufs(layout.servers());
+  // on the heap: a wait that times out leaves them to MPI (PsLink::wait_all)
+  auto kept = std::make_shared<std::vector<std::vector<float>>>(layout.servers());
+  auto& bufs = *kept;
   std::vector<MPI_Request> reqs;
-  std::vector<char> acks(bufs.size());
-  for (std::size_t s = 0; s < bufs.size(); ++s) reqs.push_back(link.irecv(&acks[s], 0, spec.servers[s], kAck));
+  auto acks = std::make_shared<std::vector<char>>(bufs.size());
+  for (std::size_t s = 0; s < bufs.size(); ++s) reqs.push_back(link.irecv(&(*acks)[s], 0, spec.servers[s], kAck));
   for (std::size_t s = 0; s < bufs.size(); ++s) {
     bufs[s] = layout.gather(s, grad);
     reqs.push_back(link.isend(bufs[s].data(), bufs[s].size(), spec.servers[s], kPush));
   }
   std::vector<int> peers(spec.servers.begin(), spec.servers.end());
   peers.insert(peers.end(), spec.servers.begin(), spec.servers.end());
-  link.wait_all(reqs, "a push to the servers", peers);
+  link.wait_all(reqs, "a push to the servers", peers, {kept, acks});
 }
 
 //! Runs the chief's steps with `step` (after `before_step`, if set) until
