@@ -382,6 +382,22 @@ TEST_CASE("a step that fails on every worker fails its result and join, naming e
                        strata::Error);
 }
 
+TEST_CASE("RemoteValue::get is bounded: a step that never ends raises CollectiveTimeout naming it") {
+  strata_test::Watchdog dog("RemoteValue::get deadline", 60s);  // before: get() waited for ever
+  strata::Coordinator c{{.workers = 1, .timeout = 50ms}};
+  std::atomic<bool> release{false};
+  auto stuck = c.schedule([&](strata::WorkerContext&) {
+    while (!release) std::this_thread::sleep_for(1ms);
+    return 7;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS((void)stuck.get(), doctest::Contains("for step 0's result"), strata::CollectiveTimeout);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 150ms);  // 3 timeouts past the step's start
+  release = true;
+  c.join();
+  CHECK(stuck.get() == 7);  // once it ended, its result
+}
+
 TEST_CASE("destroying a coordinator with steps waiting fails them instead of hanging") {
   strata_test::Watchdog dog("coordinator teardown", 60s);
   strata::RemoteValue<int> late;

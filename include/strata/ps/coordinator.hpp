@@ -127,16 +127,29 @@ class Coordinator {
   auto schedule(F&& fn) {
     using R = std::invoke_result_t<F&, WorkerContext&>;
     auto state = std::make_shared<detail::RemoteState<R>>();
+    state->progress = progress_;
     Task t;
     t.run = [state, f = std::forward<F>(fn)](WorkerContext& ctx) mutable {
-      if constexpr (std::is_void_v<R>) {
-        f(ctx);
-        state->finish(std::monostate{}, nullptr);
-      } else {
-        state->finish(f(ctx), nullptr);
+      state->progress->touch();
+      try {
+        if constexpr (std::is_void_v<R>) {
+          f(ctx);
+          state->progress->touch();
+          state->finish(std::monostate{}, nullptr);
+        } else {
+          auto r = f(ctx);
+          state->progress->touch();
+          state->finish(std::move(r), nullptr);
+        }
+      } catch (...) {
+        state->progress->touch();  // an attempt failed: the step moves on
+        throw;
       }
     };
-    t.abandon = [state](std::exception_ptr e) { state->finish(std::nullopt, std::move(e)); };
+    t.abandon = [state](std::exception_ptr e) {
+      state->progress->touch();
+      state->finish(std::nullopt, std::move(e));
+    };
     const std::size_t cap = o_.max_queued ? o_.max_queued : 2 * static_cast<std::size_t>(o_.workers);
     std::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return queue_.size() < cap || live_ == 0 || fatal_; });
@@ -332,6 +345,7 @@ class Coordinator {
 
   CoordinatorOptions o_;
   StalenessClock clock_;
+  std::shared_ptr<detail::StepProgress> progress_ = std::make_shared<detail::StepProgress>(o_.timeout);
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;

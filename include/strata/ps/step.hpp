@@ -6,6 +6,9 @@
 //!   strata::RemoteValue<int> v = coordinator.schedule([](strata::WorkerContext& w) { return w.worker(); });
 //!   int who = v.get();
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -91,6 +94,19 @@ class WorkerContext {
 
 //! What a step's RemoteValue holds while it runs.
 namespace detail {
+//! When a Coordinator's steps last moved (one started, finished or failed),
+//! and its timeout: RemoteValue::get gives up 3 timeouts past it (an attempt
+//! waits at most one timeout each for the staleness bound, the step's
+//! message to its worker and the answer; past that nothing will end it).
+struct StepProgress {
+  explicit StepProgress(std::chrono::milliseconds t) : timeout(t) {}
+  std::chrono::milliseconds timeout;
+  std::atomic<std::chrono::steady_clock::rep> at{std::chrono::steady_clock::now().time_since_epoch().count()};
+  void touch() noexcept { at.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
+  [[nodiscard]] std::chrono::steady_clock::time_point last() const noexcept {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(at.load()));
+  }
+};
 template <class R>
 struct RemoteState {
   using Stored = std::conditional_t<std::is_void_v<R>, std::monostate, R>;
@@ -99,6 +115,7 @@ struct RemoteState {
   std::optional<Stored> value;
   std::exception_ptr error;
   bool done = false;
+  std::shared_ptr<StepProgress> progress;  // its Coordinator's; null: 60 s from get()
   void finish(std::optional<Stored> v, std::exception_ptr e) {
     {
       std::lock_guard lk(mu);
@@ -117,12 +134,26 @@ class RemoteValue {
  public:
   RemoteValue() = default;
   explicit RemoteValue(std::shared_ptr<detail::RemoteState<R>> s, std::uint64_t step) : s_(std::move(s)), step_(step) {}
-  //! Waits for the step; returns its result, or throws what made it fail on every attempt.
+  //! Waits for the step; returns its result, or throws what made it fail on
+  //! every attempt. Bounded: CollectiveTimeout once no step of its
+  //! Coordinator has started, finished or failed for 3 of its timeouts.
   R get() const {
-    std::unique_lock lk(state().mu);
-    state().cv.wait(lk, [&] { return state().done; });
-    if (state().error) std::rethrow_exception(state().error);
-    if constexpr (!std::is_void_v<R>) return *state().value;
+    auto& st = state();
+    const auto since = std::chrono::steady_clock::now();
+    const std::chrono::milliseconds timeout = st.progress ? st.progress->timeout : std::chrono::milliseconds(60000);
+    const auto limit = 3 * timeout;
+    std::unique_lock lk(st.mu);
+    while (!st.done) {
+      const auto deadline = std::max(since, st.progress ? st.progress->last() : since) + limit;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw CollectiveTimeout("strata: RemoteValue::get waited " + std::to_string(limit.count()) +
+                                " ms (3 times the timeout) for step " + std::to_string(step_) +
+                                "'s result, and no step started, finished or failed meanwhile");
+      }
+      st.cv.wait_until(lk, deadline);
+    }
+    if (st.error) std::rethrow_exception(st.error);
+    if constexpr (!std::is_void_v<R>) return *st.value;
   }
   [[nodiscard]] bool ready() const {
     std::lock_guard lk(state().mu);
