@@ -355,6 +355,7 @@ class Sequential {
         backup_of = b;
       }
     std::optional<std::size_t> global_batch;  // the first batch's rows (a backed-up run records it)
+    std::vector<std::pair<std::string, std::string>> run_fields;  // what makes a resume the same run
     {
       auto it = ds.iterator();
       auto first = data_pass(it, data, Phase::Train);
@@ -365,19 +366,11 @@ class Sequential {
       };
       if (!ex_->begin_fit(first)) return {};  // this process served the ones training
       if (backup_of && !global_batch && !first.next() && !built()) first.empty();  // a checkpoint loads into a built model
+      if (backup_of) run_fields = run_fingerprint(*m_, global_batch, first);  // whatever the strategy
     }
     History history;
     std::optional<detail::FitBackup<Sequential>> backup;
-    if (backup_of) {
-      // what makes a resume the same run, whatever the strategy (nn/run_record.hpp)
-      auto fields = m_->describe_for_fingerprint();
-      if (!detail::per_worker(data)) {  // a worker's own share (sharded by file) may differ in size
-        fields.emplace_back("global batch", global_batch ? std::to_string(*global_batch) : "none");
-        const auto batches = ds.cardinality();
-        fields.emplace_back("batches per epoch", batches ? std::to_string(*batches) : "unknown");
-      }
-      backup.emplace(*this, *backup_of, std::move(fields), opts.epochs);
-    }
+    if (backup_of) backup.emplace(*this, *backup_of, std::move(run_fields), opts.epochs);
     try {
       const detail::FitResume* resume = backup ? &backup->resume() : nullptr;
       history = detail::fit_epochs(

@@ -46,19 +46,6 @@ class MpiWorkers {
   MpiCommunicator* comm_;
 };
 
-//! The fields of a run's fingerprint: the program's (layout, optimizer,
-//! seed) and, from fit's data, the global batch (its first batch's size) and
-//! the batches per epoch where the dataset knows them; not when each worker
-//! reads its own share (sharded by file), whose sizes may differ.
-inline std::vector<RunField> run_fingerprint(const ModelProgram& program, const std::optional<Batch>& first,
-                                             const Pass& pass) {
-  std::vector<RunField> f = program.describe_for_fingerprint();
-  if (pass.per_worker) return f;
-  f.emplace_back("global batch", first && first->x ? std::to_string(first->x->shape()[0]) : "none");
-  f.emplace_back("batches per epoch", pass.batches ? std::to_string(*pass.batches) : "unknown");
-  return f;
-}
-
 //! The executor of a MultiWorkerMirroredStrategy: the mirrored executor
 //! (`inner`), with the run fingerprint agreed at fit's start. Everything
 //! else is the inner executor's.
@@ -73,7 +60,9 @@ class MultiWorkerExecutor final : public Executor {
   bool begin_fit(Pass& pass) override {
     std::optional<Batch> first = pass.next();  // builds the model if needed (collective: every worker does)
     if (!first && !placed()) pass.empty();     // out of data here: build from the Input, as the others do
-    detail::mpi::agree_on_run(comm_, run_fingerprint(program_, first, pass), "fingerprint");
+    std::optional<std::size_t> rows;  // the global batch
+    if (first && first->x) rows.emplace(first->x->shape()[0]);
+    detail::mpi::agree_on_run(comm_, run_fingerprint(program_, rows, pass), "fingerprint");
     return inner_->begin_fit(pass);
   }
 

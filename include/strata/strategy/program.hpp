@@ -267,4 +267,20 @@ class Pass {
   virtual bool end_step(std::size_t /*step*/, const PassTotals&) { return false; }
 };
 
+//! The fields of a run's fingerprint, which the workers of one run and a
+//! resumed run (nn::BackupAndRestore) must agree on: the program's (layout,
+//! optimizer, seed) and, from fit's data, the global batch (`global_batch`:
+//! its first batch's rows; nullopt: none) and the batches per epoch where
+//! the dataset knows them; not when each worker reads its own share
+//! (sharded by file), whose sizes may differ.
+inline std::vector<std::pair<std::string, std::string>> run_fingerprint(const ModelProgram& program,
+                                                                        std::optional<std::size_t> global_batch,
+                                                                        const Pass& pass) {
+  auto f = program.describe_for_fingerprint();
+  if (pass.per_worker) return f;
+  f.emplace_back("global batch", global_batch ? std::to_string(*global_batch) : "none");
+  f.emplace_back("batches per epoch", pass.batches ? std::to_string(*pass.batches) : "unknown");
+  return f;
+}
+
 }  // namespace strata
