@@ -182,7 +182,7 @@ class BackupAndRestore : public Callback {
   //! The run id in a checkpoint's metadata ("" when it names none or cannot be read).
   static std::string run_of_file(const std::filesystem::path& p) {
     try {
-      auto r = detail::run_of(io::read_tensor_file(p, "BackupAndRestore", io::ReadPart::MetadataOnly));
+      auto r = detail::run_in_file(p);
       return r ? r->id : std::string();
     } catch (const Error&) {
       return {};

@@ -174,7 +174,7 @@ class FitBackup {
       const auto all = b_.checkpoints();
       for (auto i = all.rbegin(); i != all.rend() && !owner; ++i) {  // newest first
         try {
-          owner = detail::run_of(io::read_tensor_file(i->second, "BackupAndRestore", io::ReadPart::MetadataOnly));
+          owner = detail::run_in_file(i->second);
         } catch (const Error&) {
         }
       }
@@ -228,7 +228,7 @@ class FitBackup {
                     " (this one: step " + std::to_string(i->first) + "); give every worker the same directory");
       std::string why;
       try {
-        auto run = detail::run_of(io::read_tensor_file(i->second, "BackupAndRestore", io::ReadPart::MetadataOnly));
+        auto run = detail::run_in_file(i->second);
         if (run && run->id != b_.run_.id) why = "it belongs to another run (" + run->id + ")";
         else loaded = m_.load_checkpoint(i->second);
         step = i->first;

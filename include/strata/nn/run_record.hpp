@@ -75,6 +75,12 @@ inline std::optional<RunIdentity> run_of(const io::TensorFile& f) {
   return r;
 }
 
+//! The run identity in the metadata of the strata file at `path` (its
+//! header and metadata read alone); an Error when it cannot be read.
+inline std::optional<RunIdentity> run_in_file(const std::filesystem::path& path) {
+  return run_of(io::read_tensor_file(path, "BackupAndRestore", io::ReadPart::MetadataOnly));
+}
+
 //! The fields of `mine` whose value differs in `theirs` (or that it lacks),
 //! as one phrase: "global batch: 8 there, 4 here; seed: 1 there, 2 here".
 inline std::string differences(const RunIdentity& theirs, const std::vector<std::pair<std::string, std::string>>& mine) {
