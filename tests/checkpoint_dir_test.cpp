@@ -24,6 +24,7 @@
 #include <strata/strategy/parameter_server.hpp>
 
 #include "blobs.hpp"
+#include "checkpoint_files.hpp"
 
 namespace fs = std::filesystem;
 namespace nn = strata::nn;
@@ -31,27 +32,11 @@ namespace io = strata::io;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/strata_ckdir_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::vector<char> slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-void spit(const fs::path& p, const std::vector<char>& b) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(b.data(), static_cast<std::streamsize>(b.size()));
-}
+using strata_test::Crash;
+using strata_test::Crashed;
+using strata_test::slurp;
+using strata_test::spit;
+using strata_test::TempDir;
 
 // every file in `dir` with its bytes: what a run must leave alone
 std::vector<std::pair<std::string, std::vector<char>>> snapshot(const fs::path& dir) {
@@ -77,14 +62,6 @@ auto blob_data(std::size_t batch = 24, std::size_t n = 203) {
   return strata::data::from_tensor_slices(d.x, d.y).shuffle(64, 3).batch(batch);  // 9 batches of 24
 }
 
-struct Crashed {};
-struct Crash final : nn::Callback {
-  int at, seen = 0;
-  explicit Crash(int a) : at(a) {}
-  void on_batch_end(int, const nn::Logs&) override {
-    if (++seen == at) throw Crashed{};
-  }
-};
 struct Term final : nn::Callback {
   int at, seen = 0;
   explicit Term(int a) : at(a) {}

@@ -26,6 +26,7 @@
 #include <strata/strategy/parameter_server.hpp>
 
 #include "blobs.hpp"
+#include "checkpoint_files.hpp"
 #include "host_as_gpu.hpp"
 
 namespace fs = std::filesystem;
@@ -34,27 +35,11 @@ namespace io = strata::io;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/strata_ckpt_XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::vector<char> slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-void spit(const fs::path& p, const std::vector<char>& b) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out.write(b.data(), static_cast<std::streamsize>(b.size()));
-}
+using strata_test::Crash;
+using strata_test::Crashed;
+using strata_test::slurp;
+using strata_test::spit;
+using strata_test::TempDir;
 
 std::span<const std::byte> bytes(std::string_view s) { return {reinterpret_cast<const std::byte*>(s.data()), s.size()}; }
 
@@ -302,17 +287,6 @@ TEST_CASE("checkpoints refuse what would not resume exactly: another optimizer, 
 }
 
 namespace {
-// What Crash throws: no strata error, so that no other failure passes for it.
-struct Crashed {};
-// A callback that "kills" the run (throws) after `at` batches in all.
-struct Crash final : nn::Callback {
-  int at, seen = 0;
-  explicit Crash(int a) : at(a) {}
-  void on_batch_end(int, const nn::Logs&) override {
-    if (++seen == at) throw Crashed{};
-  }
-};
-
 template <class S>
 std::vector<float> uninterrupted(S& s, int epochs) {
   auto m = make_model(s);
