@@ -14,6 +14,8 @@
 
 #include <strata/ps/mpi.hpp>
 
+#include "world_pids.hpp"
+
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -26,13 +28,10 @@ TEST_CASE("the chief ending training names the stopped rank that does not take t
   // too large to be sent without the receiver (MPI's rendezvous): the
   // chief's CollectiveTimeout names rank 2 as worker 0 (issue 21: it said
   // only "waited 2000 ms for the end of training sent to every rank").
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const auto world = strata_test::world_pids();
+  const int rank = world.rank, size = world.size;
+  const std::vector<int>& pids = world.pids;
   REQUIRE(size == 3);
-  std::vector<int> pids(3);
-  const int mine = static_cast<int>(getpid());
-  MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
   constexpr auto timeout = 2s;
   constexpr std::size_t n = std::size_t{1} << 20;  // 4 MiB: far above any eager limit
   strata::ParameterServerOptions o;

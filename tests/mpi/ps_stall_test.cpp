@@ -12,6 +12,8 @@
 
 #include <strata/ps/mpi.hpp>
 
+#include "world_pids.hpp"
+
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -19,13 +21,10 @@
 using namespace std::chrono_literals;
 
 TEST_CASE("setting up the parameter servers: a stopped rank is named by the others within the timeout") {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const auto world = strata_test::world_pids();
+  const int rank = world.rank, size = world.size;
+  const std::vector<int>& pids = world.pids;
   REQUIRE(size == 3);
-  std::vector<int> pids(3);
-  const int mine = static_cast<int>(getpid());
-  MPI_Allgather(&mine, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
   constexpr auto timeout = 2s;
   const auto make = [&] {
     strata::ParameterServerOptions o;
