@@ -4,9 +4,11 @@
 // arrives, a rank that aborts, each raising the right error on every rank.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -200,6 +202,7 @@ TEST_CASE("auto_choice measured: a size class's first calls try each algorithm, 
   CAPTURE(after.reason);
   CHECK(after.reason.find("measured on this communicator's first calls") != std::string::npos);
   CHECK(after.reason.find("ring ") != std::string::npos);  // the times of what it tried
+  CHECK(after.reason.find("median of 4 interleaved rounds") != std::string::npos);  // 64 KiB: 4 rounds at tune_rounds 1
   CHECK(c.auto_choice(40000).algorithm == after.algorithm);  // the same size class (32 KiB, 64 KiB]
   CHECK(c.auto_choice(std::size_t{1} << 20).reason.find("not measured yet") != std::string::npos);
   // every rank decided the same
@@ -211,6 +214,33 @@ TEST_CASE("auto_choice measured: a size class's first calls try each algorithm, 
   c.all_reduce(v, strata::Sum);  // the kept algorithm, no longer measured
   CHECK(v[7] == static_cast<float>(p));
   CHECK(c.auto_choice(bytes).algorithm == after.algorithm);
+}
+
+TEST_CASE("auto_choice measured: every rank keeps the same algorithm, from the same agreed times, per size class") {
+  auto c = strata::MpiCommunicator::world();  // default tune_rounds
+  const int p = c.size();
+  // three candidates (64 KiB, 1 MiB) and two (4 MiB: no direct above 1 MiB)
+  for (const std::size_t n : {std::size_t{16} << 10, std::size_t{256} << 10, std::size_t{1} << 20}) {
+    const std::size_t bytes = n * sizeof(float);
+    CAPTURE(bytes);
+    std::vector<float> v(n);
+    int calls = 0;
+    for (; calls < 200 && c.auto_choice(bytes).reason.find("not measured yet") != std::string::npos; ++calls) {
+      std::fill(v.begin(), v.end(), static_cast<float>(c.rank() + 1));
+      c.all_reduce(v, strata::Sum);
+      REQUIRE(v[n / 2] == static_cast<float>(p * (p + 1) / 2));
+    }
+    CHECK(calls < 200);
+    CHECK(calls % (bytes <= (std::size_t{1} << 20) ? 3 : 2) == 0);  // whole rounds of every candidate
+    const auto choice = c.auto_choice(bytes);
+    CAPTURE(choice.reason);
+    // the whole sentence, medians and rounds won included, is the same on every rank
+    const std::vector<std::int64_t> mine{static_cast<std::int64_t>(std::hash<std::string>{}(choice.reason))};
+    std::vector<std::int64_t> all(static_cast<std::size_t>(p));
+    c.all_gather(mine, all);
+    for (int r = 0; r < p; ++r) CHECK(all[static_cast<std::size_t>(r)] == mine[0]);
+    CHECK(choice.reason.find("median of") != std::string::npos);
+  }
 }
 
 TEST_CASE("contract: ranks that disagree all raise CollectiveMismatch naming each rank's call") {

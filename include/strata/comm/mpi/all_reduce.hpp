@@ -24,6 +24,7 @@
 #include <strata/comm/algorithm/direct.hpp>
 #include <strata/comm/algorithm/native.hpp>
 #include <strata/comm/algorithm/ring.hpp>
+#include <strata/comm/mpi/algorithm_choice.hpp>
 #include <strata/comm/mpi/exchange.hpp>
 #include <strata/comm/reduce_op.hpp>
 
@@ -164,17 +165,20 @@ void all_reduce_with(Exchange& ex, const T* in, T* out, std::size_t n, std::size
 //!   since one exchange then carries the contract and the data, fewer
 //!   messages than any other algorithm needs;
 //! - with MpiOptions::auto_tune (the default), a measurement: the first calls
-//!   of each size class (powers of two) try native, ring and (up to 1 MiB)
-//!   direct in turn, `tune_rounds` times each (more below 256 KiB, where a
-//!   trial is cheap and noisy); then every rank's best time
-//!   per algorithm is agreed (one small extra collective, MIN over ranks: the
-//!   rank that arrived last waited least for the others) and the fastest is
-//!   kept for that size class, native unless another beats it by 5% (the
-//!   promise is never to be more than 5% slower than MPI_Allreduce, and
-//!   native is MPI_Allreduce after the contract);
+//!   of each size class (powers of two) run native, ring and (up to 1 MiB)
+//!   direct interleaved, round after round (native, ring, direct, native,
+//!   ...), `tune_rounds` rounds (more below 256 KiB, up to 32, where a trial
+//!   is cheap and noisy). After the last trial every rank's times are agreed
+//!   (one small extra collective, MIN over ranks trial by trial: the rank that
+//!   arrived last waited least for the others), and every rank applies the
+//!   same pure rule to the same numbers (choose_from_trials,
+//!   algorithm_choice.hpp): native unless an alternative is at least 15%
+//!   faster in its median and in its best time and beat native in 2 of 3
+//!   rounds (in doubt, MPI's own algorithm). The trials are real all-reduces;
+//!   each waits under the deadline like any call;
 //! - without it, rules by size and transport from MpiOptions.
 //! Every rank makes the same calls in the same order (the contract checks
-//! it), so every rank tries and then picks the same algorithms.
+//! it), so every rank tries the same algorithms and then keeps the same one.
 class AutoSelector {
  public:
   explicit AutoSelector(const Exchange& ex) {
@@ -200,7 +204,7 @@ class AutoSelector {
     if (ex.size() == 1 || bytes <= direct_rule(ex)) return Direct::name;
     if (ex.options().auto_tune) {
       const Bucket& b = buckets_[bucket_of(bytes)];
-      return b.chosen ? candidates[b.chosen - 1] : candidates[b.trials % candidates_for(bytes)];
+      return b.chosen ? candidates[b.chosen - 1] : candidates[b.times.size() % candidates_for(bytes)];
     }
     if (ring_min(ex) != 0 && bytes >= ring_min(ex)) return Ring::name;
     return Native::name;
@@ -217,16 +221,14 @@ class AutoSelector {
   //! collective: every rank gets here at the same call) and decides.
   void record(Exchange& ex, std::size_t bytes, double seconds) {
     Bucket& b = buckets_[bucket_of(bytes)];
-    const std::size_t k = candidates_for(bytes), which = b.trials % k;
-    b.best[which] = std::min(b.best[which], seconds);
-    if (++b.trials < k * rounds_for(ex, bytes)) return;
-    double agreed[3] = {b.best[0], b.best[1], b.best[2]};
-    all_reduce_with<MinOp>(ex, agreed, agreed, 3, 3, Direct{});
-    std::size_t pick = 0;  // native...
-    for (std::size_t a = 1; a < k; ++a)  // ...unless another is 5% faster than it and the fastest so far
-      if (agreed[a] < 0.95 * agreed[0] && agreed[a] < agreed[pick]) pick = a;
-    std::copy_n(agreed, 3, b.best);
-    b.chosen = static_cast<std::uint8_t>(pick + 1);
+    const std::size_t k = candidates_for(bytes), total = k * rounds_for(ex, bytes);
+    if (b.times.empty()) b.times.reserve(total);
+    b.times.push_back(seconds);  // round times.size() / k, candidate times.size() % k
+    if (b.times.size() < total) return;
+    all_reduce_with<MinOp>(ex, b.times.data(), b.times.data(), total, total, Direct{});
+    b.verdict = choose_from_trials(b.times, k);
+    b.chosen = static_cast<std::uint8_t>(b.verdict.pick + 1);
+    b.times = {};  // the verdict keeps what explain() reports
   }
 
   //! choose(), with the reason in a sentence.
@@ -247,17 +249,23 @@ class AutoSelector {
                               std::to_string(std::size_t{1} << i) + "] B";
       if (!b.chosen)
         return {a, sz + ", ranks talk " + where + ": size class " + cls + " not measured yet; its next call is trial " +
-                       std::to_string(b.trials + 1) + " of " +
-                       std::to_string(k * rounds_for(ex, bytes)) +
+                       std::to_string(b.times.size() + 1) + " of " + std::to_string(k * rounds_for(ex, bytes)) +
                        " and runs " + std::string(a)};
+      const TrialVerdict& v = b.verdict;
       std::string times;
       for (std::size_t c = 0; c < k; ++c) {
         if (c) times += ", ";
-        times += std::string(candidates[c]) + " " + std::to_string(static_cast<long long>(b.best[c] * 1e6)) + " us";
+        times += std::string(candidates[c]) + " " + std::to_string(static_cast<long long>(v.median[c] * 1e6)) + " us";
+        if (c) times += " (faster in " + std::to_string(v.wins[c]) + ")";
       }
+      const std::string how = "median of " + std::to_string(v.rounds) + " interleaved rounds: " + times;
       return {a, sz + ", ranks talk " + where + ": measured on this communicator's first calls of size class " + cls +
-                     " (" + times + "): " + std::string(a) +
-                     (a == Native::name ? " (nothing beat MPI_Allreduce by 5%)" : " is the fastest")};
+                     " (" + how + "): " + std::string(a) +
+                     (a == Native::name
+                          ? " (no algorithm beat MPI_Allreduce by 15% in its median and best time and in " +
+                                std::to_string(v.wins_needed) + " of " + std::to_string(v.rounds) + " rounds)"
+                          : " is at least 15% faster than native in its median and best time and won " +
+                                std::to_string(v.wins[v.pick]) + " of " + std::to_string(v.rounds) + " rounds")};
     }
     if (a == Ring::name)
       return {a, sz + " >= ring_min_bytes_" + net + std::to_string(ring_min(ex)) + ", ranks talk " + where +
@@ -295,9 +303,9 @@ class AutoSelector {
   }
 
   struct Bucket {
-    std::uint32_t trials = 0;
-    std::uint8_t chosen = 0;  // 1 + index into candidates; 0: still measuring
-    double best[3] = {1e30, 1e30, 1e30};  // seconds: this rank's best, then the agreed ones
+    std::uint8_t chosen = 0;    // 1 + index into candidates; 0: still measuring
+    std::vector<double> times;  // this rank's trials so far, in the order they ran (seconds)
+    TrialVerdict verdict{};     // from the agreed times, once chosen
   };
   std::array<Bucket, 65> buckets_{};
   std::string_view forced_;  // the algorithm forced by the options or the environment, if any
