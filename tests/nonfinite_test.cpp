@@ -124,6 +124,34 @@ TEST_CASE("under MirroredStrategy on GPU replicas (their executor, on the host c
   }
 }
 
+// Issue 22: a replica whose step fails (here: a label that is no class
+// index in replica 1's rows) releases the other GPU replicas at once, as CPU
+// replicas are released, instead of leaving them in the device collectives
+// until the deadline (5.00 s before the executors became one).
+TEST_CASE("a GPU replica that fails in its step releases the others at once (on the host compute)") {
+  strata_test::Watchdog dog("gpu replica failure", 60s);
+  Blobs data = blobs(64, 3);
+  data.y[16 + 12] = 99;  // batch 1, replica 1's rows (8 .. 15 of the batch)
+  for (const bool gpus : {false, true}) {
+    CAPTURE(gpus);
+    std::optional<strata_test::HostAsGpu> host;
+    if (gpus) host.emplace();
+    strata::MirroredStrategy s{gpus ? strata::virtual_gpus(0, 2) : strata::cpu_replicas(2),
+                               strata::CommOptions{.timeout = 5s}};
+    auto model = s.scope(strata_test::blobs_mlp);
+    model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+    const auto started = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)),
+                                   {.epochs = 1, .verbose = nn::Verbosity::Silent}),
+                         doctest::Contains("99"), strata::Error);
+    CHECK(std::chrono::steady_clock::now() - started < 2s);  // the deadline is 5 s
+    // nothing is left half done: the same model trains on clean data afterwards
+    const Blobs clean = blobs(64, 3);
+    CHECK_NOTHROW(model.fit(s.distribute(strata::data::from_tensor_slices(clean.x, clean.y).batch(16)),
+                            {.epochs = 1, .verbose = nn::Verbosity::Silent}));
+  }
+}
+
 TEST_CASE("under CentralStorageStrategy every replica skips too") {
   strata_test::Watchdog dog("central storage skip", 300s);
   for (int p : {1, 3}) {

@@ -1,7 +1,7 @@
 #pragma once
-//! Buffer<T>: elements with a shape in the memory of the Compute that
-//! allocated it (host or a GPU); what layers pass between them. Host code
-//! never dereferences one: elements are read through Compute::download, or
+//! Buffer<T>: elements with a shape in the Memory (a Compute, or the host's
+//! memory alone) that allocated it (host or a GPU); what layers pass between
+//! them. Host code never dereferences one: elements are read through Memory::download, or
 //! on the host through host_span(), which refuses a device buffer.
 //!   strata::kernels::Buffer<float> y;  y.resize(c, strata::Shape{batch, 10});   // reallocates only to grow
 //! A borrowed buffer (Buffer::borrow) views memory it does not own.
@@ -12,7 +12,7 @@
 #include <utility>
 
 #include <strata/core/error.hpp>
-#include <strata/kernels/compute.hpp>
+#include <strata/kernels/memory.hpp>
 #include <strata/tensor/shape.hpp>
 
 namespace strata::kernels {
@@ -21,7 +21,7 @@ template <class T>
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(Compute& c, Shape shape) { resize(c, std::move(shape)); }
+  Buffer(Memory& c, Shape shape) { resize(c, std::move(shape)); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   Buffer(Buffer&& o) noexcept { swap(o); }
@@ -33,7 +33,7 @@ class Buffer {
   ~Buffer() { release(); }
 
   //! A view of `data` (in `c`'s space) that is not freed with the buffer.
-  static Buffer borrow(Compute& c, T* data, Shape shape) {
+  static Buffer borrow(Memory& c, T* data, Shape shape) {
     Buffer b;
     b.c_ = &c;
     b.data_ = data;
@@ -44,7 +44,7 @@ class Buffer {
   //! Gives the buffer `shape` in `c`'s space; the elements are unspecified
   //! after a reallocation, which happens only when the capacity is short
   //! (or the space changes). A borrowed buffer must already be large enough.
-  void resize(Compute& c, Shape shape) {
+  void resize(Memory& c, Shape shape) {
     const std::size_t n = shape.elements();
     if (c_ != &c || n > capacity_) {
       if (borrowed()) {
@@ -66,7 +66,8 @@ class Buffer {
   [[nodiscard]] const Shape& shape() const noexcept { return shape_; }
   [[nodiscard]] std::size_t size() const noexcept { return shape_.elements(); }
   [[nodiscard]] bool empty() const noexcept { return size() == 0; }
-  [[nodiscard]] Compute* compute() const noexcept { return c_; }
+  //! The memory it lives in (null before the first resize).
+  [[nodiscard]] Memory* memory() const noexcept { return c_; }
   //! Changes the shape; the element count must not grow.
   void reshape(Shape s) {
     if (s.elements() > (borrowed() ? shape_.elements() : capacity_))
@@ -77,7 +78,7 @@ class Buffer {
   [[nodiscard]] std::span<T> host_span() const {
     if (c_ && c_->where() != Where::Host)
       throw Error("Buffer: the elements of a buffer on " + c_->name() +
-                  " are not addressable from the host; download them (Compute::download)");
+                  " are not addressable from the host; download them (Memory::download)");
     return {data_, size()};
   }
 
@@ -95,7 +96,7 @@ class Buffer {
     std::swap(capacity_, o.capacity_);
   }
 
-  Compute* c_ = nullptr;
+  Memory* c_ = nullptr;
   T* data_ = nullptr;
   Shape shape_{0};
   std::size_t capacity_ = 0;  // 0 with data: borrowed

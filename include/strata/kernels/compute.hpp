@@ -18,10 +18,9 @@
 #include <string>
 #include <string_view>
 
-namespace strata::kernels {
+#include <strata/kernels/memory.hpp>
 
-//! Which kind of memory a Compute's pointers address.
-enum class Where { Host, Cuda };
+namespace strata::kernels {
 
 //! An activation applied after a layer's affine part.
 enum class Activation { Linear, ReLU, Sigmoid, Tanh, Softmax };
@@ -63,34 +62,10 @@ struct AdamStep {
   float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-7f;
 };
 
-class Compute {
+//! The operations on a space's memory (Memory: allocation, copies, fill,
+//! synchronize, bind_thread, count_nonfinite) and every operation below on it.
+class Compute : public Memory {
  public:
-  virtual ~Compute() = default;
-  [[nodiscard]] virtual Where where() const noexcept = 0;
-  //! "host", "cuda:0 (NVIDIA H100 80GB HBM3)": for messages.
-  [[nodiscard]] virtual std::string name() const = 0;
-
-  // -- memory --------------------------------------------------------------
-  //! `bytes` of this space's memory (aligned for any element; null for 0).
-  [[nodiscard]] virtual void* allocate(std::size_t bytes) = 0;
-  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
-  //! dst (this space) <- host src; `src` may be reused when this returns.
-  virtual void upload(void* dst, const void* src, std::size_t bytes) = 0;
-  //! host dst <- src (this space); the bytes are on the host when this returns.
-  virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
-  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
-  virtual void fill(float* x, float value, std::size_t n) = 0;
-  //! Returns when every call issued before it has finished (a no-op on the host).
-  virtual void synchronize() = 0;
-  //! Makes the calling thread ready to issue this compute's calls (a GPU:
-  //! its device current), for the thread that will run a replica's step; a
-  //! no-op on the host. Returns what unbind_thread restores (a GPU: the
-  //! device current before).
-  virtual int bind_thread() { return -1; }
-  //! Gives the calling thread back its state from before the bind_thread()
-  //! that returned `previous` (for a caller's thread lent for a pass).
-  virtual void unbind_thread(int /*previous*/) noexcept {}
-
   // -- products ------------------------------------------------------------
   //! Row-major C[m x n] = alpha * op(A) * op(B) + beta * C with op(A) m x k,
   //! op(B) k x n (k = 0: C = beta * C).
@@ -124,10 +99,6 @@ class Compute {
   virtual void dropout(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key, float rate) = 0;
   //! y = x * mask (elementwise).
   virtual void multiply(const float* x, const float* mask, float* y, std::size_t n) = 0;
-  //! *acc (a double in this space) += how many of x[0, n) are NaN or
-  //! infinite: the gradient finiteness check, stream-ordered like the loss
-  //! sums so that a GPU reports it with them (no extra synchronization).
-  virtual void count_nonfinite(const float* x, std::size_t n, double* acc) = 0;
 
   // -- losses and metrics --------------------------------------------------
   // Each adds its sum over the rows to *acc (a double in this space) and,

@@ -99,7 +99,7 @@ class MaxPool2D : public detail::LayerBase<MaxPool2D> {
     if (dy.shape().rank() != 4 || dy.shape()[0] != batch || detail::sample_shape(dy.shape()) != out_)
       throw ShapeError(describe() + "::backward: expected dy [" + std::to_string(batch) + ", " +
                        out_.str().substr(1) + " (the output of the forward pass) but got " + dy.shape().str());
-    if (argmax_.compute() == nullptr || argmax_.size() != dy.size())
+    if (argmax_.memory() == nullptr || argmax_.size() != dy.size())
       throw Error(describe() + "::backward: no forward pass of this batch size to take the maxima from; "
                                "call forward(x, y) on this layer (or clone) first");
     if (dx == nullptr) return;

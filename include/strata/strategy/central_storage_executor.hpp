@@ -20,7 +20,8 @@
 #include <strata/kernels/buffer.hpp>
 #include <strata/policy/placement.hpp>
 #include <strata/strategy/device_compute.hpp>
-#include <strata/strategy/device_mirrored_executor.hpp>
+#include <strata/kernels/host/memory.hpp>
+#include <strata/strategy/mirrored_executor.hpp>
 #include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/sync_executor.hpp>
 
@@ -59,6 +60,8 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   void place_values(const Tensor<float>& init, std::size_t local) {
     this->reps_.clear();  // bound to the computes and buffers below
     var_.emplace(init, static_cast<int>(local));
+    grads_.assign(local, Tensor<float>{Shape{init.size()}});
+    counts_.resize(local);
     const auto& devices = this->s_.devices();
     if (!devices.front().is_gpu()) return devs_.clear();
     if (devs_.size() != local) {
@@ -71,9 +74,8 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
       d.grad.resize(*d.c, Shape{init.size()});
     }
   }
-  std::span<const float> replica_value(std::size_t) { return var_->value().span(); }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
-    if (devs_.empty()) return Base::make_replica(r);
+    if (devs_.empty()) return this->program_.make_replica(var_->value().span(), grads_[r].span());
     const std::size_t n = this->program_.num_params();
     return this->program_.make_replica_on(*devs_[r].c, {devs_[r].value.data(), n}, {devs_[r].grad.data(), n});
   }
@@ -87,16 +89,19 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
 
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
-    if (!devs_.empty() && this->grads_[r].size())  // the GPU's gradient, for the host's reduction
-      devs_[r].c->download(this->grads_[r].data(), devs_[r].grad.data(), this->grads_[r].bytes());
-    var_->apply_gradient(ctx, this->grads_[r], [&](std::span<float> w, std::span<const float> g, std::size_t off) {
-      if (this->finite_gradient(ctx, r, g)) updater_->apply(w, g, off, it);  // g: this replica's slice of the sum
+    if (!devs_.empty() && grads_[r].size())  // the GPU's gradient, for the host's reduction
+      devs_[r].c->download(grads_[r].data(), devs_[r].grad.data(), grads_[r].bytes());
+    var_->apply_gradient(ctx, grads_[r], [&](std::span<float> w, std::span<const float> g, std::size_t off) {
+      // g: this replica's slice of the sum
+      if (this->finite_gradient(ctx, r, kernels::host_memory(), counts_[r], g)) updater_->apply(w, g, off, it);
     });
   }
 
   std::optional<CentralVariable<float>> var_;
   std::unique_ptr<Updater> updater_;
   std::vector<OnDevice> devs_;  // GPU replicas: one per local replica; empty on CPUs
+  std::vector<Tensor<float>> grads_;              // per local replica, on the host: its gradient (a GPU's, downloaded)
+  std::vector<kernels::Buffer<double>> counts_;  // per local replica: its finiteness count, in host memory
 };
 
 //! CentralStorage: on CPUs, and on GPUs with the variables on the host,
@@ -107,7 +112,7 @@ struct ExecutorFor<CentralStorage> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
     if (s.devices().front().is_gpu() && s.executor_options().central_variables == CentralVariables::Gpu)
-      return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options(), /*central=*/true);
+      return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options(), /*central=*/true);
     return std::make_unique<CentralStorageExecutor<S>>(s, program);
   }
 };

@@ -1,48 +1,92 @@
 #pragma once
-//! The executor of Mirrored (and OneDevice) placement: every local replica
-//! keeps a copy of the variables; gradients are all-reduced (summed) and
-//! every copy gets the same update. With the sharded update (ZeRO stage 1,
-//! which TensorFlow's MirroredStrategy does not have) the gradients are
-//! reduce-scattered instead, each replica updates only its 1/p slice with
-//! its 1/p of the optimizer state, and the slices are all-gathered into
-//! every copy: the same sums, so bitwise the same weights as the unsharded
-//! update with the direct all-reduce, and optimizer state per replica
-//! divided by p.
+//! The executor of Mirrored placement (and OneDevice on a CPU), on any
+//! compute: CPU replicas, GPU replicas, in one process or as the local
+//! replicas of one worker among several. Every local replica keeps its copy
+//! of the variables, its gradient, its optimizer state and its activations
+//! in its compute's memory (the host's for a CPU, its own device's for a
+//! GPU); the synchronous loop (sync_executor.hpp) hands each replica its
+//! rows of the global batch, the gradients are summed in replica order and
+//! every copy gets the same update. p replicas thus take the step one
+//! replica takes on the whole batch.
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
+//!   strata::MirroredStrategy g{strata::virtual_gpus(0, 4)};   // 4 replicas on GPU 0
 //!   s.executor_options().sharded_update = strata::ShardedUpdate::Off;   // before making the model
+//!
+//! The one step (apply) is written once, against a replica's collectives
+//! (`coll`: all_reduce, reduce_scatter, all_gather, broadcast of spans in
+//! its compute's memory):
+//! - CPU replicas: the replica context itself (the strategy's reduce policy
+//!   and communicator; across workers its all-reduce is hierarchical);
+//! - GPU replicas: DeviceStep, over DeviceCollectives (device_collectives.hpp:
+//!   a reduce kernel among virtual GPUs or GPUs with peer access, NCCL
+//!   between distinct GPUs, else staged through host memory) and, across
+//!   workers, WorkerSum (worker_sum.hpp: local sum on the devices, replica 0
+//!   sums across workers, the others take its result).
+//! The finiteness decision (Pass::finite) counts each replica's 1/p slice
+//! of the sum on its compute and one host all-reduce of a float decides for
+//! every replica of every worker (SyncExecutor::finite_gradient).
+//! Sharded update (ZeRO stage 1, which TensorFlow's MirroredStrategy does
+//! not have; ShardedUpdate, Auto from 3 replicas in one process): the
+//! gradients are reduce-scattered, each replica updates its 1/p slice with
+//! its 1/p of the optimizer state, the updated slices are all-gathered into
+//! every copy: the same sums, so bitwise the unsharded update's weights with
+//! the direct all-reduce, and the optimizer state divided by p.
+//! Central (CentralStorageStrategy with CentralVariables::Gpu): only replica
+//! 0 keeps optimizer state and applies the update to its copy, the central
+//! one; the others take its values each step.
+//! On the host's compute substituted for a GPU's (tests/host_as_gpu.hpp)
+//! the GPU replicas run this very code and give the CPU run's bits.
 
 #include <algorithm>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include <strata/comm/reduce_op.hpp>
+#include <strata/core/partition.hpp>
+#include <strata/kernels/buffer.hpp>
+#include <strata/kernels/host/memory.hpp>
 #include <strata/policy/placement.hpp>
+#include <strata/strategy/device_collectives.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/device_executor.hpp>
-#include <strata/strategy/device_mirrored_executor.hpp>
 #include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/sync_executor.hpp>
+#include <strata/strategy/worker_sum.hpp>
 
 namespace strata {
 
 namespace detail {
 
-//! One replica's share of the sharded update: reduce-scatter `grad` into
-//! `shard` (this replica's slice `mine` of the sum), `update(values, grad)`
-//! on that slice of `values`, all-gather every replica's updated slice into
-//! `values`. Collective over ctx's replicas; `shard` holds mine.size().
+//! One replica's share of the sharded update, over its collectives `coll`
+//! (a replica context, or anything with its reduce_scatter and all_gather):
+//! reduce-scatter `grad` into `shard` (this replica's slice `mine` of the
+//! sum), `update(values slice, shard)` (a bool result: false skips the
+//! rest, on every replica alike), all-gather every replica's updated slice
+//! into `values`. Spans of memory `m`; `shard` holds mine.size().
 //!   sharded_update(ctx, w, g, shard, shard_range(n, p, r), [&](auto w, auto g) { adam.apply(w, g, st, 0, it); });
-template <class Ctx, class Update>
-void sharded_update(Ctx& ctx, std::span<float> values, std::span<const float> grad, std::span<float> shard, Range mine,
-                    Update&& update) {
-  ctx.reduce_scatter(grad, shard, Sum);
-  update(values.subspan(mine.begin, mine.size()), std::span<const float>(shard));
+template <class Coll, class Update>
+void sharded_update(Coll& coll, kernels::Memory& m, std::span<float> values, std::span<const float> grad,
+                    std::span<float> shard, Range mine, Update&& update) {
+  coll.reduce_scatter(grad, shard, Sum);
+  const std::span<float> part = values.subspan(mine.begin, mine.size());
+  if constexpr (std::is_same_v<decltype(update(part, std::span<const float>(shard))), bool>) {
+    if (!update(part, std::span<const float>(shard))) return;
+  } else {
+    update(part, std::span<const float>(shard));
+  }
   // all-gather from a buffer no one writes meanwhile (not from the copies being written)
-  std::copy_n(values.data() + mine.begin, mine.size(), shard.data());
-  ctx.all_gather(std::span<const float>(shard), values);
+  if (mine.size()) m.copy(shard.data(), part.data(), mine.size() * sizeof(float));
+  coll.all_gather(std::span<const float>(shard), values);
+}
+//! The same on host memory.
+template <class Coll, class Update>
+void sharded_update(Coll& coll, std::span<float> values, std::span<const float> grad, std::span<float> shard,
+                    Range mine, Update&& update) {
+  sharded_update(coll, kernels::host_memory(), values, grad, shard, mine, std::forward<Update>(update));
 }
 
 template <class S>
@@ -51,91 +95,254 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   friend Base;
 
  public:
-  MirroredExecutor(S& s, ModelProgram& program, ExecutorOptions o) : Base(s, program), opts_(o) {}
+  //! `central`: the update on replica 0 only, its values broadcast (CentralVariables::Gpu).
+  MirroredExecutor(S& s, ModelProgram& program, ExecutorOptions opts, bool central = false)
+      : Base(s, program), opts_(opts), central_(central) {}
+  // The replicas' programs and updaters hold memory of the computes: they go first.
+  ~MirroredExecutor() override {
+    this->reps_.clear();
+    workers_sum_.reset();  // may hold an NCCL communicator on replica 0's stream
+    for (Replica& R : devs_) R.updater.reset();
+  }
 
-  [[nodiscard]] const Tensor<float>& value() const override { return vars_->value(); }
-  void assign(const Tensor<float>& v) override { vars_->assign(v); }
-  std::vector<Tensor<float>> optimizer_state() override {
-    if (updaters_.empty()) return {};
-    if (!sharded_) return updaters_.front()->state();  // every copy's is the same
-    return join_state_slices(this->program_.num_params(), updaters_.size(),
-                             [&](std::size_t r) { return updaters_[r]->state(); });
-  }
-  void set_optimizer_state(std::span<const Tensor<float>> slots) override {
-    if (updaters_.empty()) throw Error("set_optimizer_state: the model is not compiled and placed yet");
-    check_state_slots(slots, this->program_.num_params());
-    for (std::size_t r = 0; r < updaters_.size(); ++r) {
-      if (sharded_) updaters_[r]->set_state(state_slice(slots, mine(r)));
-      else updaters_[r]->set_state(slots);
-    }
-  }
-  //! Whether the update is sharded (decided when the variables are placed).
-  [[nodiscard]] bool sharded() const noexcept { return sharded_; }
+  //! GPU replicas: which all-reduce the local replicas use, and why (and,
+  //! across workers, how their sums cross workers). CPU replicas: empty
+  //! (the strategy's reduce policy decides).
+  [[nodiscard]] std::string collectives_choice() const override { return choice_; }
 
   void reset_optimizer() override {
-    updaters_.clear();
-    if (!vars_ || !this->program_.compiled()) return;
-    for (std::size_t r = 0; r < shards(); ++r)
-      updaters_.push_back(this->program_.make_updater(sharded_ ? mine(r).size() : this->program_.num_params()));
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      Replica& R = devs_[r];
+      R.updater.reset();
+      if (!this->program_.compiled() || !updates(r)) continue;
+      const std::size_t n = sharded_ ? mine(r).size() : this->program_.num_params();
+      R.updater = R.c ? this->program_.make_updater_on(*R.c, n) : this->program_.make_updater(n);
+    }
+  }
+  //! Replica 0's (every replica's is the same); sharded, every replica's slice of it.
+  std::vector<Tensor<float>> optimizer_state() override {
+    if (devs_.empty() || !devs_.front().updater) return {};
+    if (!sharded_) return devs_.front().updater->state();
+    return join_state_slices(this->program_.num_params(), devs_.size(),
+                             [&](std::size_t r) { return devs_[r].updater->state(); });
+  }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override {
+    if (devs_.empty() || !devs_.front().updater)
+      throw Error("set_optimizer_state: the model is not compiled and placed yet");
+    check_state_slots(slots, this->program_.num_params());
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      if (!devs_[r].updater) continue;
+      if (sharded_) devs_[r].updater->set_state(state_slice(slots, mine(r)));
+      else devs_[r].updater->set_state(slots);
+    }
+  }
+  //! Whether the update is sharded over the replicas (decided when the variables are placed).
+  [[nodiscard]] bool sharded() const noexcept { return sharded_; }
+
+  //! Replica 0's copy, read from its compute's memory (cached until it changes).
+  [[nodiscard]] const Tensor<float>& value() const override {
+    if (!host_) {
+      host_.emplace(Shape{this->program_.num_params()});
+      if (host_->size() && !devs_.empty()) devs_.front().m->download(host_->data(), devs_.front().value.data(), host_->bytes());
+    }
+    return *host_;
+  }
+  void assign(const Tensor<float>& v) override {
+    if (v.size() != this->program_.num_params())
+      throw ShapeError("MirroredExecutor::assign: " + std::to_string(v.size()) + " values for " +
+                       std::to_string(this->program_.num_params()) + " parameters");
+    for (Replica& R : devs_)
+      if (v.size()) R.m->upload(R.value.data(), v.data(), v.bytes());
+    host_.reset();
   }
 
  private:
-  static constexpr bool can_shard = requires(typename S::context_type& c, std::span<const float> in, std::span<float> out) {
+  struct Replica {
+    std::unique_ptr<kernels::Compute> owned;  // a GPU's compute
+    kernels::Compute* c = nullptr;            // that compute; null for a CPU replica (its program computes on the host)
+    kernels::Memory* m = nullptr;             // where its buffers live: the compute's, or the host's memory
+    kernels::Buffer<float> value, grad;
+    kernels::Buffer<float> shard;  // sharded update: its slice of the summed gradient, then of the updated values
+    kernels::Buffer<double> bad;   // its finiteness count
+    std::unique_ptr<Updater> updater;
+  };
+
+  //! Replica r's collectives over DeviceCollectives (GPU replicas): the
+  //! replica context's calls, on its device's memory.
+  struct DeviceStep {
+    MirroredExecutor& ex;
+    std::size_t r;
+    void all_reduce(std::span<float> d, SumOp) {
+      Replica& R = ex.devs_[r];
+      const int me = static_cast<int>(r);
+      if (!ex.workers_sum_) return ex.colls_->all_reduce_sum(me, *R.c, d.data(), d.size());
+      // hierarchical: the local sum on the devices (replica order), replica 0
+      // sums it across workers, the others take its result
+      const bool local = ex.devs_.size() > 1;
+      if (local) ex.colls_->all_reduce_sum(me, *R.c, d.data(), d.size());
+      if (r == 0) ex.workers_sum_->all_reduce_sum(*R.c, d.data(), d.size());
+      if (local) ex.colls_->broadcast(me, *R.c, d.data(), d.size(), 0);
+    }
+    void broadcast(std::span<float> d, int root) {
+      ex.colls_->broadcast(static_cast<int>(r), *ex.devs_[r].c, d.data(), d.size(), root);
+    }
+    void reduce_scatter(std::span<const float> in, std::span<float> out, SumOp) {
+      ex.colls_->reduce_scatter_sum(static_cast<int>(r), *ex.devs_[r].c, in.data(), out.data(), in.size());
+    }
+    void all_gather(std::span<const float> in, std::span<float> out) {
+      ex.colls_->all_gather(static_cast<int>(r), *ex.devs_[r].c, in.data(), out.data(), out.size());
+    }
+  };
+
+  //! CPU replicas' contexts can reduce-scatter and all-gather (across MPI workers they may not).
+  static constexpr bool context_shards = requires(typename S::context_type& c, std::span<const float> in,
+                                                  std::span<float> out) {
     c.reduce_scatter(in, out, Sum);
     c.all_gather(in, out);
   };
 
+  //! Whether replica r applies the update (every one, or only the central one).
+  [[nodiscard]] bool updates(std::size_t r) const noexcept { return !central_ || r == 0; }
+  //! Replica r's slice of the parameters (the sharded update's, the finiteness count's).
+  [[nodiscard]] Range mine(std::size_t r) const { return shard_range(this->program_.num_params(), devs_.size(), r); }
+  [[nodiscard]] bool on_gpus() const { return this->s_.devices().front().is_gpu(); }
+
+  // -- SyncExecutor's hooks -------------------------------------------------
   void place_values(const Tensor<float>& init, std::size_t local) {
-    vars_.emplace(init, static_cast<int>(local));
-    sharded_ = can_shard && shards_update(opts_.sharded_update, local);
-    shards_.clear();
-    if (sharded_)
-      for (std::size_t r = 0; r < local; ++r) shards_.emplace_back(Shape{mine(r).size()});
+    this->reps_.clear();  // bound to the buffers below
+    if (devs_.size() != local) make_replicas(local);
+    if (colls_) colls_->reset();
+    for (Replica& R : devs_) {
+      R.value.resize(*R.m, Shape{init.size()});
+      R.grad.resize(*R.m, Shape{init.size()});
+      if (init.size()) R.m->upload(R.value.data(), init.data(), init.bytes());
+      R.m->fill(R.grad.data(), 0.f, init.size());
+    }
+    for (std::size_t r = 0; r < devs_.size(); ++r)
+      if (sharded_) devs_[r].shard.resize(*devs_[r].m, Shape{mine(r).size()});
+    host_.reset();
   }
-  std::span<const float> replica_value(std::size_t r) { return vars_->copy(static_cast<int>(r)).span(); }
-  //! The replicas sharing the update, and replica r's slice of it (the reduce-scatter's shard).
-  std::size_t shards() const { return static_cast<std::size_t>(vars_->replicas()); }
-  Range mine(std::size_t r) const { return shard_range(this->program_.num_params(), shards(), r); }
+  //! The local replicas' computes and collectives, and whether the update is sharded.
+  void make_replicas(std::size_t local) {
+    workers_sum_.reset();
+    for (Replica& R : devs_) R.updater.reset();
+    devs_.clear();
+    devs_.resize(local);
+    colls_.reset();
+    choice_.clear();
+    const std::vector<Device>& devices = this->s_.devices();
+    const bool gpus = on_gpus();
+    for (std::size_t r = 0; r < local; ++r) {
+      Replica& R = devs_[r];
+      if (gpus) R.owned = make_compute(devices[r], opts_.matmul);
+      R.c = R.owned.get();
+      R.m = R.c ? static_cast<kernels::Memory*>(R.c) : &kernels::host_memory();
+    }
+    // sharded in one process, from 3 replicas unless told; CPU replicas across workers where their context can
+    sharded_ = !central_ && (gpus ? this->workers_.size() == 1 : context_shards) &&
+               shards_update(opts_.sharded_update, local);
+    if (!gpus) return;
+    colls_ = make_device_collectives(devices, this->s_.options());
+    choice_ = colls_->choice();
+    if (sharded_)
+      choice_ += "; the update sharded over the replicas (reduce-scatter, each updates its 1/" + std::to_string(local) +
+                 " slice with its 1/" + std::to_string(local) + " of the optimizer state, all-gather)";
+    if (central_)
+      choice_ += "; the variables and the update on replica 0's device (central storage), its values sent to "
+                 "the other replicas' devices each step";
+    if constexpr (requires { this->s_.make_worker_sum(*devs_.front().c); })
+      if (this->workers_.size() > 1) {  // collective over the workers, as place() is
+        workers_sum_ = this->s_.make_worker_sum(*devs_.front().c);
+        choice_ += "; across workers: " + workers_sum_->choice();
+      }
+  }
+  std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
+    const std::size_t n = this->program_.num_params();
+    Replica& R = devs_[r];
+    if (!R.c) return this->program_.make_replica({R.value.data(), n}, {R.grad.data(), n});
+    return this->program_.make_replica_on(*R.c, {R.value.data(), n}, {R.grad.data(), n});
+  }
+  void before_step(std::size_t r) {
+    devs_[r].m->bind_thread();  // this pool thread issues replica r's calls: its GPU current
+    if (r == 0) host_.reset();  // the cached value may change (only replica 0's thread touches it in a run)
+  }
+  //! Replica r failed (in its step or its update): the others stop waiting
+  //! for it in the device collectives at once (the replica context's are
+  //! released by the strategy's run).
+  void replica_failed(std::size_t r, const std::string& why) {
+    if (colls_) colls_->abort(static_cast<int>(r), why);
+  }
+  //! A step failed: let every device finish what was queued (a collective's
+  //! kernels may still touch a failed replica's buffers), then forget the
+  //! collectives' state so that the next step starts clean.
+  void after_failure() {
+    for (Replica& R : devs_) try {
+        R.m->synchronize();
+      } catch (...) {  // the failure being reported is the one that counts
+      }
+    if (colls_) colls_->reset();
+  }
 
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
-    std::span<float> w = vars_->copy(static_cast<int>(r)).span();
-    std::span<float> g = this->grads_[r].span();
-    if constexpr (can_shard) {
+    if (colls_) {
+      DeviceStep step{*this, r};
+      update(ctx, step, r, it);
+    } else {
+      update(ctx, ctx, r, it);
+    }
+  }
+
+  //! The step's reduction and update on replica r, over its collectives `coll`.
+  template <class Ctx, class Coll>
+  void update(Ctx& ctx, Coll& coll, std::size_t r, std::int64_t it) {
+    Replica& R = devs_[r];
+    const std::size_t n = this->program_.num_params();
+    const std::span<float> w{R.value.data(), n}, g{R.grad.data(), n};
+    if constexpr (requires(std::span<const float> in, std::span<float> out) {
+                    coll.reduce_scatter(in, out, Sum);
+                    coll.all_gather(in, out);
+                  }) {
       if (sharded_) {
-        // a skipped update leaves every slice as it was, so the all-gather changes nothing
-        sharded_update(ctx, w, g, shards_[r].span(), mine(r), [&](std::span<float> ws, std::span<const float> gs) {
-          if (this->finite_gradient(ctx, r, gs)) updaters_[r]->apply(ws, gs, 0, it);
-        });
+        // a skipped step leaves every slice as it was
+        sharded_update(coll, *R.m, w, g, {R.shard.data(), mine(r).size()}, mine(r),
+                       [&](std::span<float> ws, std::span<const float> gs) {
+                         if (!this->finite_gradient(ctx, r, *R.m, R.bad, gs)) return false;
+                         R.updater->apply(ws, gs, 0, it);
+                         return true;
+                       });
         return;
       }
     }
-    ctx.all_reduce(g, Sum);
-    if (this->finite_gradient(ctx, r, std::span<const float>(g).subspan(mine(r).begin, mine(r).size())))
-      updaters_[r]->apply(w, g, 0, it);
+    coll.all_reduce(g, Sum);
+    if (!this->finite_gradient(ctx, r, *R.m, R.bad, std::span<const float>(g).subspan(mine(r).begin, mine(r).size())))
+      return;
+    if (updates(r)) R.updater->apply(w, g, 0, it);
+    if constexpr (requires { coll.broadcast(w, 0); })
+      if (central_ && devs_.size() > 1) coll.broadcast(w, 0);
   }
 
   ExecutorOptions opts_;
-  std::optional<MirroredVariable<float>> vars_;
-  std::vector<std::unique_ptr<Updater>> updaters_;
-  std::vector<Tensor<float>> shards_;  // per replica: its reduced gradient slice, then its updated values
+  bool central_ = false;
   bool sharded_ = false;
+  std::vector<Replica> devs_;
+  std::unique_ptr<DeviceCollectives> colls_;  // GPU replicas; CPU replicas use their replica context
+  std::unique_ptr<WorkerSum> workers_sum_;    // GPU replicas across workers, else null
+  std::string choice_;
+  mutable std::optional<Tensor<float>> host_;
 };
 
-//! Mirrored: CPU replicas share the host's memory (MirroredExecutor); GPU
-//! replicas each keep their copy on their device (DeviceMirroredExecutor),
-//! in one process and across workers.
+//! Mirrored: one executor for CPU and GPU replicas, in one process and across workers.
 template <>
 struct ExecutorFor<Mirrored> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
-    if (s.devices().front().is_gpu())
-      return std::make_unique<DeviceMirroredExecutor<S>>(s, program, s.executor_options());
     return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options());
   }
 };
 //! One device: on a CPU, a mirrored executor of one replica; on a GPU, the
-//! device executor (everything in the GPU's memory, strategy/device_executor.hpp).
+//! device executor (everything in the GPU's memory, on the caller's thread:
+//! strategy/device_executor.hpp).
 template <>
 struct ExecutorFor<OneDevice> {
   template <class S>

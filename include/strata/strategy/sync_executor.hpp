@@ -23,7 +23,8 @@
 
 #include <strata/comm/reduce_op.hpp>
 #include <strata/core/partition.hpp>
-#include <strata/kernels/host/maps.hpp>
+#include <strata/kernels/buffer.hpp>
+#include <strata/kernels/memory.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/variable.hpp>
 
@@ -45,8 +46,7 @@ auto workers_of(S& s) {
   else return OneWorker{};
 }
 
-//! The sharded update's optimizer state (mirrored_executor.hpp,
-//! device_mirrored_executor.hpp), whole: the `p` replicas' slices of each
+//! The sharded update's optimizer state (mirrored_executor.hpp), whole: the `p` replicas' slices of each
 //! slot (`part(r)`, replica r's slice shard_range(n, p, r)) joined.
 template <class Part>
 std::vector<Tensor<float>> join_state_slices(std::size_t n, std::size_t p, Part&& part) {
@@ -96,7 +96,6 @@ class SyncExecutor : public Executor {
     const auto local = static_cast<std::size_t>(s_.num_local_replicas());
     derived().place_values(start, local);
     reps_.clear();
-    grads_.assign(local, Tensor<float>{Shape{program_.num_params()}});
     results_.assign(local, ReplicaResult{});
     for (std::size_t r = 0; r < local; ++r) reps_.push_back(derived().make_replica(r));
     reset_optimizer();
@@ -138,25 +137,33 @@ class SyncExecutor : public Executor {
  protected:
   Derived& derived() noexcept { return static_cast<Derived&>(*this); }
 
-  //! Replica r's program; a Derived that computes elsewhere than the host
-  //! (a GPU) makes its own, and refreshes what it reads in before_step.
-  std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
-    return program_.make_replica(derived().replica_value(r), grads_[r].span());
-  }
+  //! Derived::make_replica(r): replica r's program, bound to its buffers;
+  //! Derived::before_step(r) readies them on replica r's thread.
   void before_step(std::size_t /*r*/) {}
+  //! Replica r failed with `why` (in its step or its update), on its thread:
+  //! a Derived with collectives of its own releases the other replicas there.
+  void replica_failed(std::size_t /*r*/, const std::string& /*why*/) {}
   //! Called when a step failed, once no replica runs.
   void after_failure() {}
 
   //! Derived::apply's gate between the reduction and the update: with the
   //! finiteness policy on, whether the step's reduced gradient is finite.
   //! Each local replica r counts the NaN and infinite values of its slice
-  //! `part` (the local replicas' slices cover the gradient once) and one
-  //! all-reduce of a float gives every replica of every worker the same
-  //! total: one decision per step. Policy off: true, no work.
+  //! `part` (in memory `m`: the host's or its device's; the local replicas'
+  //! slices cover the gradient once) there, into `count` (its scratch in
+  //! `m`, which the Derived keeps with its buffers), and one all-reduce of a float
+  //! gives every replica of every worker the same total: one decision per
+  //! step. Policy off: true, no work.
   template <class Ctx>
-  bool finite_gradient(Ctx& ctx, std::size_t r, std::span<const float> part) {
+  bool finite_gradient(Ctx& ctx, std::size_t r, kernels::Memory& m, kernels::Buffer<double>& count,
+                       std::span<const float> part) {
     if (!check_) return true;
-    float bad[1] = {static_cast<float>(kernels::host::count_nonfinite(part.data(), part.size()))};
+    double local = 0;
+    count.resize(m, Shape{1});
+    m.upload(count.data(), &local, sizeof local);
+    m.count_nonfinite(part.data(), part.size(), count.data());
+    m.download(&local, count.data(), sizeof local);
+    float bad[1] = {static_cast<float>(local)};
     ctx.all_reduce(std::span<float>(bad), Sum);
     // every worker's local slices cover the (same) reduced gradient: the sum counts it once per worker
     if (r == 0) bad_ = static_cast<double>(bad[0]) / workers_.size();
@@ -198,9 +205,14 @@ class SyncExecutor : public Executor {
       const std::size_t r = local_index(ctx);
       const int g = ctx.replica_id_in_sync_group();
       const Range rows = own ? shard_range(b.x->shape()[0], p, r) : shard_range(global, p, static_cast<std::size_t>(g));
-      derived().before_step(r);
-      reps_[r]->step(b, rows, StepInfo{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale}, results_[r]);
-      if (pass.phase == Phase::Train) derived().apply(ctx, r, it);
+      try {
+        derived().before_step(r);
+        reps_[r]->step(b, rows, StepInfo{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale}, results_[r]);
+        if (pass.phase == Phase::Train) derived().apply(ctx, r, it);
+      } catch (const std::exception& e) {
+        derived().replica_failed(r, e.what());
+        throw;
+      }
     });
   }
 
@@ -219,7 +231,6 @@ class SyncExecutor : public Executor {
   S& s_;
   ModelProgram& program_;
   decltype(workers_of(std::declval<S&>())) workers_;
-  std::vector<Tensor<float>> grads_;  // per local replica, bound to its program
   std::vector<std::unique_ptr<ReplicaProgram>> reps_;
   std::vector<ReplicaResult> results_;
   bool check_ = false;  // this step checks its reduced gradient (set before the replicas run)

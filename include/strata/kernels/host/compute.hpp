@@ -14,26 +14,15 @@
 #include <strata/kernels/host/images.hpp>
 #include <strata/kernels/host/losses.hpp>
 #include <strata/kernels/host/maps.hpp>
+#include <strata/kernels/host/memory.hpp>
 #include <strata/kernels/host/optim.hpp>
 #include <strata/tensor/space.hpp>
 
 namespace strata::kernels {
 
-class HostCompute final : public Compute {
+class HostCompute final : public HostMemoryOps<Compute> {
  public:
   HostCompute() { host::blas_single_threaded(); }
-  [[nodiscard]] Where where() const noexcept override { return Where::Host; }
-  [[nodiscard]] std::string name() const override { return "host"; }
-
-  [[nodiscard]] void* allocate(std::size_t bytes) override { return HostSpace::allocate(bytes); }
-  void deallocate(void* p, std::size_t bytes) noexcept override { HostSpace::deallocate(p, bytes); }
-  void upload(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
-  void download(void* dst, const void* src, std::size_t bytes) override { copy(dst, src, bytes); }
-  void copy(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes && dst != src) std::memmove(dst, src, bytes);
-  }
-  void fill(float* x, float value, std::size_t n) override { std::fill_n(x, n, value); }
-  void synchronize() override {}
 
   void gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
             std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) override {
@@ -66,9 +55,6 @@ class HostCompute final : public Compute {
     host::dropout(x, y, mask, n, key, rate);
   }
   void multiply(const float* x, const float* mask, float* y, std::size_t n) override { host::multiply(x, mask, y, n); }
-  void count_nonfinite(const float* x, std::size_t n, double* acc) override {
-    *acc += static_cast<double>(host::count_nonfinite(x, n));
-  }
 
   void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                            std::size_t classes, bool from_logits, double* acc, double* /*invalid*/) override {

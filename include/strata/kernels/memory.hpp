@@ -1,0 +1,52 @@
+#pragma once
+//! Memory: the device-runtime half of a Compute (kernels/compute.hpp) —
+//! where a replica's buffers live and how the host reaches them:
+//! allocation, copies to, from and within the space, fill, waiting for
+//! issued work, binding a thread, and the finiteness count the executors
+//! decide a step with. A second GPU backend (ROCm) implements it with the
+//! Compute; the host's, HostMemory (kernels/host/memory.hpp), needs no
+//! BLAS, so executors hold CPU replicas' variables through it.
+//!   strata::kernels::Memory& m = strata::kernels::host_memory();
+//!   strata::kernels::Buffer<float> w{m, strata::Shape{n}};  m.fill(w.data(), 0.f, n);
+
+#include <cstddef>
+#include <string>
+
+namespace strata::kernels {
+
+//! Which kind of memory a Compute's pointers address.
+enum class Where { Host, Cuda };
+
+class Memory {
+ public:
+  virtual ~Memory() = default;
+  [[nodiscard]] virtual Where where() const noexcept = 0;
+  //! "host", "cuda:0 (NVIDIA H100 80GB HBM3)": for messages.
+  [[nodiscard]] virtual std::string name() const = 0;
+
+  //! `bytes` of this space's memory (aligned for any element; null for 0).
+  [[nodiscard]] virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+  //! dst (this space) <- host src; `src` may be reused when this returns.
+  virtual void upload(void* dst, const void* src, std::size_t bytes) = 0;
+  //! host dst <- src (this space); the bytes are on the host when this returns.
+  virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void fill(float* x, float value, std::size_t n) = 0;
+  //! Returns when every call issued before it has finished (a no-op on the host).
+  virtual void synchronize() = 0;
+  //! Makes the calling thread ready to issue this space's calls (a GPU:
+  //! its device current), for the thread that will run a replica's step; a
+  //! no-op on the host. Returns what unbind_thread restores (a GPU: the
+  //! device current before).
+  virtual int bind_thread() { return -1; }
+  //! Gives the calling thread back its state from before the bind_thread()
+  //! that returned `previous` (for a caller's thread lent for a pass).
+  virtual void unbind_thread(int /*previous*/) noexcept {}
+  //! *acc (a double in this space) += how many of x[0, n) are NaN or
+  //! infinite: the gradient finiteness check, stream-ordered like the loss
+  //! sums so that a GPU reports it with them (no extra synchronization).
+  virtual void count_nonfinite(const float* x, std::size_t n, double* acc) = 0;
+};
+
+}  // namespace strata::kernels
