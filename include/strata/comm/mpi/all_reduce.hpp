@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <strata/comm/algorithm/direct.hpp>
@@ -54,8 +55,8 @@ MPI_Op op_of() noexcept {
 }
 
 //! The ring link over MPI: a step sends our chunk to the right neighbour and
-//! receives the left one's into staging, in `pipeline` messages so that the
-//! reduction of one overlaps the arrival of the next.
+//! receives the left one's into staging (all-gather steps: in place), in
+//! `pipeline` messages so that the reduction of one overlaps the arrival of the next.
 template <class T>
 class MpiRingLink {
  public:
@@ -69,9 +70,16 @@ class MpiRingLink {
     const int left = (me + p - 1) % p, right = (me + 1) % p;
     // The left neighbour splits its send range exactly as we split our receive range.
     const std::size_t n = recv.size(), rblocks = blocks_for(n), sblocks = blocks_for(send.size());
-    auto& staging = ex_.staging();
-    if (staging.size() < n * sizeof(T)) staging.resize(n * sizeof(T));
-    T* stage = reinterpret_cast<T*>(staging.data());
+    // An all-gather step only copies the left neighbour's chunk: it lands in
+    // place (that range is not sent in this step), saving a copy through staging.
+    bool in_place = false;
+    if constexpr (std::is_pointer_v<Fn>) in_place = fn == &ring_copy_fn<T>;
+    T* stage = data_ + recv.begin;
+    if (!in_place) {
+      auto& staging = ex_.staging();
+      if (staging.size() < n * sizeof(T)) staging.resize(n * sizeof(T));
+      stage = reinterpret_cast<T*>(staging.data());
+    }
     Pending recvs, sends;
     recvs.reqs.assign(rblocks, MPI_REQUEST_NULL);
     sends.reqs.assign(sblocks, MPI_REQUEST_NULL);
@@ -94,7 +102,7 @@ class MpiRingLink {
         MPI_Test(&recvs.reqs[next], &flag, MPI_STATUS_IGNORE);
         if (!flag) return false;
         const Range rb = shard_range(n, rblocks, next);
-        fn(data_ + recv.begin + rb.begin, stage + rb.begin, rb.size());
+        if (!in_place) fn(data_ + recv.begin + rb.begin, stage + rb.begin, rb.size());
         ++next;
       }
       return sends.test_all();
