@@ -26,6 +26,7 @@
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/memory.hpp>
 #include <strata/strategy/executor.hpp>
+#include <strata/strategy/state_slices.hpp>
 #include <strata/strategy/variable.hpp>
 
 namespace strata::detail {
@@ -44,40 +45,6 @@ template <class S>
 auto workers_of(S& s) {
   if constexpr (requires { s.workers(); }) return s.workers();
   else return OneWorker{};
-}
-
-//! The sharded update's optimizer state (mirrored_executor.hpp), whole: the `p` replicas' slices of each
-//! slot (`part(r)`, replica r's slice shard_range(n, p, r)) joined.
-template <class Part>
-std::vector<Tensor<float>> join_state_slices(std::size_t n, std::size_t p, Part&& part) {
-  std::vector<Tensor<float>> out;
-  for (std::size_t r = 0; r < p; ++r) {
-    std::vector<Tensor<float>> mine = part(r);
-    if (out.empty())
-      for (std::size_t k = 0; k < mine.size(); ++k) out.emplace_back(Shape{n});
-    const Range slice = shard_range(n, p, r);
-    for (std::size_t k = 0; k < mine.size(); ++k) std::copy_n(mine[k].data(), mine[k].size(), out[k].data() + slice.begin);
-  }
-  return out;
-}
-
-//! Whole optimizer state slots of `n` elements each, else a ShapeError.
-inline void check_state_slots(std::span<const Tensor<float>> slots, std::size_t n) {
-  for (const auto& t : slots)
-    if (t.size() != n)
-      throw ShapeError("set_optimizer_state: a slot of " + std::to_string(t.size()) + " elements for " +
-                       std::to_string(n) + " parameters");
-}
-
-//! Slice `r` of each whole slot (a replica's share of the sharded update's state).
-inline std::vector<Tensor<float>> state_slice(std::span<const Tensor<float>> slots, Range r) {
-  std::vector<Tensor<float>> part;
-  for (const auto& t : slots) {
-    Tensor<float> s{Shape{r.size()}};
-    std::copy_n(t.data() + r.begin, s.size(), s.data());
-    part.push_back(std::move(s));
-  }
-  return part;
 }
 
 template <class S, class Derived>
