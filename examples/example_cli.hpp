@@ -1,6 +1,8 @@
 // Command line shared by the examples: which strategy, how many replicas,
 // and the training knobs; strata::with_strategy then builds the named
-// strategy and hands it to the same model code, whatever its type.
+// strategy and hands it to the same model code, whatever its type. The
+// strategies, what --help says of each, which options each takes and which
+// may train on a GPU are the catalogue's (strata/strategy/catalog.hpp).
 //
 // Strict: every number is read whole (std::from_chars) and range-checked,
 // an option that does not apply to the chosen strategy is an error, and
@@ -27,6 +29,7 @@
 
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
+#include <strata/strategy/catalog.hpp>
 
 #include "output_paths.hpp"
 
@@ -66,21 +69,36 @@ struct Args {
 };
 
 //! One option: its name, its value's placeholder ("" for a flag), one line
-//! of help, and the strategies it applies to ("": every strategy).
+//! of help, and the strategies it applies to: those of the catalogue whose
+//! `only_for` is true (nullptr: every strategy).
 struct OptionInfo {
-  std::string_view name, value, help, only_for;
+  std::string_view name, value, help;
+  bool strata::StrategyInfo::* only_for = nullptr;
 };
 
-inline constexpr std::string_view replica_strategies = "mirrored central_storage multi_worker_mirrored";
-inline constexpr std::string_view ps_strategies = "parameter_server";
-inline constexpr std::string_view pipeline_strategies = "pipeline";
+inline constexpr auto replica_strategies = &strata::StrategyInfo::takes_replicas;
+inline constexpr auto ps_strategies = &strata::StrategyInfo::takes_ps_options;
+inline constexpr auto pipeline_strategies = &strata::StrategyInfo::takes_pipeline_options;
+
+//! The catalogue's names whose `keep` holds, in its order.
+template <class Keep>
+std::vector<std::string_view> catalog_names(Keep keep) {
+  std::vector<std::string_view> out;
+  for (const auto& s : strata::strategy_catalog)
+    if (keep(s)) out.push_back(s.name);
+  return out;
+}
+//! The strategies that may train on a GPU (--device gpu): the catalogue's gpu().
+inline std::vector<std::string_view> gpu_strategies() {
+  return catalog_names([](const strata::StrategyInfo& s) { return s.gpu(); });
+}
 
 inline constexpr OptionInfo option_table[] = {
-    {"--strategy", "NAME", "the strategy (default: mirrored; on a GPU one_device, or mirrored with --replicas)", ""},
+    {"--strategy", "NAME", "the strategy (default: mirrored; on a GPU one_device, or mirrored with --replicas)"},
     {"--device", "cpu|gpu|gpu:N|auto",
-     "where default/one_device/mirrored/central_storage train (auto: a GPU when there is one and no other "
-     "strategy is named; the other strategies run on CPUs)", ""},
-    {"--replicas", "N", "replicas, 1-1024, of mirrored, central_storage, multi_worker_mirrored (per worker); "
+     "where {gpu_strategies} train (auto: a GPU when there is one and no other strategy is named; the other "
+     "strategies run on CPUs)"},
+    {"--replicas", "N", "replicas, 1-1024, of {replica_strategies} (per worker); "
                         "default: by cores and batch. On --device gpu: N GPU replicas spread over the GPUs "
                         "(several on one GPU are virtual GPUs); on gpu:K all on GPU K",
      replica_strategies},
@@ -98,27 +116,25 @@ inline constexpr OptionInfo option_table[] = {
      pipeline_strategies},
     {"--data-parallel", "D", "pipeline: D copies of it, each on its share of every batch, 1-64 (default 1)",
      pipeline_strategies},
-    {"--epochs", "N", "passes over the training set, 1-100000 (default {epochs})", ""},
-    {"--batch", "N", "global batch, 1-1048576 (default 128)", ""},
-    {"--data", "DIR", "the MNIST directory (default: the cache of scripts/fetch-mnist.sh)", ""},
-    {"--seed", "N", "initialization and shuffling seed, 0-18446744073709551615 (default {seed})", ""},
-    {"--save", "FILE", "write the trained weights there (its directory must exist and be writable)", ""},
+    {"--epochs", "N", "passes over the training set, 1-100000 (default {epochs})"},
+    {"--batch", "N", "global batch, 1-1048576 (default 128)"},
+    {"--data", "DIR", "the MNIST directory (default: the cache of scripts/fetch-mnist.sh)"},
+    {"--seed", "N", "initialization and shuffling seed, 0-18446744073709551615 (default {seed})"},
+    {"--save", "FILE", "write the trained weights there (its directory must exist and be writable)"},
     {"--checkpoint-dir", "DIR",
      "BackupAndRestore into DIR: a checkpoint every 100 steps and at each epoch's end; running the same command "
      "again resumes from the newest. A completed run deletes its checkpoints only after its final evaluation "
-     "and --save are written",
-     ""},
+     "and --save are written"},
     {"--start-over", "", "with --checkpoint-dir: begin afresh there, removing the checkpoints of the run recorded "
                          "in DIR (a DIR of another run, or with nothing this run can resume from, is otherwise "
-                         "refused); files no run can read stay", ""},
-    {"--train-limit", "N", "train on the first N examples only, 1-4294967295", ""},
-    {"--min-accuracy", "X", "exit 3 below this test accuracy, 0-1 (default {min_accuracy})", ""},
+                         "refused); files no run can read stay"},
+    {"--train-limit", "N", "train on the first N examples only, 1-4294967295"},
+    {"--min-accuracy", "X", "exit 3 below this test accuracy, 0-1 (default {min_accuracy})"},
     {"--timeout", "SECONDS", "the collective deadline, > 0 up to 604800, fractions allowed (default 120; "
-                             "parameter_server: 60; default runs one replica on this thread: nothing to wait for)",
-     ""},
-    {"--quiet", "", "no summary, no progress bar", ""},
-    {"--if-present", "", "exit 77 (skipped) when MNIST or the GPU is not there (for the test suite)", ""},
-    {"--help", "", "print this and exit 0 (also -h)", ""},
+                             "parameter_server: 60; default runs one replica on this thread: nothing to wait for)"},
+    {"--quiet", "", "no summary, no progress bar"},
+    {"--if-present", "", "exit 77 (skipped) when MNIST or the GPU is not there (for the test suite)"},
+    {"--help", "", "print this and exit 0 (also -h)"},
 };
 
 //! What one program takes: the strategy names it accepts, its options, and
@@ -161,12 +177,15 @@ inline std::string shown(double x) {
   return buf;
 }
 
-//! `help` with its {epochs}, {seed} and {min_accuracy} replaced by the program's defaults `d`.
+//! `help` with its {epochs}, {seed} and {min_accuracy} replaced by the program's defaults `d`,
+//! {gpu_strategies} and {replica_strategies} by the catalogue's names.
 inline std::string with_defaults(std::string_view help, const Args& d) {
   std::string out(help);
   const auto put = [&](std::string_view key, const std::string& value) {
     if (const auto at = out.find(key); at != std::string::npos) out.replace(at, key.size(), value);
   };
+  put("{gpu_strategies}", strata::detail::join_names(gpu_strategies(), " or "));
+  put("{replica_strategies}", join(catalog_names([](const strata::StrategyInfo& s) { return s.takes_replicas; }), ", "));
   put("{epochs}", std::to_string(d.epochs));
   put("{seed}", std::to_string(d.seed));
   put("{min_accuracy}", d.min_accuracy >= 0 ? shown(d.min_accuracy) : std::string("the example's bar"));
@@ -203,6 +222,15 @@ inline std::string usage_text(const char* prog, const Program& p, const Args& d 
     if (col >= 30) out += '\n', col = 0;
     out += std::string(30 - col, ' ');
     detail::wrap(out, detail::with_defaults(info.help, d), 30, 30);
+    if (info.name == "--strategy")  // each name the program takes, with the catalogue's line on it
+      for (const auto name : p.strategies) {
+        const std::string row = "    " + std::string(name);
+        out += row;
+        if (row.size() >= 30) out += '\n';
+        out += std::string(row.size() >= 30 ? 30 : 30 - row.size(), ' ');
+        const auto* s = strata::find_strategy(name);
+        detail::wrap(out, s ? s->help : std::string_view("(not in the strategy catalogue)"), 30, 30);
+      }
   }
   if (!p.epilogue.empty()) detail::wrap(out, p.epilogue, 0, 2);
   return out;
@@ -281,9 +309,13 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
     if (!attached && i + 1 >= argc) fail(prog, "missing value after " + k + " (" + std::string(info->value) + ")");
     const std::string v = attached ? *attached : std::string(argv[++i]);
     if (k == "--strategy") {
-      if (std::find(p.strategies.begin(), p.strategies.end(), v) == p.strategies.end())
-        fail(prog, "--strategy " + detail::quoted(v) + " is not a strategy of this program: expected one of " +
-                       join(p.strategies, ", "));
+      if (std::find(p.strategies.begin(), p.strategies.end(), v) == p.strategies.end()) {
+        const auto* s = strata::find_strategy(v);
+        fail(prog, "--strategy " + detail::quoted(v) + " is not a strategy of this program" +
+                       (s && s->needs_mpi ? " (it needs the MPI backend, which this program is built without)"
+                                          : std::string()) +
+                       ": expected one of " + join(p.strategies, ", "));
+      }
       a.strategy = v, a.strategy_named = true;
     } else if (k == "--device") {
       if (v.rfind("gpu:", 0) == 0) (void)detail::whole<int>(prog, "--device gpu:N", std::string_view(v).substr(4), 0, 1023);
@@ -322,26 +354,18 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   for (const auto& k : a.given) {
     const auto& info = *std::find_if(std::begin(option_table), std::end(option_table),
                                      [&](const OptionInfo& o) { return o.name == k; });
-    if (info.only_for.empty()) continue;
-    bool applies = false;
-    std::vector<std::string_view> names;
-    for (std::string_view rest = info.only_for; !rest.empty();) {
-      const auto sp = rest.find(' ');
-      const auto n = rest.substr(0, sp);
-      names.push_back(n);
-      applies = applies || n == a.strategy;
-      rest = sp == std::string_view::npos ? std::string_view{} : rest.substr(sp + 1);
-    }
+    if (!info.only_for) continue;
+    const auto* chosen = strata::find_strategy(a.strategy);  // (every name --strategy takes is the catalogue's)
+    const bool applies = chosen && chosen->*info.only_for;
+    const auto names = catalog_names([&](const strata::StrategyInfo& s) { return s.*info.only_for; });
     if (!applies)
       fail(prog, k + " does not apply to --strategy " + a.strategy + (a.strategy_named ? "" : " (the default)") +
                      ": it is an option of " + join(names, ", "));
   }
   const bool gpu_named = a.device_named && a.device != "cpu";
-  if (gpu_named && a.strategy_named && a.strategy != "default" && a.strategy != "one_device" &&
-      a.strategy != "mirrored" && a.strategy != "central_storage" && a.strategy != "multi_worker_mirrored")
+  if (const auto* s = strata::find_strategy(a.strategy); gpu_named && a.strategy_named && !(s && s->gpu()))
     fail(prog, "--device " + a.device + " does not apply to --strategy " + a.strategy +
-                   ": its replicas run on CPUs; GPUs train under default, one_device, mirrored, central_storage "
-                   "or multi_worker_mirrored");
+                   ": its replicas run on CPUs; GPUs train under " + strata::detail::join_names(gpu_strategies(), " or "));
   if (a.has("--workers") && !a.cluster.empty())
     fail(prog, "--workers does not apply with --cluster: the cluster spec's worker ranks are the workers");
 
@@ -382,13 +406,16 @@ inline std::vector<std::pair<std::string, std::string>> options_that_must_match(
 }
 
 //! The device --device names: "auto" is the first GPU when the program can
-//! train on one (strata::gpu_count()) and the strategy can run there
-//! (default, one_device, or none named), else the CPU. On a GPU the default
+//! train on one (strata::gpu_count()) and the strategy can run there on one
+//! replica (the catalogue's one-device strategies: default, one_device; or
+//! none named), else the CPU. On a GPU the default
 //! strategy is one_device, or mirrored when --replicas is given (N GPU
 //! replicas: spread over the GPUs for gpu and auto, all on GPU K for gpu:K).
 inline strata::Device device_of(Args& a) {
   strata::Device d = strata::cpu(0);
-  const bool gpu_capable = !a.strategy_named || a.strategy == "default" || a.strategy == "one_device";
+  const auto* named = strata::find_strategy(a.strategy);
+  const bool gpu_capable =
+      !a.strategy_named || (named && named->gpu() && named->placement == strata::PlacementKind::OneDevice);
   if (a.device == "gpu" || (a.device == "auto" && gpu_capable && strata::gpu_count() > 0)) d = strata::gpu(0);
   else if (a.device.rfind("gpu:", 0) == 0) d = strata::gpu(std::atoi(a.device.c_str() + 4));  // checked by parse
   if (d.is_gpu() && !a.strategy_named) a.strategy = a.has("--replicas") ? "mirrored" : "one_device";

@@ -167,8 +167,9 @@ inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Seq
     fail(argv[0], "--workers does not apply to parameter_server across the ranks of an MPI job: its worker "
                   "ranks are the workers (see --servers, --cluster)");
 #endif
-  if (a.strategy == "pipeline") {
-    // every stage needs a layer: said in the options the user set, before any data is loaded
+  if (const auto* info = strata::find_strategy(a.strategy); info && !info->whole_model) {
+    // a strategy that splits the model into stages (the catalogue's pipeline): every stage
+    // needs a layer, said in the options the user set, before any data is loaded
     const int ranks = Strategies::launched_ranks();
     const int d = a.data_parallel;
     if (ranks > 1 && ranks % d)

@@ -9,6 +9,14 @@ namespace strata {
 //! The placement as a value, for code that sees a strategy without its type.
 enum class PlacementKind { OneDevice, Mirrored, CentralStorage, ParameterServer, Pipeline };
 
+//! Whether a placement's replicas may be GPUs (so far: one device, mirrored
+//! and central storage; parameter servers and pipeline stages run on CPUs).
+//! Strategy<...> checks its devices with it; the strategy catalogue
+//! (strategy/catalog.hpp) says with it which names take --device gpu.
+[[nodiscard]] constexpr bool placement_on_gpus(PlacementKind k) noexcept {
+  return k == PlacementKind::OneDevice || k == PlacementKind::Mirrored || k == PlacementKind::CentralStorage;
+}
+
 //! One replica on one device; variables live on it.
 struct OneDevice {
   using placement_policy = OneDevice;

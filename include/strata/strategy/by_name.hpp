@@ -2,6 +2,8 @@
 //! Choosing an in-process strategy at run time, by name (a command line's
 //! --strategy): the same generic code then runs under the strategy's type.
 //!   return strata::with_strategy("mirrored", 4, [&](auto& strategy) { return train(strategy); });
+//! The names and what each is are the catalogue's (strategy/catalog.hpp):
+//! InProcessStrategies::names is its rows without needs_mpi.
 //! This header never includes <mpi.h>, so every target may use it. The
 //! strategies that need MPI (multi_worker_mirrored, and parameter_server
 //! across the ranks of an mpirun job) come with the opt-in header
@@ -11,6 +13,7 @@
 //! (e.g. `#if STRATA_HAS_MPI` in a file whose target links strata-mpi
 //! whenever the backend is built), never by a macro of a dependency.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include <utility>
 
 #include <strata/core/error.hpp>
+#include <strata/strategy/catalog.hpp>
 #include <strata/strategy/parameter_server.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/strategy.hpp>
@@ -87,8 +91,8 @@ inline std::vector<Device> gpu_replicas(const StrategyChoice& c, int first = 0) 
 //!   for (auto n : strata::InProcessStrategies::names) std::puts(n.data());
 //!   strata::InProcessStrategies::with("mirrored", {.replicas = 2}, fn);
 struct InProcessStrategies {
-  static constexpr std::array<std::string_view, 6> names{"default",         "one_device",      "mirrored",
-                                                         "central_storage", "parameter_server", "pipeline"};
+  //! The catalogue's names that need no MPI, in its order.
+  static constexpr auto names = detail::strategy_names_where<detail::in_process_strategy>();
 
   //! The size of the job this process runs in: 1 (every strategy here runs in this process).
   [[nodiscard]] static constexpr int launched_ranks() noexcept { return 1; }
@@ -105,10 +109,12 @@ struct InProcessStrategies {
   //! `servers` servers in this process, `staleness` its bound; "pipeline": a
   //! PipelineStrategy of `data_parallel` copies of `stages` stages, one CPU
   //! replica each, running `micro_batches` per batch by `schedule`) and returns what fn returns (the same type for every
-  //! strategy). An unknown name throws strata::Error listing `known`.
+  //! strategy). A name not in `known` throws strata::Error: listing `known`,
+  //! or, for a catalogue name that needs MPI, naming by_name_mpi.hpp.
   template <class F>
   static auto with(std::string_view name, StrategyChoice c, F&& fn,
                    std::span<const std::string_view> known = names) -> std::invoke_result_t<F&, DefaultStrategy&> {
+    check_known(name, known);
     const auto devices = [&] {
       return c.replicas == 0 && c.batch ? cpu_replicas_for_batch(c.batch) : cpu_replicas(c.replicas);
     };
@@ -155,9 +161,19 @@ struct InProcessStrategies {
                     "pipeline");
       }
     }
-    std::string list;
-    for (auto n : known) list += (list.empty() ? "" : ", ") + std::string(n);
-    throw Error("unknown strategy '" + std::string(name) + "' (known: " + list + ")");
+    // a catalogue row this function cannot build (tests/catalog_test.cpp constructs every row)
+    throw Error("strata: strategy '" + std::string(name) + "' is in the catalogue (strategy/catalog.hpp) but " +
+                "InProcessStrategies::with cannot build it: add its constructor to by_name.hpp");
+  }
+
+  //! Throws strata::Error unless `name` is one of `known`: a catalogue name
+  //! that needs MPI says so; any other lists `known`.
+  static void check_known(std::string_view name, std::span<const std::string_view> known) {
+    if (std::find(known.begin(), known.end(), name) != known.end()) return;
+    if (const StrategyInfo* s = find_strategy(name); s && s->needs_mpi)
+      throw Error("strategy '" + std::string(name) + "' needs the MPI backend: use with_mpi_strategy "
+                  "(strata/strategy/by_name_mpi.hpp, a target linking strata-mpi) and run under mpirun");
+    throw Error("unknown strategy '" + std::string(name) + "' (known: " + detail::join_names(known) + ")");
   }
 };
 

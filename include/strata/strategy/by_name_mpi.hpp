@@ -39,9 +39,8 @@ inline int launched_ranks() {
 //!   for (auto n : strata::MpiStrategies::names) std::puts(n.data());
 //!   strata::MpiStrategies::with("multi_worker_mirrored", {.replicas = 1}, fn);
 struct MpiStrategies {
-  static constexpr std::array<std::string_view, 7> names{"default",          "one_device", "mirrored",
-                                                         "central_storage",  "parameter_server",
-                                                         "pipeline",         "multi_worker_mirrored"};
+  //! Every name of the catalogue (strategy/catalog.hpp), in its order.
+  static constexpr auto names = detail::strategy_names_where<detail::any_strategy>();
 
   //! InProcessStrategies::with, and: "multi_worker_mirrored": this process is
   //! one worker of the MPI job with `replicas` local replicas, 0 for its share

@@ -236,12 +236,12 @@ class Strategy : public detail::StrategySurface<Strategy<Sync, Placement, Reduce
     if (std::same_as<Placement, OneDevice> && d.size() != 1)
       throw Error("strata: OneDeviceStrategy runs on exactly one device, got " + std::to_string(d.size()) +
                   "; use MirroredStrategy for several");
-    if constexpr (std::same_as<Placement, Mirrored> || std::same_as<Placement, CentralStorage>) {
-      for (const Device& dev : d)  // GPU replicas, or CPU ones, not both
+    if constexpr (placement_on_gpus(Placement::kind)) {
+      for (const Device& dev : d)  // GPU replicas, or CPU ones, not both (one device: trivially)
         if (dev.is_gpu() != d.front().is_gpu())
           throw Error("strata: " + d.front().str() + " and " + dev.str() +
                       ": a strategy's replicas are all GPUs or all CPUs");
-    } else if constexpr (!std::same_as<Placement, OneDevice>) {
+    } else {
       for (const Device& dev : d)
         if (dev.is_gpu())
           throw Error("strata: " + dev.str() + ": replicas of this strategy run on CPUs only so far; GPUs train "

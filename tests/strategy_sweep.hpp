@@ -1,0 +1,68 @@
+// One test body under every in-process strategy of the catalogue
+// (strata/strategy/catalog.hpp), each built by strata::with_strategy as a
+// command line would build it, with replica counts small enough for a
+// 2-core machine. A strategy that cannot run a body is left out by a
+// property of the catalogue the body names (Needs), never by a list of names:
+// a strategy added to the catalogue runs every body it can.
+//   strata_test::for_each_strategy({.synchronous = true}, [&](auto& s, const strata::StrategyInfo& info) {
+//     CHECK(train(s) == reference);
+//   });
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include <strata/strategy/by_name.hpp>
+#include <strata/strategy/catalog.hpp>
+
+namespace strata_test {
+
+//! What a body needs of a strategy (each a property of the catalogue).
+struct Needs {
+  //! Lock-step replicas on one global batch split over them: the steps of
+  //! one replica, a run that repeats bitwise (leaves out parameter_server).
+  bool synchronous = false;
+  //! Every replica runs the whole model (leaves out pipeline, whose stages
+  //! each need a layer of their own).
+  bool whole_model = false;
+
+  [[nodiscard]] bool met_by(const strata::StrategyInfo& s) const {
+    return !s.needs_mpi && (!synchronous || s.synchronous) && (!whole_model || s.whole_model);
+  }
+};
+
+//! The choice each strategy of a sweep is built with: `replicas` replicas
+//! (mirrored, central_storage), 2 workers and 1 server (parameter_server),
+//! 2 stages of 2 micro-batches (pipeline).
+inline strata::StrategyChoice small_choice(int replicas = 2) {
+  return {.replicas = replicas, .workers = 2, .servers = 1, .stages = 2, .micro_batches = 2};
+}
+
+//! The names of the in-process strategies that meet `needs`, in catalogue order.
+inline std::vector<std::string> strategies_meeting(Needs needs) {
+  std::vector<std::string> out;
+  for (const auto& info : strata::strategy_catalog)
+    if (needs.met_by(info)) out.emplace_back(info.name);
+  return out;
+}
+
+//! Calls body(strategy, info) under every in-process strategy of the
+//! catalogue that meets `needs`, each built by with_strategy(info.name,
+//! choice); a failure names the strategy. Returns how many ran (a sweep
+//! that runs none fails).
+template <class Body>
+int for_each_strategy(Needs needs, Body&& body, strata::StrategyChoice choice = small_choice()) {
+  int ran = 0;
+  for (const auto& info : strata::strategy_catalog) {
+    if (!needs.met_by(info)) continue;
+    INFO("under strategy ", std::string(info.name));
+    strata::with_strategy(info.name, choice, [&](auto& s) { body(s, info); });
+    ++ran;
+  }
+  CHECK_MESSAGE(ran > 0, "no strategy of the catalogue meets the sweep's needs");
+  return ran;
+}
+
+}  // namespace strata_test
