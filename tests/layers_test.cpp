@@ -4,8 +4,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <vector>
 
+#include <strata/kernels/bodies/windows.hpp>
+#include <strata/kernels/host/compute.hpp>
 #include <strata/nn.hpp>
 
 #include "gradcheck.hpp"
@@ -153,4 +158,54 @@ TEST_CASE("a model's prediction of a NaN input is NaN through ReLU layers") {
   CHECK(std::isnan(p[1]));
   CHECK(std::isfinite(p[2]));
   CHECK(std::isfinite(p[3]));
+}
+
+// The host's image ops (row-at-a-time copies and scatters: its fast paths)
+// against the element bodies the CUDA kernels run per thread
+// (kernels/bodies/windows.hpp): the same bits, for valid and same padding,
+// strides, and windows that overlap or skip inputs.
+TEST_CASE("host im2col, col2im and max pooling equal the per-element bodies bit for bit") {
+  namespace k = strata::kernels;
+  struct Case {
+    std::size_t h, w, c, kh, kw, sh, sw, pt, pl, oh, ow;
+  };
+  for (const Case& t : {Case{5, 6, 2, 3, 3, 1, 1, 0, 0, 3, 4}, Case{5, 6, 3, 3, 2, 2, 2, 1, 0, 3, 3},
+                        Case{4, 4, 1, 2, 2, 2, 2, 0, 0, 2, 2}, Case{7, 5, 2, 3, 3, 3, 2, 1, 1, 3, 3}}) {
+    const k::Window2D g{.batch = 2, .h = t.h, .w = t.w, .c = t.c, .kh = t.kh, .kw = t.kw, .sh = t.sh, .sw = t.sw,
+                        .pad_top = t.pt, .pad_left = t.pl, .oh = t.oh, .ow = t.ow};
+    CAPTURE(t.h);
+    CAPTURE(t.kh);
+    CAPTURE(t.sh);
+    const std::size_t in = g.batch * g.h * g.w * g.c, cols = g.batch * g.oh * g.ow * g.kh * g.kw * g.c,
+                      out = g.batch * g.oh * g.ow * g.c;
+    std::vector<float> x(in), col(cols), dy(out);
+    strata::Rng rng{t.h * 100 + t.kh};
+    for (auto& e : x) e = 2.f * rng.uniform() - 1.f;
+    for (auto& e : col) e = 2.f * rng.uniform() - 1.f;
+    for (auto& e : dy) e = 2.f * rng.uniform() - 1.f;
+    x[3] = x[4];  // a tie: the first maximum wins in both
+
+    std::vector<float> fast(cols), body(cols);
+    k::host::im2col(g, x.data(), fast.data());
+    for (std::size_t e = 0; e < cols; ++e) body[e] = k::bodies::im2col_element(g, x.data(), e);
+    CHECK(std::memcmp(fast.data(), body.data(), cols * sizeof(float)) == 0);
+
+    std::vector<float> dx_fast(in), dx_body(in);
+    k::host::col2im(g, col.data(), dx_fast.data());
+    for (std::size_t e = 0; e < in; ++e) dx_body[e] = k::bodies::col2im_element(g, col.data(), e);
+    CHECK(std::memcmp(dx_fast.data(), dx_body.data(), in * sizeof(float)) == 0);
+
+    if (t.pt == 0 && t.pl == 0) {  // pooling windows (valid: every window has a tap)
+      std::vector<float> y_fast(out), y_body(out);
+      std::vector<std::uint32_t> arg_fast(out), arg_body(out);
+      k::host::max_pool(g, x.data(), y_fast.data(), arg_fast.data());
+      for (std::size_t e = 0; e < out; ++e) y_body[e] = k::bodies::max_pool_element(g, x.data(), e, &arg_body[e]);
+      CHECK(std::memcmp(y_fast.data(), y_body.data(), out * sizeof(float)) == 0);
+      CHECK(arg_fast == arg_body);
+      k::host::max_pool_backward(g, dy.data(), arg_fast.data(), dx_fast.data());
+      for (std::size_t e = 0; e < in; ++e)
+        dx_body[e] = k::bodies::max_pool_backward_element(g, dy.data(), arg_fast.data(), e);
+      CHECK(std::memcmp(dx_fast.data(), dx_body.data(), in * sizeof(float)) == 0);
+    }
+  }
 }

@@ -4,9 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include <strata/kernels/bodies/optim.hpp>
 #include <strata/kernels/host/compute.hpp>
 #include <strata/nn.hpp>
 
@@ -228,4 +230,30 @@ TEST_CASE("count_nonfinite counts NaN and both infinities, nothing else") {
   strata::kernels::host_compute().count_nonfinite(x.data(), x.size(), &acc);
   CHECK(acc == 4.0);  // adds to what was there
   CHECK(strata::kernels::host::count_nonfinite(x.data(), 3) == 0);
+}
+
+// The host's SSE fast path for Adam against the element body every other
+// place runs (its scalar tail, the CUDA kernel): the same bits, element by
+// element, for lengths that leave every tail size.
+TEST_CASE("Adam's SSE fast path equals bodies::AdamElement bit for bit") {
+  const strata::kernels::AdamStep step{.lr_t = 3e-3f, .beta_1 = 0.9f, .beta_2 = 0.999f, .epsilon = 1e-7f};
+  for (std::size_t n : {1u, 3u, 4u, 7u, 64u, 1027u}) {
+    CAPTURE(n);
+    std::vector<float> w(n), g(n), m(n), v(n);
+    strata::Rng rng{n};
+    for (std::size_t i = 0; i < n; ++i) {
+      w[i] = 2.f * rng.uniform() - 1.f;
+      g[i] = (2.f * rng.uniform() - 1.f) * (i % 5 == 0 ? 1e3f : 1e-2f);
+      m[i] = 0.1f * rng.uniform();
+      v[i] = 0.01f * rng.uniform();
+    }
+    auto w2 = w, m2 = m, v2 = v;
+    strata::kernels::host::adam(w.data(), g.data(), m.data(), v.data(), n, step);  // SSE, then the tail
+    const strata::kernels::bodies::AdamElement body{step};
+    for (std::size_t i = 0; i < n; ++i) body(w2[i], g[i], m2[i], v2[i]);
+    CHECK(std::memcmp(w.data(), w2.data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(m.data(), m2.data(), n * sizeof(float)) == 0);
+    CHECK(std::memcmp(v.data(), v2.data(), n * sizeof(float)) == 0);
+    CHECK(w != std::vector<float>(w2.size(), 0.f));
+  }
 }

@@ -10,12 +10,25 @@
 
 #include <cstdint>
 
+//! Marks a function callable from host and device code (nvcc: __host__
+//! __device__; empty for g++). Defined here, in core/, because the Rng is
+//! the lowest-level code that kernels run; kernels/bodies/ use it for every
+//! body shared by the host and the CUDA backend.
+//!   STRATA_HD inline float twice(float x) { return 2.f * x; }
+#ifndef STRATA_HD
+#if defined(__CUDACC__)
+#define STRATA_HD __host__ __device__
+#else
+#define STRATA_HD
+#endif
+#endif
+
 namespace strata {
 
 namespace detail {
 //! SplitMix64's finalizer over x + golden ratio: a bijective 64-bit hash.
 //!   std::uint64_t h = strata::detail::splitmix(42);
-constexpr std::uint64_t splitmix(std::uint64_t x) noexcept {
+STRATA_HD constexpr std::uint64_t splitmix(std::uint64_t x) noexcept {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -36,9 +49,18 @@ constexpr std::uint64_t mix(std::uint64_t a, std::uint64_t b, R... rest) noexcep
 class Rng {
  public:
   explicit constexpr Rng(std::uint64_t key) noexcept : key_(key) {}
-  constexpr std::uint64_t next() noexcept { return detail::splitmix(key_ + 0x632BE59BD9B4E019ull * ++n_); }
+  constexpr std::uint64_t next() noexcept { return draw(key_, ++n_); }
   //! Uniform in [0, 1) with 24 random bits (exact in float).
-  constexpr float uniform() noexcept { return static_cast<float>(next() >> 40) * 0x1.0p-24f; }
+  constexpr float uniform() noexcept { return to_uniform(next()); }
+  //! The draw after `count` of them (count >= 1) of Rng{key}, without the
+  //! ones before: what a kernel's thread for element i uses (count i + 1).
+  //!   float u = strata::Rng::to_uniform(strata::Rng::draw(key, i + 1));   // == the (i+1)-th rng.uniform()
+  STRATA_HD static constexpr std::uint64_t draw(std::uint64_t key, std::uint64_t count) noexcept {
+    return detail::splitmix(key + 0x632BE59BD9B4E019ull * count);
+  }
+  STRATA_HD static constexpr float to_uniform(std::uint64_t draw) noexcept {
+    return static_cast<float>(draw >> 40) * 0x1.0p-24f;
+  }
   //! Uniform integer in [0, n) for 0 < n <= 2^32 (multiply-shift on 32 random bits).
   constexpr std::uint64_t below(std::uint64_t n) noexcept { return ((next() >> 32) * n) >> 32; }
 
@@ -56,5 +78,6 @@ static_assert([] {
   const auto a = r.next();
   return a == 0x9A4BD59945232D9Dull && r.next() == 0x1042CD276572FE6Eull;
 }());
+static_assert(Rng::draw(detail::mix(42, 3, 5), 2) == 0x1042CD276572FE6Eull);  // a kernel's draw for element 1
 
 }  // namespace strata

@@ -21,7 +21,9 @@
 //! Determinism: for fixed shapes every op is bitwise reproducible run to
 //! run except the loss and metric accumulators (atomic adds of doubles
 //! across blocks). Against HostCompute: im2col, col2im, max_pool,
-//! max_pool_backward, dropout, multiply, sgd and adam are bitwise equal;
+//! max_pool_backward, dropout, multiply, sgd, adam, layer_norm and its
+//! backward are bitwise equal (the element and row bodies are the host's,
+//! kernels/bodies/);
 //! gemm, sums and transcendental functions agree to FP32 rounding.
 //!
 //! CUDA graphs: begin_capture(), then any calls but upload, download and
@@ -250,10 +252,21 @@ class CudaCompute final : public kernels::Compute {
     DeviceGuard g{device_};
     detail::launch_bias_activate(stream_.get(), a, x, bias, y, rows, cols);
   }
-  void activation_backward(kernels::Activation a, const float* y, const float* dy, float* dz, std::size_t rows,
-                           std::size_t cols) override {
+  using kernels::Compute::activation_backward;
+  void activation_backward(kernels::Activation a, const float* z, const float* y, const float* dy, float* dz,
+                           std::size_t rows, std::size_t cols) override {
     DeviceGuard g{device_};
-    detail::launch_activation_backward(stream_.get(), a, y, dy, dz, rows, cols);
+    detail::launch_activation_backward(stream_.get(), a, z, y, dy, dz, rows, cols);
+  }
+  void layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd,
+                  std::size_t rows, std::size_t cols, float epsilon) override {
+    DeviceGuard g{device_};
+    detail::launch_layer_norm(stream_.get(), x, gamma, beta, y, xhat, rstd, rows, cols, epsilon);
+  }
+  void layer_norm_backward(const float* dy, const float* xhat, const float* rstd, const float* gamma, float* dx,
+                           float* dgamma_rows, std::size_t rows, std::size_t cols) override {
+    DeviceGuard g{device_};
+    detail::launch_layer_norm_backward(stream_.get(), dy, xhat, rstd, gamma, dx, dgamma_rows, rows, cols);
   }
   void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) override {
     DeviceGuard g{device_};

@@ -28,12 +28,18 @@ void launch_fill(cudaStream_t s, float* x, float value, std::size_t n);
 void launch_scale_matrix(cudaStream_t s, float* c, float beta, std::size_t rows, std::size_t cols, std::size_t ldc);
 void launch_bias_activate(cudaStream_t s, Activation a, const float* x, const float* bias, float* y, std::size_t rows,
                           std::size_t cols);
-void launch_activation_backward(cudaStream_t s, Activation a, const float* y, const float* dy, float* dz,
-                                std::size_t rows, std::size_t cols);
+void launch_activation_backward(cudaStream_t s, Activation a, const float* z, const float* y, const float* dy,
+                                float* dz, std::size_t rows, std::size_t cols);
 void launch_axpy(cudaStream_t s, float a, const float* x, float* y, std::size_t n);
 void launch_dropout(cudaStream_t s, const float* x, float* y, float* mask, std::size_t n, std::uint64_t key,
                     float rate);
 void launch_multiply(cudaStream_t s, const float* x, const float* mask, float* y, std::size_t n);
+
+// layer_norm.cuh
+void launch_layer_norm(cudaStream_t s, const float* x, const float* gamma, const float* beta, float* y, float* xhat,
+                       float* rstd, std::size_t rows, std::size_t cols, float eps);
+void launch_layer_norm_backward(cudaStream_t s, const float* dy, const float* xhat, const float* rstd,
+                                const float* gamma, float* dx, float* dgamma_rows, std::size_t rows, std::size_t cols);
 
 // reductions.cuh
 void launch_column_sums(cudaStream_t s, const float* x, float* out, std::size_t rows, std::size_t cols);

@@ -7,6 +7,7 @@
 #include <strata/cuda/compute.hpp>
 #include <strata/kernels/cuda/collectives.cuh>
 #include <strata/kernels/cuda/conv.cuh>
+#include <strata/kernels/cuda/layer_norm.cuh>
 #include <strata/kernels/cuda/losses.cuh>
 #include <strata/kernels/cuda/maps.cuh>
 #include <strata/kernels/cuda/optim.cuh>

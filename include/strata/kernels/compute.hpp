@@ -18,23 +18,10 @@
 #include <string>
 #include <string_view>
 
+#include <strata/kernels/bodies/activations.hpp>
 #include <strata/kernels/memory.hpp>
 
 namespace strata::kernels {
-
-//! An activation applied after a layer's affine part.
-enum class Activation { Linear, ReLU, Sigmoid, Tanh, Softmax };
-
-constexpr std::string_view activation_name(Activation a) {
-  switch (a) {
-    case Activation::Linear: return "linear";
-    case Activation::ReLU: return "relu";
-    case Activation::Sigmoid: return "sigmoid";
-    case Activation::Tanh: return "tanh";
-    case Activation::Softmax: return "softmax";
-  }
-  return "?";
-}
 
 //! The number format of matrix products on a GPU: FP32 (default), TF32
 //! tensor cores (10-bit mantissa inputs, FP32 accumulation), or BF16 inputs
@@ -86,9 +73,26 @@ class Compute : public Memory {
   //! y[r, :] = act(x[r, :] + bias) over rows x cols (bias may be null; y may be x).
   virtual void bias_activate(Activation a, const float* x, const float* bias, float* y, std::size_t rows,
                              std::size_t cols) = 0;
-  //! dz = dL/dz of y = act(z) from y and dy (dz may be dy); softmax over rows of `cols`.
-  virtual void activation_backward(Activation a, const float* y, const float* dy, float* dz, std::size_t rows,
-                                   std::size_t cols) = 0;
+  //! dz = dL/dz of y = act(z) from z, y and dy (dz may be dy); softmax over
+  //! rows of `cols`. z may be null unless activation_needs_input(a) (GELU).
+  virtual void activation_backward(Activation a, const float* z, const float* y, const float* dy, float* dz,
+                                   std::size_t rows, std::size_t cols) = 0;
+  //! The same for an activation whose gradient needs only its output y.
+  void activation_backward(Activation a, const float* y, const float* dy, float* dz, std::size_t rows,
+                           std::size_t cols) {
+    activation_backward(a, nullptr, y, dy, dz, rows, cols);
+  }
+  //! Layer normalization over rows of `cols`: xhat = (x - mean) * rstd with
+  //! the row's mean and rstd = 1 / sqrt(variance + epsilon), y = xhat *
+  //! (1 + gamma) + beta (gamma, beta: `cols` each; gamma is the scale's
+  //! offset from 1, so zeros are the identity). xhat [rows x cols] and rstd
+  //! [rows] are kept for the backward pass. Bitwise equal in every space.
+  virtual void layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd,
+                          std::size_t rows, std::size_t cols, float epsilon) = 0;
+  //! Its gradient: dx (may be null) from dy, xhat, rstd and gamma; dgamma_rows = dy * xhat
+  //! (column_sums of it give dL/dgamma; those of dy give dL/dbeta).
+  virtual void layer_norm_backward(const float* dy, const float* xhat, const float* rstd, const float* gamma,
+                                   float* dx, float* dgamma_rows, std::size_t rows, std::size_t cols) = 0;
   //! out[j] = sum over r of x[r, j] (overwritten; zeros for no rows).
   virtual void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) = 0;
   //! y += a * x.

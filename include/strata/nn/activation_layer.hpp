@@ -1,5 +1,5 @@
 #pragma once
-//! The shared body of the activation layers (ReLU, Sigmoid, Tanh, Softmax):
+//! The shared body of the activation layers (ReLU, Sigmoid, Tanh, Softmax, ...):
 //! any per-sample shape in, the same shape out, no parameters.
 
 #include <string>
@@ -27,10 +27,10 @@ class ActivationLayer : public LayerBase<Derived> {
     resize(c, y, x.shape()[0], shape_);
     if (x.size()) c.bias_activate(A, x.data(), nullptr, y.data(), x.size() / last(), last());
   }
-  void backward(Compute& c, const Act&, const Act& y, const Act& dy, Act* dx) override {
+  void backward(Compute& c, const Act& x, const Act& y, const Act& dy, Act* dx) override {
     if (!dx) return;
     resize(c, *dx, y.shape()[0], shape_);
-    if (y.size()) c.activation_backward(A, y.data(), dy.data(), dx->data(), y.size() / last(), last());
+    if (y.size()) c.activation_backward(A, x.data(), y.data(), dy.data(), dx->data(), y.size() / last(), last());
   }
 
  private:

@@ -55,8 +55,15 @@ class Dense final : public detail::LayerBase<Dense> {
     const std::size_t b = x.shape()[0];
     detail::resize(c, y, b, Shape{units_});
     if (b == 0) return;
-    c.dense_forward(opts_.activation, x.data(), kernel_.value.data(), opts_.use_bias ? bias_.value.data() : nullptr,
-                    y.data(), b, in_, units_);
+    const float* bias = opts_.use_bias ? bias_.value.data() : nullptr;
+    if (!kernels::activation_needs_input(opts_.activation)) {
+      c.dense_forward(opts_.activation, x.data(), kernel_.value.data(), bias, y.data(), b, in_, units_);
+      return;
+    }
+    // the activation's gradient needs z = x * kernel + bias: keep it
+    z_.resize(c, y.shape());
+    c.dense_forward(Activation::Linear, x.data(), kernel_.value.data(), bias, z_.data(), b, in_, units_);
+    c.bias_activate(opts_.activation, z_.data(), nullptr, y.data(), b, units_);
   }
 
   void backward(Compute& c, const Act& x, const Act& y, const Act& dy, Act* dx) override {
@@ -64,7 +71,8 @@ class Dense final : public detail::LayerBase<Dense> {
     const float* dz = dy.data();
     if (opts_.activation != Activation::Linear) {
       dz_.resize(c, dy.shape());
-      c.activation_backward(opts_.activation, y.data(), dy.data(), dz_.data(), b, units_);
+      const float* z = kernels::activation_needs_input(opts_.activation) ? z_.data() : nullptr;
+      c.activation_backward(opts_.activation, z, y.data(), dy.data(), dz_.data(), b, units_);
       dz = dz_.data();
     }
     // dkernel = x^T dz (zero when the batch is empty: gemm with k = 0 clears)
@@ -88,6 +96,7 @@ class Dense final : public detail::LayerBase<Dense> {
   std::size_t in_ = 0;
   ParamRef kernel_, bias_;
   kernels::Scratch<float> dz_;  // dL/d(pre-activation), in the replica's space
+  kernels::Scratch<float> z_;   // the pre-activation, kept for activations whose gradient needs it
 };
 
 }  // namespace strata::nn

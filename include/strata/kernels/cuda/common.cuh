@@ -1,11 +1,16 @@
 #pragma once
 //! What the CUDA kernel files share: launch geometry, the launch check, and
-//! device helpers (warp reductions, the label rule, the Rng's hash). nvcc
+//! device helpers (warp reductions, the warp as a row's lanes, Thrust's
+//! for_each over an element body); the bodies themselves are in
+//! kernels/bodies/, shared with the host. nvcc
 //! only: included through include/strata/cuda/strata_cuda.cu.
 //!   const unsigned blocks = strata::cuda::detail::blocks_for(n);
 //!   my_kernel<<<blocks, strata::cuda::detail::block_threads, 0, s>>>(...);  check_launch("my_kernel");
 
 #include <cuda_runtime.h>
+#include <thrust/execution_policy.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
 
 #include <algorithm>
 #include <cstddef>
@@ -13,8 +18,12 @@
 
 #include <strata/cuda/error.hpp>
 #include <strata/cuda/launch.hpp>
+#include <strata/kernels/bodies/hd.hpp>
+#include <strata/kernels/bodies/rows.hpp>
 
 namespace strata::cuda::detail {
+
+namespace bodies = kernels::bodies;
 
 //! Threads per block of the elementwise kernels (grid-stride loops).
 constexpr unsigned block_threads = 256;
@@ -52,30 +61,29 @@ __device__ inline T warp_sum(T v) {
   return v;
 }
 
-//! std::clamp(v, lo, hi) exactly (a NaN stays NaN; fminf/fmaxf would drop it).
-__device__ inline float clamp_like_std(float v, float lo, float hi) { return v < lo ? lo : (hi < v ? hi : v); }
+//! The lanes of a row for the per-row bodies (kernels/bodies/rows.hpp):
+//! one warp per row, each lane summing every 32nd element, the lane sums
+//! meeting in warp_sum's butterfly (HostLanes' order, so the same bits).
+struct WarpLanes {
+  unsigned lane;
+  template <class Partial>
+  __device__ float sum(Partial&& partial) const {
+    return warp_sum(partial(lane));
+  }
+  [[nodiscard]] __device__ std::size_t first() const { return lane; }
+  [[nodiscard]] __device__ std::size_t step() const { return bodies::row_lanes; }
+};
 
-//! The class index a float label names, or -1 when it names none (the
-//! host's rule: an integral value in [0, classes)).
-__device__ inline long long class_of(float label, std::size_t classes) {
-  if (!(label >= 0.f && label < 9.0e18f)) return -1;
-  const auto k = static_cast<long long>(label);
-  if (static_cast<float>(k) != label || static_cast<std::size_t>(k) >= classes) return -1;
-  return k;
-}
-
-//! strata::detail::splitmix (core/random.hpp), bit for bit.
-__device__ inline std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-//! The i-th (0-based) uniform of strata::Rng{key}: splitmix(key + C * (i + 1)), top 24 bits.
-__device__ inline float rng_uniform(std::uint64_t key, std::size_t i) {
-  const std::uint64_t draw = splitmix(key + 0x632BE59BD9B4E019ull * (static_cast<std::uint64_t>(i) + 1));
-  return static_cast<float>(draw >> 40) * 0x1.0p-24f;
+//! Runs f(i) for every i in [0, n) on stream `s` (Thrust's for_each over a
+//! counting iterator; no synchronization, no allocation, so a CUDA graph
+//! can capture it), then checks the launch. `f` is an element body
+//! (kernels/bodies/) bound to its pointers: a struct with a __device__
+//! (or STRATA_HD) operator()(std::size_t).
+template <class F>
+void for_each_index(cudaStream_t s, std::size_t n, const F& f, const char* what) {
+  if (n == 0) return;
+  thrust::for_each_n(thrust::cuda::par_nosync.on(s), thrust::counting_iterator<std::size_t>(0), n, f);
+  check_launch(what);
 }
 
 //! Adds `v` to *acc once per block (lane 0 of warp `w` has put its value in

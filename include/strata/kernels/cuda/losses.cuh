@@ -7,15 +7,17 @@
 //! reproducible across runs (the hit counts are: integers add exactly).
 //! A label that names no class is counted into *invalid and contributes no
 //! loss, no hit and a zero gradient. As on the host, a prediction row with
-//! a NaN gives a NaN loss and adds NaN to the hit counts.
+//! a NaN gives a NaN loss and adds NaN to the hit counts. The label check,
+//! clip, argmax and NaN scan are the host's bodies (kernels/bodies/losses.hpp).
 //!   strata::cuda::detail::launch_sparse_crossentropy(s, logits, y, d, 1.f / b, b, 10, true, acc, invalid);
 //!   strata::cuda::detail::launch_sparse_hits(s, logits, y, b, 10, hits, invalid);
 
+#include <strata/kernels/bodies/losses.hpp>
 #include <strata/kernels/cuda/common.cuh>
 
 namespace strata::cuda::detail {
 
-constexpr float prob_epsilon = 1e-7f;  // nn/losses.hpp: probabilities are clipped to [eps, 1 - eps]
+using bodies::prob_epsilon;  // probabilities are clipped to [eps, 1 - eps]
 
 //! Writes this warp's loss (lane 0) and invalid count, then adds the block's.
 __device__ inline void rows_accumulate(double loss, double bad, double* acc, double* invalid) {
@@ -37,7 +39,7 @@ __global__ void sparse_xent_kernel(const float* pred, const float* labels, float
   if (row < rows) {  // warp-uniform, as is the label
     const float* p = pred + row * classes;
     float* g = d ? d + row * classes : nullptr;
-    const long long k = class_of(labels[row], classes);
+    const long long k = bodies::class_of(labels[row], classes);
     if (k < 0) {
       bad = 1;
       if (g)
@@ -57,7 +59,7 @@ __global__ void sparse_xent_kernel(const float* pred, const float* labels, float
           g[j] = v;
         }
     } else {
-      const float pk = clamp_like_std(p[k], prob_epsilon, 1.f - prob_epsilon);
+      const float pk = bodies::clamp_like_std(p[k], prob_epsilon, 1.f - prob_epsilon);
       bool nan = false;  // a NaN anywhere in the row: a NaN loss (the host's rule)
       for (std::size_t j = lane; j < classes; j += 32) nan = nan || p[j] != p[j];
       loss = __any_sync(0xffffffffu, nan) ? static_cast<double>(NAN) : -log(static_cast<double>(pk));
@@ -110,7 +112,7 @@ __global__ void categorical_xent_kernel(const float* pred, const float* labels, 
           g[j] = __fmul_rn(scale, __fsub_rn(__fmul_rn(ysum, expf(p[j] - lse)), y[j]));
     } else {
       for (std::size_t j = lane; j < classes; j += 32) {
-        const float pj = clamp_like_std(p[j], prob_epsilon, 1.f - prob_epsilon);
+        const float pj = bodies::clamp_like_std(p[j], prob_epsilon, 1.f - prob_epsilon);
         loss += __dmul_rn(-static_cast<double>(y[j]), log(static_cast<double>(pj)));
         if (g) g[j] = p[j] == pj ? __fmul_rn(-scale, y[j]) / pj : 0.f;
       }
@@ -141,7 +143,7 @@ __global__ void mse_kernel(const float* pred, const float* labels, float* d, flo
     const std::size_t at = row * width;
     double sum = 0;
     for (std::size_t j = lane; j < width; j += 32) {
-      const float e = pred[at + j] - labels[at + j];
+      const float e = bodies::squared_error_delta(pred[at + j], labels[at + j]);
       sum += __dmul_rn(static_cast<double>(e), static_cast<double>(e));
       if (d) d[at + j] = __fmul_rn(k, e);
     }
@@ -156,22 +158,6 @@ void launch_mean_squared_error(cudaStream_t s, const float* pred, const float* l
   const float k = 2.f * scale / static_cast<float>(width);  // as the host: one rounding per step
   mse_kernel<<<blocks_for_rows(rows), block_threads, 0, s>>>(pred, labels, d, k, rows, width, acc);
   check_launch("mse_kernel");
-}
-
-//! std::max_element's index: the first maximum; a NaN is never greater,
-//! so it only wins in first place.
-__device__ inline std::size_t argmax_like_std(const float* p, std::size_t n) {
-  std::size_t best = 0;
-  for (std::size_t j = 1; j < n; ++j)
-    if (p[best] < p[j]) best = j;
-  return best;
-}
-
-//! Whether p[0, n) holds a NaN.
-__device__ inline bool has_nan(const float* p, std::size_t n) {
-  bool nan = false;
-  for (std::size_t j = 0; j < n; ++j) nan = nan || p[j] != p[j];
-  return nan;
 }
 
 //! Adds this block's counts (one value per thread) to *acc and *invalid; a
@@ -192,10 +178,10 @@ __global__ void sparse_hits_kernel(const float* pred, const float* labels, std::
   const std::size_t i = global_index();
   bool hit = false, bad = false, nan = false;
   if (i < rows) {
-    const long long k = class_of(labels[i], classes);
+    const long long k = bodies::class_of(labels[i], classes);
     bad = k < 0;
-    nan = !bad && has_nan(pred + i * classes, classes);
-    hit = !bad && !nan && argmax_like_std(pred + i * classes, classes) == static_cast<std::size_t>(k);
+    nan = !bad && bodies::has_nan(pred + i * classes, classes);
+    hit = !bad && !nan && bodies::argmax_first(pred + i * classes, classes) == static_cast<std::size_t>(k);
   }
   count_accumulate(hit, bad, acc, invalid, nan);
 }
@@ -211,9 +197,9 @@ void launch_sparse_hits(cudaStream_t s, const float* pred, const float* labels, 
 __global__ void categorical_hits_kernel(const float* pred, const float* labels, std::size_t rows,
                                         std::size_t classes, double* acc) {
   const std::size_t i = global_index();
-  const bool nan = i < rows && has_nan(pred + i * classes, classes);
-  const bool hit = i < rows && !nan && argmax_like_std(pred + i * classes, classes) ==
-                                           argmax_like_std(labels + i * classes, classes);
+  const bool nan = i < rows && bodies::has_nan(pred + i * classes, classes);
+  const bool hit = i < rows && !nan && bodies::argmax_first(pred + i * classes, classes) ==
+                                           bodies::argmax_first(labels + i * classes, classes);
   count_accumulate(hit, false, acc, nullptr, nan);
 }
 
@@ -228,7 +214,7 @@ void launch_categorical_hits(cudaStream_t s, const float* pred, const float* lab
 __global__ void binary_hits_kernel(const float* pred, const float* labels, std::size_t n, double* acc) {
   const std::size_t i = global_index();
   const bool nan = i < n && pred[i] != pred[i];
-  const bool hit = i < n && !nan && (pred[i] > 0.5f) == (labels[i] > 0.5f);
+  const bool hit = i < n && !nan && bodies::binary_hit(pred[i], labels[i]);
   count_accumulate(hit, false, acc, nullptr, nan);
 }
 

@@ -1,15 +1,19 @@
 #pragma once
 //! Elementwise kernels: fill, the GEMM's k = 0 case, fused bias +
 //! activation (softmax: one warp per row), activation gradients, axpy,
-//! dropout (the host Rng's masks, bit for bit) and multiply. Products that
-//! the host rounds separately use __fmul_rn/__fadd_rn, so nvcc cannot fuse
-//! them into an FMA and the results stay bitwise equal to the host's.
+//! dropout (the host Rng's masks, bit for bit) and multiply. The element
+//! work is the host's own bodies (kernels/bodies/: activations, maps), run
+//! by Thrust's for_each (for_each_index); their products and sums are
+//! __fmul_rn/__fadd_rn, so nvcc cannot fuse them into an FMA and the
+//! results stay bitwise equal to the host's (transcendentals: to rounding).
 //! NaN propagates as on the host: relu(NaN) = NaN, and a softmax row with a
 //! NaN is all NaN (fmaxf skips it in the maximum, the sum of exponentials
 //! does not).
 //!   strata::cuda::detail::launch_bias_activate(s, Activation::ReLU, x, b, y, rows, cols);
 //!   strata::cuda::detail::launch_dropout(s, x, y, mask, n, key, 0.5f);
 
+#include <strata/kernels/bodies/activations.hpp>
+#include <strata/kernels/bodies/maps.hpp>
 #include <strata/kernels/cuda/common.cuh>
 
 namespace strata::cuda::detail {
@@ -37,20 +41,27 @@ void launch_scale_matrix(cudaStream_t s, float* c, float beta, std::size_t rows,
   check_launch("scale_matrix_kernel (gemm with k = 0)");
 }
 
-template <Activation A>
-__device__ inline float activate(float v) {
-  if constexpr (A == Activation::ReLU) return (v > 0.f || v != v) ? v : 0.f;  // relu(NaN) = NaN, as the host
-  else if constexpr (A == Activation::Sigmoid) return 1.f / (1.f + expf(-v));
-  else if constexpr (A == Activation::Tanh) return tanhf(v);
-  else return v;
-}
+//! y[i] = act(x[i] + bias[i % cols]) for an element-wise activation body.
+template <class Act>
+struct ActivateAt {
+  Act act;
+  const float* x;
+  const float* bias;
+  float* y;
+  std::size_t cols;
+  __device__ void operator()(std::size_t i) const { y[i] = act(bias ? bodies::add(x[i], bias[i % cols]) : x[i]); }
+};
 
-template <Activation A>
-__global__ void bias_activate_kernel(const float* x, const float* bias, float* y, std::size_t rows, std::size_t cols) {
-  const std::size_t n = rows * cols;
-  for (std::size_t i = global_index(); i < n; i += grid_stride())
-    y[i] = activate<A>(bias ? __fadd_rn(x[i], bias[i % cols]) : x[i]);
-}
+//! dz[i] = act.grad(z[i], y[i], dy[i]) (z null: the body needs only y).
+template <class Act>
+struct ActivationGradAt {
+  Act act;
+  const float* z;
+  const float* y;
+  const float* dy;
+  float* dz;
+  __device__ void operator()(std::size_t i) const { dz[i] = act.grad(z ? z[i] : 0.f, y[i], dy[i]); }
+};
 
 //! One warp per row: max, sum of exponentials, then the normalized values
 //! (each lane rewrites only the elements it read, so y may be x).
@@ -75,38 +86,18 @@ void launch_bias_activate(cudaStream_t s, Activation a, const float* x, const fl
                           std::size_t cols) {
   const std::size_t n = rows * cols;
   if (n == 0) return;
-  switch (a) {
-    case Activation::Linear:
-      if (!bias) {
-        if (x != y) check(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
-        return;
-      }
-      bias_activate_kernel<Activation::Linear><<<blocks_for(n), block_threads, 0, s>>>(x, bias, y, rows, cols);
-      break;
-    case Activation::ReLU:
-      bias_activate_kernel<Activation::ReLU><<<blocks_for(n), block_threads, 0, s>>>(x, bias, y, rows, cols);
-      break;
-    case Activation::Sigmoid:
-      bias_activate_kernel<Activation::Sigmoid><<<blocks_for(n), block_threads, 0, s>>>(x, bias, y, rows, cols);
-      break;
-    case Activation::Tanh:
-      bias_activate_kernel<Activation::Tanh><<<blocks_for(n), block_threads, 0, s>>>(x, bias, y, rows, cols);
-      break;
-    case Activation::Softmax:
-      softmax_rows_kernel<<<blocks_for_rows(rows), block_threads, 0, s>>>(x, bias, y, rows, cols);
-      break;
+  if (a == Activation::Linear && !bias) {
+    if (x != y) check(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+    return;
   }
-  check_launch("bias_activate_kernel");
-}
-
-template <Activation A>
-__global__ void activation_backward_kernel(const float* y, const float* dy, float* dz, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
-    const float yi = y[i], gi = dy[i];
-    if constexpr (A == Activation::ReLU) dz[i] = __fmul_rn(gi, yi > 0.f ? 1.f : 0.f);
-    else if constexpr (A == Activation::Sigmoid) dz[i] = __fmul_rn(__fmul_rn(gi, yi), 1.f - yi);
-    else dz[i] = __fmul_rn(gi, __fsub_rn(1.f, __fmul_rn(yi, yi)));  // Tanh
+  if (a == Activation::Softmax) {
+    softmax_rows_kernel<<<blocks_for_rows(rows), block_threads, 0, s>>>(x, bias, y, rows, cols);
+    check_launch("softmax_rows_kernel");
+    return;
   }
+  bodies::visit_elementwise(a, [&](auto act) {
+    for_each_index(s, n, ActivateAt<decltype(act)>{act, x, bias, y, cols}, "bias_activate (for_each)");
+  });
 }
 
 //! One warp per row: dz = y * (dy - <dy, y>) (dz may be dy: each lane
@@ -124,65 +115,65 @@ __global__ void softmax_backward_kernel(const float* y, const float* dy, float* 
   for (std::size_t j = lane; j < cols; j += 32) dz[row * cols + j] = __fmul_rn(yr[j], gr[j] - dot);
 }
 
-void launch_activation_backward(cudaStream_t s, Activation a, const float* y, const float* dy, float* dz,
-                                std::size_t rows, std::size_t cols) {
+void launch_activation_backward(cudaStream_t s, Activation a, const float* z, const float* y, const float* dy,
+                                float* dz, std::size_t rows, std::size_t cols) {
   const std::size_t n = rows * cols;
   if (n == 0) return;
-  switch (a) {
-    case Activation::Linear:
-      if (dz != dy) check(cudaMemcpyAsync(dz, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
-      return;
-    case Activation::ReLU:
-      activation_backward_kernel<Activation::ReLU><<<blocks_for(n), block_threads, 0, s>>>(y, dy, dz, n);
-      break;
-    case Activation::Sigmoid:
-      activation_backward_kernel<Activation::Sigmoid><<<blocks_for(n), block_threads, 0, s>>>(y, dy, dz, n);
-      break;
-    case Activation::Tanh:
-      activation_backward_kernel<Activation::Tanh><<<blocks_for(n), block_threads, 0, s>>>(y, dy, dz, n);
-      break;
-    case Activation::Softmax:
-      softmax_backward_kernel<<<blocks_for_rows(rows), block_threads, 0, s>>>(y, dy, dz, rows, cols);
-      break;
+  if (a == Activation::Linear) {
+    if (dz != dy) check(cudaMemcpyAsync(dz, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+    return;
   }
-  check_launch("activation_backward_kernel");
+  if (a == Activation::Softmax) {
+    softmax_backward_kernel<<<blocks_for_rows(rows), block_threads, 0, s>>>(y, dy, dz, rows, cols);
+    check_launch("softmax_backward_kernel");
+    return;
+  }
+  if (kernels::activation_needs_input(a) && !z)
+    throw Error(std::string("activation_backward: the gradient of ") + std::string(kernels::activation_name(a)) +
+                " needs the activation's input z, and none was given");
+  bodies::visit_elementwise(a, [&](auto act) {
+    for_each_index(s, n, ActivationGradAt<decltype(act)>{act, z, y, dy, dz}, "activation_backward (for_each)");
+  });
 }
 
-__global__ void axpy_kernel(float a, const float* x, float* y, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] = __fadd_rn(y[i], __fmul_rn(a, x[i]));
-}
+struct AxpyAt {
+  bodies::Axpy body;
+  const float* x;
+  float* y;
+  __device__ void operator()(std::size_t i) const { y[i] = body(x[i], y[i]); }
+};
 
 void launch_axpy(cudaStream_t s, float a, const float* x, float* y, std::size_t n) {
-  if (n == 0) return;
-  axpy_kernel<<<blocks_for(n), block_threads, 0, s>>>(a, x, y, n);
-  check_launch("axpy_kernel");
+  for_each_index(s, n, AxpyAt{{a}, x, y}, "axpy (for_each)");
 }
 
-__global__ void dropout_kernel(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key, float rate,
-                               float scale) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
-    const float m = rng_uniform(key, i) < rate ? 0.f : scale;
+struct DropoutAt {
+  bodies::DropoutMask draw;
+  const float* x;
+  float* y;
+  float* mask;
+  __device__ void operator()(std::size_t i) const {
+    const float m = draw(i);
     mask[i] = m;
-    y[i] = __fmul_rn(x[i], m);
+    y[i] = bodies::Multiply{}(x[i], m);
   }
-}
+};
 
 void launch_dropout(cudaStream_t s, const float* x, float* y, float* mask, std::size_t n, std::uint64_t key,
                     float rate) {
-  if (n == 0) return;
-  const float scale = 1.f / (1.f - rate);  // on the host, as the host computes it
-  dropout_kernel<<<blocks_for(n), block_threads, 0, s>>>(x, y, mask, n, key, rate, scale);
-  check_launch("dropout_kernel");
+  // the scale on the host, as the host computes it
+  for_each_index(s, n, DropoutAt{{key, rate, 1.f / (1.f - rate)}, x, y, mask}, "dropout (for_each)");
 }
 
-__global__ void multiply_kernel(const float* x, const float* mask, float* y, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] = __fmul_rn(x[i], mask[i]);
-}
+struct MultiplyAt {
+  const float* x;
+  const float* mask;
+  float* y;
+  __device__ void operator()(std::size_t i) const { y[i] = bodies::Multiply{}(x[i], mask[i]); }
+};
 
 void launch_multiply(cudaStream_t s, const float* x, const float* mask, float* y, std::size_t n) {
-  if (n == 0) return;
-  multiply_kernel<<<blocks_for(n), block_threads, 0, s>>>(x, mask, y, n);
-  check_launch("multiply_kernel");
+  for_each_index(s, n, MultiplyAt{x, mask, y}, "multiply (for_each)");
 }
 
 }  // namespace strata::cuda::detail

@@ -12,6 +12,7 @@
 #include <strata/kernels/compute.hpp>
 #include <strata/kernels/host/blas.hpp>
 #include <strata/kernels/host/images.hpp>
+#include <strata/kernels/host/layer_norm.hpp>
 #include <strata/kernels/host/losses.hpp>
 #include <strata/kernels/host/maps.hpp>
 #include <strata/kernels/host/memory.hpp>
@@ -43,9 +44,18 @@ class HostCompute final : public HostMemoryOps<Compute> {
                      std::size_t cols) override {
     host::bias_activate(a, x, bias, y, rows, cols);
   }
-  void activation_backward(Activation a, const float* y, const float* dy, float* dz, std::size_t rows,
-                           std::size_t cols) override {
-    host::activation_backward(a, y, dy, dz, rows, cols);
+  using Compute::activation_backward;
+  void activation_backward(Activation a, const float* z, const float* y, const float* dy, float* dz,
+                           std::size_t rows, std::size_t cols) override {
+    host::activation_backward(a, z, y, dy, dz, rows, cols);
+  }
+  void layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd,
+                  std::size_t rows, std::size_t cols, float epsilon) override {
+    host::layer_norm(x, gamma, beta, y, xhat, rstd, rows, cols, epsilon);
+  }
+  void layer_norm_backward(const float* dy, const float* xhat, const float* rstd, const float* gamma, float* dx,
+                           float* dgamma_rows, std::size_t rows, std::size_t cols) override {
+    host::layer_norm_backward(dy, xhat, rstd, gamma, dx, dgamma_rows, rows, cols);
   }
   void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) override {
     host::column_sums(x, out, rows, cols);

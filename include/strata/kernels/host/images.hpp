@@ -1,15 +1,17 @@
 #pragma once
 //! Host image operations of the compute vocabulary (kernels/compute.hpp):
 //! im2col / col2im for convolutions, max pooling and its gradient, over
-//! NHWC images described by a Window2D.
+//! NHWC images described by a Window2D. The window arithmetic and pooling's
+//! rule are the bodies the CUDA kernels use (kernels/bodies/windows.hpp);
+//! im2col and col2im keep their row-at-a-time copies (the host's fast path).
 //!   strata::kernels::host::im2col(g, x, col);   // col: [batch * oh * ow, kh * kw * c]
 //! Deterministic: fixed order.
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
 
+#include <strata/kernels/bodies/windows.hpp>
 #include <strata/kernels/compute.hpp>
 
 namespace strata::kernels::host {
@@ -64,22 +66,14 @@ inline void col2im(const Window2D& g, const float* col, float* dx) {
   });
 }
 
-//! The window [start - pad, start - pad + k) clipped to [0, extent).
-inline std::array<std::size_t, 2> clip_window(std::size_t start, std::size_t pad, std::size_t k,
-                                              std::size_t extent) noexcept {
-  const std::size_t first = start > pad ? start - pad : 0;
-  const std::size_t end = start + k > pad ? start + k - pad : 0;
-  return {std::min(first, extent), std::min(end, extent)};
-}
-
 inline void max_pool(const Window2D& g, const float* in, float* out, std::uint32_t* arg) {
   const std::size_t c_ = g.c;
   for (std::size_t b = 0; b < g.batch; ++b) {
     const std::size_t image = b * g.h * g.w * c_;
     for (std::size_t oh = 0; oh < g.oh; ++oh) {
-      const auto [i0, i1] = clip_window(oh * g.sh, g.pad_top, g.kh, g.h);
+      const auto [i0, i1] = bodies::clip_window(oh * g.sh, g.pad_top, g.kh, g.h);
       for (std::size_t ow = 0; ow < g.ow; ++ow, out += c_, arg += c_) {
-        const auto [j0, j1] = clip_window(ow * g.sw, g.pad_left, g.kw, g.w);
+        const auto [j0, j1] = bodies::clip_window(ow * g.sw, g.pad_left, g.kw, g.w);
         bool seeded = false;
         for (std::size_t i = i0; i < i1; ++i)
           for (std::size_t j = j0; j < j1; ++j) {
@@ -91,7 +85,7 @@ inline void max_pool(const Window2D& g, const float* in, float* out, std::uint32
               continue;
             }
             for (std::size_t c = 0; c < c_; ++c) {
-              const bool take = v[c] > out[c] || v[c] != v[c];
+              const bool take = bodies::pool_takes(v[c], out[c]);
               out[c] = take ? v[c] : out[c];
               arg[c] = take ? at + static_cast<std::uint32_t>(c) : arg[c];
             }

@@ -1,7 +1,9 @@
 #pragma once
 //! Host losses and metrics of the compute vocabulary (kernels/compute.hpp):
 //! sums over the rows into a double accumulator, gradients scaled by
-//! `scale`. A label that is not a class index throws, naming the example.
+//! `scale`. A label that is not a class index throws, naming the example
+//! (the label check, argmax, clip and NaN scan are the bodies the CUDA
+//! kernels use too: kernels/bodies/losses.hpp).
 //! Non-finite values are never hidden: a row whose prediction holds a NaN
 //! adds NaN to the loss (whichever class its label names) and to the hit
 //! counts (it is neither a hit nor a miss).
@@ -14,27 +16,22 @@
 #include <string>
 
 #include <strata/core/error.hpp>
+#include <strata/kernels/bodies/losses.hpp>
 
 namespace strata::kernels::host {
 
-constexpr float prob_epsilon = 1e-7f;  // as Keras: probabilities are clipped to [eps, 1 - eps]
+using bodies::prob_epsilon;
 
+//! The class `label` names (bodies::class_of), or an Error naming the example.
 inline std::size_t class_index(float label, std::size_t classes, std::size_t row, const char* who) {
-  // NaN and out-of-range values fail the first test (converting them would be undefined)
-  const bool in_range = label >= 0.f && label < 9.0e18f;
-  const auto k = in_range ? static_cast<long long>(label) : -1;
-  if (!in_range || static_cast<float>(k) != label || static_cast<std::size_t>(k) >= classes)
+  const long long k = bodies::class_of(label, classes);
+  if (k < 0)
     throw Error(std::string(who) + ": label " + std::to_string(label) + " of example " + std::to_string(row) +
                 " is not a class index in [0, " + std::to_string(classes) + ")");
   return static_cast<std::size_t>(k);
 }
 
-//! Whether p[0, n) holds a NaN.
-inline bool has_nan(const float* p, std::size_t n) {
-  bool nan = false;
-  for (std::size_t j = 0; j < n; ++j) nan |= p[j] != p[j];
-  return nan;
-}
+using bodies::has_nan;
 
 inline void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                                 std::size_t c, bool from_logits, double* acc) {
@@ -55,7 +52,7 @@ inline void sparse_crossentropy(const float* pred, const float* labels, float* d
         g[k] -= scale;
       }
     } else {
-      const float pk = std::clamp(p[k], prob_epsilon, 1.f - prob_epsilon);
+      const float pk = bodies::clamp_like_std(p[k], prob_epsilon, 1.f - prob_epsilon);
       // a NaN elsewhere in the row is a NaN loss too (Keras' log-softmax of log(p) sees every class)
       total += has_nan(p, c) ? static_cast<double>(NAN) : -std::log(static_cast<double>(pk));
       if (d) {
@@ -88,7 +85,7 @@ inline void categorical_crossentropy(const float* pred, const float* labels, flo
         for (std::size_t j = 0; j < c; ++j) g[j] = scale * (ysum * std::exp(p[j] - lse) - y[j]);
     } else {
       for (std::size_t j = 0; j < c; ++j) {
-        const float pj = std::clamp(p[j], prob_epsilon, 1.f - prob_epsilon);
+        const float pj = bodies::clamp_like_std(p[j], prob_epsilon, 1.f - prob_epsilon);
         total += -static_cast<double>(y[j]) * std::log(static_cast<double>(pj));
         if (g) g[j] = p[j] == pj ? -scale * y[j] / pj : 0.f;
       }
@@ -104,7 +101,7 @@ inline void mean_squared_error(const float* pred, const float* labels, float* d,
   for (std::size_t i = 0; i < rows; ++i) {
     double row = 0;
     for (std::size_t j = 0; j < w; ++j) {
-      const float e = pred[i * w + j] - labels[i * w + j];
+      const float e = bodies::squared_error_delta(pred[i * w + j], labels[i * w + j]);
       row += static_cast<double>(e) * e;
       if (d) d[i * w + j] = k * e;
     }
@@ -113,9 +110,7 @@ inline void mean_squared_error(const float* pred, const float* labels, float* d,
   *acc += total;
 }
 
-inline std::size_t argmax(const float* p, std::size_t n) {
-  return static_cast<std::size_t>(std::max_element(p, p + n) - p);
-}
+inline std::size_t argmax(const float* p, std::size_t n) { return bodies::argmax_first(p, n); }
 
 inline void sparse_hits(const float* pred, const float* labels, std::size_t rows, std::size_t c, double* acc) {
   double hits = 0;
@@ -134,7 +129,7 @@ inline void categorical_hits(const float* pred, const float* labels, std::size_t
 inline void binary_hits(const float* pred, const float* labels, std::size_t n, double* acc) {
   double hits = 0;
   for (std::size_t i = 0; i < n; ++i)
-    hits += pred[i] != pred[i] ? static_cast<double>(NAN) : (pred[i] > 0.5f) == (labels[i] > 0.5f);
+    hits += pred[i] != pred[i] ? static_cast<double>(NAN) : bodies::binary_hit(pred[i], labels[i]);
   *acc += hits;
 }
 

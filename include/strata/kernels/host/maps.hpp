@@ -2,7 +2,8 @@
 //! Host elementwise maps and row/column reductions of the compute
 //! vocabulary (kernels/compute.hpp): activations and their gradients,
 //! column sums, axpy, dropout masks, the count of non-finite values. Plain
-//! loops the compiler vectorizes. A NaN input gives a NaN output, as in
+//! loops the compiler vectorizes, over the element bodies the CUDA kernels
+//! run too (kernels/bodies/). A NaN input gives a NaN output, as in
 //! TensorFlow (relu(NaN) = NaN; a softmax row holding a NaN is all NaN).
 //!   strata::kernels::host::bias_activate(Activation::ReLU, y, bias, y, rows, cols);
 //! Deterministic: fixed order.
@@ -12,8 +13,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
-#include <strata/core/random.hpp>
+#include <strata/core/error.hpp>
+#include <strata/kernels/bodies/activations.hpp>
+#include <strata/kernels/bodies/maps.hpp>
 #include <strata/kernels/compute.hpp>
 
 namespace strata::kernels::host {
@@ -39,66 +43,53 @@ inline void bias_activate(Activation a, const float* x, const float* bias, float
       for (std::size_t j = 0; j < cols; ++j) y[r * cols + j] = x[r * cols + j] + bias[j];
     x = y;
   }
-  switch (a) {
-    case Activation::Linear:
-      if (y != x) std::copy_n(x, n, y);
-      return;
-    case Activation::ReLU:
-      // a NaN passes (x > 0 alone would turn it into 0 and hide it); finite
-      // inputs give exactly max(x, +0) as before
-      for (std::size_t i = 0; i < n; ++i) y[i] = (x[i] > 0.f || x[i] != x[i]) ? x[i] : 0.f;
-      return;
-    case Activation::Sigmoid:
-      for (std::size_t i = 0; i < n; ++i) y[i] = 1.f / (1.f + std::exp(-x[i]));
-      return;
-    case Activation::Tanh:
-      for (std::size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
-      return;
-    case Activation::Softmax:
-      if (y != x) std::copy_n(x, n, y);
-      if (cols) softmax_rows(y, rows, cols);
-      return;
+  if (a == Activation::Softmax) {
+    if (y != x) std::copy_n(x, n, y);
+    if (cols) softmax_rows(y, rows, cols);
+    return;
   }
+  if (a == Activation::Linear) {
+    if (y != x) std::copy_n(x, n, y);
+    return;
+  }
+  bodies::visit_elementwise(a, [&](auto act) {
+    for (std::size_t i = 0; i < n; ++i) y[i] = act(x[i]);
+  });
 }
 
-//! dz = dy where y > 0, else 0 (TensorFlow's ReluGrad: a NaN y gives 0 x dy;
-//! the NaN reaches the gradient through the layers after it). Branch-free and vectorizable: with half the
-//! units active a branch mispredicts constantly (it was 14% of a CNN step).
+//! ReLU's gradient (bodies::ReLU::grad) with y and dz known not to alias:
+//! the loop vectorizes.
 inline void relu_backward(const float* __restrict y, const float* dy, float* dz, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float mask = y[i] > 0.f ? 1.f : 0.f;
-    dz[i] = dy[i] * mask;
-  }
+  for (std::size_t i = 0; i < n; ++i) dz[i] = bodies::ReLU{}.grad(0.f, y[i], dy[i]);
 }
 
-//! dz = dL/dz from dy = dL/dy and the activation's output y (dz may alias dy).
-inline void activation_backward(Activation a, const float* y, const float* dy, float* dz, std::size_t rows,
-                                std::size_t cols) {
+//! dz = dL/dz from dy = dL/dy, the activation's output y and its input z
+//! (z may be null unless activation_needs_input(a)); dz may alias dy.
+inline void activation_backward(Activation a, const float* z, const float* y, const float* dy, float* dz,
+                                std::size_t rows, std::size_t cols) {
   const std::size_t n = rows * cols;
-  switch (a) {
-    case Activation::Linear:
-      if (dz != dy) std::copy_n(dy, n, dz);
-      return;
-    case Activation::ReLU:
-      relu_backward(y, dy, dz, n);
-      return;
-    case Activation::Sigmoid:
-      for (std::size_t i = 0; i < n; ++i) dz[i] = dy[i] * y[i] * (1.f - y[i]);
-      return;
-    case Activation::Tanh:
-      for (std::size_t i = 0; i < n; ++i) dz[i] = dy[i] * (1.f - y[i] * y[i]);
-      return;
-    case Activation::Softmax:
-      for (std::size_t r = 0; cols && r < rows; ++r) {
-        const float* yr = y + r * cols;
-        const float* dyr = dy + r * cols;
-        float dot = 0.f;
-        for (std::size_t j = 0; j < cols; ++j) dot += dyr[j] * yr[j];
-        float* dzr = dz + r * cols;
-        for (std::size_t j = 0; j < cols; ++j) dzr[j] = yr[j] * (dyr[j] - dot);
-      }
-      return;
+  if (a == Activation::Softmax) {
+    for (std::size_t r = 0; cols && r < rows; ++r) {
+      const float* yr = y + r * cols;
+      const float* dyr = dy + r * cols;
+      float dot = 0.f;
+      for (std::size_t j = 0; j < cols; ++j) dot += dyr[j] * yr[j];
+      float* dzr = dz + r * cols;
+      for (std::size_t j = 0; j < cols; ++j) dzr[j] = yr[j] * (dyr[j] - dot);
+    }
+    return;
   }
+  if (a == Activation::Linear) {
+    if (dz != dy) std::copy_n(dy, n, dz);
+    return;
+  }
+  if (a == Activation::ReLU) return relu_backward(y, dy, dz, n);
+  if (activation_needs_input(a) && !z && n)
+    throw Error(std::string("activation_backward: the gradient of ") + std::string(activation_name(a)) +
+                " needs the activation's input z, and none was given");
+  bodies::visit_elementwise(a, [&](auto act) {
+    for (std::size_t i = 0; i < n; ++i) dz[i] = act.grad(z ? z[i] : 0.f, y[i], dy[i]);
+  });
 }
 
 //! out[j] = sum over rows of x[r, j].
@@ -109,21 +100,21 @@ inline void column_sums(const float* x, float* out, std::size_t rows, std::size_
 }
 
 inline void axpy(float a, const float* x, float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) y[i] += a * x[i];
+  const bodies::Axpy body{a};
+  for (std::size_t i = 0; i < n; ++i) y[i] = body(x[i], y[i]);
 }
 
 //! Inverted dropout with the masks of strata::Rng{key} (draw i for element i).
 inline void dropout(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key, float rate) {
-  const float scale = 1.f / (1.f - rate);
-  Rng rng{key};
+  const bodies::DropoutMask draw{key, rate, 1.f / (1.f - rate)};
   for (std::size_t i = 0; i < n; ++i) {
-    mask[i] = rng.uniform() < rate ? 0.f : scale;
-    y[i] = x[i] * mask[i];
+    mask[i] = draw(i);
+    y[i] = bodies::Multiply{}(x[i], mask[i]);
   }
 }
 
 inline void multiply(const float* x, const float* mask, float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) y[i] = x[i] * mask[i];
+  for (std::size_t i = 0; i < n; ++i) y[i] = bodies::Multiply{}(x[i], mask[i]);
 }
 
 //! How many of x[0, n) are NaN or infinite: all exponent bits set. An
@@ -133,7 +124,7 @@ inline std::size_t count_nonfinite(const float* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     std::uint32_t u;
     std::memcpy(&u, x + i, sizeof u);
-    bad += (u & 0x7f800000u) == 0x7f800000u;
+    bad += bodies::nonfinite_bits(u);
   }
   return static_cast<std::size_t>(bad);
 }

@@ -1,46 +1,43 @@
 #pragma once
 //! Host optimizer updates of the compute vocabulary (kernels/compute.hpp):
-//! SGD (with momentum, Nesterov) and the whole Adam update in one pass.
+//! SGD (with momentum, Nesterov) and the whole Adam update in one pass, over
+//! the element bodies the CUDA kernels run too (kernels/bodies/optim.hpp).
 //!   strata::kernels::host::adam(w, g, m, v, n, {.lr_t = 1e-3f});
 //! Elementwise: any slice gives the same bits as the whole.
 
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #if defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
+#include <strata/kernels/bodies/optim.hpp>
 #include <strata/kernels/compute.hpp>
 
 namespace strata::kernels::host {
 
 inline void sgd(float* w, const float* g, float* v, std::size_t n, const SgdStep& s) {
-  const float lr = s.lr, m = s.momentum;
-  if (m == 0.f) {
-    for (std::size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-    return;
-  }
-  if (s.nesterov)
-    for (std::size_t i = 0; i < n; ++i) {
-      v[i] = m * v[i] - lr * g[i];
-      w[i] += m * v[i] - lr * g[i];
+  bodies::visit_sgd(s, [&](auto body) {
+    if constexpr (std::is_same_v<decltype(body), bodies::SgdPlain>) {
+      float unused = 0.f;  // plain SGD keeps no velocity (`v` may be null)
+      for (std::size_t i = 0; i < n; ++i) body(w[i], g[i], unused);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) body(w[i], g[i], v[i]);
     }
-  else
-    for (std::size_t i = 0; i < n; ++i) {
-      v[i] = m * v[i] - lr * g[i];
-      w[i] += v[i];
-    }
+  });
 }
 
 inline void adam(float* wp, const float* gp, float* m, float* v, std::size_t n, const AdamStep& s) {
   const float b1 = s.beta_1, b2 = s.beta_2, eps = s.epsilon, lr_t = s.lr_t;
   std::size_t i = 0;
 #if defined(__SSE2__)
-  // By hand because std::sqrt may set errno, which keeps compilers from
-  // vectorizing the loop (5x slower) unless built with -fno-math-errno.
-  // The same IEEE operations in the same order as the scalar tail: the
-  // results are bitwise identical however the vector is sliced.
+  // The fast path, by hand because std::sqrt may set errno, which keeps
+  // compilers from vectorizing the loop (5x slower) unless built with
+  // -fno-math-errno. The same IEEE operations in the same order as
+  // bodies::AdamElement (the tail, and every GPU element): the results are
+  // bitwise identical however the vector is sliced (optim_losses_test).
   const __m128 b1v = _mm_set1_ps(b1), c1v = _mm_set1_ps(1.f - b1), b2v = _mm_set1_ps(b2),
                c2v = _mm_set1_ps(1.f - b2), lrv = _mm_set1_ps(lr_t), epsv = _mm_set1_ps(eps);
   for (; i + 4 <= n; i += 4) {
@@ -53,11 +50,8 @@ inline void adam(float* wp, const float* gp, float* m, float* v, std::size_t n, 
     _mm_storeu_ps(wp + i, _mm_sub_ps(_mm_loadu_ps(wp + i), step_i));
   }
 #endif
-  for (; i < n; ++i) {
-    m[i] = b1 * m[i] + (1.f - b1) * gp[i];
-    v[i] = b2 * v[i] + (1.f - b2) * gp[i] * gp[i];
-    wp[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
-  }
+  const bodies::AdamElement body{s};
+  for (; i < n; ++i) body(wp[i], gp[i], m[i], v[i]);
 }
 
 }  // namespace strata::kernels::host
