@@ -270,7 +270,7 @@ class AutoSelector {
       return {a, sz + ", ranks talk " + where + ": measured on this communicator's first calls of size class " + cls +
                      " (" + how + "): " + std::string(a) +
                      (a == Native::name
-                          ? " (no algorithm beat MPI_Allreduce by 15% in its median and best time and in " +
+                          ? " (no algorithm beat native, MPI's own all-reduce, by 15% in its median and best time and in " +
                                 std::to_string(v.wins_needed) + " of " + std::to_string(v.rounds) + " rounds)"
                           : " is at least 15% faster than native in its median and best time and won " +
                                 std::to_string(v.wins[v.pick]) + " of " + std::to_string(v.rounds) + " rounds")};
