@@ -79,7 +79,8 @@ inline TrialVerdict choose_from_trials(std::span<const double> times, std::size_
     v.best[c] = *std::min_element(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(n));
     v.median[c] = choice_detail::median_of(scratch, n);
   }
-  v.wins_needed = std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(rule.round_wins * static_cast<double>(n) - 1e-9)));
+  const double needed = std::ceil(rule.round_wins * static_cast<double>(n) - 1e-9);
+  v.wins_needed = std::max<std::size_t>(1, static_cast<std::size_t>(needed));
   if (n < rule.min_rounds) return v;
   const double factor = 1.0 + rule.margin;
   for (std::size_t c = 1; c < candidates; ++c) {
