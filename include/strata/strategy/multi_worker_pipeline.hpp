@@ -3,7 +3,8 @@
 //! ranks of an MPI job (one stage per rank; with
 //! PipelineOptions::data_parallel = D, D copies of an S-stage pipeline on
 //! D x S ranks), with the same options, schedules and results as
-//! PipelineStrategy in one process (strategy/multi_worker_pipeline_executor.hpp).
+//! PipelineStrategy in one process: the same PipelineExecutor over ranks
+//! (strategy/pipeline_executor.hpp with strategy/pipeline_ranks.hpp).
 //!   strata::MultiWorkerPipelineStrategy s;                 // every rank of mpirun -np S
 //!   s.pipeline_options().micro_batches = 4;                // before making the model in its scope
 //!   auto model = s.scope([] { return nn::Sequential{...}; });
@@ -19,8 +20,9 @@
 
 #include <strata/comm/mpi/communicator.hpp>
 #include <strata/strategy/multi_worker_executor.hpp>
-#include <strata/strategy/multi_worker_pipeline_executor.hpp>
+#include <strata/strategy/pipeline_executor.hpp>
 #include <strata/strategy/pipeline_options.hpp>
+#include <strata/strategy/pipeline_ranks.hpp>
 #include <strata/strategy/surface.hpp>
 
 namespace strata {
@@ -110,7 +112,8 @@ template <>
 inline std::unique_ptr<Executor> detail::make_executor<MultiWorkerPipelineStrategy>(MultiWorkerPipelineStrategy& s,
                                                                                      ModelProgram& program) {
   return std::make_unique<MultiWorkerExecutor>(
-      std::make_unique<MpiPipelineExecutor>(s.communicator(), program, s.pipeline_options(), s.pipeline_stats()),
+      std::make_unique<PipelineExecutor<RankStages>>(RankStages{s.communicator()}, program, s.pipeline_options(),
+                                                     s.pipeline_stats()),
       s.communicator(), program);
 }
 

@@ -1,9 +1,12 @@
 #pragma once
-//! One pipeline stage's share of one batch, written once for every pipeline
-//! executor (threads in one process, ranks of an MPI job): the order of its
-//! micro-batches' forwards and backwards under a schedule, and the loop that
-//! runs them, receiving activations from the previous stage and gradients
-//! from the next through any communicator with send/recv.
+//! One pipeline batch, written once for every pipeline executor (threads in
+//! one process, ranks of an MPI job): its bookkeeping (each copy's share of
+//! the rows, its micro-batches, where their results go: PipelineBatch), the
+//! stages' layout and memory budget, and one stage's share of it: the order
+//! of its micro-batches' forwards and backwards under a schedule, and the
+//! loop that runs them, receiving activations from the previous stage and
+//! gradients from the next through any communicator with send/recv.
+//!   auto pb = strata::detail::plan_batch(Phase::Train, true, rows, copies, stages, micro_batches, metrics);
 //!   const double busy = strata::detail::run_stage_batch(ctx, stage, batch, work);
 
 #include <algorithm>
@@ -103,6 +106,45 @@ inline void check_stage_budgets(const PipelineOptions& o, const std::vector<Rang
                   "micro-batches, or the 1F1B schedule");
   }
 }
+
+//! One batch of `global` rows as the pipeline's copies run it: what every
+//! lane (a copy's stage) and the transport joining them share.
+struct PipelineBatch {
+  Phase phase = Phase::Train;
+  bool check = false;                  //!< training under the finiteness check: lanes count their gradient's
+  std::size_t global = 0;              //!< the batch's rows (every loss is scaled by 1 / global)
+  std::size_t stages = 1;              //!< S
+  std::size_t metrics = 0;             //!< per result
+  std::vector<Range> share;            //!< per copy: its contiguous, balanced share of the rows
+  std::vector<std::size_t> m;          //!< per copy: its micro-batches (at most its rows: 0 for an empty share)
+  std::vector<std::size_t> first;      //!< per copy, and one past the last: where its results start
+  std::vector<ReplicaResult> results;  //!< per copy, then micro-batch: the last stage's loss and metrics
+  std::span<float> predictions;        //!< Predict: the batch's, global x the output width
+  [[nodiscard]] std::size_t copies() const noexcept { return share.size(); }
+};
+
+//! The bookkeeping of a batch of `global` rows over `copies` copies of
+//! `stages` stages, each copy's share cut into up to `micro` micro-batches.
+inline PipelineBatch plan_batch(Phase phase, bool check, std::size_t global, std::size_t copies, std::size_t stages,
+                                std::size_t micro, std::size_t metrics) {
+  PipelineBatch pb;
+  pb.phase = phase, pb.check = check, pb.global = global, pb.stages = stages, pb.metrics = metrics;
+  pb.first.assign(copies + 1, 0);
+  for (std::size_t d = 0; d < copies; ++d) {
+    pb.share.push_back(shard_range(global, copies, d));
+    pb.m.push_back(std::min(micro, pb.share[d].size()));
+    pb.first[d + 1] = pb.first[d] + pb.m[d];
+  }
+  pb.results.assign(pb.first[copies], ReplicaResult{});
+  return pb;
+}
+
+//! How a transport words the replicas a pipeline runs on, in errors.
+struct PipelineWords {
+  const char* where;  //!< "pipeline"
+  const char* unit;   //!< "replicas"
+  const char* ask;    //!< "give"
+};
 
 //! What one stage runs of one batch.
 struct StageWork {

@@ -1,0 +1,158 @@
+#pragma once
+//! The pipeline executor's transport over the ranks of an MPI job
+//! (pipeline_executor.hpp), for MultiWorkerPipelineStrategy: with D
+//! data-parallel copies of S stages on D x S ranks, rank d * S + s runs the
+//! one lane (stage s of copy d), on copy d's share of each batch (every
+//! rank reads the same batches; stage 0 takes the features, the last stage
+//! the labels). Activations and their gradients travel by the
+//! communicator's send_async / recv, finished per batch. After the
+//! backward, one all-reduce over the job carries the finiteness count and
+//! every copy's per-micro-batch results (so every rank logs the same loss
+//! and metrics, summed in the same order as in one process); the D copies
+//! of a stage then sum their gradients (an all-reduce among them) and each
+//! applies the update to its stage's slice: the same step as
+//! PipelineStrategy in one process (bitwise for one copy, or two). A rank
+//! holds its own stage's variables and optimizer state current; the
+//! others' are broadcast from their copy 0 at the end of every training
+//! pass, so value() and optimizer_state() are the whole model's there
+//! (checkpoints are taken at epoch ends). Predictions are summed over the
+//! job (each row is computed by one rank). A lane's own error (a layer's,
+//! labels out of range) is sent to every other rank as an abort notice:
+//! their waits end at once with CollectiveAborted carrying it, and the
+//! communicator is unusable after. Needs STRATA_HAS_MPI.
+//!   strata::detail::PipelineExecutor<strata::detail::RankStages> ex{RankStages{comm}, program, opts, stats};
+
+#include <algorithm>
+#include <cstddef>
+#include <exception>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/comm/mpi/communicator.hpp>
+#include <strata/comm/reduce_op.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/partition.hpp>
+#include <strata/strategy/pipeline_executor.hpp>
+#include <strata/strategy/pipeline_options.hpp>
+#include <strata/strategy/pipeline_stage.hpp>
+
+namespace strata::detail {
+
+class RankStages {
+ public:
+  explicit RankStages(MpiCommunicator& comm) : comm_(&comm) {}
+
+  static constexpr PipelineWords words{"pipeline across ranks", "ranks", "start"};
+  static constexpr bool settled = false;  //!< other stages' state reaches this rank at pass ends only
+  static void check(const PipelineOptions& o) {
+    if (o.balance == Balance::Measured)
+      throw Error("pipeline across ranks: Balance::Measured is not supported yet; give the stages or balance "
+                  "parameters");
+  }
+  [[nodiscard]] std::size_t size() const { return static_cast<std::size_t>(comm_->size()); }
+  [[nodiscard]] bool is_chief() const noexcept { return comm_->rank() == 0; }
+
+  //! Collective: every rank starts from rank 0's `value`; the copies of this stage get a communicator.
+  void place(std::size_t S, std::size_t D, Tensor<float>& value) {
+    s_ = static_cast<std::size_t>(comm_->rank()) % S;
+    d_ = static_cast<std::size_t>(comm_->rank()) / S;
+    S_ = S;
+    comm_->broadcast(value.span(), 0);
+    copies_comm_.reset();
+    if (D > 1) copies_comm_.emplace(comm_->split(static_cast<int>(s_), static_cast<int>(d_)));
+  }
+  //! The one lane here.
+  [[nodiscard]] Range copies() const noexcept { return {d_, d_ + 1}; }
+  [[nodiscard]] Range stages() const noexcept { return {s_, s_ + 1}; }
+
+  //! Predicting, the rows this rank does not compute are zero for the sum.
+  void prepare(PipelineBatch& pb) { std::fill(pb.predictions.begin(), pb.predictions.end(), 0.f); }
+  template <class Lane>
+  void run(Lane&& lane) {
+    Link link{*comm_};
+    try {
+      lane(link, d_, s_);
+    } catch (const CollectiveError&) {
+      throw;  // a wait that failed: the job's failure, already known to the others (or named by them)
+    } catch (const std::exception& e) {
+      // this lane's own error (a layer's, labels out of range): every other rank's wait ends with it
+      comm_->abort("rank " + std::to_string(comm_->rank()) + " (stage " + std::to_string(s_) + " of copy " +
+                   std::to_string(d_) + "): " + e.what());
+      throw;
+    }
+  }
+  //! One all-reduce over the job: [non-finite count, then per copy and
+  //! micro-batch: loss, rows, metrics]; every copy's results land in pb.
+  //! Predicting, the predictions are summed too.
+  template <class Ctx>
+  double agree(Ctx& /*ctx*/, PipelineBatch& pb, std::size_t d, std::size_t s, double count) {
+    comm_->finish_sends();
+    const std::size_t nm = pb.metrics, per = 2 + nm, all = pb.results.size();
+    std::vector<double> v(1 + all * per, 0.0);
+    v[0] = count;
+    if (s + 1 == pb.stages && pb.phase != Phase::Predict)
+      for (std::size_t i = pb.first[d]; i < pb.first[d + 1]; ++i) {
+        const ReplicaResult& r = pb.results[i];
+        double* o = v.data() + 1 + i * per;
+        o[0] = r.loss;
+        o[1] = static_cast<double>(r.rows);
+        for (std::size_t k = 0; k < nm && k < r.metrics.size(); ++k) o[2 + k] = r.metrics[k];
+      }
+    comm_->all_reduce(std::span<double>(v), Sum);
+    if (pb.phase == Phase::Predict) comm_->all_reduce(pb.predictions, Sum);
+    if (pb.phase != Phase::Predict)
+      for (std::size_t i = 0; i < all; ++i) {
+        const double* o = v.data() + 1 + i * per;
+        ReplicaResult& r = pb.results[i];
+        r.loss = o[0];
+        r.rows = static_cast<std::size_t>(o[1]);
+        r.metrics.assign(o + 2, o + 2 + nm);
+      }
+    return v[0];
+  }
+  //! The D copies of stage s sum its gradient.
+  void sum_copies(std::size_t /*s*/, std::span<float> g) {
+    if (copies_comm_) copies_comm_->all_reduce(g, Sum);
+  }
+  //! At a training pass's end: every stage's variables and optimizer state
+  //! (`state`: this rank's slice current) from its copy 0 (rank s) to every
+  //! rank, and every stage's measurements.
+  void end_pass(Tensor<float>& value, std::vector<Tensor<float>>& state, const std::vector<Range>& slices,
+                PipelineStats& stats) {
+    for (std::size_t s = 0; s < S_; ++s) {
+      const Range r = slices[s];
+      if (!r.size()) continue;
+      comm_->broadcast(value.span().subspan(r.begin, r.size()), static_cast<int>(s));
+      for (auto& slot : state) comm_->broadcast(slot.span().subspan(r.begin, r.size()), static_cast<int>(s));
+    }
+    std::vector<double> st(3 * S_, 0.0);
+    if (d_ == 0) {
+      const auto& mine = stats.stages[s_];
+      st[3 * s_] = mine.busy_s, st[3 * s_ + 1] = mine.wall_s;
+      st[3 * s_ + 2] = static_cast<double>(mine.peak_activation_bytes);
+    }
+    comm_->all_reduce(std::span<double>(st), Sum);
+    for (std::size_t s = 0; s < S_; ++s) {
+      stats.stages[s].busy_s = st[3 * s];
+      stats.stages[s].wall_s = st[3 * s + 1];
+      stats.stages[s].peak_activation_bytes = static_cast<std::size_t>(st[3 * s + 2]);
+    }
+  }
+
+ private:
+  //! What the stage loop speaks: sends leave at once (the neighbours'
+  //! forward and backward messages cross), finished per batch.
+  struct Link {
+    MpiCommunicator& c;
+    void send(std::span<const float> d, int peer, int tag) { c.send_async(d, peer, tag); }
+    void recv(std::span<float> d, int peer, int tag) { c.recv(d, peer, tag); }
+  };
+
+  MpiCommunicator* comm_;
+  std::size_t S_ = 1, s_ = 0, d_ = 0;             // stages; this rank's stage and copy
+  std::optional<MpiCommunicator> copies_comm_;  // this stage's D copies (D > 1)
+};
+
+}  // namespace strata::detail
