@@ -27,8 +27,13 @@ struct MpiOptions {
   std::size_t direct_max_bytes_net = std::size_t{256} << 10;
   //! With auto_tune, direct up to 4056 bytes (what fits in the contract's
   //! message) and above that, measured: the first calls of each size class
-  //! (powers of two) try the algorithms `tune_rounds` times each, and the
-  //! ranks agree on the fastest for that class. Costs nothing at construction; the trials
+  //! (powers of two) try the algorithms in `tune_rounds` interleaved rounds
+  //! (native, ring, direct, native, ...; more rounds for small sizes), the
+  //! ranks take the minimum of each trial's time over the ranks, and every
+  //! rank applies the same rule (comm/mpi/algorithm_choice.hpp): native is
+  //! kept unless another is at least 15% faster in its median and its best
+  //! time and won at least 2 of 3 rounds; in doubt (fewer than 3 rounds, a
+  //! bad time), native. Costs nothing at construction; the trials
   //! are real all-reduces (correct results), some with a slower algorithm.
   //! Reduction order then depends on the measurement: name an algorithm
   //! where bitwise run-to-run reproducibility matters.
