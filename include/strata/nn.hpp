@@ -10,6 +10,7 @@
 #include <strata/nn/dense.hpp>
 #include <strata/nn/dropout.hpp>
 #include <strata/nn/flatten.hpp>
+#include <strata/nn/gelu.hpp>
 #include <strata/nn/layer_norm.hpp>
 #include <strata/nn/learning_rate.hpp>
 #include <strata/nn/losses.hpp>

@@ -23,7 +23,7 @@
 namespace strata::kernels {
 
 //! An activation applied after a layer's affine part.
-enum class Activation { Linear, ReLU, Sigmoid, Tanh, Softmax };
+enum class Activation { Linear, ReLU, Sigmoid, Tanh, Softmax, GELU };
 
 constexpr std::string_view activation_name(Activation a) {
   switch (a) {
@@ -32,6 +32,7 @@ constexpr std::string_view activation_name(Activation a) {
     case Activation::Sigmoid: return "sigmoid";
     case Activation::Tanh: return "tanh";
     case Activation::Softmax: return "softmax";
+    case Activation::GELU: return "gelu";
   }
   return "?";
 }
@@ -66,6 +67,23 @@ struct Tanh {
   STRATA_HD float grad(float /*z*/, float y, float dy) const { return mul(dy, sub(1.f, mul(y, y))); }
 };
 
+//! GELU in its exact form, z * Phi(z) with Phi(z) = erfc(-z / sqrt 2) / 2,
+//! as Keras' default (approximate = false) and PyTorch's, rather than the
+//! tanh approximation: one library call, and a short exact gradient
+//! Phi(z) + z * phi(z). erfc rather than 1 + erf keeps the negative tail
+//! accurate (1 + erf(-3) cancels to a few correct digits in float). Its
+//! gradient needs z (GELU is not invertible from y).
+struct GELU {
+  static constexpr bool needs_input = true;
+  static constexpr float inv_sqrt2 = 0.70710678118654752f, inv_sqrt_2pi = 0.39894228040143268f;
+  STRATA_HD static float cdf(float z) { return mul(0.5f, erfc(mul(-z, inv_sqrt2))); }
+  STRATA_HD float operator()(float z) const { return mul(z, cdf(z)); }
+  STRATA_HD float grad(float z, float /*y*/, float dy) const {
+    const float pdf = mul(inv_sqrt_2pi, exp(mul(-0.5f, mul(z, z))));
+    return mul(dy, add(cdf(z), mul(z, pdf)));
+  }
+};
+
 //! Calls f(body) with the body of element-wise activation `a` and returns
 //! true; returns false for Softmax (per row), which has no element body.
 template <class F>
@@ -75,6 +93,7 @@ constexpr bool visit_elementwise(Activation a, F&& f) {
     case Activation::ReLU: f(ReLU{}); return true;
     case Activation::Sigmoid: f(Sigmoid{}); return true;
     case Activation::Tanh: f(Tanh{}); return true;
+    case Activation::GELU: f(GELU{}); return true;
     case Activation::Softmax: return false;
   }
   return false;

@@ -90,6 +90,14 @@ STRATA_HD inline float erf(float a) {
 #endif
 }
 
+STRATA_HD inline float erfc(float a) {
+#if defined(__CUDA_ARCH__)
+  return erfcf(a);
+#else
+  return std::erfc(a);
+#endif
+}
+
 //! Whether v is NaN (v != v: no library call, vectorizes).
 STRATA_HD inline bool is_nan(float v) { return v != v; }
 
