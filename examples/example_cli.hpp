@@ -185,7 +185,8 @@ inline std::string with_defaults(std::string_view help, const Args& d) {
     if (const auto at = out.find(key); at != std::string::npos) out.replace(at, key.size(), value);
   };
   put("{gpu_strategies}", strata::detail::join_names(gpu_strategies(), " or "));
-  put("{replica_strategies}", join(catalog_names([](const strata::StrategyInfo& s) { return s.takes_replicas; }), ", "));
+  put("{replica_strategies}",
+      join(catalog_names([](const strata::StrategyInfo& s) { return s.takes_replicas; }), ", "));
   put("{epochs}", std::to_string(d.epochs));
   put("{seed}", std::to_string(d.seed));
   put("{min_accuracy}", d.min_accuracy >= 0 ? shown(d.min_accuracy) : std::string("the example's bar"));

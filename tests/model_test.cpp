@@ -1,4 +1,5 @@
-// The Sequential model under every in-process strategy: p replicas take the
+// The Sequential model under every in-process strategy of the catalogue
+// (tests/strategy_sweep.hpp) where a body holds for all: p replicas take the
 // same steps as one on the same global batch (loss scaled by the global
 // batch), runs repeat bitwise, weights save and load, and bad input is
 // refused with a clear error.
@@ -13,6 +14,7 @@
 #include <strata/strata.hpp>
 
 #include "blobs.hpp"
+#include "strategy_sweep.hpp"
 
 #include "watchdog.hpp"
 
@@ -64,12 +66,13 @@ TEST_CASE("p replicas train as one on the same global batch, for every strategy 
   const Blobs data = blobs(101, 1);
   strata::OneDeviceStrategy one{strata::cpu(0)};
   const auto ref = train(one, data, 12, 3);
+  // every synchronous strategy (parameter_server's workers each take their own batches)
   for (int p : {1, 2, 3, 8}) {
     CAPTURE(p);
-    strata::MirroredStrategy m{strata::cpu_replicas(p)};
-    CHECK(max_abs_diff(train(m, data, 12, 3), ref) < 2e-5);
-    strata::CentralStorageStrategy c{strata::cpu_replicas(p)};
-    CHECK(max_abs_diff(train(c, data, 12, 3), ref) < 2e-5);
+    strata_test::for_each_strategy({.synchronous = true}, [&](auto& s, const strata::StrategyInfo& info) {
+      if (p > 1 && !info.takes_replicas) return;  // it does not read p: once is enough
+      CHECK(max_abs_diff(train(s, data, 12, 3), ref) < 2e-5);
+    }, strata_test::small_choice(p));
   }
   CHECK(max_abs_diff(train(strata::get_strategy(), data, 12, 3), ref) == 0.0);
 }
@@ -77,57 +80,57 @@ TEST_CASE("p replicas train as one on the same global batch, for every strategy 
 TEST_CASE("same seed, strategy and replica count give bitwise-identical weights; another seed differs") {
   strata_test::Watchdog dog("determinism", 120s);
   const Blobs data = blobs(64, 2);
-  strata::MirroredStrategy m{strata::cpu_replicas(3)};
-  const auto a = train(m, data, 10, 2, 11);
-  const auto b = train(m, data, 10, 2, 11);
-  CHECK(a == b);
-  CHECK(a != train(m, data, 10, 2, 12));
-  strata::CentralStorageStrategy c{strata::cpu_replicas(3)};
-  CHECK(train(c, data, 10, 2, 11) == train(c, data, 10, 2, 11));
+  // every synchronous strategy (parameter_server's workers race: its exact runs are pinned at staleness 0)
+  strata_test::for_each_strategy({.synchronous = true}, [&](auto& s, const strata::StrategyInfo&) {
+    const auto a = train(s, data, 10, 2, 11);
+    CHECK(a == train(s, data, 10, 2, 11));
+    CHECK(a != train(s, data, 10, 2, 12));
+  }, strata_test::small_choice(3));
 }
 
 TEST_CASE("fit learns, evaluate and predict agree, history and callbacks see every epoch and batch") {
   strata_test::Watchdog dog("fit", 120s);
   const Blobs data = blobs(600, 3), test = blobs(300, 4);
-  strata::MirroredStrategy s{strata::cpu_replicas(2)};
-  auto model = s.scope([] { return mlp(0); });
-  model.compile(nn::Adam{0.02}, nn::SparseCategoricalCrossentropy{{.from_logits = true}},
-                {nn::Accuracy{}, nn::SparseCategoricalAccuracy{}});
-  int epochs_seen = 0, batches_seen = 0;
-  nn::LambdaCallback cb;
-  cb.on_epoch_end_fn = [&](int e, const nn::Logs& l) {
-    CHECK(e == epochs_seen++);
-    CHECK(l.contains("val_accuracy"));
-  };
-  cb.on_batch_end_fn = [&](int, const nn::Logs& l) {
-    ++batches_seen;
-    CHECK(l.contains("loss"));
-  };
-  auto train_ds = strata::data::from_tensor_slices(data.x, data.y).shuffle(600, 5).batch(32);
-  auto test_ds = strata::data::from_tensor_slices(test.x, test.y).batch(64);
-  const auto h = model.fit(s.distribute(train_ds), {.epochs = 8, .verbose = nn::Verbosity::Silent, .callbacks = {&cb}},
-                           s.distribute(test_ds));
-  CHECK(epochs_seen == 8);
-  CHECK(batches_seen == 8 * 19);  // ceil(600 / 32)
-  const auto loss = h.at("loss");
-  REQUIRE(loss.size() == 8);
-  CHECK(loss.back() < 0.5 * loss.front());
-  const auto logs = model.evaluate(s.distribute(test_ds));
-  CHECK(logs.at("accuracy") > 0.9);
-  CHECK(logs.at("accuracy") == logs.at("sparse_categorical_accuracy"));
-  CHECK(logs.at("accuracy") == doctest::Approx(h.at("val_accuracy").back()));
-  // predict's argmax gives the same accuracy
-  const Tensor<float> out = model.predict(test.x, 7);
-  REQUIRE(out.shape() == strata::Shape{300, 3});
-  std::size_t hits = 0;
-  for (std::size_t i = 0; i < 300; ++i)
-    hits += static_cast<std::int32_t>(std::max_element(&out[i * 3], &out[i * 3] + 3) - &out[i * 3]) == test.y[i];
-  CHECK(static_cast<double>(hits) / 300 == doctest::Approx(logs.at("accuracy")));
-  // over a dataset: (features, labels) batches, features alone, distributed or not, same rows in order
-  // (to rounding: other batch sizes give the GEMM other row blockings)
-  CHECK(strata::allclose(model.predict(s.distribute(test_ds)), out, {1e-5, 1e-6}));
-  CHECK(strata::allclose(model.predict(strata::data::from_tensor_slices(test.x).batch(13)), out, {1e-5, 1e-6}));
-  CHECK(model.predict(strata::data::from_tensor_slices(test.x).batch(7)) == out);  // same batches: bitwise
+  strata_test::for_each_strategy({}, [&](auto& s, const strata::StrategyInfo&) {
+    auto model = s.scope([] { return mlp(0); });
+    model.compile(nn::Adam{0.02}, nn::SparseCategoricalCrossentropy{{.from_logits = true}},
+                  {nn::Accuracy{}, nn::SparseCategoricalAccuracy{}});
+    int epochs_seen = 0, batches_seen = 0;
+    nn::LambdaCallback cb;
+    cb.on_epoch_end_fn = [&](int e, const nn::Logs& l) {
+      CHECK(e == epochs_seen++);
+      CHECK(l.contains("val_accuracy"));
+    };
+    cb.on_batch_end_fn = [&](int, const nn::Logs& l) {
+      ++batches_seen;
+      CHECK(l.contains("loss"));
+    };
+    auto train_ds = strata::data::from_tensor_slices(data.x, data.y).shuffle(600, 5).batch(32);
+    auto test_ds = strata::data::from_tensor_slices(test.x, test.y).batch(64);
+    const auto h = model.fit(s.distribute(train_ds),
+                             {.epochs = 8, .verbose = nn::Verbosity::Silent, .callbacks = {&cb}}, s.distribute(test_ds));
+    CHECK(epochs_seen == 8);
+    CHECK(batches_seen == 8 * 19);  // ceil(600 / 32)
+    const auto loss = h.at("loss");
+    REQUIRE(loss.size() == 8);
+    CHECK(loss.back() < 0.5 * loss.front());
+    const auto logs = model.evaluate(s.distribute(test_ds));
+    CHECK(logs.at("accuracy") > 0.9);
+    CHECK(logs.at("accuracy") == logs.at("sparse_categorical_accuracy"));
+    CHECK(logs.at("accuracy") == doctest::Approx(h.at("val_accuracy").back()));
+    // predict's argmax gives the same accuracy
+    const Tensor<float> out = model.predict(test.x, 7);
+    REQUIRE(out.shape() == strata::Shape{300, 3});
+    std::size_t hits = 0;
+    for (std::size_t i = 0; i < 300; ++i)
+      hits += static_cast<std::int32_t>(std::max_element(&out[i * 3], &out[i * 3] + 3) - &out[i * 3]) == test.y[i];
+    CHECK(static_cast<double>(hits) / 300 == doctest::Approx(logs.at("accuracy")));
+    // over a dataset: (features, labels) batches, features alone, distributed or not, same rows in order
+    // (to rounding: other batch sizes give the GEMM other row blockings)
+    CHECK(strata::allclose(model.predict(s.distribute(test_ds)), out, {1e-5, 1e-6}));
+    CHECK(strata::allclose(model.predict(strata::data::from_tensor_slices(test.x).batch(13)), out, {1e-5, 1e-6}));
+    CHECK(model.predict(strata::data::from_tensor_slices(test.x).batch(7)) == out);  // same batches: bitwise
+  });
 }
 
 TEST_CASE("a callback can stop training") {
@@ -162,63 +165,68 @@ TEST_CASE("summary lists layers, output shapes and parameter counts") {
 
 TEST_CASE("save_weights / load_weights round trip; a wrong or corrupt file changes nothing") {
   const Blobs data = blobs(64, 9);
-  strata::MirroredStrategy s{strata::cpu_replicas(2)};
-  auto a = s.scope([] { return mlp(0); });
-  a.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
-  a.fit(strata::data::from_tensor_slices(data.x, data.y).batch(16), {.verbose = nn::Verbosity::Silent});
-  const auto path = temp_file("w.bin");
-  a.save_weights(path);
+  strata_test::for_each_strategy({}, [&](auto& s, const strata::StrategyInfo&) {
+    auto a = s.scope([] { return mlp(0); });
+    a.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+    a.fit(strata::data::from_tensor_slices(data.x, data.y).batch(16), {.verbose = nn::Verbosity::Silent});
+    const auto path = temp_file("w.bin");
+    a.save_weights(path);
 
-  auto b = s.scope([] { return mlp(0); });
-  b.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 99});
-  b.build({6});
-  b.load_weights(path);
-  const auto wa = a.get_weights(), wb = b.get_weights();
-  REQUIRE(wa.size() == wb.size());
-  for (std::size_t i = 0; i < wa.size(); ++i) CHECK(wa[i].value == wb[i].value);
-  CHECK(a.predict(data.x) == b.predict(data.x));  // every replica's copy was loaded
+    auto b = s.scope([] { return mlp(0); });
+    b.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 99});
+    b.build({6});
+    b.load_weights(path);
+    const auto wa = a.get_weights(), wb = b.get_weights();
+    REQUIRE(wa.size() == wb.size());
+    for (std::size_t i = 0; i < wa.size(); ++i) CHECK(wa[i].value == wb[i].value);
+    CHECK(a.predict(data.x) == b.predict(data.x));  // every replica's copy was loaded
 
-  // another architecture
-  auto c = nn::Sequential{nn::Input{{6}}, nn::Dense{4}, nn::Dense{3}};
-  c.build({6});
-  const auto before = c.get_weights();
-  CHECK_THROWS_WITH_AS(c.load_weights(path), doctest::Contains("does not fit this model"), strata::ShapeError);
-  for (std::size_t i = 0; i < before.size(); ++i) CHECK(c.get_weights()[i].value == before[i].value);
+    // another architecture
+    auto c = nn::Sequential{nn::Input{{6}}, nn::Dense{4}, nn::Dense{3}};
+    c.build({6});
+    const auto before = c.get_weights();
+    CHECK_THROWS_WITH_AS(c.load_weights(path), doctest::Contains("does not fit this model"), strata::ShapeError);
+    for (std::size_t i = 0; i < before.size(); ++i) CHECK(c.get_weights()[i].value == before[i].value);
 
-  // truncated, trailing bytes, bad magic, missing
-  const auto bytes = std::filesystem::file_size(path);
-  const auto bad = temp_file("bad.bin");
-  std::filesystem::copy_file(path, bad, std::filesystem::copy_options::overwrite_existing);
-  std::filesystem::resize_file(bad, bytes - 3);
-  CHECK_THROWS_WITH_AS(b.load_weights(bad), doctest::Contains("truncated"), strata::Error);
-  std::filesystem::resize_file(bad, bytes + 1);
-  CHECK_THROWS_WITH_AS(b.load_weights(bad), doctest::Contains("trailing"), strata::Error);
-  {
-    std::ofstream f(bad, std::ios::binary);
-    f << "NOTAWEIGHTSFILE";
-  }
-  CHECK_THROWS_WITH_AS(b.load_weights(bad), doctest::Contains("bad magic"), strata::Error);
-  CHECK_THROWS_WITH_AS(b.load_weights(temp_file("missing")), doctest::Contains("does not exist"), strata::Error);
-  for (std::size_t i = 0; i < wa.size(); ++i) CHECK(b.get_weights()[i].value == wa[i].value);
-  std::filesystem::remove(path);
-  std::filesystem::remove(bad);
+    // truncated, trailing bytes, bad magic, missing
+    const auto bytes = std::filesystem::file_size(path);
+    const auto bad = temp_file("bad.bin");
+    std::filesystem::copy_file(path, bad, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(bad, bytes - 3);
+    CHECK_THROWS_WITH_AS(b.load_weights(bad), doctest::Contains("truncated"), strata::Error);
+    std::filesystem::resize_file(bad, bytes + 1);
+    CHECK_THROWS_WITH_AS(b.load_weights(bad), doctest::Contains("trailing"), strata::Error);
+    {
+      std::ofstream f(bad, std::ios::binary);
+      f << "NOTAWEIGHTSFILE";
+    }
+    CHECK_THROWS_WITH_AS(b.load_weights(bad), doctest::Contains("bad magic"), strata::Error);
+    CHECK_THROWS_WITH_AS(b.load_weights(temp_file("missing")), doctest::Contains("does not exist"), strata::Error);
+    for (std::size_t i = 0; i < wa.size(); ++i) CHECK(b.get_weights()[i].value == wa[i].value);
+    std::filesystem::remove(path);
+    std::filesystem::remove(bad);
+  });
 }
 
 TEST_CASE("L2 regularization adds l2*sum(w^2) to the loss and 2*l2*w to the gradient, once across replicas") {
   // One Dense(1) without bias on zero inputs: the data gradient is 0, only L2 acts.
+  // Every strategy whose replicas run the whole model (pipeline would split its one layer).
   for (int p : {1, 3}) {
     CAPTURE(p);
-    strata::MirroredStrategy s{strata::cpu_replicas(p)};
-    auto model = s.scope([] { return nn::Sequential{nn::Input{{1}}, nn::Dense{1, {.use_bias = false, .l2 = 0.25f}}}; });
-    model.compile(nn::SGD{0.1}, nn::MeanSquaredError{});
-    model.build({1});
-    model.set_weights({{"dense/kernel", Tensor<float>{{1, 1}, {2.f}}}});
-    auto ds = strata::data::from_tensor_slices(Tensor<float>{{6, 1}}, Tensor<float>{{6, 1}}).batch(6);
-    const auto logs = model.evaluate(ds);
-    CHECK(logs.at("loss") == doctest::Approx(0.25 * 4));
-    model.fit(ds, {.verbose = nn::Verbosity::Silent});
-    // w -= 0.1 * 2 * 0.25 * 2
-    CHECK(model.get_weights()[0].value[0] == doctest::Approx(2.f - 0.1f));
+    strata_test::for_each_strategy({.whole_model = true}, [&](auto& s, const strata::StrategyInfo& info) {
+      if (p > 1 && !info.takes_replicas) return;  // it does not read p: once is enough
+      auto model =
+          s.scope([] { return nn::Sequential{nn::Input{{1}}, nn::Dense{1, {.use_bias = false, .l2 = 0.25f}}}; });
+      model.compile(nn::SGD{0.1}, nn::MeanSquaredError{});
+      model.build({1});
+      model.set_weights({{"dense/kernel", Tensor<float>{{1, 1}, {2.f}}}});
+      auto ds = strata::data::from_tensor_slices(Tensor<float>{{6, 1}}, Tensor<float>{{6, 1}}).batch(6);
+      const auto logs = model.evaluate(ds);
+      CHECK(logs.at("loss") == doctest::Approx(0.25 * 4));
+      model.fit(ds, {.verbose = nn::Verbosity::Silent});
+      // w -= 0.1 * 2 * 0.25 * 2
+      CHECK(model.get_weights()[0].value[0] == doctest::Approx(2.f - 0.1f));
+    }, strata_test::small_choice(p));
   }
 }
 

@@ -3,26 +3,34 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <numeric>
 #include <set>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
 #include <thread>
 
+#include "strategy_sweep.hpp"
 #include "watchdog.hpp"
 
 using namespace std::chrono_literals;
 
-TEST_CASE("run returns one value per replica, each replica knows its id") {
+TEST_CASE("run returns one value per replica, each replica knows its id, under every strategy") {
   strata_test::Watchdog dog("run", 30s);
-  strata::MirroredStrategy s{strata::cpu_replicas(5)};
-  CHECK(s.num_replicas_in_sync() == 5);
-  auto ids = s.run([](auto& ctx) {
-    CHECK_EQ(ctx.num_replicas_in_sync(), 5);  // doctest assertions are thread-safe for checks from multiple threads
-    return ctx.replica_id_in_sync_group();
-  });
-  REQUIRE(ids.size() == 5);
-  for (int r = 0; r < 5; ++r) CHECK(ids[static_cast<std::size_t>(r)] == r);
-  CHECK(s.local_results(ids) == std::vector<int>{0, 1, 2, 3, 4});
+  strata::StrategyChoice five = strata_test::small_choice(5);
+  five.stages = 5;  // pipeline: a replica per stage
+  strata_test::for_each_strategy({}, [](auto& s, const strata::StrategyInfo& info) {
+    const int n = s.num_replicas_in_sync();
+    if (info.takes_replicas || info.takes_pipeline_options) CHECK(n == 5);
+    auto ids = s.run([n](auto& ctx) {
+      CHECK_EQ(ctx.num_replicas_in_sync(), n);  // doctest assertions are thread-safe for checks from multiple threads
+      return ctx.replica_id_in_sync_group();
+    });
+    REQUIRE(ids.size() == static_cast<std::size_t>(n));
+    std::vector<int> expected(static_cast<std::size_t>(n));
+    std::iota(expected.begin(), expected.end(), 0);
+    CHECK(ids.values() == expected);
+    CHECK(s.local_results(ids) == expected);
+  }, five);
 }
 
 TEST_CASE("replicas are persistent threads, distinct from the caller") {
@@ -35,11 +43,12 @@ TEST_CASE("replicas are persistent threads, distinct from the caller") {
   CHECK(a.values() == b.values());
 }
 
-TEST_CASE("run with a void function, many times") {
-  strata::MirroredStrategy s{strata::cpu_replicas(2)};
-  std::atomic<int> calls{0};
-  for (int i = 0; i < 100; ++i) s.run([&](auto&) { calls.fetch_add(1); });
-  CHECK(calls == 200);
+TEST_CASE("run with a void function, many times, under every strategy") {
+  strata_test::for_each_strategy({}, [](auto& s, const strata::StrategyInfo&) {
+    std::atomic<int> calls{0};
+    for (int i = 0; i < 100; ++i) s.run([&](auto&) { calls.fetch_add(1); });
+    CHECK(calls == 100 * s.num_replicas_in_sync());
+  });
 }
 
 TEST_CASE("reduce: SUM and MEAN of scalars and tensors, in replica order") {
@@ -133,16 +142,17 @@ TEST_CASE("with_strategy builds the strategy a name gives, and refuses unknown n
     int replicas;
   };
   auto probe = [](auto& s) { return Seen{s.any().placement(), s.num_replicas_in_sync()}; };
-  auto d = strata::with_strategy("default", 3, probe);
-  CHECK(d.placement == strata::PlacementKind::OneDevice);
-  CHECK(d.replicas == 1);
+  // every in-process name of the catalogue: its placement; the replicas asked of those that take them
+  for (const auto& info : strata::strategy_catalog) {
+    if (info.needs_mpi) continue;
+    CAPTURE(std::string(info.name));
+    const auto seen = strata::with_strategy(info.name, 3, probe);
+    CHECK(seen.placement == info.placement);
+    if (info.takes_replicas) CHECK(seen.replicas == 3);
+  }
+  CHECK(strata::with_strategy("default", 3, probe).replicas == 1);
   CHECK(strata::with_strategy("one_device", 3, probe).replicas == 1);
-  auto m = strata::with_strategy("mirrored", 3, probe);
-  CHECK(m.placement == strata::PlacementKind::Mirrored);
-  CHECK(m.replicas == 3);
-  auto c = strata::with_strategy("central_storage", 2, probe);
-  CHECK(c.placement == strata::PlacementKind::CentralStorage);
-  CHECK(c.replicas == 2);
+  CHECK(strata::with_strategy("central_storage", 2, probe).replicas == 2);
   // pipeline: stages x data_parallel replicas, the micro-batches and schedule asked for
   struct Piped {
     int replicas;
