@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include <strata/comm/cuda/communicator.hpp>
+#include <strata/cuda/comm/communicator.hpp>
 #include <strata/cuda/launch.hpp>
 #if STRATA_HAS_NCCL
-#include <strata/comm/nccl/team.hpp>
+#include <strata/cuda/nccl/team.hpp>
 #endif
 
 #include "bench_util.hpp"

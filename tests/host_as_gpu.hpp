@@ -2,7 +2,7 @@
 // For its scope, strata::gpu(i) devices compute on the host (a HostCompute
 // per replica), their collectives staged through host memory, even in a
 // program with the CUDA backend: how the executors of GPU replicas
-// (device_executor.hpp, device_mirrored_executor.hpp) are run and compared
+// (device_executor.hpp, mirrored_executor.hpp on GPU replicas) are run and compared
 // bitwise with the CPU ones on machines without a GPU.
 #include <memory>
 

@@ -8,7 +8,7 @@
 //!   #include <strata/cuda.hpp>
 //!   strata::OneDeviceStrategy s{strata::gpu(0)};
 
-#include <strata/comm/cuda/collectives.hpp>
+#include <strata/cuda/comm/collectives.hpp>
 #include <strata/cuda/compute.hpp>
 #include <strata/cuda/device.hpp>
 #include <strata/cuda/error.hpp>
@@ -16,7 +16,7 @@
 #include <strata/cuda/make_compute.hpp>
 #include <strata/cuda/stream.hpp>
 #include <strata/strategy/device_compute.hpp>
-#include <strata/tensor/cuda_space.hpp>
+#include <strata/cuda/space.hpp>
 
 namespace strata::cuda::detail {
 

@@ -24,7 +24,7 @@
 
 #include <strata/comm/gpu_choice.hpp>
 #include <strata/comm/mpi/communicator.hpp>
-#include <strata/comm/nccl/world.hpp>
+#include <strata/cuda/nccl/world.hpp>
 #include <strata/nccl.hpp>
 #include <strata/strategy/worker_sum.hpp>
 

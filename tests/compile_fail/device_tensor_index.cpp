@@ -2,7 +2,7 @@
 // Tensor<float, CudaSpace> must not compile (its operator[] requires
 // Space::host_accessible); read elements through strata::to_host instead.
 // expect: host_accessible
-#include <strata/tensor/cuda_space.hpp>
+#include <strata/cuda/space.hpp>
 
 int main() {
   strata::Tensor<float, strata::CudaSpace> t;

@@ -11,7 +11,7 @@
 
 #include <strata/cuda/device.hpp>
 #include <strata/cuda/stream.hpp>
-#include <strata/tensor/cuda_space.hpp>
+#include <strata/cuda/space.hpp>
 
 #include "gpu_util.hpp"
 

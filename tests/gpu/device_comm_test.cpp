@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include <strata/comm/cuda/communicator.hpp>
+#include <strata/cuda/comm/communicator.hpp>
 #include <strata/cuda/launch.hpp>
 
 #include "device_vector.hpp"

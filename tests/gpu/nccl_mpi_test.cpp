@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <strata/comm/mpi/communicator.hpp>
-#include <strata/comm/nccl/world.hpp>
+#include <strata/cuda/nccl/world.hpp>
 #include <strata/cuda/device.hpp>
 #include <strata/cuda/stream.hpp>
 

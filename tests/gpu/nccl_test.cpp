@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include <strata/comm/nccl/team.hpp>
+#include <strata/cuda/nccl/team.hpp>
 #include <strata/cuda/device.hpp>
 #include <strata/cuda/stream.hpp>
 

@@ -9,9 +9,11 @@
 #include <concepts>
 #include <cstddef>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 
 #include <strata/core/concepts.hpp>
+#include <strata/core/host_device.hpp>
 
 namespace strata {
 
@@ -24,35 +26,35 @@ struct SumOp {
   using reduce_operation = SumOp;
   static constexpr detail::OpKind kind = detail::OpKind::sum;
   static constexpr std::string_view name = "sum";
-  template <class T> static constexpr T combine(T a, T b) noexcept { return a + b; }
+  template <class T> STRATA_HD static constexpr T combine(T a, T b) noexcept { return a + b; }
 };
 //! Arithmetic mean: the sum divided by the number of replicas (floating point only).
 struct MeanOp {
   using reduce_operation = MeanOp;
   static constexpr detail::OpKind kind = detail::OpKind::mean;
   static constexpr std::string_view name = "mean";
-  template <class T> static constexpr T combine(T a, T b) noexcept { return a + b; }
+  template <class T> STRATA_HD static constexpr T combine(T a, T b) noexcept { return a + b; }
 };
 //! Elementwise minimum.
 struct MinOp {
   using reduce_operation = MinOp;
   static constexpr detail::OpKind kind = detail::OpKind::min;
   static constexpr std::string_view name = "min";
-  template <class T> static constexpr T combine(T a, T b) noexcept { return b < a ? b : a; }
+  template <class T> STRATA_HD static constexpr T combine(T a, T b) noexcept { return b < a ? b : a; }
 };
 //! Elementwise maximum.
 struct MaxOp {
   using reduce_operation = MaxOp;
   static constexpr detail::OpKind kind = detail::OpKind::max;
   static constexpr std::string_view name = "max";
-  template <class T> static constexpr T combine(T a, T b) noexcept { return a < b ? b : a; }
+  template <class T> STRATA_HD static constexpr T combine(T a, T b) noexcept { return a < b ? b : a; }
 };
 //! Elementwise product.
 struct ProductOp {
   using reduce_operation = ProductOp;
   static constexpr detail::OpKind kind = detail::OpKind::product;
   static constexpr std::string_view name = "product";
-  template <class T> static constexpr T combine(T a, T b) noexcept { return a * b; }
+  template <class T> STRATA_HD static constexpr T combine(T a, T b) noexcept { return a * b; }
 };
 
 inline constexpr SumOp Sum{};
@@ -60,6 +62,12 @@ inline constexpr MeanOp Mean{};
 inline constexpr MinOp Min{};
 inline constexpr MaxOp Max{};
 inline constexpr ProductOp Product{};
+
+namespace detail {
+//! The operation of kind K (what a kernel templated on the kind combines with).
+template <OpKind K>
+using op_of = std::tuple_element_t<static_cast<std::size_t>(K), std::tuple<SumOp, MeanOp, MinOp, MaxOp, ProductOp>>;
+}  // namespace detail
 
 //! A type that opts into being a reduction operation.
 template <class O>

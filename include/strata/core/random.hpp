@@ -10,18 +10,7 @@
 
 #include <cstdint>
 
-//! Marks a function callable from host and device code (nvcc: __host__
-//! __device__; empty for g++). Defined here, in core/, because the Rng is
-//! the lowest-level code that kernels run; kernels/bodies/ use it for every
-//! body shared by the host and the CUDA backend.
-//!   STRATA_HD inline float twice(float x) { return 2.f * x; }
-#ifndef STRATA_HD
-#if defined(__CUDACC__)
-#define STRATA_HD __host__ __device__
-#else
-#define STRATA_HD
-#endif
-#endif
+#include <strata/core/host_device.hpp>  // STRATA_HD: the Rng runs in kernels too
 
 namespace strata {
 

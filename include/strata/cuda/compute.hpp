@@ -8,7 +8,7 @@
 //!
 //! How to build a GPU program: this header is plain C++ (g++ compiles it;
 //! it includes only <cuda_runtime_api.h> and <cublas_v2.h>). The kernels
-//! live in include/strata/kernels/cuda/*.cuh and are compiled ONCE per
+//! live in include/strata/cuda/kernels/*.cuh and are compiled ONCE per
 //! program by nvcc, through the single translation unit
 //! include/strata/cuda/strata_cuda.cu, which also defines make_compute:
 //!   nvcc -std=c++20 -O3 -Iinclude -Ibuild/include -gencode arch=compute_90,code=[sm_90,compute_90]
@@ -47,7 +47,7 @@
 namespace strata::cuda {
 
 namespace detail {
-//! *acc += the NaN and infinite values of x[0, n) (kernels/cuda/reductions.cuh).
+//! *acc += the NaN and infinite values of x[0, n) (cuda/kernels/reductions.cuh).
 void launch_count_nonfinite(cudaStream_t s, const float* x, std::size_t n, double* acc);
 
 struct CublasDestroy {

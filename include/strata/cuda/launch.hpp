@@ -1,6 +1,6 @@
 #pragma once
 //! The kernel launchers behind CudaCompute, declared for host code (g++)
-//! and defined in include/strata/kernels/cuda/*.cuh, which only nvcc sees
+//! and defined in include/strata/cuda/kernels/*.cuh, which only nvcc sees
 //! (compiled once, through include/strata/cuda/strata_cuda.cu). Each
 //! enqueues its work on `s`, launches nothing for an empty size, and checks
 //! the launch (CudaError naming the kernel). Pointers are device pointers;

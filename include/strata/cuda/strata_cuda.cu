@@ -5,13 +5,13 @@
 //!        -c include/strata/cuda/strata_cuda.cu -o strata_cuda.o
 
 #include <strata/cuda/compute.hpp>
-#include <strata/kernels/cuda/collectives.cuh>
-#include <strata/kernels/cuda/conv.cuh>
-#include <strata/kernels/cuda/layer_norm.cuh>
-#include <strata/kernels/cuda/losses.cuh>
-#include <strata/kernels/cuda/maps.cuh>
-#include <strata/kernels/cuda/optim.cuh>
-#include <strata/kernels/cuda/reductions.cuh>
+#include <strata/cuda/kernels/collectives.cuh>
+#include <strata/cuda/kernels/conv.cuh>
+#include <strata/cuda/kernels/layer_norm.cuh>
+#include <strata/cuda/kernels/losses.cuh>
+#include <strata/cuda/kernels/maps.cuh>
+#include <strata/cuda/kernels/optim.cuh>
+#include <strata/cuda/kernels/reductions.cuh>
 
 namespace strata::cuda {
 

@@ -8,9 +8,11 @@
 #include <concepts>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include <strata/strategy/distributed.hpp>
 #include <strata/strategy/program.hpp>
@@ -53,6 +55,20 @@ bool per_worker(const D& data) {
   else return false;
 }
 
+//! The dataset of `data` (a dataset, or one distributed by `strategy`, the
+//! model's: another strategy's is an error).
+template <class D>
+const auto& dataset_of(const D& data, const AnyStrategy* strategy) {
+  if constexpr (is_distributed<D>::value) {
+    if (data.strategy != strategy)
+      throw Error("Sequential: the dataset was distributed by another strategy than the one this model was made "
+                  "under; make the model inside that strategy's scope");
+    return data.dataset;
+  } else {
+    return data;
+  }
+}
+
 //! A pass whose batches and hooks are functions.
 struct FnPass final : Pass {
   std::function<std::optional<Batch>()> next_fn;
@@ -65,6 +81,46 @@ struct FnPass final : Pass {
     if (begin_fn) begin_fn(s);
   }
   bool end_step(std::size_t s, const PassTotals& t) override { return end_fn && end_fn(s, t); }
+};
+
+//! A model's side of its training and evaluation passes: a pass over a
+//! dataset's (features, labels) batches, each checked to have one batch
+//! extent and converted to float (into holders that live until the next
+//! batch), and an empty share shaped like the data for a worker out of it.
+//!   detail::BatchFeed feed;  FnPass pass = feed.pass(it, [&](const Shape& s) { build(s); }, [&] { return input; });
+struct BatchFeed {
+  Tensor<float> x_holder, y_holder;
+  std::vector<std::size_t> label_tail;  // a label's shape past the batch axis (for an empty share)
+
+  //! The pass over iterator `it` (phase and counters set by the caller):
+  //! `build(sample shape)` before each batch is handed over; `input()` the
+  //! model's per-sample input shape, built, for an empty share.
+  template <class It, class Build, class Input>
+  FnPass pass(It& it, Build build, Input input) {
+    FnPass pass;
+    auto e = std::make_shared<std::optional<std::remove_cvref_t<decltype(*it.next())>>>();
+    pass.next_fn = [this, &it, e, build]() -> std::optional<Batch> {
+      if (!(*e = it.next())) return std::nullopt;
+      const Tensor<float>& x = as_float(std::get<0>(**e), x_holder);
+      const Tensor<float>& y = as_float(std::get<1>(**e), y_holder);
+      if (x.shape().rank() == 0 || y.shape().rank() == 0 || x.shape()[0] != y.shape()[0])
+        throw ShapeError("Sequential: a batch's features " + x.shape().str() + " and labels " + y.shape().str() +
+                         " must have the same first (batch) extent");
+      build(sample_shape(x.shape()));
+      label_tail.assign(y.shape().dims().begin() + 1, y.shape().dims().end());
+      return Batch{&x, &y, nullptr};  // into the element, which lives until the next one
+    };
+    pass.empty_fn = [this, input] {
+      const Shape in = input();
+      std::vector<std::size_t> xd{0}, yd{0};
+      xd.insert(xd.end(), in.dims().begin(), in.dims().end());
+      yd.insert(yd.end(), label_tail.begin(), label_tail.end());
+      x_holder = Tensor<float>{Shape(xd)};
+      y_holder = Tensor<float>{Shape(yd)};
+      return Batch{&x_holder, &y_holder, nullptr};
+    };
+    return pass;
+  }
 };
 
 }  // namespace strata::nn::detail

@@ -180,6 +180,12 @@ class LayerProgram final : public ModelProgram {
         off += n;
       }
   }
+  //! Whether any parameter has an L2 regularizer (the reported loss then reads the values).
+  [[nodiscard]] bool regularized() const {
+    bool any = false;
+    for_each_l2([&](std::size_t, std::size_t, float) { any = true; });
+    return any;
+  }
   //! Sum of l2 * sum(w^2) over the regularized parameters of `v` (part of the reported loss, as in Keras).
   [[nodiscard]] double regularization_loss(const Tensor<float>& v) const {
     double sum = 0;

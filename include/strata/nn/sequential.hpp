@@ -175,7 +175,7 @@ class Sequential {
     pass.iteration = &iterations_;
     pass.next_fn = [&]() -> std::optional<Batch> {
       if (!(e = it.next())) return std::nullopt;
-      const Tensor<float>& x = detail::as_float(detail::features_of(*e), x_holder_);
+      const Tensor<float>& x = detail::as_float(detail::features_of(*e), feed_.x_holder);
       build(detail::sample_shape(x.shape()));
       detail::resize(parts.emplace_back(), x.shape()[0], m_->shapes.back());
       rows += x.shape()[0];
@@ -295,52 +295,28 @@ class Sequential {
  private:
   template <class D>
   const auto& dataset_of(const D& data) const {
-    if constexpr (detail::is_distributed<D>::value) {
-      if (data.strategy != strategy_)
-        throw Error("Sequential: the dataset was distributed by another strategy than the one this model was made "
-                    "under; make the model inside that strategy's scope");
-      return data.dataset;
-    } else {
-      return data;
-    }
+    return detail::dataset_of(data, strategy_);
   }
 
-  //! A pass over iterator `it` of `data`'s (features, labels) batches: each
-  //! checked to have one batch extent, converted to float, the model built
-  //! for it; an empty share shaped like the data for a worker out of it.
+  //! A pass over iterator `it` of `data`'s (features, labels) batches
+  //! (detail::BatchFeed), the model built for each.
   template <class It, class D>
   detail::FnPass data_pass(It& it, const D& data, Phase phase) {
-    detail::FnPass pass;
+    detail::FnPass pass = feed_.pass(
+        it, [this](const Shape& sample) { build(sample); },
+        [this] {
+          if (!built()) {
+            if (!input_)
+              throw Error("Sequential: this process's share of the data is empty while others train; give the model "
+                          "an Input so that it can build without data");
+            build(*input_);
+          }
+          return *input_;
+        });
     pass.phase = phase;
     pass.per_worker = detail::per_worker(data);
     pass.batches = dataset_of(data).cardinality();
     pass.iteration = &iterations_;
-    auto e = std::make_shared<std::optional<std::remove_cvref_t<decltype(*it.next())>>>();
-    pass.next_fn = [this, &it, e]() -> std::optional<Batch> {
-      if (!(*e = it.next())) return std::nullopt;
-      const Tensor<float>& x = detail::as_float(std::get<0>(**e), x_holder_);
-      const Tensor<float>& y = detail::as_float(std::get<1>(**e), y_holder_);
-      if (x.shape().rank() == 0 || y.shape().rank() == 0 || x.shape()[0] != y.shape()[0])
-        throw ShapeError("Sequential: a batch's features " + x.shape().str() + " and labels " + y.shape().str() +
-                         " must have the same first (batch) extent");
-      build(detail::sample_shape(x.shape()));
-      label_tail_.assign(y.shape().dims().begin() + 1, y.shape().dims().end());
-      return Batch{&x, &y, nullptr};  // into the element, which lives until the next one
-    };
-    pass.empty_fn = [this] {
-      if (!built()) {
-        if (!input_)
-          throw Error("Sequential: this process's share of the data is empty while others train; give the model "
-                      "an Input so that it can build without data");
-        build(*input_);
-      }
-      std::vector<std::size_t> xd{0}, yd{0};
-      xd.insert(xd.end(), input_->dims().begin(), input_->dims().end());
-      yd.insert(yd.end(), label_tail_.begin(), label_tail_.end());
-      x_holder_ = Tensor<float>{Shape(xd)};
-      y_holder_ = Tensor<float>{Shape(yd)};
-      return Batch{&x_holder_, &y_holder_, nullptr};
-    };
     return pass;
   }
 
@@ -397,7 +373,8 @@ class Sequential {
   Logs logs_of(const PassTotals& t) const {
     Logs l;
     const double n = t.local ? static_cast<double>(t.local) : 1.0;
-    l.set("loss", t.loss / n + (built() ? m_->regularization_loss(ex_->value()) : 0.0));
+    // the values (a read from a GPU's memory) only for a regularized model's L2 term
+    l.set("loss", t.loss / n + (built() && m_->regularized() ? m_->regularization_loss(ex_->value()) : 0.0));
     for (std::size_t k = 0; k < m_->metrics.size(); ++k) l.set(m_->metrics[k]->name(), t.metrics[k] / n);
     return l;
   }
@@ -414,9 +391,8 @@ class Sequential {
   std::unique_ptr<detail::LayerProgram> m_;  // on the heap: the executor keeps a reference across moves
   std::unique_ptr<Executor> ex_;
   std::optional<Shape> input_;
-  std::vector<std::size_t> label_tail_;  // a label's shape past the batch axis (for an empty share)
   std::int64_t iterations_ = 0;
-  Tensor<float> x_holder_, y_holder_;
+  detail::BatchFeed feed_;  // the current batch as floats, the labels' shape
 };
 
 }  // namespace strata::nn

@@ -35,7 +35,7 @@ inline Device gpu(int i = 0) {
 
 //! `n` replicas on GPU `device` ("virtual GPUs", as TensorFlow's logical
 //! devices): each its own stream and buffers in the same memory, reduced
-//! by a kernel over their buffers (comm/cuda/device_team.hpp). How a
+//! by a kernel over their buffers (cuda/comm/device_team.hpp). How a
 //! machine with one GPU runs several GPU replicas.
 //!   strata::DeviceTeam team{strata::virtual_gpus(0, 4)};
 inline std::vector<Device> virtual_gpus(int device, int n) {

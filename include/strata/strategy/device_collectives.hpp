@@ -2,7 +2,7 @@
 //! The gradient all-reduce of replicas that live on devices with their own
 //! memory (GPUs), as the core's executors see it: no CUDA header here. The
 //! CUDA backend (<strata/cuda.hpp>) registers the device algorithms
-//! (comm/cuda/: a direct reduce kernel among virtual GPUs or GPUs with peer
+//! (cuda/comm/: a direct reduce kernel among virtual GPUs or GPUs with peer
 //! access) through gpu_backend().make_collectives; HostStagedCollectives is
 //! the path every compute has: each replica downloads its buffer, the
 //! replicas reduce in host memory in replica order, each uploads the sum.

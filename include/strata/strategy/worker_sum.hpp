@@ -1,7 +1,7 @@
 #pragma once
 //! How a buffer in a device's memory is summed across workers (processes):
 //! what MultiWorkerMirroredStrategy's GPU replicas use after summing among
-//! themselves on their devices (device_mirrored_executor.hpp). Local replica
+//! themselves on their devices (mirrored_executor.hpp). Local replica
 //! 0 of each worker calls it; the others then take its result on their
 //! devices. Two ways, chosen by choose_worker_reduce (comm/gpu_choice.hpp):
 //! - HostStagedWorkerSum (every program): download, the strategy's MPI

@@ -18,12 +18,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <strata/comm/mpi/notices.hpp>
 #include <strata/comm/mpi/activity.hpp>
 #include <strata/comm/mpi/contract.hpp>
 #include <strata/comm/mpi/handles.hpp>
@@ -293,30 +295,13 @@ class Exchange {
     if (poisoned_.empty()) poison("rank " + std::to_string(rank_) + " aborted: " + why);
     if (abort_sent_) return;
     abort_sent_ = true;
-    const std::string msg = why.substr(0, 2000);  // small: sent eagerly, so it leaves even if nobody receives yet
-    Pending sends;
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) {
-        sends.reqs.push_back(MPI_REQUEST_NULL);
-        MPI_Isend(msg.data(), static_cast<int>(msg.size()), MPI_CHAR, r, tag_abort, comm_, &sends.reqs.back());
-      }
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(opts_.timeout, std::chrono::seconds(2));
-    for (int i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
-      if (sends.test_all()) break;
-      relax(i);
-    }
+    send_abort_notice(comm_, rank_, size_, why, opts_.timeout);
   }
 
   //! This communicator is unusable from now on, for `why`.
   void poison(std::string why) {
     if (poisoned_.empty()) poisoned_ = std::move(why);
     runtime().note_failure(opts_.timeout);
-  }
-
-  //! More ranks than cores: after a while, let the awaited rank run.
-  static void relax(int i) noexcept {
-    if (i > 2000) std::this_thread::yield();
   }
 
   //! Whether two memory ranges overlap (MPI forbids aliased send and receive buffers).
@@ -358,41 +343,19 @@ class Exchange {
     std::vector<std::byte> sink;
     wait_until([&] {
       bool pending = false;
-      for (int r = 0; r < size_; ++r) {
-        auto& l = left[static_cast<std::size_t>(r)];
-        while (l) {
-          int flag = 0, count = 0;
-          MPI_Message msg;
-          MPI_Status st;
-          MPI_Improbe(r, tag_data, comm_, &flag, &msg, &st);
-          if (!flag) break;
-          MPI_Get_count(&st, MPI_BYTE, &count);
-          sink.resize(static_cast<std::size_t>(count));
-          MPI_Mrecv(sink.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-          l -= std::min(l, static_cast<std::size_t>(count));
-        }
-        pending = pending || l;
-      }
+      for (int r = 0; r < size_; ++r) pending = drop_arrived(comm_, r, tag_data, left[static_cast<std::size_t>(r)], sink) || pending;
       return payload_sends_.test_all() && !pending;
     }, [&] { return std::string("ranks did not take the data of a collective they disagreed on"); });
     payload_sends_.reqs.clear();
   }
 
   void check_abort_notice() {
-    int flag = 0;
-    MPI_Status st;
-    MPI_Message msg = MPI_MESSAGE_NULL;
-    MPI_Improbe(MPI_ANY_SOURCE, tag_abort, comm_, &flag, &msg, &st);
-    if (!flag) return;
-    int count = 0;
-    MPI_Get_count(&st, MPI_CHAR, &count);
-    std::string why(static_cast<std::size_t>(count), '\0');
-    // matched and small (sent eagerly): already here, so this receive does not wait on the sender
-    MPI_Mrecv(why.data(), count, MPI_CHAR, &msg, MPI_STATUS_IGNORE);
+    const std::optional<AbortNotice> n = take_abort_notice(comm_);
+    if (!n) return;
     remote_abort_ = true;
-    poison("rank " + std::to_string(st.MPI_SOURCE) + " failed: " + why);
+    poison("rank " + std::to_string(n->rank) + " failed: " + n->why);
     throw CollectiveAborted("strata: " + activity() + " on rank " + std::to_string(rank_) + " abandoned: rank " +
-                            std::to_string(st.MPI_SOURCE) + " failed: " + why);
+                            std::to_string(n->rank) + " failed: " + n->why);
   }
 
   //! The direct algorithm's separate payload travels in messages of at most

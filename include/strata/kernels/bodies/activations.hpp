@@ -2,7 +2,7 @@
 //! The activations, written once for every backend: the Activation values,
 //! and for each element-wise one a body with its value and its gradient.
 //! The host loops (kernels/host/maps.hpp) and the CUDA kernels
-//! (kernels/cuda/maps.cuh) run these bodies through visit_elementwise; only
+//! (cuda/kernels/maps.cuh) run these bodies through visit_elementwise; only
 //! Softmax, a per-row activation, has a loop of its own in each backend.
 //!   float y = strata::kernels::bodies::Tanh{}(0.5f);
 //!   strata::kernels::bodies::visit_elementwise(a, [&](auto act) { for (...) y[i] = act(x[i]); });

@@ -1,6 +1,6 @@
 #pragma once
 //! What every kernel body shares: STRATA_HD (__host__ __device__ under nvcc,
-//! nothing for g++; core/random.hpp defines it), IEEE operations rounded one
+//! nothing for g++; core/host_device.hpp defines it), IEEE operations rounded one
 //! at a time, and the math functions, each spelled once for both compilers.
 //! nvcc contracts a * b + c into one FMA by default; g++ (ISO C++, no FMA
 //! in the x86-64 baseline) rounds the product first. The bodies write every

@@ -3,7 +3,7 @@
 //! float label names a class when it is an integral value in [0, classes)),
 //! the probability clip, the first-maximum argmax and the NaN scan of a
 //! row, the squared error's element. The host loops (kernels/host/
-//! losses.hpp) and the CUDA kernels (kernels/cuda/losses.cuh) call these;
+//! losses.hpp) and the CUDA kernels (cuda/kernels/losses.cuh) call these;
 //! the host throws on a label class_of refuses, a GPU counts it.
 //!   const long long k = strata::kernels::bodies::class_of(labels[i], classes);   // -1: no class
 //!   const std::size_t best = strata::kernels::bodies::argmax_first(p, classes);

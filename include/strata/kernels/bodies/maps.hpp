@@ -3,7 +3,7 @@
 //! mask (element i's mask from the i-th draw of strata::Rng{key}, so every
 //! backend makes the same masks bit for bit), multiply, and the
 //! finiteness test of the gradient check. The host loops (kernels/host/
-//! maps.hpp) and the CUDA kernels (kernels/cuda/maps.cuh) both call them.
+//! maps.hpp) and the CUDA kernels (cuda/kernels/maps.cuh) both call them.
 //!   y[i] = strata::kernels::bodies::Axpy{a}(x[i], y[i]);
 //!   mask[i] = strata::kernels::bodies::DropoutMask{key, rate, scale}(i);
 

@@ -3,7 +3,7 @@
 //! momentum or Nesterov's; Adam in one pass), one IEEE operation at a time
 //! in a fixed order: the host loops (kernels/host/optim.hpp), the host's SSE
 //! fast path for Adam (tested against AdamElement) and the CUDA kernels
-//! (kernels/cuda/optim.cuh) give the same bits.
+//! (cuda/kernels/optim.cuh) give the same bits.
 //!   strata::kernels::bodies::AdamElement{s}(w[i], g[i], m[i], v[i]);
 //!   strata::kernels::bodies::SgdMomentum{s.lr, s.momentum}(w[i], g[i], v[i]);
 

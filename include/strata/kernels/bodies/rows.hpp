@@ -2,7 +2,7 @@
 //! Per-row bodies that reduce over a row are written once against a lane
 //! policy: 32 lanes each sum every 32nd element of the row, then the lane
 //! sums meet in a butterfly (lane l adds lane l ^ 16, l ^ 8, ..., l ^ 1). On a
-//! GPU one warp runs a row (kernels/cuda/rows.cuh: WarpLanes); on the host
+//! GPU one warp runs a row (cuda/kernels/rows.cuh: WarpLanes); on the host
 //! HostLanes runs the 32 lanes one after the other and the same butterfly
 //! on an array, so a row's sums are the same bits in both places.
 //!   const float total = lanes.sum([&](unsigned l) { float s = 0.f; for (j = l; j < n; j += row_lanes) s = add(s, x[j]); return s; });

@@ -1,7 +1,7 @@
 #pragma once
 //! The window arithmetic of convolutions and pooling over NHWC images
 //! (kernels::Window2D), shared by the host loops (kernels/host/images.hpp)
-//! and the CUDA kernels (kernels/cuda/conv.cuh): which input rows or
+//! and the CUDA kernels (cuda/kernels/conv.cuh): which input rows or
 //! columns a window covers, which windows reach an input position, and max
 //! pooling's rule for a new maximum; and one element of each image op
 //! (im2col, col2im, max pooling and its gradient), which the CUDA kernels

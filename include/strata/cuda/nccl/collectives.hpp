@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <strata/comm/cuda/collectives.hpp>
-#include <strata/comm/nccl/team.hpp>
+#include <strata/cuda/comm/collectives.hpp>
+#include <strata/cuda/nccl/team.hpp>
 
 namespace strata::nccl {
 

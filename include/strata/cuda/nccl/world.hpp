@@ -25,10 +25,10 @@
 #include <strata/comm/gpu_choice.hpp>
 #include <strata/comm/mpi/communicator.hpp>
 #include <strata/comm/mpi/contract.hpp>
-#include <strata/comm/nccl/communicator.hpp>
-#include <strata/comm/nccl/contract.hpp>
-#include <strata/comm/nccl/identity.hpp>
-#include <strata/comm/nccl/rank.hpp>
+#include <strata/cuda/nccl/communicator.hpp>
+#include <strata/cuda/nccl/contract.hpp>
+#include <strata/cuda/nccl/identity.hpp>
+#include <strata/cuda/nccl/rank.hpp>
 #include <strata/cuda/device.hpp>
 
 namespace strata {

@@ -30,7 +30,7 @@
 #include <utility>
 
 #include <strata/comm/communicator.hpp>
-#include <strata/comm/cuda/device_team.hpp>
+#include <strata/cuda/comm/device_team.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/core/concepts.hpp>
 #include <strata/core/partition.hpp>

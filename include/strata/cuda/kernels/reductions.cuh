@@ -10,7 +10,7 @@
 
 #include <cub/block/block_reduce.cuh>
 
-#include <strata/kernels/cuda/common.cuh>
+#include <strata/cuda/kernels/common.cuh>
 
 namespace strata::cuda::detail {
 

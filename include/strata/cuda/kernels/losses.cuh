@@ -13,7 +13,7 @@
 //!   strata::cuda::detail::launch_sparse_hits(s, logits, y, b, 10, hits, invalid);
 
 #include <strata/kernels/bodies/losses.hpp>
-#include <strata/kernels/cuda/common.cuh>
+#include <strata/cuda/kernels/common.cuh>
 
 namespace strata::cuda::detail {
 

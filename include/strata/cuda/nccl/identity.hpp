@@ -12,7 +12,7 @@
 #include <string>
 
 #include <strata/comm/gpu_choice.hpp>
-#include <strata/comm/nccl/error.hpp>
+#include <strata/cuda/nccl/error.hpp>
 #include <strata/cuda/device.hpp>
 
 namespace strata::nccl {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include <strata/comm/cuda/launch.hpp>
+#include <strata/cuda/comm/launch.hpp>
 #include <strata/comm/threads/options.hpp>
 #include <strata/comm/threads/team.hpp>
 #include <strata/core/error.hpp>

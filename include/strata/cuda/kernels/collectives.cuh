@@ -5,19 +5,10 @@
 //! into every replica's output. nvcc only (strata_cuda.cu).
 //!   launch_reduce_replicas(stream, OpKind::sum, buffers, n, p);
 
-#include <strata/comm/cuda/launch.hpp>
-#include <strata/kernels/cuda/common.cuh>
+#include <strata/cuda/comm/launch.hpp>
+#include <strata/cuda/kernels/common.cuh>
 
 namespace strata::cuda::detail {
-
-template <class T, strata::detail::OpKind K>
-__device__ inline T combine_op(T a, T b) {
-  using strata::detail::OpKind;
-  if constexpr (K == OpKind::sum || K == OpKind::mean) return a + b;
-  else if constexpr (K == OpKind::min) return b < a ? b : a;  // the host's rule: a NaN in `a` stays
-  else if constexpr (K == OpKind::max) return a < b ? b : a;
-  else return a * b;
-}
 
 //! W elements of T loaded and stored as one (16-byte) access.
 template <class T, int W>
@@ -33,7 +24,7 @@ __global__ void reduce_replicas_kernel(ReplicaBuffers<T> b, std::size_t packs, T
     for (int s = 1; s < b.p; ++s) {
       const P x = reinterpret_cast<const P*>(b.in[s])[i];
 #pragma unroll
-      for (int k = 0; k < W; ++k) acc.v[k] = combine_op<T, K>(acc.v[k], x.v[k]);
+      for (int k = 0; k < W; ++k) acc.v[k] = strata::detail::op_of<K>::combine(acc.v[k], x.v[k]);  // the host's combine
     }
     if constexpr (K == strata::detail::OpKind::mean) {
 #pragma unroll

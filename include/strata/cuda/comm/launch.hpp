@@ -1,6 +1,6 @@
 #pragma once
 //! The kernel behind the GPU replicas' direct collectives, declared for host
-//! code (g++) and defined in include/strata/kernels/cuda/collectives.cuh,
+//! code (g++) and defined in include/strata/cuda/kernels/collectives.cuh,
 //! which only nvcc sees (through include/strata/cuda/strata_cuda.cu).
 //!   strata::cuda::detail::ReplicaBuffers<float> b{};  b.p = 2;  b.nout = 2;  ...
 //!   strata::cuda::detail::launch_reduce_replicas(stream, strata::detail::OpKind::sum, b, n, 2);

@@ -32,10 +32,10 @@
 #include <vector>
 
 #include <strata/comm/communicator.hpp>
-#include <strata/comm/nccl/contract.hpp>
-#include <strata/comm/nccl/error.hpp>
-#include <strata/comm/nccl/rank.hpp>
-#include <strata/comm/nccl/session.hpp>
+#include <strata/cuda/nccl/contract.hpp>
+#include <strata/cuda/nccl/error.hpp>
+#include <strata/cuda/nccl/rank.hpp>
+#include <strata/cuda/nccl/session.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/threads/communicator.hpp>
 #include <strata/comm/threads/options.hpp>
@@ -60,7 +60,7 @@ class NcclCommunicator {
   //! `device` with its calls on `stream` (a stream of that GPU). Collective
   //! over `mpi`. Before NCCL is initialized, every rank's GPU (host, index,
   //! UUID) is gathered and two ranks on one GPU raise strata::Error on every
-  //! rank, naming them. Defined in strata/comm/nccl/world.hpp (strata-mpi).
+  //! rank, naming them. Defined in strata/cuda/nccl/world.hpp (strata-mpi).
   //!   auto mpi = strata::MpiCommunicator::world();
   //!   auto comm = strata::NcclCommunicator::world(mpi, local_rank, stream.get());
   static inline NcclCommunicator world(MpiCommunicator& mpi, int device, cudaStream_t stream, CommOptions opts = {});

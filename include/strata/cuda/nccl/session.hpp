@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include <strata/comm/nccl/contract.hpp>
-#include <strata/comm/nccl/error.hpp>
-#include <strata/comm/nccl/rank.hpp>
+#include <strata/cuda/nccl/contract.hpp>
+#include <strata/cuda/nccl/error.hpp>
+#include <strata/cuda/nccl/rank.hpp>
 #include <strata/comm/threads/call.hpp>
 #include <strata/comm/threads/options.hpp>
 #include <strata/cuda/stream.hpp>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <strata/comm/cuda/communicator.hpp>
+#include <strata/cuda/comm/communicator.hpp>
 #include <strata/comm/gpu_choice.hpp>
 #include <strata/cuda/compute.hpp>
 #include <strata/strategy/device_collectives.hpp>

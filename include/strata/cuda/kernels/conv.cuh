@@ -11,7 +11,7 @@
 //!   strata::cuda::detail::launch_max_pool(s, g, x, y, argmax);
 
 #include <strata/kernels/bodies/windows.hpp>
-#include <strata/kernels/cuda/common.cuh>
+#include <strata/cuda/kernels/common.cuh>
 
 namespace strata::cuda::detail {
 

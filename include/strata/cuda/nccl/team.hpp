@@ -17,11 +17,11 @@
 #include <vector>
 
 #include <strata/comm/gpu_choice.hpp>
-#include <strata/comm/nccl/communicator.hpp>
-#include <strata/comm/nccl/contract.hpp>
-#include <strata/comm/nccl/error.hpp>
-#include <strata/comm/nccl/identity.hpp>
-#include <strata/comm/nccl/rank.hpp>
+#include <strata/cuda/nccl/communicator.hpp>
+#include <strata/cuda/nccl/contract.hpp>
+#include <strata/cuda/nccl/error.hpp>
+#include <strata/cuda/nccl/identity.hpp>
+#include <strata/cuda/nccl/rank.hpp>
 #include <strata/comm/threads/options.hpp>
 #include <strata/comm/threads/team.hpp>
 #include <strata/cuda/device.hpp>

@@ -14,7 +14,7 @@
 
 #include <strata/kernels/bodies/activations.hpp>
 #include <strata/kernels/bodies/maps.hpp>
-#include <strata/kernels/cuda/common.cuh>
+#include <strata/cuda/kernels/common.cuh>
 
 namespace strata::cuda::detail {
 

@@ -6,7 +6,7 @@
 //!   strata::cuda::detail::launch_layer_norm(s, x, gamma, beta, y, xhat, rstd, rows, cols, 1e-3f);
 
 #include <strata/kernels/bodies/layer_norm.hpp>
-#include <strata/kernels/cuda/common.cuh>
+#include <strata/cuda/kernels/common.cuh>
 
 namespace strata::cuda::detail {
 

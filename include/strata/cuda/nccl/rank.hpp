@@ -14,7 +14,7 @@
 #include <string_view>
 #include <thread>
 
-#include <strata/comm/nccl/error.hpp>
+#include <strata/cuda/nccl/error.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/core/concepts.hpp>
 #include <strata/cuda/stream.hpp>

@@ -6,7 +6,7 @@
 //!   strata::cuda::detail::launch_sgd(s, w, g, v, n, {.lr = 0.1f, .momentum = 0.9f});
 
 #include <strata/kernels/bodies/optim.hpp>
-#include <strata/kernels/cuda/common.cuh>
+#include <strata/cuda/kernels/common.cuh>
 
 namespace strata::cuda::detail {
 
