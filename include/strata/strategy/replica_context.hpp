@@ -48,6 +48,33 @@ class ReplicaContext {
   template <Buffer In, MutableBuffer Out>
   void all_gather(In&& in, Out&& out) { comm_.all_gather(std::forward<In>(in), std::forward<Out>(out)); }
   void barrier() { comm_.barrier(); }
+  //! Non-blocking forms, where the communicator has them (AsyncCommunicator):
+  //! each returns a strata::Work; all-reduce uses the context's algorithm.
+  //!   strata::Work w = ctx.all_reduce_async(grad, strata::Sum);  ...;  w.wait();
+  template <MutableBuffer R, ReduceOperation Op>
+    requires AsyncCommunicator<Comm>
+  Work all_reduce_async(R&& data, Op op) { return comm_.all_reduce_async(std::forward<R>(data), op, Algo{}); }
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires AsyncCommunicator<Comm>
+  Work all_reduce_async(In&& in, Out&& out, Op op) {
+    return comm_.all_reduce_async(std::forward<In>(in), std::forward<Out>(out), op, Algo{});
+  }
+  template <MutableBuffer R>
+    requires AsyncCommunicator<Comm>
+  Work broadcast_async(R&& data, int root) { return comm_.broadcast_async(std::forward<R>(data), root); }
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires AsyncCommunicator<Comm>
+  Work reduce_scatter_async(In&& in, Out&& out, Op op) {
+    return comm_.reduce_scatter_async(std::forward<In>(in), std::forward<Out>(out), op);
+  }
+  template <Buffer In, MutableBuffer Out>
+    requires AsyncCommunicator<Comm>
+  Work all_gather_async(In&& in, Out&& out) {
+    return comm_.all_gather_async(std::forward<In>(in), std::forward<Out>(out));
+  }
+  Work barrier_async()
+    requires AsyncCommunicator<Comm>
+  { return comm_.barrier_async(); }
   //! Point-to-point, as the communicator's send / recv (tagged, in order per peer and tag).
   template <Buffer B>
   void send(B&& data, int peer, int tag) { comm_.send(std::forward<B>(data), peer, tag); }

@@ -7,10 +7,14 @@
 //!   comm.all_reduce(grad, strata::Mean);            // in place, automatic algorithm
 //!   comm.all_reduce(in, out, strata::Sum, strata::Ring{});
 //! It also moves tagged point-to-point messages (send / recv), and models
-//! strata::Communicator (comm/communicator.hpp).
+//! strata::AsyncCommunicator (comm/communicator.hpp): the collectives have
+//! non-blocking forms returning a strata::Work, run in issue order by the
+//! replica's progress thread.
+//!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <ranges>
 #include <span>
 #include <string>
@@ -21,7 +25,9 @@
 #include <strata/comm/algorithm/ring.hpp>
 #include <strata/comm/communicator.hpp>
 #include <strata/comm/reduce_op.hpp>
+#include <strata/comm/threads/ring_link.hpp>
 #include <strata/comm/threads/team.hpp>
+#include <strata/comm/work.hpp>
 #include <strata/core/concepts.hpp>
 
 namespace strata {
@@ -43,38 +49,10 @@ namespace detail {
 template <class R>
 using buffer_element_t = std::remove_cv_t<std::ranges::range_value_t<R>>;
 
-//! The shared-memory ring link: the left neighbour's chunk is read in
-//! place from its buffer once it has completed the previous step.
-template <class T>
-class ThreadRingLink {
- public:
-  ThreadRingLink(Team& team, int me, std::uint64_t seq, const CallDesc& d, T* mine)
-      : team_(team), me_(me), p_(team.size()), seq_(seq), d_(d), mine_(mine),
-        left_(static_cast<const T*>(team.slot((me + p_ - 1) % p_).out)),
-        base_(team.slot(me).progress.load()) {}
-  [[nodiscard]] int rank() const noexcept { return me_; }
-  [[nodiscard]] int size() const noexcept { return p_; }
-  template <class Fn>
-  void step(std::size_t k, Range /*send*/, Range recv, Fn fn) {
-    // The left neighbour finished step k-1, so its chunk is ready; the right
-    // one finished step k-1 too, so it no longer reads what we overwrite.
-    team_.wait_progress(me_, (me_ + p_ - 1) % p_, (me_ + 1) % p_, base_ + k, seq_, d_);
-    fn(mine_ + recv.begin, left_ + recv.begin, recv.size());
-    team_.publish_progress(me_, base_ + k + 1);
-  }
-
- private:
-  Team& team_;
-  int me_, p_;
-  std::uint64_t seq_;
-  const CallDesc& d_;
-  T* mine_;
-  const T* left_;
-  std::uint64_t base_;
-};
 }  // namespace detail
 
-//! One replica's handle on its team's collectives.
+//! One replica's handle on its team's collectives. A small handle (team and
+//! rank): copies share the replica's order of operations.
 class ThreadCommunicator {
  public:
   ThreadCommunicator(detail::Team& team, int rank) : team_(&team), rank_(rank) {}
@@ -84,8 +62,7 @@ class ThreadCommunicator {
 
   //! Every replica waits until all have arrived.
   void barrier() {
-    const detail::CallDesc d{};
-    team_->leave(rank_, team_->enter(rank_, d, nullptr, nullptr), d);
+    ordered([&] { barrier_now(); }, [] { return std::string("barrier()"); });
   }
 
   //! In-place all-reduce: afterwards every replica's `data` holds the
@@ -94,8 +71,9 @@ class ThreadCommunicator {
   void all_reduce(R&& data, Op, Algo = {}) {
     using T = detail::buffer_element_t<R>;
     detail::check_op<Op, T>();
-    std::span<T> s(std::ranges::data(data), std::ranges::size(data));
-    all_reduce_impl<Op>(s.data(), s.data(), s.size(), s.size(), Algo{});
+    T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    ordered([&] { all_reduce_impl<Op>(p, p, n, n, Algo{}); }, [&] { return describe<T>("all_reduce", n); });
   }
 
   //! Out-of-place all-reduce: `out` (same size as `in`) receives the result.
@@ -104,8 +82,10 @@ class ThreadCommunicator {
   void all_reduce(In&& in, Out&& out, Op, Algo = {}) {
     using T = detail::buffer_element_t<Out>;
     detail::check_op<Op, T>();
-    all_reduce_impl<Op>(std::ranges::data(in), std::ranges::data(out), std::ranges::size(in),
-                        std::ranges::size(out), Algo{});
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    ordered([&] { all_reduce_impl<Op>(i, o, n, on, Algo{}); }, [&] { return describe<T>("all_reduce", n); });
   }
 
   //! Copies `root`'s `data` into every replica's `data`.
@@ -114,11 +94,7 @@ class ThreadCommunicator {
     using T = detail::buffer_element_t<R>;
     T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    const detail::CallDesc d{.kind = detail::CallKind::broadcast, .dtype = dtype_name<T>(), .in_count = n,
-                             .out_count = n, .root = root, .has_op = false, .algorithm = {}};
-    const auto seq = team_->enter(rank_, d, p, p);
-    if (rank_ != root && n) std::copy_n(static_cast<const T*>(team_->slot(root).in), n, p);
-    team_->leave(rank_, seq, d);
+    ordered([&] { broadcast_now(p, n, root); }, [&] { return describe<T>("broadcast", n); });
   }
 
   //! Reduces `in` (same size everywhere) over the replicas and leaves shard
@@ -129,15 +105,10 @@ class ThreadCommunicator {
   void reduce_scatter(In&& in, Out&& out, Op) {
     using T = detail::buffer_element_t<Out>;
     detail::check_op<Op, T>();
-    const std::size_t n = std::ranges::size(in);
-    const detail::CallDesc d{.kind = detail::CallKind::reduce_scatter, .op = Op::kind, .dtype = dtype_name<T>(),
-                             .in_count = n, .out_count = std::ranges::size(out), .root = 0, .has_op = true, .algorithm = {}};
-    const auto seq = team_->enter(rank_, d, std::ranges::data(in), std::ranges::data(out));
-    const Range mine = shard_range(n, static_cast<std::size_t>(size()), static_cast<std::size_t>(rank_));
-    std::vector<const T*> ins = inputs<T>(mine.begin);
+    const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
-    detail::reduce_range<Op>(ins.data(), ins.size(), &o, 1, 0, mine.size(), ins.size());
-    team_->leave(rank_, seq, d);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    ordered([&] { reduce_scatter_now<Op>(i, n, o, on); }, [&] { return describe<T>("reduce_scatter", n); });
   }
 
   //! Concatenates every replica's `in` in replica order into each `out`;
@@ -146,17 +117,10 @@ class ThreadCommunicator {
     requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
   void all_gather(In&& in, Out&& out) {
     using T = detail::buffer_element_t<Out>;
-    const detail::CallDesc d{.kind = detail::CallKind::all_gather, .dtype = dtype_name<T>(),
-                             .in_count = std::ranges::size(in), .out_count = std::ranges::size(out), .root = 0,
-                             .has_op = false, .algorithm = {}};
-    const auto seq = team_->enter(rank_, d, std::ranges::data(in), std::ranges::data(out));
+    const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
-    for (int r = 0; r < size(); ++r) {
-      const detail::Slot& s = team_->slot(r);
-      std::copy_n(static_cast<const T*>(s.in), s.desc.in_count, o);
-      o += s.desc.in_count;
-    }
-    team_->leave(rank_, seq, d);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    ordered([&] { all_gather_now(i, n, o, on); }, [&] { return describe<T>("all_gather", n); });
   }
 
   //! Reduces `in` over the replicas into `root`'s `out` only (the central
@@ -167,16 +131,82 @@ class ThreadCommunicator {
   void reduce_to_one(In&& in, Out&& out, int root, Op) {
     using T = detail::buffer_element_t<Out>;
     detail::check_op<Op, T>();
-    const std::size_t n = std::ranges::size(in);
-    const detail::CallDesc d{.kind = detail::CallKind::reduce_to_one, .op = Op::kind, .dtype = dtype_name<T>(),
-                             .in_count = n, .out_count = std::ranges::size(out), .root = root, .has_op = true, .algorithm = {}};
-    const auto seq = team_->enter(rank_, d, std::ranges::data(in), std::ranges::data(out));
-    const Range mine = detail::aligned_range(n, static_cast<std::size_t>(size()), static_cast<std::size_t>(rank_),
-                                             64 / sizeof(T));
-    std::vector<const T*> ins = inputs<T>(0);
-    T* o = static_cast<T*>(team_->slot(root).out);
-    detail::reduce_range<Op>(ins.data(), ins.size(), &o, 1, mine.begin, mine.end, ins.size());
-    team_->leave(rank_, seq, d);
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    ordered([&] { reduce_to_one_now<Op>(i, n, o, on, root); }, [&] { return describe<T>("reduce_to_one", n); });
+  }
+
+  //! Non-blocking forms (strata::AsyncCommunicator): each queues the
+  //! collective behind this replica's earlier operations and returns its
+  //! Work at once; the replica's progress thread runs it, with the very code
+  //! (and so the very bits) of the blocking form. The buffers belong to the
+  //! operation until its Work says it ended (comm/work.hpp); they must be
+  //! views or lvalues (borrowed ranges), never temporaries that own their
+  //! elements. Blocking calls made meanwhile (point-to-point included) run
+  //! after the queued ones, in issue order.
+  //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
+  template <MutableBuffer R, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
+    requires std::ranges::borrowed_range<R>
+  Work all_reduce_async(R&& data, Op, Algo = {}) {
+    using T = detail::buffer_element_t<R>;
+    detail::check_op<Op, T>();
+    T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    return submit([=] { return describe<T>("all_reduce", n); },
+                  [c = *this, p, n]() mutable { c.all_reduce_impl<Op>(p, p, n, n, Algo{}); });
+  }
+  //! Out-of-place non-blocking all-reduce.
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
+             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
+  Work all_reduce_async(In&& in, Out&& out, Op, Algo = {}) {
+    using T = detail::buffer_element_t<Out>;
+    detail::check_op<Op, T>();
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    return submit([=] { return describe<T>("all_reduce", n); },
+                  [c = *this, i, o, n, on]() mutable { c.all_reduce_impl<Op>(i, o, n, on, Algo{}); });
+  }
+  //! Non-blocking broadcast.
+  template <MutableBuffer R>
+    requires std::ranges::borrowed_range<R>
+  Work broadcast_async(R&& data, int root) {
+    using T = detail::buffer_element_t<R>;
+    T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    return submit([=] { return describe<T>("broadcast", n); },
+                  [c = *this, p, n, root]() mutable { c.broadcast_now(p, n, root); });
+  }
+  //! Non-blocking reduce-scatter.
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
+             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
+  Work reduce_scatter_async(In&& in, Out&& out, Op) {
+    using T = detail::buffer_element_t<Out>;
+    detail::check_op<Op, T>();
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    return submit([=] { return describe<T>("reduce_scatter", n); },
+                  [c = *this, i, o, n, on]() mutable { c.reduce_scatter_now<Op>(i, n, o, on); });
+  }
+  //! Non-blocking all-gather.
+  template <Buffer In, MutableBuffer Out>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
+             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
+  Work all_gather_async(In&& in, Out&& out) {
+    using T = detail::buffer_element_t<Out>;
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    return submit([=] { return describe<T>("all_gather", n); },
+                  [c = *this, i, o, n, on]() mutable { c.all_gather_now(i, n, o, on); });
+  }
+  //! Non-blocking barrier: its Work completes once every replica arrived.
+  Work barrier_async() {
+    return submit([] { return std::string("barrier()"); }, [c = *this]() mutable { c.barrier_now(); });
   }
 
   //! Sends `data` to replica `peer` with `tag` (>= 0). Returns without
@@ -192,9 +222,9 @@ class ThreadCommunicator {
     using T = detail::buffer_element_t<B>;
     check_peer("send", peer, tag);
     const std::size_t n = std::ranges::size(data);
-    team_->send(rank_, peer, tag,
-                detail::P2pBuffer{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T),
-                                  .in = std::ranges::data(data), .out = nullptr});
+    const detail::P2pBuffer b{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T),
+                              .in = std::ranges::data(data), .out = nullptr};
+    ordered([&] { team_->send(rank_, peer, tag, b); }, [&] { return describe<T>("send", n); });
   }
 
   //! Receives into `data` the next message that replica `peer` sent to this
@@ -208,9 +238,9 @@ class ThreadCommunicator {
     using T = detail::buffer_element_t<B>;
     check_peer("recv", peer, tag);
     const std::size_t n = std::ranges::size(data);
-    team_->recv(rank_, peer, tag,
-                detail::P2pBuffer{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T), .in = nullptr,
-                                  .out = std::ranges::data(data)});
+    const detail::P2pBuffer b{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T), .in = nullptr,
+                              .out = std::ranges::data(data)};
+    ordered([&] { team_->recv(rank_, peer, tag, b); }, [&] { return describe<T>("recv", n); });
   }
 
   //! The algorithm AutoReduce picks for `bytes` per replica.
@@ -220,6 +250,20 @@ class ThreadCommunicator {
   }
 
  private:
+  //! Runs `op` now, or after this replica's queued operations (then waited for).
+  template <class Op, class What>
+  void ordered(Op&& op, What what) {
+    team_->progress(rank_).run(std::forward<Op>(op), what);
+  }
+  template <class What, class Op>
+  Work submit(What what, Op op) {
+    return team_->progress(rank_).submit(what, std::function<void()>(std::move(op)));
+  }
+  template <class T>
+  static std::string describe(const char* call, std::size_t n) {
+    return std::string(call) + "(" + std::string(dtype_name<T>()) + ", " + std::to_string(n) + " elements)";
+  }
+
   void check_peer(const char* call, int peer, int tag) const {
     if (peer == rank_ || peer < 0 || peer >= size())
       throw Error("strata: " + std::string(call) + " on replica " + std::to_string(rank_) + ": peer " +
@@ -235,6 +279,59 @@ class ThreadCommunicator {
     std::vector<const T*> v(static_cast<std::size_t>(size()));
     for (int r = 0; r < size(); ++r) v[static_cast<std::size_t>(r)] = static_cast<const T*>(team_->slot(r).in) + offset;
     return v;
+  }
+
+  // The collectives themselves, on whichever thread runs them (the caller's
+  // or the replica's progress thread): one code path for both forms.
+  void barrier_now() {
+    const detail::CallDesc d{};
+    team_->leave(rank_, team_->enter(rank_, d, nullptr, nullptr), d);
+  }
+
+  template <class T>
+  void broadcast_now(T* p, std::size_t n, int root) {
+    const detail::CallDesc d{.kind = detail::CallKind::broadcast, .dtype = dtype_name<T>(), .in_count = n,
+                             .out_count = n, .root = root, .has_op = false, .algorithm = {}};
+    const auto seq = team_->enter(rank_, d, p, p);
+    if (rank_ != root && n) std::copy_n(static_cast<const T*>(team_->slot(root).in), n, p);
+    team_->leave(rank_, seq, d);
+  }
+
+  template <ReduceOperation Op, class T>
+  void reduce_scatter_now(const T* in, std::size_t n, T* o, std::size_t out_n) {
+    const detail::CallDesc d{.kind = detail::CallKind::reduce_scatter, .op = Op::kind, .dtype = dtype_name<T>(),
+                             .in_count = n, .out_count = out_n, .root = 0, .has_op = true, .algorithm = {}};
+    const auto seq = team_->enter(rank_, d, in, o);
+    const Range mine = shard_range(n, static_cast<std::size_t>(size()), static_cast<std::size_t>(rank_));
+    std::vector<const T*> ins = inputs<T>(mine.begin);
+    detail::reduce_range<Op>(ins.data(), ins.size(), &o, 1, 0, mine.size(), ins.size());
+    team_->leave(rank_, seq, d);
+  }
+
+  template <class T>
+  void all_gather_now(const T* in, std::size_t n, T* o, std::size_t out_n) {
+    const detail::CallDesc d{.kind = detail::CallKind::all_gather, .dtype = dtype_name<T>(), .in_count = n,
+                             .out_count = out_n, .root = 0, .has_op = false, .algorithm = {}};
+    const auto seq = team_->enter(rank_, d, in, o);
+    for (int r = 0; r < size(); ++r) {
+      const detail::Slot& s = team_->slot(r);
+      std::copy_n(static_cast<const T*>(s.in), s.desc.in_count, o);
+      o += s.desc.in_count;
+    }
+    team_->leave(rank_, seq, d);
+  }
+
+  template <ReduceOperation Op, class T>
+  void reduce_to_one_now(const T* in, std::size_t n, T* out, std::size_t out_n, int root) {
+    const detail::CallDesc d{.kind = detail::CallKind::reduce_to_one, .op = Op::kind, .dtype = dtype_name<T>(),
+                             .in_count = n, .out_count = out_n, .root = root, .has_op = true, .algorithm = {}};
+    const auto seq = team_->enter(rank_, d, in, out);
+    const Range mine = detail::aligned_range(n, static_cast<std::size_t>(size()), static_cast<std::size_t>(rank_),
+                                             64 / sizeof(T));
+    std::vector<const T*> ins = inputs<T>(0);
+    T* o = static_cast<T*>(team_->slot(root).out);
+    detail::reduce_range<Op>(ins.data(), ins.size(), &o, 1, mine.begin, mine.end, ins.size());
+    team_->leave(rank_, seq, d);
   }
 
   template <ReduceOperation Op, class T, class Algo>
@@ -271,6 +368,6 @@ class ThreadCommunicator {
   int rank_;
 };
 
-static_assert(Communicator<ThreadCommunicator>, "ThreadCommunicator must model strata::Communicator");
+static_assert(AsyncCommunicator<ThreadCommunicator>, "ThreadCommunicator must model strata::AsyncCommunicator");
 
 }  // namespace strata

@@ -17,6 +17,11 @@
 //! sequentially consistent), then waits until no committed replica still
 //! touches its buffers; that takes the others' bounded copying and reducing,
 //! never a wait of theirs, which the abort ends.
+//!
+//! Each replica also has a progress queue (comm/progress.hpp): its
+//! non-blocking collectives run there, in issue order, on a thread started
+//! at the first one; a replica is marked departed only once its queue is
+//! empty, and a Work that overruns its bound aborts the team.
 
 #include <algorithm>
 #include <atomic>
@@ -31,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include <strata/comm/progress.hpp>
 #include <strata/comm/threads/call.hpp>
 #include <strata/comm/threads/mailbox.hpp>
 #include <strata/comm/threads/options.hpp>
@@ -71,8 +77,11 @@ class Team {
  public:
   Team(int p, CommOptions opts)
       : p_(p), opts_(opts), slots_(std::make_unique<Slot[]>(static_cast<std::size_t>(std::max(p, 1)))),
-        mailbox_(std::max(p, 1)) {
+        mailbox_(std::max(p, 1)), progress_(std::make_unique<ProgressQueue[]>(static_cast<std::size_t>(std::max(p, 1)))) {
     if (p < 1) throw Error("strata: a team needs at least one replica, got " + std::to_string(p));
+    for (int r = 0; r < p; ++r)
+      progress(r).configure("replica " + std::to_string(r), opts_.timeout,
+                            [this, r](const std::string& why) { abort(r, why); });
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     // With a core per replica, the awaited replica is running: spin on the
     // line. With more replicas than cores it may be waiting for our core:
@@ -84,6 +93,8 @@ class Team {
   [[nodiscard]] int size() const noexcept { return p_; }
   [[nodiscard]] const CommOptions& options() const noexcept { return opts_; }
   Slot& slot(int r) noexcept { return slots_[static_cast<std::size_t>(r)]; }
+  //! Replica `r`'s operations in issue order (its non-blocking ones run there).
+  ProgressQueue& progress(int r) noexcept { return progress_[static_cast<std::size_t>(r)]; }
 
   //! Called while no replica runs: forget the previous run entirely.
   void reset() {
@@ -124,8 +135,11 @@ class Team {
   [[nodiscard]] bool departed(int r) const noexcept { return slots_[static_cast<std::size_t>(r)].departed.load(); }
 
   //! Replica `r` returned from its function: a collective it never called
-  //! can no longer complete, and waiters say so at once.
+  //! can no longer complete, and waiters say so at once. What it left
+  //! queued runs first (bounded: each operation is, and a failed replica's
+  //! aborted the team), so that departed means done.
   void depart(int r) {
+    progress(r).drain();
     slot(r).departed.store(true);
     notify();
     mailbox_.wake_all();  // a receiver waiting on `r` can stop waiting
@@ -309,6 +323,8 @@ class Team {
   std::mutex mu_;
   std::condition_variable cv_;
   std::string abort_reason_;  // guarded by mu_
+  // Last: its threads end (after running what is queued) before the slots go.
+  std::unique_ptr<ProgressQueue[]> progress_;
 };
 
 }  // namespace strata::detail

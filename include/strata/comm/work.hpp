@@ -1,0 +1,177 @@
+#pragma once
+//! strata::Work: the handle of one non-blocking collective (as c10d's Work).
+//!   strata::Work w = comm.all_reduce_async(grad, strata::Sum);
+//!   ...                        // compute while the reduction runs
+//!   w.wait();                  // grad holds the sum, or the typed error is thrown
+//!
+//! What a Work promises:
+//! - wait() returns once the operation completed, or throws the very error
+//!   the blocking call would have thrown (CollectiveTimeout,
+//!   CollectiveMismatch, CollectiveAborted, naming the missing or failed
+//!   peer). It is bounded: within the communicator's deadline for each
+//!   operation queued ahead of it and for its own, plus a margin. Past that
+//!   (an operation that keeps progressing too slowly), it ends the
+//!   communicator's collectives where the communicator can (the thread team
+//!   is aborted) and throws CollectiveTimeout saying so.
+//! - test() never blocks: true once completed, false while running; it
+//!   rethrows the operation's error once failed. is_completed() is the same
+//!   without the rethrow (true also when it failed).
+//! - The buffers given to the operation belong to it until wait() (or a
+//!   test() that returned true or threw) says it has ended: do not read,
+//!   write or free them before.
+//! - A Work destroyed before it was waited for waits (bounded, as wait())
+//!   rather than leave a buffer in use; its error, if any, is then dropped
+//!   (the communicator is aborted or unusable after a failure, so the next
+//!   operation reports it). A Work that stays pending past even ten times
+//!   that bound (at least 5 minutes) ends the process with a message, since
+//!   returning would free memory still in use.
+//! - A default-constructed Work is completed. Works move, never copy.
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include <strata/core/error.hpp>
+
+namespace strata {
+
+namespace detail {
+
+//! The shared state of one queued operation: completed once, by the thread
+//! that ran it; read by the Work that waits for it.
+struct WorkState {
+  WorkState(std::string what_, std::chrono::steady_clock::duration bound_,
+            std::function<void(const std::string&)> cancel_)
+      : what(std::move(what_)), bound(bound_), cancel(std::move(cancel_)) {}
+
+  //! The operation ended: `e` is its error (null on success).
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard lk(mu);
+      error = std::move(e);
+      done = true;
+    }
+    cv.notify_all();
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;         // guarded by mu
+  std::exception_ptr error;  // guarded by mu; set before done
+  const std::string what;    // "all_reduce(float, 1000 elements) on replica 1"
+  //! How long wait() may take from its call before it gives up on the operation.
+  const std::chrono::steady_clock::duration bound;
+  //! Ends the communicator's collectives early (may be empty): called with
+  //! the reason when the bound passes.
+  const std::function<void(const std::string&)> cancel;
+};
+
+inline std::string what_of_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+}  // namespace detail
+
+//! The handle of one non-blocking operation (see the top of this header).
+//!   auto w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
+class Work {
+ public:
+  //! A completed Work (nothing to wait for).
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::WorkState> s) noexcept : s_(std::move(s)) {}
+  Work(Work&& o) noexcept = default;
+  Work& operator=(Work&& o) noexcept {
+    if (this != &o) {
+      settle();
+      s_ = std::move(o.s_);
+    }
+    return *this;
+  }
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+  ~Work() { settle(); }
+
+  //! Whether the operation has ended (completed or failed); never blocks.
+  [[nodiscard]] bool is_completed() const {
+    if (!s_) return true;
+    std::lock_guard lk(s_->mu);
+    return s_->done;
+  }
+
+  //! Non-blocking: true once the operation completed, false while it runs;
+  //! rethrows its error once it failed.
+  bool test() {
+    if (!s_) return true;
+    std::unique_lock lk(s_->mu);
+    if (!s_->done) return false;
+    if (s_->error) std::rethrow_exception(s_->error);
+    return true;
+  }
+
+  //! Blocks until the operation completed (then its buffers are the
+  //! caller's again), or rethrows its typed error. Bounded: see the header.
+  void wait() {
+    if (!s_) return;
+    std::unique_lock lk(s_->mu);
+    if (!s_->cv.wait_for(lk, s_->bound, [&] { return s_->done; })) {
+      lk.unlock();
+      const std::string why = s_->what + " did not complete within " + std::to_string(ms(s_->bound)) +
+                              " ms (the communicator's deadline for it and for each operation queued ahead of "
+                              "it, plus a margin)";
+      if (s_->cancel) s_->cancel(why);
+      lk.lock();
+      last_resort(lk);
+      if (s_->error) throw CollectiveTimeout("strata: " + why + "; it then ended with: " +
+                                             detail::what_of_error(s_->error));
+      return;  // it completed meanwhile: the result is there
+    }
+    if (s_->error) std::rethrow_exception(s_->error);
+  }
+
+ private:
+  static long long ms(std::chrono::steady_clock::duration d) {
+    return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  }
+
+  //! Waits (holding `lk`) for an operation already past its bound, and
+  //! cancelled where possible: ten times the bound, at least 5 minutes; then
+  //! ends the process rather than return while the operation uses its buffers.
+  void last_resort(std::unique_lock<std::mutex>& lk) {
+    const auto limit = std::max<std::chrono::steady_clock::duration>(10 * s_->bound, std::chrono::minutes(5));
+    if (s_->cv.wait_for(lk, limit, [&] { return s_->done; })) return;
+    std::fprintf(stderr,
+                 "strata: %s is still running %lld ms after its deadline; ending the process rather than "
+                 "free buffers the operation still uses\n",
+                 s_->what.c_str(), ms(limit));
+    std::fflush(stderr);
+    std::abort();
+  }
+
+  //! Before the handle goes: wait (bounded) so that no buffer stays in use.
+  void settle() noexcept {
+    if (!s_) return;
+    try {
+      wait();
+    } catch (...) {  // dropped: the communicator reports the failure at its next operation
+    }
+    s_.reset();
+  }
+
+  std::shared_ptr<detail::WorkState> s_;
+};
+
+}  // namespace strata
