@@ -21,7 +21,7 @@
 
 namespace strata::kernels {
 
-class HostCompute final : public HostMemoryOps<Compute> {
+class HostCompute : public HostMemoryOps<Compute> {
  public:
   HostCompute() { host::blas_single_threaded(); }
 
