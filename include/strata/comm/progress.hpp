@@ -27,8 +27,15 @@
 #include <utility>
 
 #include <strata/comm/work.hpp>
+#include <strata/core/concepts.hpp>
 
 namespace strata::detail {
+
+//! "all_reduce(float, 1000 elements)": an operation, for a Work's messages.
+template <class T>
+std::string describe_call(const char* call, std::size_t n) {
+  return std::string(call) + "(" + std::string(dtype_name<T>()) + ", " + std::to_string(n) + " elements)";
+}
 
 class ProgressQueue {
  public:
@@ -110,7 +117,7 @@ class ProgressQueue {
   //! ended; their errors stay with their Works. A no-op on the progress
   //! thread itself and before any non-blocking operation.
   void drain() noexcept {
-    if (!started_.load(std::memory_order_acquire) || on_progress_thread()) return;
+    if (!started_.load(std::memory_order_acquire) || on_progress_thread() || idle()) return;
     try {
       Work w = submit([] { return std::string("the wait for earlier operations"); }, [] {});
       w.wait();

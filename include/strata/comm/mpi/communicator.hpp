@@ -13,31 +13,41 @@
 //!   auto comm = strata::MpiCommunicator::world();
 //!   comm.all_reduce(grad, strata::Sum);                  // algorithm chosen by size
 //!   comm.all_reduce(grad, strata::Sum, strata::Ring{});  // or named
-//! One thread at a time may call a communicator (MPI_THREAD_SERIALIZED).
-//! Point-to-point send/recv (tagged, matched in order, bounded by the same
-//! timeout) make it a strata::Communicator.
+//! One thread at a time may call a communicator (its owner). Point-to-point
+//! send/recv (tagged, matched in order, bounded by the same timeout) make
+//! it a strata::Communicator; the non-blocking collectives (*_async,
+//! returning a strata::Work) a strata::AsyncCommunicator: they run on the
+//! communicator's progress thread, in issue order with its blocking calls,
+//! and every MPI call strata makes holds one process-wide lock
+//! (runtime.hpp), so MPI_THREAD_SERIALIZED still suffices.
+//!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
 //! The pieces: exchange.hpp (the contract exchange and the waiting),
 //! all_reduce.hpp (the algorithms and the automatic choice),
-//! point_to_point.hpp (send and recv).
+//! point_to_point.hpp (send and recv), progress.hpp (the order of operations).
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include <strata/comm/mpi/all_reduce.hpp>
+#include <strata/comm/mpi/collective_work.hpp>
 #include <strata/comm/mpi/exchange.hpp>
 #include <strata/comm/mpi/mpi.hpp>
 #include <strata/comm/mpi/options.hpp>
 #include <strata/comm/mpi/point_to_point.hpp>
+#include <strata/comm/mpi/progress.hpp>
 #include <strata/comm/mpi/runtime.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/threads/communicator.hpp>
+#include <strata/comm/work.hpp>
 
 namespace strata {
 
@@ -57,10 +67,30 @@ class MpiCommunicator {
     return MpiCommunicator(MPI_COMM_WORLD, std::move(opts));
   }
 
-  MpiCommunicator(MpiCommunicator&&) noexcept = default;
-  MpiCommunicator& operator=(MpiCommunicator&&) noexcept = default;
+  //! Moving waits for the source's pending work first.
+  MpiCommunicator(MpiCommunicator&& o) noexcept
+      : ex_((o.work_.drain(), std::move(o.ex_))), auto_(std::move(o.auto_)), async_(std::move(o.async_)),
+        work_(std::move(o.work_)) {}
+  MpiCommunicator& operator=(MpiCommunicator&& o) noexcept {
+    if (this != &o) {
+      work_.stop();  // ours ends before our MPI state goes
+      o.work_.drain();
+      const detail::mpi::SerialMpi lock("replacing a communicator", ex_.options().timeout, std::nothrow);
+      ex_ = std::move(o.ex_);
+      auto_ = std::move(o.auto_);
+      async_ = std::move(o.async_);
+      work_ = std::move(o.work_);
+    }
+    return *this;
+  }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+  //! Runs what is still queued (each operation bounded), then frees the
+  //! communicator under the MPI lock.
+  ~MpiCommunicator() {
+    work_.stop();
+    freeing_.emplace("freeing a communicator", ex_.options().timeout, std::nothrow);
+  }
 
   //! Ranks with the same `color` form a new communicator, ordered by `key`
   //! (then by rank here). Collective, under the contract.
@@ -68,6 +98,8 @@ class MpiCommunicator {
   //! first gathered under the deadline, so that it runs only once every rank
   //! is known present (a rank that never arrives is named, not waited for).
   MpiCommunicator split(int color, int key) {
+    work_.drain();  // in issue order: pending work first
+    const detail::mpi::SerialMpi lock("split", ex_.options().timeout);
     const std::int64_t mine[2] = {color, key};
     std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size()));
     all_gather(mine, all);
@@ -89,19 +121,22 @@ class MpiCommunicator {
   [[nodiscard]] int ranks_on_node() const noexcept { return ex_.node_size(); }
   //! This rank's index among the ranks on its node (its local rank: which GPU it takes).
   [[nodiscard]] int rank_on_node() const noexcept { return ex_.node_rank(); }
-  //! Collectives this rank has completed on this communicator.
-  [[nodiscard]] std::uint64_t completed() const noexcept { return ex_.completed(); }
-  //! Empty while usable; after a timeout or an abort, why it is not.
-  [[nodiscard]] const std::string& poisoned() const noexcept { return ex_.poisoned(); }
+  //! Collectives this rank has completed on this communicator (its pending work first).
+  [[nodiscard]] std::uint64_t completed() const noexcept { return work_.drain(), ex_.completed(); }
+  //! Empty while usable; after a timeout or an abort, why it is not (its pending work first).
+  [[nodiscard]] const std::string& poisoned() const noexcept { return work_.drain(), ex_.poisoned(); }
 
-  //! While `*flag` is true, a waiting collective gives up (CollectiveAborted):
+  //! While `*flag` is true, a waiting collective gives up (CollectiveAborted),
+  //! pending work included (each queued operation then fails at once):
   //! how a strategy releases its MPI leader when a local replica failed.
-  void set_interrupt(const std::atomic<bool>* flag) noexcept { ex_.set_interrupt(flag); }
+  void set_interrupt(const std::atomic<bool>* flag) noexcept {
+    work_.drain();
+    ex_.set_interrupt(flag);
+  }
 
   //! Every rank waits until all have arrived.
   void barrier() {
-    const detail::CallDesc d{.kind = detail::CallKind::barrier};
-    ex_.done(ex_.enter(d, nullptr, 0));
+    ordered("barrier", [&] { detail::mpi::barrier_work(ex_); }, [] { return std::string("barrier()"); });
   }
 
   //! In-place all-reduce: afterwards every rank's `data` holds the reduction
@@ -111,32 +146,27 @@ class MpiCommunicator {
     using T = detail::buffer_element_t<R>;
     T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    all_reduce_impl(p, p, n, n, op, algo);
+    ordered("all_reduce", [&] { all_reduce_impl(p, p, n, n, op, algo); }, what<T>("all_reduce", n));
   }
   //! Out-of-place all-reduce: `out` (same size as `in`) receives the result.
   template <Buffer In, MutableBuffer Out, ReduceOperation Op, MpiAllReduceAlgorithm Algo = AutoReduce>
     requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
   void all_reduce(In&& in, Out&& out, Op op, Algo algo = {}) {
-    all_reduce_impl(std::ranges::data(in), std::ranges::data(out), std::ranges::size(in), std::ranges::size(out), op,
-                    algo);
+    using T = detail::buffer_element_t<Out>;
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    ordered("all_reduce", [&] { all_reduce_impl(i, o, n, on, op, algo); }, what<T>("all_reduce", n));
   }
 
   //! Copies `root`'s `data` into every rank's `data`.
   template <MutableBuffer R>
   void broadcast(R&& data, int root) {
     using T = detail::buffer_element_t<R>;
+    T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    const detail::CallDesc d{.kind = detail::CallKind::broadcast, .dtype = dtype_name<T>(), .in_count = n,
-                             .out_count = n, .root = root};
-    const auto seq = ex_.enter(d, nullptr, 0);
-    if (n) {
-      const int count = detail::mpi::as_count(n, "broadcast");
-      MPI_Request req = MPI_REQUEST_NULL;
-      detail::mpi::check(
-          MPI_Ibcast(std::ranges::data(data), count, detail::mpi::datatype<T>(), root, ex_.comm(), &req), "MPI_Ibcast");
-      ex_.wait_collective(req, "MPI_Ibcast (root rank " + std::to_string(root) + ")");
-    }
-    ex_.done(seq);
+    ordered("broadcast", [&] { detail::mpi::broadcast_work(ex_, p, n, root); },
+            what<T>("broadcast", n));
   }
 
   //! Reduces `in` (same size everywhere) over the ranks and leaves shard
@@ -147,28 +177,11 @@ class MpiCommunicator {
   void reduce_scatter(In&& in, Out&& out, Op) {
     using T = detail::buffer_element_t<Out>;
     detail::check_op<Op, T>();
-    const std::size_t n = std::ranges::size(in);
-    const int p = size();
-    const detail::CallDesc d{.kind = detail::CallKind::reduce_scatter, .op = Op::kind, .dtype = dtype_name<T>(),
-                             .in_count = n, .out_count = std::ranges::size(out), .has_op = true};
-    const auto seq = ex_.enter(d, nullptr, 0);
-    if (n) {
-      std::vector<int>& counts = ex_.counts();  // MPI reads it until the call completes
-      counts.resize(static_cast<std::size_t>(p));
-      for (int r = 0; r < p; ++r)
-        counts[static_cast<std::size_t>(r)] = detail::mpi::as_count(
-            shard_range(n, static_cast<std::size_t>(p), static_cast<std::size_t>(r)).size(), "reduce_scatter");
-      const T* src = std::ranges::data(in);
-      T* dst = std::ranges::data(out);
-      if (detail::mpi::Exchange::overlaps(src, n, dst, std::ranges::size(out))) src = staged_copy(src, n);
-      MPI_Request req = MPI_REQUEST_NULL;
-      detail::mpi::check(MPI_Ireduce_scatter(src, dst, counts.data(), detail::mpi::datatype<T>(),
-                                             detail::mpi::op_of<Op>(), ex_.comm(), &req),
-                         "MPI_Ireduce_scatter");
-      ex_.wait_collective(req, "MPI_Ireduce_scatter");
-      detail::finalize<Op>(dst, std::ranges::size(out), static_cast<std::size_t>(p));
-    }
-    ex_.done(seq);
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    ordered("reduce_scatter", [&] { detail::mpi::reduce_scatter_work<Op>(ex_, i, n, o, on); },
+            what<T>("reduce_scatter", n));
   }
 
   //! Concatenates every rank's `in` in rank order into each `out`; inputs
@@ -177,33 +190,76 @@ class MpiCommunicator {
     requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
   void all_gather(In&& in, Out&& out) {
     using T = detail::buffer_element_t<Out>;
-    const int p = size();
-    const detail::CallDesc d{.kind = detail::CallKind::all_gather, .dtype = dtype_name<T>(),
-                             .in_count = std::ranges::size(in), .out_count = std::ranges::size(out)};
-    const auto seq = ex_.enter(d, nullptr, 0);
-    std::vector<int>& counts = ex_.counts();  // MPI reads both until the call completes
-    std::vector<int>& displs = ex_.displs();
-    counts.resize(static_cast<std::size_t>(p));
-    displs.resize(static_cast<std::size_t>(p));
-    std::size_t off = 0;
-    for (int r = 0; r < p; ++r) {
-      const auto c = static_cast<std::size_t>(ex_.call_of(r).in_count);
-      counts[static_cast<std::size_t>(r)] = detail::mpi::as_count(c, "all_gather");
-      displs[static_cast<std::size_t>(r)] = detail::mpi::as_count(off, "all_gather");
-      off += c;
-    }
-    if (off) {
-      const T* src = std::ranges::data(in);
-      if (detail::mpi::Exchange::overlaps(src, std::ranges::size(in), std::ranges::data(out), off))
-        src = staged_copy(src, std::ranges::size(in));
-      MPI_Request req = MPI_REQUEST_NULL;
-      detail::mpi::check(MPI_Iallgatherv(src, counts[static_cast<std::size_t>(rank())], detail::mpi::datatype<T>(),
-                                         std::ranges::data(out), counts.data(), displs.data(),
-                                         detail::mpi::datatype<T>(), ex_.comm(), &req),
-                         "MPI_Iallgatherv");
-      ex_.wait_collective(req, "MPI_Iallgatherv");
-    }
-    ex_.done(seq);
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    ordered("all_gather", [&] { detail::mpi::all_gather_work(ex_, i, n, o, on); },
+            what<T>("all_gather", n));
+  }
+
+  //! Non-blocking forms (AsyncCommunicator): each queues the collective
+  //! behind this communicator's earlier operations and returns its Work; the
+  //! progress thread runs it with the blocking form's code, contract and
+  //! deadline. Buffers (views or lvalues) belong to it until its Work ended.
+  //! A failure is the Work's typed error; the operations queued behind it
+  //! then fail at once with CollectiveAborted (the communicator is unusable).
+  //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum, strata::Ring{});  ...;  w.wait();
+  template <MutableBuffer R, ReduceOperation Op, MpiAllReduceAlgorithm Algo = AutoReduce>
+    requires std::ranges::borrowed_range<R>
+  Work all_reduce_async(R&& data, Op op, Algo algo = {}) {
+    using T = detail::buffer_element_t<R>;
+    detail::check_op<Op, T>();
+    T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    return submit("all_reduce", what<T>("all_reduce", n),
+                  [this, p, n, op, algo] { all_reduce_impl(p, p, n, n, op, algo); });
+  }
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op, MpiAllReduceAlgorithm Algo = AutoReduce>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
+             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
+  Work all_reduce_async(In&& in, Out&& out, Op op, Algo algo = {}) {
+    using T = detail::buffer_element_t<Out>;
+    detail::check_op<Op, T>();
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    return submit("all_reduce", what<T>("all_reduce", n),
+                  [this, i, o, n, on, op, algo] { all_reduce_impl(i, o, n, on, op, algo); });
+  }
+  template <MutableBuffer R>
+    requires std::ranges::borrowed_range<R>
+  Work broadcast_async(R&& data, int root) {
+    using T = detail::buffer_element_t<R>;
+    T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    return submit("broadcast", what<T>("broadcast", n),
+                  [this, p, n, root] { detail::mpi::broadcast_work(ex_, p, n, root); });
+  }
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
+             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
+  Work reduce_scatter_async(In&& in, Out&& out, Op) {
+    using T = detail::buffer_element_t<Out>;
+    detail::check_op<Op, T>();
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    return submit("reduce_scatter", what<T>("reduce_scatter", n),
+                  [this, i, o, n, on] { detail::mpi::reduce_scatter_work<Op>(ex_, i, n, o, on); });
+  }
+  template <Buffer In, MutableBuffer Out>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
+             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
+  Work all_gather_async(In&& in, Out&& out) {
+    using T = detail::buffer_element_t<Out>;
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    return submit("all_gather", what<T>("all_gather", n),
+                  [this, i, o, n, on] { detail::mpi::all_gather_work(ex_, i, n, o, on); });
+  }
+  Work barrier_async() {
+    return submit("barrier", [] { return std::string("barrier()"); }, [this] { detail::mpi::barrier_work(ex_); });
   }
 
   //! Sends `data` to rank `peer` under `tag` (0 or more); the peer's
@@ -216,7 +272,10 @@ class MpiCommunicator {
   //! An invalid peer (this rank, out of range) or a negative tag is a strata::Error.
   template <Buffer B>
   void send(B&& data, int peer, int tag) {
-    detail::mpi::send_message(ex_, std::ranges::data(data), std::ranges::size(data), peer, tag);
+    using T = detail::buffer_element_t<B>;
+    const T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    ordered("send", [&] { detail::mpi::send_message(ex_, p, n, peer, tag); }, what<T>("send", n));
   }
 
   //! Like send, but returns at once with the message (a copy of `data`) on
@@ -226,11 +285,18 @@ class MpiCommunicator {
   //!   comm.send_async(activations, /*peer=*/1, /*tag=*/0);  ...  comm.finish_sends();
   template <Buffer B>
   void send_async(B&& data, int peer, int tag) {
-    async_.push_back(detail::mpi::send_message_async(ex_, std::ranges::data(data), std::ranges::size(data), peer, tag));
+    using T = detail::buffer_element_t<B>;
+    const T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    ordered("send_async", [&] { async_.push_back(detail::mpi::send_message_async(ex_, p, n, peer, tag)); },
+            what<T>("send_async", n));
   }
   //! Waits until every send_async message has left this rank, or raises
   //! CollectiveTimeout after the timeout naming the peer that took nothing.
-  void finish_sends() { detail::mpi::finish_sends(ex_, async_); }
+  void finish_sends() {
+    ordered("finish_sends", [&] { detail::mpi::finish_sends(ex_, async_); },
+            [] { return std::string("finish_sends()"); });
+  }
 
   //! Receives into `data` the next message rank `peer` sent under `tag`
   //! (messages of one peer and tag arrive in the order sent). Raises
@@ -242,35 +308,57 @@ class MpiCommunicator {
   //!   comm.recv(grads, /*peer=*/1, /*tag=*/8);
   template <MutableBuffer B>
   void recv(B&& data, int peer, int tag) {
-    detail::mpi::recv_message(ex_, std::ranges::data(data), std::ranges::size(data), peer, tag);
+    using T = detail::buffer_element_t<B>;
+    T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    ordered("recv", [&] { detail::mpi::recv_message(ex_, p, n, peer, tag); }, what<T>("recv", n));
   }
 
   //! The algorithm AutoReduce picks for `bytes` per rank, and why, in a
   //! sentence (the same on every rank: the inputs to the choice are agreed).
   //! With MpiOptions::auto_tune, a size class's first calls measure the
   //! algorithms, and the answer is then the measured fastest (see AutoSelector).
-  [[nodiscard]] AutoChoice auto_choice(std::size_t bytes) const { return auto_.explain(ex_, bytes); }
+  [[nodiscard]] AutoChoice auto_choice(std::size_t bytes) const {
+    work_.drain();  // the measurements of pending all-reduces first
+    return auto_.explain(ex_, bytes);
+  }
 
   //! The algorithm auto_choice names, on the hot path (no strings built).
-  [[nodiscard]] std::string_view choose(std::size_t bytes) const { return auto_.choose(ex_, bytes); }
+  [[nodiscard]] std::string_view choose(std::size_t bytes) const {
+    work_.drain();
+    return auto_.choose(ex_, bytes);
+  }
 
   //! Tells every other rank that this one failed (`why`), so that their
   //! collectives on this communicator raise CollectiveAborted carrying it
   //! instead of waiting; this communicator is unusable afterwards. Bounded:
-  //! returns within the timeout even if ranks are gone.
-  void abort(const std::string& why) { ex_.abort(why); }
+  //! within the timeout even if ranks are gone. Runs after the pending work
+  //! (which the interrupt flag, an abort notice or the deadline ends).
+  void abort(const std::string& why) {
+    ordered("abort", [&] { ex_.abort(why); }, [] { return std::string("abort()"); });
+  }
 
  private:
-  MpiCommunicator(MPI_Comm parent, MpiOptions opts) : ex_(parent, std::move(opts)), auto_(ex_) {}
+  // Creating a communicator calls MPI: under the MPI lock (the temporary
+  // lives until the delegated constructor returns).
+  MpiCommunicator(MPI_Comm parent, const MpiOptions& opts)
+      : MpiCommunicator(detail::mpi::SerialMpi("creating a communicator", opts.timeout), parent, opts) {}
+  MpiCommunicator(const detail::mpi::SerialMpi&, MPI_Comm parent, const MpiOptions& opts)
+      : ex_(parent, opts), auto_(ex_) {}
 
-  //! `n` elements of `src` copied into the exchange's staging (an input
-  //! that overlaps the output; kept alive with the call if it is abandoned).
+  //! Runs `op` in issue order under the MPI lock (progress.hpp).
+  template <class Op, class What>
+  void ordered(const char* name, Op&& op, What desc) {
+    work_.run(name, ex_.options().timeout, std::forward<Op>(op), desc);
+  }
+  //! Describes an operation for its Work's messages, only when needed.
   template <class T>
-  const T* staged_copy(const T* src, std::size_t n) {
-    auto& st = ex_.staging();
-    if (st.size() < n * sizeof(T)) st.resize(n * sizeof(T));
-    std::memcpy(st.data(), src, n * sizeof(T));
-    return reinterpret_cast<const T*>(st.data());
+  static auto what(const char* call, std::size_t n) {
+    return [call, n] { return detail::describe_call<T>(call, n); };
+  }
+  template <class What, class Op>
+  Work submit(const char* name, What desc, Op op) {
+    return work_.submit(ex_.rank(), name, ex_.options().timeout, desc, std::function<void()>(std::move(op)));
   }
 
   template <class T, ReduceOperation Op, class Algo>
@@ -278,7 +366,7 @@ class MpiCommunicator {
     detail::check_op<Op, T>();
     if constexpr (std::same_as<Algo, AutoReduce>) {
       const std::size_t bytes = n * sizeof(T);
-      const auto a = choose(bytes);  // the same decision as auto_choice, without building its reason
+      const auto a = auto_.choose(ex_, bytes);  // the same decision as auto_choice, without building its reason
       auto run = [&] {
         if (a == Ring::name) detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Ring{});
         else if (a == Direct::name) detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Direct{});
@@ -293,9 +381,15 @@ class MpiCommunicator {
     }
   }
 
+  // First declared, so last destroyed: holds the MPI lock (taken by the
+  // destructor's body) while the members below free their MPI objects.
+  std::optional<detail::mpi::SerialMpi> freeing_;
   detail::mpi::Exchange ex_;
   detail::mpi::AutoSelector auto_;
   std::vector<detail::mpi::AsyncSend> async_;  // send_async's messages in flight (cancelled first if still there)
+  detail::mpi::Progress work_;  // last: its thread ends before anything it uses goes
 };
+
+static_assert(AsyncCommunicator<MpiCommunicator>, "MpiCommunicator must model strata::AsyncCommunicator");
 
 }  // namespace strata

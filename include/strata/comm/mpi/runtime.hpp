@@ -1,7 +1,14 @@
 #pragma once
 //! MPI's lifetime in a strata process. The first MPI communicator initializes
 //! MPI (MPI_THREAD_SERIALIZED: a replica thread may call MPI, one thread at a
-//! time) unless the program did; MPI is then finalized at exit. After a
+//! time) unless the program did; MPI is then finalized at exit.
+//! One thread at a time: every operation of strata's MPI communicators
+//! (creating and freeing one included) holds SerialMpi, one process-wide
+//! lock, while it calls MPI, whichever thread runs it: the caller's, or a
+//! communicator's progress thread running its non-blocking collectives
+//! (c10d's MPI process group does the same). So MPI_THREAD_SERIALIZED is
+//! enough for non-blocking work too. MPI calls a program makes itself while
+//! strata's non-blocking work is pending must hold it as well. After a
 //! collective failed (timeout, disagreement that poisoned a communicator, a
 //! rank that threw) the exit waits at most the failing communicator's timeout
 //! for every rank to get there, then brings the whole job down with
@@ -17,9 +24,12 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <new>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -27,8 +37,87 @@
 #include <unistd.h>
 
 #include <strata/comm/mpi/mpi.hpp>
+#include <strata/core/error.hpp>
 
 namespace strata::detail::mpi {
+
+//! Holds the process-wide MPI lock for one operation (see the top of this
+//! header): taken in the order asked for (a ticket lock: a progress thread
+//! that runs operation after operation cannot starve another thread), by a
+//! thread that may already hold it (nested operations), and never waited for
+//! longer than twice the longest timeout of any operation that asked for it
+//! plus a second: past that, CollectiveTimeout names the operation holding it.
+//!   detail::mpi::SerialMpi lock("all_reduce", options.timeout);
+class SerialMpi {
+ public:
+  SerialMpi(const char* what, std::chrono::milliseconds timeout) {
+    if (std::string busy = acquire(what, timeout); !busy.empty()) throw CollectiveTimeout(busy);
+  }
+  //! For a destructor: past the bound it goes on without the lock rather than throw.
+  SerialMpi(const char* what, std::chrono::milliseconds timeout, std::nothrow_t) {
+    try {
+      (void)acquire(what, timeout);
+    } catch (...) {
+    }
+  }
+  SerialMpi(const SerialMpi&) = delete;
+  SerialMpi& operator=(const SerialMpi&) = delete;
+  ~SerialMpi() {
+    if (!held_ || --depth() > 0) return;
+    State& s = state();
+    {
+      std::lock_guard lk(s.mu);
+      s.what = "none";
+      ++s.serving;
+      while (s.abandoned.erase(s.serving)) ++s.serving;  // tickets whose waiters gave up
+    }
+    s.cv.notify_all();
+  }
+
+ private:
+  //! Takes the lock (or a nested hold of it); empty on success, else why not.
+  std::string acquire(const char* what, std::chrono::milliseconds timeout) {
+    if (depth() > 0) {  // this thread holds it already
+      ++depth();
+      held_ = true;
+      return {};
+    }
+    State& s = state();
+    std::unique_lock lk(s.mu);
+    s.longest = std::max(s.longest, timeout);
+    const std::uint64_t ticket = s.next++;
+    const auto bound = 2 * s.longest + std::chrono::seconds(1);
+    if (!s.cv.wait_for(lk, bound, [&] { return s.serving == ticket; })) {
+      s.abandoned.insert(ticket);
+      return std::string("strata: ") + what + " could not start: another strata MPI operation (" + s.what +
+             ") has held MPI for over " + std::to_string(bound.count()) +
+             " ms (one thread at a time calls MPI: MPI_THREAD_SERIALIZED)";
+    }
+    s.what = what;
+    depth() = 1;
+    held_ = true;
+    return {};
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::uint64_t next = 0, serving = 0;  // guarded by mu
+    std::set<std::uint64_t> abandoned;     // guarded by mu
+    std::chrono::milliseconds longest{0};  // guarded by mu
+    const char* what = "none";             // guarded by mu
+  };
+  static State& state() {
+    static State s;
+    return s;
+  }
+  static int& depth() noexcept {
+    thread_local int d = 0;
+    return d;
+  }
+  bool held_ = false;
+};
 
 //! How long MPI initialization may wait for the other ranks:
 //! STRATA_MPI_INIT_TIMEOUT seconds (fractions allowed, > 0), else 120 s.

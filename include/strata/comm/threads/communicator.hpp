@@ -73,7 +73,7 @@ class ThreadCommunicator {
     detail::check_op<Op, T>();
     T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    ordered([&] { all_reduce_impl<Op>(p, p, n, n, Algo{}); }, [&] { return describe<T>("all_reduce", n); });
+    ordered([&] { all_reduce_impl<Op>(p, p, n, n, Algo{}); }, what<T>("all_reduce", n));
   }
 
   //! Out-of-place all-reduce: `out` (same size as `in`) receives the result.
@@ -85,7 +85,7 @@ class ThreadCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered([&] { all_reduce_impl<Op>(i, o, n, on, Algo{}); }, [&] { return describe<T>("all_reduce", n); });
+    ordered([&] { all_reduce_impl<Op>(i, o, n, on, Algo{}); }, what<T>("all_reduce", n));
   }
 
   //! Copies `root`'s `data` into every replica's `data`.
@@ -94,7 +94,7 @@ class ThreadCommunicator {
     using T = detail::buffer_element_t<R>;
     T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    ordered([&] { broadcast_now(p, n, root); }, [&] { return describe<T>("broadcast", n); });
+    ordered([&] { broadcast_now(p, n, root); }, what<T>("broadcast", n));
   }
 
   //! Reduces `in` (same size everywhere) over the replicas and leaves shard
@@ -108,7 +108,7 @@ class ThreadCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered([&] { reduce_scatter_now<Op>(i, n, o, on); }, [&] { return describe<T>("reduce_scatter", n); });
+    ordered([&] { reduce_scatter_now<Op>(i, n, o, on); }, what<T>("reduce_scatter", n));
   }
 
   //! Concatenates every replica's `in` in replica order into each `out`;
@@ -120,7 +120,7 @@ class ThreadCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered([&] { all_gather_now(i, n, o, on); }, [&] { return describe<T>("all_gather", n); });
+    ordered([&] { all_gather_now(i, n, o, on); }, what<T>("all_gather", n));
   }
 
   //! Reduces `in` over the replicas into `root`'s `out` only (the central
@@ -134,7 +134,7 @@ class ThreadCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered([&] { reduce_to_one_now<Op>(i, n, o, on, root); }, [&] { return describe<T>("reduce_to_one", n); });
+    ordered([&] { reduce_to_one_now<Op>(i, n, o, on, root); }, what<T>("reduce_to_one", n));
   }
 
   //! Non-blocking forms (strata::AsyncCommunicator): each queues the
@@ -153,7 +153,7 @@ class ThreadCommunicator {
     detail::check_op<Op, T>();
     T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    return submit([=] { return describe<T>("all_reduce", n); },
+    return submit(what<T>("all_reduce", n),
                   [c = *this, p, n]() mutable { c.all_reduce_impl<Op>(p, p, n, n, Algo{}); });
   }
   //! Out-of-place non-blocking all-reduce.
@@ -166,7 +166,7 @@ class ThreadCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    return submit([=] { return describe<T>("all_reduce", n); },
+    return submit(what<T>("all_reduce", n),
                   [c = *this, i, o, n, on]() mutable { c.all_reduce_impl<Op>(i, o, n, on, Algo{}); });
   }
   //! Non-blocking broadcast.
@@ -176,7 +176,7 @@ class ThreadCommunicator {
     using T = detail::buffer_element_t<R>;
     T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    return submit([=] { return describe<T>("broadcast", n); },
+    return submit(what<T>("broadcast", n),
                   [c = *this, p, n, root]() mutable { c.broadcast_now(p, n, root); });
   }
   //! Non-blocking reduce-scatter.
@@ -189,7 +189,7 @@ class ThreadCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    return submit([=] { return describe<T>("reduce_scatter", n); },
+    return submit(what<T>("reduce_scatter", n),
                   [c = *this, i, o, n, on]() mutable { c.reduce_scatter_now<Op>(i, n, o, on); });
   }
   //! Non-blocking all-gather.
@@ -201,7 +201,7 @@ class ThreadCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    return submit([=] { return describe<T>("all_gather", n); },
+    return submit(what<T>("all_gather", n),
                   [c = *this, i, o, n, on]() mutable { c.all_gather_now(i, n, o, on); });
   }
   //! Non-blocking barrier: its Work completes once every replica arrived.
@@ -224,7 +224,7 @@ class ThreadCommunicator {
     const std::size_t n = std::ranges::size(data);
     const detail::P2pBuffer b{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T),
                               .in = std::ranges::data(data), .out = nullptr};
-    ordered([&] { team_->send(rank_, peer, tag, b); }, [&] { return describe<T>("send", n); });
+    ordered([&] { team_->send(rank_, peer, tag, b); }, what<T>("send", n));
   }
 
   //! Receives into `data` the next message that replica `peer` sent to this
@@ -240,7 +240,7 @@ class ThreadCommunicator {
     const std::size_t n = std::ranges::size(data);
     const detail::P2pBuffer b{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T), .in = nullptr,
                               .out = std::ranges::data(data)};
-    ordered([&] { team_->recv(rank_, peer, tag, b); }, [&] { return describe<T>("recv", n); });
+    ordered([&] { team_->recv(rank_, peer, tag, b); }, what<T>("recv", n));
   }
 
   //! The algorithm AutoReduce picks for `bytes` per replica.
@@ -252,16 +252,17 @@ class ThreadCommunicator {
  private:
   //! Runs `op` now, or after this replica's queued operations (then waited for).
   template <class Op, class What>
-  void ordered(Op&& op, What what) {
-    team_->progress(rank_).run(std::forward<Op>(op), what);
+  void ordered(Op&& op, What desc) {
+    team_->progress(rank_).run(std::forward<Op>(op), desc);
+  }
+  //! Describes an operation for its Work's messages, only when needed.
+  template <class T>
+  static auto what(const char* call, std::size_t n) {
+    return [call, n] { return detail::describe_call<T>(call, n); };
   }
   template <class What, class Op>
-  Work submit(What what, Op op) {
-    return team_->progress(rank_).submit(what, std::function<void()>(std::move(op)));
-  }
-  template <class T>
-  static std::string describe(const char* call, std::size_t n) {
-    return std::string(call) + "(" + std::string(dtype_name<T>()) + ", " + std::to_string(n) + " elements)";
+  Work submit(What desc, Op op) {
+    return team_->progress(rank_).submit(desc, std::function<void()>(std::move(op)));
   }
 
   void check_peer(const char* call, int peer, int tag) const {
