@@ -39,7 +39,8 @@ template <class T>
 std::vector<T> data(int replica, std::size_t n, int salt) {
   std::vector<T> v(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const double x = std::sin(0.37 * static_cast<double>(i) + 1.3 * replica + 0.11 * salt) * 1e3 + 1e-3 * static_cast<double>(i);
+    const double x =
+        std::sin(0.37 * static_cast<double>(i) + 1.3 * replica + 0.11 * salt) * 1e3 + 1e-3 * static_cast<double>(i);
     if constexpr (std::is_floating_point_v<T>) v[i] = static_cast<T>(x);
     else v[i] = static_cast<T>(std::llround(x));
   }
@@ -136,7 +137,7 @@ TEST_CASE("several works in flight complete in issue order, each with its own re
     for (auto& w : works) in_order = in_order && w.is_completed();
     for (auto& w : works) w.wait();
     bool equal = true;
-    for (int i = 0; i < k; ++i) equal = equal && same_bits(bufs[static_cast<std::size_t>(i)], want[static_cast<std::size_t>(i)]);
+    for (std::size_t i = 0; i < bufs.size(); ++i) equal = equal && same_bits(bufs[i], want[i]);
     return in_order && equal;
   });
   for (bool b : got) CHECK(b);
