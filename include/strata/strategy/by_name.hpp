@@ -162,8 +162,8 @@ struct InProcessStrategies {
       }
     }
     // a catalogue row this function cannot build (tests/catalog_test.cpp constructs every row)
-    throw Error("strata: strategy '" + std::string(name) + "' is in the catalogue (strategy/catalog.hpp) but " +
-                "InProcessStrategies::with cannot build it: add its constructor to by_name.hpp");
+    throw Error(detail::words({"strata: strategy '", name, "' is in the catalogue (strategy/catalog.hpp) but "
+                               "InProcessStrategies::with cannot build it: add its constructor to by_name.hpp"}));
   }
 
   //! Throws strata::Error unless `name` is one of `known`: a catalogue name
@@ -171,9 +171,9 @@ struct InProcessStrategies {
   static void check_known(std::string_view name, std::span<const std::string_view> known) {
     if (std::find(known.begin(), known.end(), name) != known.end()) return;
     if (const StrategyInfo* s = find_strategy(name); s && s->needs_mpi)
-      throw Error("strategy '" + std::string(name) + "' needs the MPI backend: use with_mpi_strategy "
-                  "(strata/strategy/by_name_mpi.hpp, a target linking strata-mpi) and run under mpirun");
-    throw Error("unknown strategy '" + std::string(name) + "' (known: " + detail::join_names(known) + ")");
+      throw Error(detail::words({"strategy '", name, "' needs the MPI backend: use with_mpi_strategy "
+                                 "(strata/strategy/by_name_mpi.hpp, a target linking strata-mpi) and run under mpirun"}));
+    throw Error(detail::words({"unknown strategy '", name, "' (known: ", detail::join_names(known), ")"}));
   }
 };
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -100,6 +101,14 @@ constexpr auto strategy_names_where() {
   std::size_t i = 0;
   for (const auto& s : strategy_catalog)
     if (Keep(s)) out[i++] = s.name;
+  return out;
+}
+
+//! The parts one after another (appended: GCC 12 at -O3 warns falsely,
+//! -Wrestrict, on some chains of "literal" + std::string).
+inline std::string words(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view p : parts) out += p;
   return out;
 }
 
