@@ -6,15 +6,17 @@
 # e.g. OLD built from an earlier commit in another build directory.
 set -euo pipefail
 old=$1 new=$2 n=${3:-9}
-rate() { "$@" --epochs 2 --quiet | sed -n 's/.*: \([0-9]*\) samples\/s.*/\1/p'; }
+rate() { "$@" --epochs 2 --quiet --min-accuracy 0 | sed -n 's/.*: \([0-9]*\) samples\/s.*/\1/p'; }
 median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 printf "%-16s %8s %12s %12s %8s\n" strategy replicas old/s new/s new/old
 for cfg in "one_device 1" "mirrored 1" "mirrored 2" "central_storage 1" "central_storage 2"; do
   read -r s r <<< "$cfg"
   o=() w=()
   for _ in $(seq "$n"); do
-    o+=("$(rate "$old" --strategy "$s" --replicas "$r")")
-    w+=("$(rate "$new" --strategy "$s" --replicas "$r")")
+    args=(--strategy "$s")
+    [ "$s" = one_device ] || args+=(--replicas "$r")  # one_device takes no --replicas
+    o+=("$(rate "$old" "${args[@]}")")
+    w+=("$(rate "$new" "${args[@]}")")
   done
   mo=$(printf "%s\n" "${o[@]}" | median)
   mw=$(printf "%s\n" "${w[@]}" | median)

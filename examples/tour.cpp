@@ -48,9 +48,13 @@ int train(Strategy& strategy) {
   return std::abs(params.value()[0] - 3) < 1e-2 && std::abs(params.value()[1] - 2) < 1e-2 ? 0 : 1;
 }
 
+//! A strategy this tour runs: in this process, replicas in lock-step, each running the whole step.
+constexpr bool lock_step(const strata::StrategyInfo& i) { return !i.needs_mpi && i.synchronous && i.whole_model; }
+
 int main(int argc, char** argv) {
-  // parameter_server is not offered: its workers do not run in lock-step (see train)
-  static constexpr std::string_view names[] = {"default", "one_device", "mirrored", "central_storage"};
+  // the catalogue's in-process strategies whose replicas each run the whole step in lock-step
+  // (parameter_server's workers do not, see train; pipeline's stages split a model)
+  static constexpr auto names = strata::detail::strategy_names_where<lock_step>();
   const example::Args args =
       example::parse(argc, argv, {}, {.strategies = names, .options = {"--strategy", "--replicas", "--timeout", "--help"}});
   try {

@@ -160,6 +160,28 @@ TEST_CASE("a model's prediction of a NaN input is NaN through ReLU layers") {
   CHECK(std::isfinite(p[3]));
 }
 
+// The host's ReLU gradient loop (spelled for GCC to vectorize) against the
+// element body the CUDA kernels run: the same bits, NaN, infinities, signed
+// zeros and a dz that is dy included.
+TEST_CASE("host relu_backward equals bodies::ReLU::grad bit for bit") {
+  namespace k = strata::kernels;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> y{1.f, 0.f, -0.f, -2.f, nan, inf, -inf, 3.5f, 1e-30f}, dy{2.f, 3.f, 4.f, 5.f, 6.f, nan, 7.f, -inf, -0.f};
+  for (std::size_t i = 0; i < 40; ++i) {  // past any vector width
+    y.push_back(static_cast<float>(i % 7) - 3.f);
+    dy.push_back(0.25f * static_cast<float>(i) - 4.f);
+  }
+  std::vector<float> dz(y.size()), in_place = dy;
+  k::host::relu_backward(y.data(), dy.data(), dz.data(), y.size());
+  k::host::relu_backward(y.data(), in_place.data(), in_place.data(), y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    CAPTURE(i);
+    const float want = k::bodies::ReLU{}.grad(0.f, y[i], dy[i]);
+    CHECK(std::memcmp(&dz[i], &want, sizeof want) == 0);
+    CHECK(std::memcmp(&in_place[i], &want, sizeof want) == 0);
+  }
+}
+
 // The host's image ops (row-at-a-time copies and scatters: its fast paths)
 // against the element bodies the CUDA kernels run per thread
 // (kernels/bodies/windows.hpp): the same bits, for valid and same padding,

@@ -3,11 +3,6 @@
 // same steps as one on the same global batch (loss scaled by the global
 // batch), runs repeat bitwise, weights save and load, and bad input is
 // refused with a clear error.
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12 at -O3 warns falsely (-Wrestrict) on range_str's "[" + std::to_string
-// (strategy/pipeline_options.hpp) as inlined into this file's pipeline sweep
-#pragma GCC diagnostic ignored "-Wrestrict"
-#endif
 #include <doctest/doctest.h>
 
 #include <cstdio>

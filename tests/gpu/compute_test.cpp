@@ -102,6 +102,39 @@ TEST_CASE("bias_activate and activation_backward match the host for every activa
   }
 }
 
+// Issue 22: the ops added through the shared kernel bodies (kernels/bodies/)
+// run on the GPU as on the host: GELU (erfc: within libm's ulps), LayerNorm
+// (one row body for a warp and the host's 32 simulated lanes: bitwise).
+TEST_CASE("GELU and LayerNorm, forward and backward, match the host (LayerNorm bitwise)") {
+  const std::size_t rows = 13, cols = 37;  // rows wider than a warp
+  const auto x = random_floats(rows * cols, 16, -4.f, 4.f), bias = random_floats(cols, 17);
+  const auto dy = random_floats(rows * cols, 18);
+  std::vector<float> z(rows * cols), y(rows * cols), dz(rows * cols);
+  for (std::size_t i = 0; i < z.size(); ++i) z[i] = x[i] + bias[i % cols];
+  host().bias_activate(Activation::GELU, x.data(), bias.data(), y.data(), rows, cols);
+  host().activation_backward(Activation::GELU, z.data(), y.data(), dy.data(), dz.data(), rows, cols);
+  Dev<float> dx(gpu(), x), db(gpu(), bias), dzin(gpu(), z), d_y(gpu(), rows * cols), dyd(gpu(), dy),
+      dzd(gpu(), rows * cols);
+  gpu().bias_activate(Activation::GELU, dx, db, d_y, rows, cols);
+  check_close(d_y.read(), y, 1e-5, 1e-6, "gelu");
+  gpu().activation_backward(Activation::GELU, dzin, d_y, dyd, dzd, rows, cols);
+  check_close(dzd.read(), dz, 1e-5, 1e-6, "gelu backward");
+
+  const auto gamma = random_floats(cols, 19, -0.5f, 0.5f), beta = random_floats(cols, 20);
+  std::vector<float> ly(rows * cols), xhat(rows * cols), rstd(rows), ldx(rows * cols), dgamma(rows * cols);
+  host().layer_norm(x.data(), gamma.data(), beta.data(), ly.data(), xhat.data(), rstd.data(), rows, cols, 1e-5f);
+  host().layer_norm_backward(dy.data(), xhat.data(), rstd.data(), gamma.data(), ldx.data(), dgamma.data(), rows, cols);
+  Dev<float> dg(gpu(), gamma), dbeta(gpu(), beta), dly(gpu(), rows * cols), dxhat(gpu(), rows * cols),
+      drstd(gpu(), rows), dldx(gpu(), rows * cols), ddgamma(gpu(), rows * cols);
+  gpu().layer_norm(dx, dg, dbeta, dly, dxhat, drstd, rows, cols, 1e-5f);
+  CHECK(dly.read() == ly);
+  CHECK(dxhat.read() == xhat);
+  CHECK(drstd.read() == rstd);
+  gpu().layer_norm_backward(dyd, dxhat, drstd, dg, dldx, ddgamma, rows, cols);
+  CHECK(dldx.read() == ldx);
+  CHECK(ddgamma.read() == dgamma);
+}
+
 TEST_CASE("column_sums: short and tall inputs, deterministic, zeros for no rows") {
   for (std::size_t rows : {std::size_t{1}, std::size_t{1000}, std::size_t{70001}}) {
     for (std::size_t cols : {std::size_t{10}, std::size_t{33}}) {

@@ -103,7 +103,14 @@ struct PipelineStats {
 
 namespace detail {
 
-inline std::string range_str(Range r) { return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")"; }
+inline std::string range_str(Range r) {  // appended: GCC 12 -O3 warns falsely on "[" + std::to_string (-Wrestrict)
+  std::string s = "[";
+  s += std::to_string(r.begin);
+  s += ", ";
+  s += std::to_string(r.end);
+  s += ")";
+  return s;
+}
 
 //! Checks hand-given stages against `layers` layers and `S` replicas.
 inline void check_stages(const std::vector<Range>& st, std::size_t layers, std::size_t S) {
