@@ -74,16 +74,6 @@ struct WorkState {
   const std::function<void(const std::string&)> cancel;
 };
 
-inline std::string what_of_error(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an exception not derived from std::exception";
-  }
-}
-
 }  // namespace detail
 
 //! The handle of one non-blocking operation (see the top of this header).
@@ -136,7 +126,7 @@ class Work {
       lk.lock();
       last_resort(lk);
       if (s_->error) throw CollectiveTimeout("strata: " + why + "; it then ended with: " +
-                                             detail::what_of_error(s_->error));
+                                             detail::what_of(s_->error));
       return;  // it completed meanwhile: the result is there
     }
     if (s_->error) std::rethrow_exception(s_->error);
