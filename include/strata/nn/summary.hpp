@@ -1,6 +1,7 @@
 #pragma once
 //! The Keras-like table Sequential::summary() prints: layers, output
-//! shapes, parameter counts.
+//! shapes, parameter counts, and the strategy with what runs where
+//! ("(parameter_server, 2 workers, 1 server)", "(pipeline, 2 stages)").
 //!   std::printf("%s", model.summary().c_str());
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <string_view>
 
 #include <strata/nn/model_program.hpp>
+#include <strata/strategy/any_strategy.hpp>
 
 namespace strata::nn::detail {
 
@@ -22,13 +24,13 @@ inline std::string with_commas(std::size_t n) {
   return s;
 }
 
-//! The table of a built model trained by `strategy` over `replicas` replicas.
-inline std::string summary_table(const LayerProgram& m, std::string_view strategy, int replicas) {
+//! The table of a built model trained by `strategy`, whose `layout` says
+//! what runs where ("4 replicas", "2 workers, 1 server", "2 stages").
+inline std::string summary_table(const LayerProgram& m, std::string_view strategy, std::string_view layout) {
   std::ostringstream os;
   const std::string rule(65, '_'), dbl(65, '=');
   char b[160];
-  os << "Model: \"sequential\" (" << strategy << ", " << replicas << (replicas == 1 ? " replica)\n" : " replicas)\n")
-     << rule << "\n";
+  os << "Model: \"sequential\" (" << strategy << ", " << layout << ")\n" << rule << "\n";
   std::snprintf(b, sizeof b, " %-28s%-26s%s\n", "Layer (type)", "Output Shape", "Param #");
   os << b << dbl << "\n";
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
@@ -44,6 +46,14 @@ inline std::string summary_table(const LayerProgram& m, std::string_view strateg
   os << dbl << "\nTotal params: " << with_commas(m.total) << "\nTrainable params: " << with_commas(m.total)
      << "\nNon-trainable params: 0\n" << rule << "\n";
   return os.str();
+}
+//! The table of a built model trained under `strategy` (its name and layout()).
+inline std::string summary_table(const LayerProgram& m, const AnyStrategy& strategy) {
+  return summary_table(m, strategy.name(), strategy.layout());
+}
+//! The table of a built model trained by `strategy` over `replicas` replicas.
+inline std::string summary_table(const LayerProgram& m, std::string_view strategy, int replicas) {
+  return summary_table(m, strategy, std::to_string(replicas) + (replicas == 1 ? " replica" : " replicas"));
 }
 
 }  // namespace strata::nn::detail

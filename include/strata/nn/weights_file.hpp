@@ -4,18 +4,23 @@
 //! checksummed, all-or-nothing on load. Files of the first format
 //! ("STRATAW1": u32 count | count x {u32 name_len | name | u32 rank | rank x
 //! u64 dim | f32 data}, no checksums) still load. load_weights also takes a
-//! checkpoint (its weights).
+//! checkpoint (its weights). Under several workers the chief alone writes
+//! a model's files (write_on_chief), so ranks never race on one path.
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <strata/core/error.hpp>
 #include <strata/io/tensor_file.hpp>
+#include <strata/strategy/any_strategy.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::nn {
@@ -75,6 +80,58 @@ inline std::vector<NamedTensor> read_weights_v1(const std::filesystem::path& pat
   if (f.peek() != std::char_traits<char>::eof())
     throw Error("load_weights: " + path.string() + " has trailing bytes after its " + std::to_string(count) + " tensors");
   return out;
+}
+}  // namespace detail
+
+namespace detail {
+//! How a file that every worker of a program may ask for (save_weights,
+//! save_checkpoint, called on each worker or on the chief alone) is written:
+//! by the chief alone, TensorFlow's rule, so that two ranks never race on
+//! one path; on the other workers `write` does not run. With `all_ok`
+//! (collective: every worker calls write_on_chief, e.g. with workers_agree)
+//! every worker returns once the chief's write ended, and the others throw
+//! too if it failed; without it the others return at once (not collective:
+//! chief-only callers such as BackupAndRestore stay valid).
+//!   detail::write_on_chief(model.is_chief(), "save_weights", path, [&] { write_weights(path, ws); });
+//!   detail::write_on_chief(model.is_chief(), "save_weights", path, write, detail::workers_agree(strategy));
+template <class Write>
+void write_on_chief(bool is_chief, std::string_view who, const std::filesystem::path& path, Write&& write,
+                    const std::function<bool(bool)>& all_ok = {}) {
+  if (!is_chief) {
+    if (all_ok && !all_ok(true))
+      throw Error(std::string(who) + ": " + path.string() + ": worker 0 (the chief), which writes it for every "
+                  "worker, failed to write it (its own error says why)");
+    return;
+  }
+  if (!all_ok) return (void)std::forward<Write>(write)();
+  try {
+    std::forward<Write>(write)();
+  } catch (...) {
+    try {
+      (void)all_ok(false);  // the others learn of it; this worker's own error is the one it raises
+    } catch (...) {
+    }
+    throw;
+  }
+  (void)all_ok(true);
+}
+
+//! Whether every worker of `s` says ok: collective across the workers of a
+//! synchronous multi-worker strategy (every worker calls it), `ok` itself
+//! with one worker.
+inline std::function<bool(bool)> workers_agree(AnyStrategy& s) {
+  return [&s](bool ok) {
+    if (s.num_workers() <= 1) return ok;
+    const double mine = ok ? 0.0 : 1.0;
+    double bad = 0.0;
+    s.run([&](AnyReplicaContext& ctx) {
+      const bool lead = ctx.local_replica_id() == 0;
+      double v = lead ? mine : 0.0;
+      ctx.all_reduce(std::span<double>(&v, 1), Sum);
+      if (lead) bad = v;
+    });
+    return bad == 0.0;
+  };
 }
 }  // namespace detail
 

@@ -7,16 +7,23 @@
 //!   s.run([&](strata::AnyReplicaContext& ctx) { ctx.all_reduce(grad, strata::Sum); });
 
 #include <concepts>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <strata/comm/reduce_op.hpp>
 #include <strata/policy/placement.hpp>
 #include <strata/policy/sync.hpp>
 #include <strata/strategy/executor.hpp>
+#include <strata/strategy/executor_options.hpp>
+#include <strata/strategy/pipeline_options.hpp>
 
 namespace strata {
 
@@ -54,6 +61,15 @@ class AnyStrategy {
   //! this one's index (0 is the chief, the one that prints).
   [[nodiscard]] virtual int num_workers() const noexcept { return 1; }
   [[nodiscard]] virtual int worker_index() const noexcept { return 0; }
+  //! What runs where, in words, as a model's summary names it: "4 replicas",
+  //! "2 workers, 1 server", "3 stages", "2 workers, 4 replicas".
+  [[nodiscard]] virtual std::string layout() const { return count_of(num_replicas_in_sync(), "replica"); }
+
+ protected:
+  //! "1 replica", "2 replicas".
+  static std::string count_of(long long n, const char* what) {
+    return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+  }
 };
 
 namespace detail {
@@ -85,6 +101,124 @@ constexpr std::string_view strategy_name() noexcept {
   else return S::placement_policy::name;
 }
 
+//! The options of strategy `S` an executor reads when a model is made in its
+//! scope (executor_options(), pipeline_options()), as they were then.
+template <class S>
+struct MadeOptions {
+  std::optional<ExecutorOptions> exec;
+  std::optional<PipelineOptions> pipeline;
+  explicit MadeOptions(S& s) {
+    if constexpr (requires { s.executor_options(); }) exec.emplace(s.executor_options());
+    if constexpr (requires { s.pipeline_options(); }) pipeline.emplace(s.pipeline_options());
+  }
+  friend bool operator==(const MadeOptions&, const MadeOptions&) = default;
+};
+
+//! The fields of `now` that differ from `then` ("stages, micro_batches").
+inline std::string changed_fields(const PipelineOptions& then, const PipelineOptions& now) {
+  std::string out;
+  auto add = [&](bool differs, const char* name) {
+    if (!differs) return;
+    if (!out.empty()) out += ", ";
+    out += name;
+  };
+  add(then.stages != now.stages, "stages");
+  add(then.micro_batches != now.micro_batches, "micro_batches");
+  add(then.schedule != now.schedule, "schedule");
+  add(then.memory_budget_bytes != now.memory_budget_bytes, "memory_budget_bytes");
+  add(then.balance != now.balance, "balance");
+  add(then.profile_steps != now.profile_steps, "profile_steps");
+  add(then.data_parallel != now.data_parallel, "data_parallel");
+  return out;
+}
+inline std::string changed_fields(const ExecutorOptions& then, const ExecutorOptions& now) {
+  std::string out;
+  auto add = [&](bool differs, const char* name) {
+    if (!differs) return;
+    if (!out.empty()) out += ", ";
+    out += name;
+  };
+  add(then.sharded_update != now.sharded_update, "sharded_update");
+  add(then.central_variables != now.central_variables, "central_variables");
+  add(then.matmul != now.matmul, "matmul");
+  return out;
+}
+
+//! An executor that hands every call to `inner_` (E is Executor: a template
+//! only so that a virtual function Executor may gain is forwarded below as
+//! soon as it exists).
+template <class E>
+class ForwardingExecutor : public E {
+ public:
+  explicit ForwardingExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
+  void place(const Tensor<float>& init) override { inner_->place(init); }
+  void reset_optimizer() override { inner_->reset_optimizer(); }
+  bool placed() const noexcept override { return inner_->placed(); }
+  const Tensor<float>& value() const override { return inner_->value(); }
+  void assign(const Tensor<float>& v) override { inner_->assign(v); }
+  std::vector<Tensor<float>> optimizer_state() override { return inner_->optimizer_state(); }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override { inner_->set_optimizer_state(slots); }
+  std::vector<std::uint64_t> update_counters() const override { return inner_->update_counters(); }
+  void set_update_counters(std::span<const std::uint64_t> c, std::int64_t step) override {
+    inner_->set_update_counters(c, step);
+  }
+  bool state_settled_between_steps() const noexcept override { return inner_->state_settled_between_steps(); }
+  std::string collectives_choice() const override { return inner_->collectives_choice(); }
+  PassTotals run_pass(Pass& pass) override { return inner_->run_pass(pass); }
+  void join_predictions(std::span<float> all, bool per_worker) override { inner_->join_predictions(all, per_worker); }
+  bool begin_fit(Pass& pass) override { return inner_->begin_fit(pass); }
+  void end_fit() override { inner_->end_fit(); }
+  bool is_chief() const noexcept override { return inner_->is_chief(); }
+
+ protected:
+  std::unique_ptr<Executor> inner_;
+};
+//! ... and refuses_custom_step (a custom loop's step), where Executor has it.
+template <class E, bool = requires(const E& e) { e.refuses_custom_step(true); }>
+class ForwardingExecutorAll : public ForwardingExecutor<E> {
+ public:
+  using ForwardingExecutor<E>::ForwardingExecutor;
+};
+template <class E>
+class ForwardingExecutorAll<E, true> : public ForwardingExecutor<E> {
+ public:
+  using ForwardingExecutor<E>::ForwardingExecutor;
+  std::string refuses_custom_step(bool with_hook) const override { return this->inner_->refuses_custom_step(with_hook); }
+};
+
+//! A model's executor, checking before each use that the strategy's options
+//! are still those it was made with: an executor reads them once, when the
+//! model is made in scope(), so a change after that would be ignored in
+//! silence (an invalid stage split raising nothing). Any change raises an
+//! Error naming the call order instead. Every other call goes straight to
+//! the strategy's executor.
+template <class S>
+class OptionsChecked final : public ForwardingExecutorAll<Executor> {
+ public:
+  OptionsChecked(S& s, std::unique_ptr<Executor> inner)
+      : ForwardingExecutorAll<Executor>(std::move(inner)), s_(s), made_(s) {}
+
+  void place(const Tensor<float>& init) override { check(), this->inner_->place(init); }
+  PassTotals run_pass(Pass& pass) override { return check(), this->inner_->run_pass(pass); }
+  bool begin_fit(Pass& pass) override { return check(), this->inner_->begin_fit(pass); }
+
+ private:
+  void check() const {
+    const MadeOptions<S> now(s_);
+    if (now == made_) return;
+    const bool pipe = now.pipeline != made_.pipeline;
+    const std::string call = pipe ? "pipeline_options()" : "executor_options()";
+    const std::string fields = pipe ? changed_fields(*made_.pipeline, *now.pipeline)
+                                    : changed_fields(*made_.exec, *now.exec);
+    throw Error("strata: " + call + " changed (" + fields + ") after a model was made in scope(); a model reads its "
+                "strategy's options when it is made, so this one would run with the earlier ones: set " + call +
+                " before making the model (or make a new model in scope() to use the new options)");
+  }
+
+  S& s_;
+  MadeOptions<S> made_;
+};
+
 template <class S>
 class ErasedStrategy final : public AnyStrategy {
  public:
@@ -98,13 +232,29 @@ class ErasedStrategy final : public AnyStrategy {
       fn(erased);
     });
   }
-  std::unique_ptr<Executor> make_executor(ModelProgram& program) override { return detail::make_executor(s_, program); }
+  std::unique_ptr<Executor> make_executor(ModelProgram& program) override {
+    return std::make_unique<OptionsChecked<S>>(s_, detail::make_executor(s_, program));
+  }
   //! The synchronous peers: a parameter server's workers are not (they answer to its chief).
   int num_workers() const noexcept override {
     if constexpr (std::same_as<typename S::sync_policy, Synchronous>) return s_.num_workers();
     else return 1;
   }
   int worker_index() const noexcept override { return s_.worker_index(); }
+  std::string layout() const override {
+    if constexpr (requires { s_.num_servers(); }) {  // a parameter server's workers and servers
+      return count_of(s_.num_workers(), "worker") + ", " + count_of(s_.num_servers(), "server");
+    } else if constexpr (requires { s_.pipeline_options(); }) {  // stages, and copies of the pipeline
+      const auto& o = s_.pipeline_options();
+      const std::size_t d = o.data_parallel ? o.data_parallel : 1;
+      const auto stages = static_cast<long long>(static_cast<std::size_t>(s_.num_replicas_in_sync()) / d);
+      return count_of(stages, "stage") + (d > 1 ? " x " + std::to_string(d) + " copies" : std::string());
+    } else if (s_.num_workers() > 1) {
+      return count_of(s_.num_workers(), "worker") + ", " + count_of(s_.num_replicas_in_sync(), "replica");
+    } else {
+      return count_of(s_.num_replicas_in_sync(), "replica");
+    }
+  }
 
  private:
   S& s_;

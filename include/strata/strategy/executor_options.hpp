@@ -51,6 +51,7 @@ struct ExecutorOptions {
   //! The number format of a GPU replica's matrix products (values and
   //! optimizer state stay FP32; host products are always FP32).
   MatmulPrecision matmul = MatmulPrecision::FP32;
+  friend bool operator==(const ExecutorOptions&, const ExecutorOptions&) = default;
 };
 
 }  // namespace strata

@@ -69,6 +69,7 @@ struct PipelineOptions {
   //! over its D copies (in copy order) and the update applied once: the
   //! step of data parallelism over D replicas. 1: one pipeline.
   std::size_t data_parallel = 1;
+  friend bool operator==(const PipelineOptions&, const PipelineOptions&) = default;
 };
 
 //! What a pipeline measured, per stage, over the training steps since reset.
