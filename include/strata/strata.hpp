@@ -6,7 +6,7 @@
 //! (ParameterServerStrategy), <strata/strategy/by_name.hpp> (with_strategy),
 //! <strata/strategy/multi_worker.hpp> and <strata/comm/mpi/...> (MPI).
 
-#include <strata/config.hpp>
+#include <strata/core/build_config.hpp>  // <strata/config.hpp>, or defaults in a build by hand
 #include <strata/core/concepts.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>

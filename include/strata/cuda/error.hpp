@@ -6,7 +6,7 @@
 //!   STRATA_CUDA_CHECK(cudaStreamSynchronize(s));          // throws strata::CudaError on failure
 //!   strata::cuda::check(cublasCreate(&h), "cublasCreate");
 
-#include <strata/config.hpp>
+#include <strata/core/build_config.hpp>  // <strata/config.hpp>, or defaults in a build by hand
 
 #if !STRATA_HAS_CUDA
 #error "strata/cuda needs the CUDA backend: install the CUDA toolkit (nvcc, cuBLAS) and configure with -Dcuda=enabled"

@@ -3,10 +3,10 @@
 //! MPI header shares. Including any strata/comm/mpi header without the MPI
 //! backend stops the build with the option to enable.
 
-#include <strata/config.hpp>
+#include <strata/core/build_config.hpp>  // <strata/config.hpp>, or defaults in a build by hand
 
 #if !STRATA_HAS_MPI
-#error "strata/comm/mpi needs the MPI backend: install Open MPI (libopenmpi-dev) and configure strata with -Dmpi=enabled (meson setup -Dmpi=enabled), and link the target with the strata-mpi dependency (strata_mpi_dep)"
+#error "strata/comm/mpi needs the MPI backend: install Open MPI (libopenmpi-dev) and configure strata with -Dmpi=enabled (meson setup -Dmpi=enabled), and link the target with the strata-mpi dependency (strata_mpi_dep); by hand, compile with mpicxx (docs/building.md)"
 #endif
 
 #ifndef OMPI_SKIP_MPICXX

@@ -6,7 +6,7 @@
 //!   strata::nccl::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
 //!   // throws strata::NcclError("strata: NCCL call ncclGetUniqueId failed: ncclSystemError (...)")
 
-#include <strata/config.hpp>
+#include <strata/core/build_config.hpp>  // <strata/config.hpp>, or defaults in a build by hand
 
 #if !STRATA_HAS_NCCL
 #error "strata/comm/nccl needs the NCCL backend: install NCCL (libnccl-dev, or NCCL inside the CUDA toolkit) next to the CUDA backend, configure with -Dnccl=enabled -Dcuda=enabled, and link the target with the strata-nccl dependency (strata_nccl_dep)"

@@ -4,7 +4,7 @@
 //! already has a core, and a BLAS thread pool per call would fight them.
 //!   strata::kernels::host::gemm(false, true, m, n, k, 1.f, a, k, b, k, 0.f, c, n);  // C = A * B^T
 
-#include <strata/config.hpp>
+#include <strata/core/build_config.hpp>  // <strata/config.hpp>, or defaults in a build by hand
 
 #if !STRATA_HAS_CBLAS
 #error "strata/nn and strata/kernels/host need a CBLAS: install libopenblas-dev and reconfigure (meson setup --reconfigure)"
