@@ -34,7 +34,9 @@
 #include <strata/nn/logs.hpp>
 #include <strata/nn/model_options.hpp>
 #include <strata/nn/model_program.hpp>
+#include <strata/nn/named_weights.hpp>
 #include <strata/nn/summary.hpp>
+#include <strata/nn/train_step.hpp>
 #include <strata/nn/weights_file.hpp>
 #include <strata/strategy/strategy.hpp>
 
@@ -80,6 +82,7 @@ class Sequential {
     for (auto& m : m_->metrics) m->set_loss(*m_->loss);
     m_->seed = opts.seed;  // a model built before compile keeps the weights it was built with
     iterations_ = 0;       // a new optimizer starts at step 0 (bias correction, schedules)
+    loop_ = {};
     if (built()) ex_->reset_optimizer();
   }
 
@@ -110,6 +113,23 @@ class Sequential {
     return fit_impl(data, opts, &validation);
   }
 
+  //! One training step of a custom loop (docs/custom-loops.md) on `batch`:
+  //! an element of strategy.distribute(ds) (or a (features, labels) batch).
+  //! It is fit's step (the same split, reduction and update: the same bits), `hook` seeing each
+  //! replica's gradient between its backward and the reduction; not under ParameterServerStrategy
+  //! (Error: its steps are asynchronous). Returns the logs of the steps since reset_metrics().
+  //!   for (const auto& b : strategy.distribute(train)) logs = model.train_step(b, clip);
+  template <class B>
+  Logs train_step(const B& batch, GradientHook hook = {}) {
+    check_compiled("train_step");
+    detail::OneElement it{&detail::element_of(batch, strategy_)};
+    detail::FnPass pass = data_pass(it, detail::per_worker_batch(batch), std::nullopt, Phase::Train);
+    detail::custom_step(pass, std::move(hook), loop_);
+    loop_.add(ex_->run_pass(pass));
+    return logs_of(loop_.totals);
+  }
+  void reset_metrics() { loop_.reset(); }  //!< train_step's logs start afresh (Keras' reset_metrics)
+
   //! Loss and metrics over `data` (batches of (features, labels)).
   template <class D>
   Logs evaluate(const D& data, EvaluateOptions opts = {}) {
@@ -118,7 +138,7 @@ class Sequential {
     detail::Progress progress(speaker(opts.verbose), opts.out, ds.cardinality());
     auto it = ds.iterator();
     std::size_t steps = 0;
-    auto pass = data_pass(it, data, Phase::Evaluate);
+    auto pass = data_pass(it, detail::per_worker(data), ds.cardinality(), Phase::Evaluate);
     pass.end_fn = [&](std::size_t s, const PassTotals& t) {
       progress.update(steps = s + 1, t.samples, [&] { return logs_of(t); });
       return false;
@@ -208,37 +228,13 @@ class Sequential {
   //! The parameters, named "<layer>/<param>" (the logical value: replica 0's copy under Mirrored).
   [[nodiscard]] std::vector<NamedTensor> get_weights() const {
     check_built("get_weights");
-    const Tensor<float>& v = ex_->value();
-    std::vector<NamedTensor> out;
-    std::size_t off = 0;
-    for (std::size_t l = 0; l < m_->layers.size(); ++l)
-      for (const auto& p : m_->specs[l]) {
-        Tensor<float> t{p.shape};
-        std::copy_n(v.data() + off, t.size(), t.data());
-        off += t.size();
-        out.push_back({m_->names[l] + "/" + p.name, std::move(t)});
-      }
-    return out;
+    return detail::named_weights(*m_, ex_->value());
   }
   //! Sets every parameter (all copies). Names and shapes must match
   //! get_weights(); on any mismatch nothing changes.
   void set_weights(const std::vector<NamedTensor>& ws) {
     check_built("set_weights");
-    const auto mine = get_weights();
-    if (ws.size() != mine.size())
-      throw ShapeError("set_weights: the model has " + std::to_string(mine.size()) + " parameter tensors, got " +
-                       std::to_string(ws.size()));
-    Tensor<float> flat{Shape{m_->total}};
-    std::size_t off = 0;
-    for (std::size_t i = 0; i < ws.size(); ++i) {
-      if (ws[i].name != mine[i].name || ws[i].value.shape() != mine[i].value.shape())
-        throw ShapeError("set_weights: tensor " + std::to_string(i) + " is " + ws[i].name + " " +
-                         ws[i].value.shape().str() + " but the model expects " + mine[i].name + " " +
-                         mine[i].value.shape().str());
-      std::copy_n(ws[i].value.data(), ws[i].value.size(), flat.data() + off);
-      off += ws[i].value.size();
-    }
-    ex_->assign(flat);
+    ex_->assign(detail::flat_weights(ws, get_weights(), m_->total));
   }
   void save_weights(const std::filesystem::path& path) const { write_weights(path, get_weights()); }
 
@@ -298,10 +294,9 @@ class Sequential {
     return detail::dataset_of(data, strategy_);
   }
 
-  //! A pass over iterator `it` of `data`'s (features, labels) batches
-  //! (detail::BatchFeed), the model built for each.
-  template <class It, class D>
-  detail::FnPass data_pass(It& it, const D& data, Phase phase) {
+  //! A pass over iterator `it`'s (features, labels) batches (detail::BatchFeed), the model built for each.
+  template <class It>
+  detail::FnPass data_pass(It& it, bool per_worker, std::optional<std::size_t> batches, Phase phase) {
     detail::FnPass pass = feed_.pass(
         it, [this](const Shape& sample) { build(sample); },
         [this] {
@@ -314,8 +309,8 @@ class Sequential {
           return *input_;
         });
     pass.phase = phase;
-    pass.per_worker = detail::per_worker(data);
-    pass.batches = dataset_of(data).cardinality();
+    pass.per_worker = per_worker;
+    pass.batches = batches;
     pass.iteration = &iterations_;
     return pass;
   }
@@ -332,9 +327,10 @@ class Sequential {
       }
     std::optional<std::size_t> global_batch;  // the first batch's rows (a backed-up run records it)
     std::vector<std::pair<std::string, std::string>> run_fields;  // what makes a resume the same run
-    {
+    {  // a look at the first batch, not an epoch: the first epoch is the dataset's first pass (its shuffle)
+      const auto counters = ds.pass_counters();
       auto it = ds.iterator();
-      auto first = data_pass(it, data, Phase::Train);
+      auto first = data_pass(it, detail::per_worker(data), ds.cardinality(), Phase::Train);
       first.next_fn = [inner = std::move(first.next_fn), &global_batch]() {
         auto b = inner();
         if (b && b->x && !global_batch) global_batch = b->x->shape()[0];
@@ -343,6 +339,7 @@ class Sequential {
       if (!ex_->begin_fit(first)) return {};  // this process served the ones training
       if (backup_of && !global_batch && !first.next() && !built()) first.empty();  // a checkpoint loads into a built model
       if (backup_of) run_fields = run_fingerprint(*m_, global_batch, first);  // whatever the strategy
+      ds.set_pass_counters(counters);
     }
     History history;
     std::optional<detail::FitBackup<Sequential>> backup;
@@ -350,7 +347,8 @@ class Sequential {
     try {
       const detail::FitResume* resume = backup ? &backup->resume() : nullptr;
       history = detail::fit_epochs(
-          *ex_, ds, opts, [&](auto& it) { return data_pass(it, data, Phase::Train); },
+          *ex_, ds, opts,
+          [&](auto& it) { return data_pass(it, detail::per_worker(data), ds.cardinality(), Phase::Train); },
           [this](const PassTotals& t) { return logs_of(t); },
           [&](Logs& logs) {
             if (!validation) return;
@@ -393,6 +391,7 @@ class Sequential {
   std::optional<Shape> input_;
   std::int64_t iterations_ = 0;
   detail::BatchFeed feed_;  // the current batch as floats, the labels' shape
+  detail::CustomLoopState loop_;  // train_step's sums since reset_metrics
 };
 
 }  // namespace strata::nn

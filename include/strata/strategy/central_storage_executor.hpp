@@ -87,6 +87,15 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
     devs_[r].c->upload(devs_[r].value.data(), var_->value().data(), var_->value().bytes());
   }
 
+  //! fn(replica r's gradient on the host): a GPU's is copied there and back.
+  template <class F>
+  void with_host_gradient(std::size_t r, F&& fn) {
+    if (devs_.empty() || !grads_[r].size()) return fn(grads_[r].span());
+    devs_[r].c->download(grads_[r].data(), devs_[r].grad.data(), grads_[r].bytes());
+    fn(grads_[r].span());
+    devs_[r].c->upload(devs_[r].grad.data(), grads_[r].data(), grads_[r].bytes());
+  }
+
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
     if (!devs_.empty() && grads_[r].size())  // the GPU's gradient, for the host's reduction

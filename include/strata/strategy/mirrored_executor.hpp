@@ -164,6 +164,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     kernels::Buffer<float> value, grad;
     kernels::Buffer<float> shard;  // sharded update: its slice of the summed gradient, then of the updated values
     kernels::Buffer<double> bad;   // its finiteness count
+    Tensor<float> host_grad;       // a GPU's gradient on the host, for a custom loop's hook
     std::unique_ptr<Updater> updater;
   };
 
@@ -261,6 +262,17 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     Replica& R = devs_[r];
     if (!R.c) return this->program_.make_replica({R.value.data(), n}, {R.grad.data(), n});
     return this->program_.make_replica_on(*R.c, {R.value.data(), n}, {R.grad.data(), n});
+  }
+  //! fn(replica r's gradient on the host): a GPU's is copied there and back.
+  template <class F>
+  void with_host_gradient(std::size_t r, F&& fn) {
+    Replica& R = devs_[r];
+    const std::size_t n = this->program_.num_params();
+    if (!R.c) return fn(std::span<float>(R.grad.data(), n));
+    if (R.host_grad.size() != n) R.host_grad = Tensor<float>{Shape{n}};
+    if (n) R.m->download(R.host_grad.data(), R.grad.data(), R.host_grad.bytes());
+    fn(R.host_grad.span());
+    if (n) R.m->upload(R.grad.data(), R.host_grad.data(), R.host_grad.bytes());
   }
   void before_step(std::size_t r) {
     devs_[r].m->bind_thread();  // this pool thread issues replica r's calls: its GPU current

@@ -122,7 +122,16 @@ class ParameterServerExecutor final : public Executor {
     copies_->assign(v);
   }
 
+  //! A custom loop cannot take this executor's steps one at a time
+  //! (Pass::custom_step): a step is one worker's batch, several in flight,
+  //! and at staleness 0 a round of `workers` batches is one update, so a
+  //! pass of one batch would be a round of its own, which fit never applies.
   PassTotals run_pass(Pass& pass) override {
+    if (pass.custom_step && pass.phase == Phase::Train)
+      throw Error("ParameterServerStrategy trains asynchronously: each batch is one worker's step, pushed while "
+                  "others are in flight, and at staleness 0 the workers' batches of a round make one update, so a "
+                  "custom loop cannot take its steps one at a time (nor see a replica's gradient before a "
+                  "reduction: there is none); train with fit under it");
     return pass.phase == Phase::Train ? train(pass) : on_chief(pass);
   }
 

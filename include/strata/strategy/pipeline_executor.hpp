@@ -128,6 +128,7 @@ class PipelineExecutor final : public Executor {
   }
 
   PassTotals run_pass(Pass& pass) override {
+    pass.runs_gradient_hook = true;  // on each lane's gradient, before the copies are summed
     PassTotals t = detail::run_batches(pass, program_.num_metrics(),
                                        [&](const Batch& b, std::size_t index, PassTotals& tt) { step(b, pass, tt, index); });
     if (pass.phase == Phase::Train) {
@@ -198,7 +199,7 @@ class PipelineExecutor final : public Executor {
     tr_.prepare(pb);
     const std::int64_t it = *pass.iteration;
     bad_ = 0;
-    tr_.run([&](auto& ctx, std::size_t d, std::size_t s) { lane(ctx, pb, b, d, s, it); });
+    tr_.run([&](auto& ctx, std::size_t d, std::size_t s) { lane(ctx, pb, b, d, s, it, pass); });
     if (pass.phase != Phase::Predict)
       for (const ReplicaResult& r : pb.results) t.add(r.loss, r.rows, r.metrics);  // copy, then micro-batch order
     t.samples += global;
@@ -212,8 +213,11 @@ class PipelineExecutor final : public Executor {
   //! Stage s of copy d on its share of the batch (its neighbours: lanes
   //! d * S + s - 1 and d * S + s + 1), then its part of the update. The
   //! measurements are copy 0's.
+  //! A custom loop's hook (Pass::gradient_hook) sees the lane's gradient
+  //! (its stage's slice, its copy's rows) before the copies are summed.
   template <class Ctx>
-  void lane(Ctx& ctx, PipelineBatch& pb, const Batch& b, std::size_t d, std::size_t s, std::int64_t it) {
+  void lane(Ctx& ctx, PipelineBatch& pb, const Batch& b, std::size_t d, std::size_t s, std::int64_t it,
+            const Pass& pass) {
     const auto start = clock::now();
     const std::size_t S = pb.stages, D = pb.copies();
     const bool train = pb.phase == Phase::Train;
@@ -242,6 +246,11 @@ class PipelineExecutor final : public Executor {
       timed([&] {
         if (pb.m[d] == 0) std::fill(g.begin(), g.end(), 0.f);  // an empty share: a zero gradient
         stages_[d][s]->finish_gradient(static_cast<int>(D));   // this copy's share of the L2 gradient
+        if (pass.gradient_hook) {
+          ReplicaGradient rg{g, r.begin, value_.size(), static_cast<int>(d * S + s), static_cast<int>(D * S),
+                             pb.share[d].size(), pb.global, it};
+          pass.gradient_hook(rg);
+        }
         if (pb.check) count = static_cast<double>(kernels::host::count_nonfinite(g.data(), g.size()));
       });
     const double bad = tr_.agree(ctx, pb, d, s, count);

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -198,6 +199,29 @@ class ModelProgram {
   }
 };
 
+//! One replica's gradient in a training step, as a custom loop's hook sees
+//! it (Pass::gradient_hook): after its backward, before the strategy
+//! reduces it and applies the update. `values` is in host memory and may be
+//! changed (clipped, scaled): what the hook leaves there is what is reduced.
+//! Data-parallel replicas (mirrored, central storage, multi-worker) hold
+//! the whole gradient (offset 0) of their rows: the gradient of (their
+//! rows' loss sum) / (global batch) plus their share of the L2 term, so the
+//! replicas' gradients sum to the step's. A pipeline stage holds its slice
+//! of the parameters ([offset, offset + values.size()) of the flat layout)
+//! for its copy's rows, summed over the micro-batches. Hooks run on the
+//! replicas' threads, concurrently: a hook touches only its own gradient.
+//!   pass.gradient_hook = [](strata::ReplicaGradient& g) { for (float& v : g.values) v = std::clamp(v, -1.f, 1.f); };
+struct ReplicaGradient {
+  std::span<float> values;  //!< the gradient (host memory)
+  std::size_t offset = 0;   //!< where `values` starts in the flat parameter layout
+  std::size_t params = 0;   //!< the model's parameter count (values.size() unless a slice)
+  int replica = 0;          //!< global replica id (pipeline: the lane, copy x stages + stage)
+  int replicas = 1;         //!< replicas (lanes) whose gradients make the step's update
+  std::size_t rows = 0;     //!< rows of the global batch this gradient is of
+  std::size_t global = 0;   //!< rows of the global batch
+  std::int64_t iteration = 0;  //!< the optimizer step this gradient is for
+};
+
 //! Running sums of a pass. `loss`, `metrics` and `local` cover the rows
 //! this process computed (at a pass's end: every worker's); `samples`
 //! counts the global batches' rows.
@@ -239,6 +263,15 @@ class Pass {
     std::size_t in_a_row = 0;        //!< the current run of consecutive skipped steps
   };
   FiniteCheck* finite = nullptr;
+  //! A training pass's hook on each replica's gradient between its backward
+  //! and the reduction (a custom loop's: nn::Sequential::train_step), on the
+  //! replica's thread. Empty: none (fit).
+  std::function<void(ReplicaGradient&)> gradient_hook;
+  //! Set by an executor that calls gradient_hook, before it asks for a batch
+  //! (a custom loop refuses a hook the executor would not call).
+  bool runs_gradient_hook = false;
+  //! A custom loop's single step (nn::Sequential::train_step), not a pass of fit's.
+  bool custom_step = false;
   //! Records that step `step` of this pass (optimizer iteration `it`) was
   //! skipped, its reduced gradient holding `bad` NaN or infinite values;
   //! throws NonFiniteError naming the step once max_bad_steps were in a row.

@@ -9,6 +9,9 @@
 //! With the gradient finiteness policy (Pass::finite) Derived::apply asks
 //! finite_gradient between the reduction and the update: a step whose
 //! reduced gradient holds a NaN or an infinity is skipped on every replica.
+//! A custom loop's hook (Pass::gradient_hook) sees each replica's gradient
+//! between its backward and Derived::apply: the one step fit takes, with a
+//! look in between.
 //!   class MyExecutor : public strata::detail::SyncExecutor<S, MyExecutor> { ... apply(ctx, r, it) ... };
 
 #include <algorithm>
@@ -69,6 +72,7 @@ class SyncExecutor : public Executor {
   }
 
   PassTotals run_pass(Pass& pass) override {
+    pass.runs_gradient_hook = true;  // between each replica's backward and Derived::apply
     PassTotals t;
     t.metrics.assign(program_.num_metrics(), 0.0);
     // With each worker's own share (sharded by file) the workers agree on
@@ -110,6 +114,8 @@ class SyncExecutor : public Executor {
   //! Replica r failed with `why` (in its step or its update), on its thread:
   //! a Derived with collectives of its own releases the other replicas there.
   void replica_failed(std::size_t /*r*/, const std::string& /*why*/) {}
+  //! Derived::with_host_gradient(r, fn): fn(replica r's gradient in host
+  //! memory); what fn leaves there is the gradient the step reduces.
   //! Called when a step failed, once no replica runs.
   void after_failure() {}
 
@@ -175,7 +181,13 @@ class SyncExecutor : public Executor {
       try {
         derived().before_step(r);
         reps_[r]->step(b, rows, StepInfo{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale}, results_[r]);
-        if (pass.phase == Phase::Train) derived().apply(ctx, r, it);
+        if (pass.phase != Phase::Train) return;
+        if (pass.gradient_hook)  // a custom loop's look at this replica's gradient, before the reduction
+          derived().with_host_gradient(r, [&](std::span<float> v) {
+            ReplicaGradient rg{v, 0, v.size(), g, sync, rows.size(), global, it};
+            pass.gradient_hook(rg);
+          });
+        derived().apply(ctx, r, it);
       } catch (const std::exception& e) {
         derived().replica_failed(r, e.what());
         throw;
