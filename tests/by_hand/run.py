@@ -3,9 +3,10 @@
 programs (the ```cpp blocks whose first line is `// NAME.cpp`) into OUT_DIR,
 beside links to the source tree's include/ and examples/, and runs each
 line of its ```sh blocks there with bash, as a user in a fresh clone would.
-Usage: run.py BUILDING_MD SOURCE_ROOT OUT_DIR "SECTION TITLE START" [--compile-only]
+Usage: run.py BUILDING_MD SOURCE_ROOT OUT_DIR "SECTION TITLE START" [--compile-only] [--readme README.md]
 --compile-only: the lines that run a program (`./x`, `mpirun ...`) are
-shown, not run (CUDA on a machine without a GPU).
+shown, not run (CUDA on a machine without a GPU). --readme: also check that
+the README's build-by-hand commands are building.md's.
 Exit 0: every line exited 0; 1: one did not (its output printed)."""
 import os
 import re
@@ -40,6 +41,15 @@ def main():
     if not lines:
         print(f"{md}: no commands in '## {title}'")
         return 1
+    if "--readme" in sys.argv[5:]:  # README's build-by-hand lines are building.md's commands
+        readme = open(sys.argv[sys.argv.index("--readme") + 1], encoding="utf-8").read()
+        part = readme[readme.index("## Building a program by hand"):]
+        block = re.search(r"^```sh\n(.*?)^```", part, re.S | re.M).group(1)
+        for l in block.splitlines():
+            for cmd in l.split("#", 1)[0].split("&&"):
+                if cmd.strip() and cmd.strip() not in text:
+                    print(f"README's build-by-hand command `{cmd.strip()}` is not one of docs/building.md's")
+                    return 1
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
     for line in lines:
