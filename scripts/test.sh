@@ -4,12 +4,12 @@
 # errors), then the unit tests under ThreadSanitizer (g++) and under
 # AddressSanitizer+UBSan (clang++); the sanitizer builds leave the CUDA
 # backend out (no GPU here: its tests only compile and skip, which the
-# release build already does). Every supported configuration is built, with
-# its examples and benchmarks, warnings as errors (issue 21): everything
-# (the release build), MPI without CUDA (ThreadSanitizer), no MPI and no CUDA
-# (AddressSanitizer), and CUDA without MPI (compiled only: the files that
-# differ). Ends with the line "N passed, M failed"; exits non-zero if any
-# test failed or a build broke.
+# release build already does). Every supported configuration is built,
+# warnings as errors (issue 21): everything, with the examples and
+# benchmarks (the release build); MPI without CUDA, no MPI and no CUDA, and
+# CUDA without MPI (compiled only, unoptimized: the files whose code differs
+# by configuration). Ends with the line "N passed, M failed"; exits non-zero
+# if any test failed or a build broke.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -38,9 +38,7 @@ PY
 }
 
 # suite NAME BUILDDIR COMPILER MESON-TEST-ARGS -- SETUP-ARGS
-# Builds the default targets and, before testing, the targets named in the
-# array also_build (for targets that are not built by default).
-also_build=()
+# Builds the default targets, then runs the tests.
 suite() {
   local name=$1 dir=$2 cxx=$3
   shift 3
@@ -51,7 +49,7 @@ suite() {
   local setup=(env CXX="$cxx" meson setup "$dir")
   [ -f "$dir/build.ninja" ] && setup=(meson configure "$dir")  # existing dir: make sure it has these options
   "${setup[@]}" -Dwerror=true "$@" > "$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; failed=$((failed + 1)); return; }
-  if ! ninja -C "$dir" all "${also_build[@]}" > "$dir.build.log" 2>&1; then
+  if ! ninja -C "$dir" all > "$dir.build.log" 2>&1; then
     tail -n 60 "$dir.build.log"
     echo "$name: build failed"
     failed=$((failed + 1))
@@ -69,49 +67,59 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # tests/mpi/tsan.supp); not under ASan: Open MPI's memory hooks and
 # never-freed globals defeat it, so that build leaves MPI out (and the
 # TSan build makes only the MPI programs its suite runs).
-# Each sanitizer build also builds, without running them (the release build
-# runs the examples and command lines), the example and benchmark programs
-# whose code depends on its configuration (under a sanitizer none is built by
-# default; a failed build counts as a failure): mnist_mlp (examples/
-# mnist_common.hpp: MpiStrategies or InProcessStrategies, CUDA or not) in
-# both, train_bench and allreduce_bench (CPU only) without any backend. The
-# other examples and benchmarks hold no code that depends on a backend.
+# The sanitizer builds compile the tests only, at the lowest optimization
+# their sanitizer runs well at (TSan -O1, ASan -O0) with line tables (-g1)
+# for the reports: half the compile time of -O2 -g or less, where the tests
+# run for seconds. The examples and benchmarks are built and run by the
+# release build; the code in them that depends on the configuration is
+# compiled below, once per configuration.
 only_unit=(--no-suite compile_fail --no-suite packaging --no-suite readme --no-suite examples --no-suite mpi
-           --no-suite cli)
+           --no-suite cli --no-suite docs)
 suite "release (g++)" build g++ -- -Dbuildtype=release
-also_build=(examples/mnist_mlp)
 suite "ThreadSanitizer (g++)" build-tsan g++ "${only_unit[@]}" -- \
-  -Dbuildtype=debugoptimized -Db_sanitize=thread -Dbench=true -Dexamples=true -Dcuda=disabled -Dnccl=disabled
-also_build=(examples/mnist_mlp bench/train_bench bench/allreduce_bench)
+  -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Db_sanitize=thread -Dbench=false -Dexamples=false \
+  -Dcuda=disabled -Dnccl=disabled
 suite "AddressSanitizer + UBSan (clang++)" build-asan clang++ "${only_unit[@]}" -- \
-  -Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbench=true -Dexamples=true \
-  -Dcuda=disabled -Dmpi=disabled -Dnccl=disabled
-also_build=()
+  -Doptimization=0 -Ddebug=false -Dcpp_args=-g1 -Db_sanitize=address,undefined -Db_lundef=false \
+  -Dbench=false -Dexamples=false -Dcuda=disabled -Dmpi=disabled -Dnccl=disabled
 
-# CUDA without MPI (and without NCCL): compiled, not linked or run. Only the
-# translation units whose code depends on that combination (the
-# `#elif STRATA_HAS_CUDA` branches of examples/mnist_common.hpp and
-# bench/train_bench.cpp, allreduce_gpu.cpp without NCCL); linking would need
-# the CUDA kernels' nvcc build, which the release build already makes and runs.
-# Only where the release build found the CUDA toolkit.
-cuda_only_objects=(examples/mnist_mlp.p/mnist_mlp.cpp.o bench/train_bench.p/train_bench.cpp.o
-                   bench/allreduce_bench.p/allreduce_gpu.cpp.o)
-if grep -q '^#define STRATA_HAS_CUDA 1' build/include/strata/config.hpp 2> /dev/null; then
-  echo "=== CUDA without MPI or NCCL (g++, compile only)"
-  cdir=build-cuda-nompi
-  setup=(env CXX=g++ meson setup "$cdir")
-  [ -f "$cdir/build.ninja" ] && setup=(meson configure "$cdir")
-  if ! "${setup[@]}" -Dwerror=true -Dbuildtype=release -Dcuda=enabled -Dmpi=disabled -Dnccl=disabled \
-       -Dtests=false > "$cdir.setup.log" 2>&1; then
-    cat "$cdir.setup.log"
+# compile_only NAME DIR COMPILER OBJECTS... -- SETUP-ARGS
+# The translation units whose code depends on a configuration the release
+# build (MPI, CUDA, NCCL) is not, compiled without optimization and not
+# linked (warnings are errors): the `#if STRATA_HAS_MPI` / `#elif
+# STRATA_HAS_CUDA` branches of examples/mnist_common.hpp and
+# bench/train_bench.cpp, allreduce_gpu.cpp without NCCL. The release build
+# links and runs the programs.
+compile_only() {
+  local name=$1 dir=$2 cxx=$3
+  shift 3
+  local objects=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do objects+=("$1"); shift; done
+  shift
+  echo "=== $name (compile only)"
+  local setup=(env CXX="$cxx" meson setup "$dir")
+  [ -f "$dir/build.ninja" ] && setup=(meson configure "$dir")
+  if ! "${setup[@]}" -Dwerror=true -Dbuildtype=plain -Dtests=false "$@" > "$dir.setup.log" 2>&1; then
+    cat "$dir.setup.log"
     failed=$((failed + 1))
-  elif ! ninja -C "$cdir" "${cuda_only_objects[@]}" > "$cdir.build.log" 2>&1; then
-    tail -n 60 "$cdir.build.log"
-    echo "CUDA without MPI: build failed"
+  elif ! ninja -C "$dir" "${objects[@]}" > "$dir.build.log" 2>&1; then
+    tail -n 60 "$dir.build.log"
+    echo "$name: build failed"
     failed=$((failed + 1))
   else
-    echo "CUDA without MPI: ${#cuda_only_objects[@]} translation units compile warning-free"
+    echo "$name: ${#objects[@]} translation units compile warning-free"
   fi
+}
+compile_only "MPI without CUDA (g++)" build-mpi-nocuda g++ examples/mnist_mlp.p/mnist_mlp.cpp.o -- \
+  -Dcuda=disabled -Dnccl=disabled
+compile_only "no MPI, no CUDA (clang++)" build-cpu-only clang++ examples/mnist_mlp.p/mnist_mlp.cpp.o \
+  bench/train_bench.p/train_bench.cpp.o bench/allreduce_bench.p/allreduce_bench.cpp.o -- \
+  -Dcuda=disabled -Dmpi=disabled -Dnccl=disabled
+# CUDA without MPI (and without NCCL): only where the release build found the CUDA toolkit.
+if grep -q '^#define STRATA_HAS_CUDA 1' build/include/strata/config.hpp 2> /dev/null; then
+  compile_only "CUDA without MPI or NCCL (g++)" build-cuda-nompi g++ examples/mnist_mlp.p/mnist_mlp.cpp.o \
+    bench/train_bench.p/train_bench.cpp.o bench/allreduce_bench.p/allreduce_gpu.cpp.o -- \
+    -Dcuda=enabled -Dmpi=disabled -Dnccl=disabled
 else
   echo "=== CUDA without MPI or NCCL: skipped (the release build found no CUDA toolkit)"
 fi
