@@ -57,7 +57,7 @@ PRELUDE = """
 #include <strata/strategy/by_name.hpp>
 #include <strata/strategy/parameter_server.hpp>
 """
-PRELUDE_NN = "#include <strata/nn.hpp>\n"
+PRELUDE_NN = "#include <strata/nn.hpp>\nnamespace nn = strata::nn;\n"
 PRELUDE_MPI = """
 #include <strata/strategy/by_name_mpi.hpp>
 #include <strata/strategy/multi_worker.hpp>
@@ -68,7 +68,6 @@ PRELUDE_CUDA = "#include <strata/cuda.hpp>\n"
 PRELUDE_NCCL = "#include <strata/nccl.hpp>\n"
 # Names a marker's `given` may use for the datasets and models of the docs.
 PRELUDE_NAMES = """
-namespace nn = strata::nn;
 namespace docs_check {
 using Images = strata::Tensor<float>;                 // [N, 28, 28]
 using Labels = strata::Tensor<std::int32_t>;          // [N]
@@ -97,6 +96,8 @@ def needs_of(code, marker_needs):
             needs.add("mpi")
         if h == "strata/nn.hpp" or h.startswith("strata/nn/"):
             needs.add("nn")
+    if re.search(r"\bnn::", code):  # strata/nn without naming its header (the prelude includes it)
+        needs.add("nn")
     if "nccl" in needs:
         needs.add("cuda")
     return needs
@@ -136,7 +137,7 @@ def blocks_of(path, root):
         if kind is None:
             kind = "program" if re.search(r"^\s*int\s+main\s*\(", code, re.M) else "statements"
         line = text[:m.start()].count("\n") + 2
-        out.append((rel, line, code, kind, given, needs_of(code, needs)))
+        out.append((rel, line, code, kind, given, needs_of(code + "\n" + given, needs)))
     return out
 
 
