@@ -62,6 +62,8 @@ struct OneElement {
     return out;
   }
 };
+template <class E>
+OneElement(const E*) -> OneElement<E>;  // clang 14 deduces no aggregate's arguments
 
 //! The custom loop's running state: its steps' sums since the last reset,
 //! and the finiteness policy's count (fit's default: skip a step whose

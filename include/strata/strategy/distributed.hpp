@@ -24,7 +24,9 @@ namespace strata {
 //! One element of a distributed dataset in a custom loop: the global batch
 //! (across workers reading their own files: this worker's share of it), the
 //! strategy that distributes it and which rows each of its replicas takes.
-//! Valid until the loop advances.
+//! Valid until the loop advances. The split is the data-parallel one (over
+//! every replica in sync); a pipeline's replicas are stages, which all see
+//! their copy's rows: there, hand the whole batch to model.train_step.
 template <class E>
 struct DistributedBatch {
   const E* element = nullptr;
