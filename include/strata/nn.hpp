@@ -23,3 +23,4 @@
 #include <strata/nn/sigmoid.hpp>
 #include <strata/nn/softmax.hpp>
 #include <strata/nn/tanh.hpp>
+#include <strata/nn/tensorboard.hpp>

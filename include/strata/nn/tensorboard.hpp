@@ -1,0 +1,92 @@
+#pragma once
+//! TensorBoard: a fit callback writing the scalars TensorBoard plots, as
+//! Keras' TensorBoard callback does: `<log_dir>/train` gets epoch_loss,
+//! epoch_<metric>, epoch_skipped_steps (when fit skipped non-finite steps)
+//! and epoch_steps_per_second after each epoch, and, every `update_freq`
+//! batches, batch_loss and batch_<metric> (running means over the epoch) at
+//! the global batch count; `<log_dir>/validation` gets the val_* values as
+//! epoch_<name>. Only the chief writes (under several workers or a
+//! parameter server the other processes create nothing). Each scalar is
+//! flushed as it is written, so a run that dies leaves its curve so far.
+//!   strata::nn::TensorBoard tb{model, "logs/run1", {.update_freq = 100}};
+//!   model.fit(train, {.epochs = 5, .callbacks = {&tb}}, test);
+//!   // tensorboard --logdir logs
+//! The files are TensorFlow's event files (io/event_file.hpp).
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <strata/core/error.hpp>
+#include <strata/io/event_file.hpp>
+#include <strata/nn/callbacks.hpp>
+
+namespace strata::nn {
+
+struct TensorBoardOptions {
+  //! Also write the running batch values every this many batches (0: epochs only).
+  std::int64_t update_freq = 0;
+};
+
+class TensorBoard : public Callback {
+ public:
+  //! `model`: the model fit trains (it says whether this process is the chief).
+  template <class Model>
+  TensorBoard(const Model& model, std::filesystem::path log_dir, TensorBoardOptions opts = {})
+      : TensorBoard(model.is_chief(), std::move(log_dir), opts) {}
+  //! `chief`: whether this process writes.
+  TensorBoard(bool chief, std::filesystem::path log_dir, TensorBoardOptions opts = {})
+      : chief_(chief), dir_(std::move(log_dir)), opts_(opts) {
+    if (dir_.empty()) throw Error("TensorBoard: the log directory is empty");
+    if (opts_.update_freq < 0) throw Error("TensorBoard: update_freq must be 0 (epochs only) or a batch count");
+  }
+
+  [[nodiscard]] const std::filesystem::path& log_dir() const noexcept { return dir_; }
+  //! The event files written so far (empty on a process that is not the chief).
+  [[nodiscard]] std::filesystem::path train_file() const { return train_ ? train_->path() : std::filesystem::path{}; }
+  [[nodiscard]] std::filesystem::path validation_file() const {
+    return validation_ ? validation_->path() : std::filesystem::path{};
+  }
+
+  void on_train_begin() override {
+    if (chief_ && !train_) train_ = std::make_unique<io::EventFileWriter>(dir_ / "train");
+  }
+  void on_epoch_begin(int /*epoch*/) override {
+    epoch_start_ = Clock::now();
+    epoch_batches_ = 0;
+  }
+  void on_batch_end(int /*batch*/, const Logs& logs) override {
+    ++epoch_batches_;
+    ++global_batch_;
+    if (!train_ || !opts_.update_freq || global_batch_ % opts_.update_freq) return;
+    for (const auto& [name, value] : logs.items()) train_->scalar("batch_" + name, value, global_batch_);
+  }
+  void on_epoch_end(int epoch, const Logs& logs) override {
+    if (!train_) return;
+    for (const auto& [name, value] : logs.items()) {
+      if (name.starts_with("val_")) {
+        if (!validation_) validation_ = std::make_unique<io::EventFileWriter>(dir_ / "validation");
+        validation_->scalar("epoch_" + name.substr(4), value, epoch);
+      } else {
+        train_->scalar("epoch_" + name, value, epoch);
+      }
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
+    if (epoch_batches_ && seconds > 0)
+      train_->scalar("epoch_steps_per_second", static_cast<double>(epoch_batches_) / seconds, epoch);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool chief_;
+  std::filesystem::path dir_;
+  TensorBoardOptions opts_;
+  std::unique_ptr<io::EventFileWriter> train_, validation_;
+  Clock::time_point epoch_start_ = Clock::now();
+  std::int64_t epoch_batches_ = 0;
+  std::int64_t global_batch_ = 0;
+};
+
+}  // namespace strata::nn

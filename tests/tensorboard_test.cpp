@@ -1,0 +1,198 @@
+// TensorBoard event files (issue 24): the TFRecord framing, the Event
+// encoding, and the TensorBoard callback, read back by a reader that is not
+// strata's (tests/tensorboard/read_events.py: crcmod's CRC-32C and
+// protobuf's decoder over event.proto compiled by protoc).
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <strata/io/event_file.hpp>
+#include <strata/io/tfrecord.hpp>
+#include <strata/nn.hpp>
+#include <strata/nn/tensorboard.hpp>
+#include <strata/strata.hpp>
+
+#include "blobs.hpp"
+#include "checkpoint_files.hpp"
+
+namespace fs = std::filesystem;
+namespace nn = strata::nn;
+using strata_test::TempDir;
+
+namespace {
+
+//! The lines the outside reader prints for `files` (its exit status must be 0).
+std::vector<std::string> read_with_protobuf(const std::vector<fs::path>& files) {
+  const char* reader = std::getenv("STRATA_TENSORBOARD_READER");
+  REQUIRE_MESSAGE(reader, "STRATA_TENSORBOARD_READER (python3 tests/tensorboard/read_events.py) is not set: run "
+                          "under meson");
+  std::string cmd = reader;
+  for (const auto& f : files) cmd += " '" + f.string() + "'";
+  cmd += " 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = ::pclose(p);
+  INFO(out);
+  REQUIRE(status == 0);
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+//! "folder tag" -> values in step order, from the reader's lines; steps into `steps`.
+std::map<std::string, std::vector<double>> scalars(const std::vector<std::string>& lines,
+                                                   std::map<std::string, std::vector<long>>* steps = nullptr) {
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& l : lines) {
+    if (l.starts_with("version ")) {
+      CHECK(l == "version brain.Event:2");
+      continue;
+    }
+    std::istringstream in(l);
+    std::string folder, tag;
+    long step = 0;
+    double v = 0;
+    REQUIRE((in >> folder >> step >> tag >> v));
+    out[folder + " " + tag].push_back(v);
+    if (steps) (*steps)[folder + " " + tag].push_back(step);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("TFRecord: the masked CRC-32C of the standard check string; records round-trip, empty ones too") {
+  // crc32c("123456789") = 0xE3069283; masked: ((c >> 15) | (c << 17)) + 0xa282ead8
+  const std::uint32_t c = 0xE3069283u;
+  CHECK(strata::io::tfrecord_masked_crc("123456789") == ((c >> 15) | (c << 17)) + 0xa282ead8u);
+  TempDir d;
+  const fs::path f = d.path / "sub" / "r.tfrecord";
+  {
+    strata::io::TfRecordWriter w{f};  // makes the folder
+    w.write("first");
+    w.write("");
+    w.write(std::string(1000, 'x'));
+    w.flush();
+  }
+  const auto rs = strata::io::read_tfrecords(f);
+  REQUIRE(rs.size() == 3);
+  CHECK(rs[0] == "first");
+  CHECK(rs[1].empty());
+  CHECK(rs[2] == std::string(1000, 'x'));
+  CHECK(fs::file_size(f) == 3 * 16 + 5 + 1000);
+}
+
+TEST_CASE("TFRecord: a flipped byte anywhere and any truncation are Errors naming the record") {
+  TempDir d;
+  const fs::path f = d.path / "r.tfrecord";
+  {
+    strata::io::TfRecordWriter w{f};
+    w.write("abc");
+    w.write("defgh");
+  }
+  const auto good = strata_test::slurp(f);
+  REQUIRE(good.size() == 16 + 3 + 16 + 5);
+  for (std::size_t i = 0; i < good.size(); ++i) {
+    auto bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x01);
+    strata_test::spit(f, bad);
+    CAPTURE(i);
+    CHECK_THROWS_WITH_AS(strata::io::read_tfrecords(f), doctest::Contains(i < 19 ? "record 0" : "record 1"),
+                         strata::Error);
+  }
+  for (std::size_t n = 1; n < good.size(); ++n) {
+    if (n == 19) continue;  // a whole first record: a valid file of one record
+    strata_test::spit(f, std::vector<char>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)));
+    CAPTURE(n);
+    CHECK_THROWS_AS(strata::io::read_tfrecords(f), strata::Error);
+  }
+  CHECK_THROWS_WITH_AS(strata::io::read_tfrecords(d.path / "missing"), doctest::Contains("cannot open"),
+                       strata::Error);
+}
+
+TEST_CASE("event files: protobuf reads the version and scalars strata wrote, steps and tags as written") {
+  TempDir d;
+  fs::path file;
+  {
+    strata::io::EventFileWriter w{d.path / "run"};
+    file = w.path();
+    w.scalar("loss", 0.5, 0);
+    w.scalar("loss", 0.25, 7);
+    w.scalar("a/b tag", -3.0, -1);  // a negative step: protobuf's ten-byte varint
+    w.scalar("big", 1e30, 1LL << 40);
+  }
+  CHECK(file.filename().string().starts_with("events.out.tfevents."));
+  const auto lines = read_with_protobuf({file});
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[0] == "version brain.Event:2");
+  CHECK(lines[1] == "run 0 loss 0.5");
+  CHECK(lines[2] == "run 7 loss 0.25");
+  CHECK(lines[3].starts_with("run -1 a/b"));  // the reader splits on spaces; the tag is intact in the file
+  CHECK(lines[4] == "run 1099511627776 big " + std::string("1.0000000150474662e+30"));
+}
+
+TEST_CASE("TensorBoard callback: epoch, validation and batch scalars equal fit's logs, under Mirrored") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto model = s.scope([] { return strata_test::blobs_mlp(); });
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                {.seed = 7});
+  const auto train = strata_test::blobs(96, 1), val = strata_test::blobs(32, 2);
+  TempDir d;
+  nn::TensorBoard tb{model, d.path / "logs", {.update_freq = 2}};
+  const auto history = model.fit(strata::data::from_tensor_slices(train.x, train.y).batch(16),
+                                 {.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&tb}},
+                                 strata::data::from_tensor_slices(val.x, val.y).batch(16));
+  REQUIRE(fs::exists(tb.train_file()));
+  REQUIRE(fs::exists(tb.validation_file()));
+  CHECK(tb.train_file().parent_path() == d.path / "logs" / "train");
+  CHECK(tb.validation_file().parent_path() == d.path / "logs" / "validation");
+  std::map<std::string, std::vector<long>> steps;
+  const auto got = scalars(read_with_protobuf({tb.train_file(), tb.validation_file()}), &steps);
+  for (const char* name : {"loss", "accuracy"}) {
+    CAPTURE(name);
+    const auto want = history.at(name), want_val = history.at(std::string("val_") + name);
+    const auto& epoch = got.at(std::string("train epoch_") + name);
+    const auto& epoch_val = got.at(std::string("validation epoch_") + name);
+    REQUIRE(epoch.size() == 3);
+    REQUIRE(epoch_val.size() == 3);
+    for (std::size_t e = 0; e < 3; ++e) {
+      CHECK(epoch[e] == static_cast<double>(static_cast<float>(want[e])));
+      CHECK(epoch_val[e] == static_cast<double>(static_cast<float>(want_val[e])));
+    }
+    CHECK(steps.at(std::string("train epoch_") + name) == std::vector<long>{0, 1, 2});
+    // 6 batches an epoch, 18 in all: every second one, at the global batch count
+    const auto& batch_steps = steps.at(std::string("train batch_") + name);
+    CHECK(batch_steps == std::vector<long>{2, 4, 6, 8, 10, 12, 14, 16, 18});
+    // the last batch of an epoch's running mean is the epoch's value
+    CHECK(got.at(std::string("train batch_") + name)[2] == epoch[0]);
+  }
+  const auto& sps = got.at("train epoch_steps_per_second");
+  REQUIRE(sps.size() == 3);
+  for (double v : sps) CHECK(v > 0);
+  CHECK(got.count("validation epoch_steps_per_second") == 0);
+}
+
+TEST_CASE("TensorBoard callback: a process that is not the chief writes nothing; bad options are Errors") {
+  TempDir d;
+  strata::OneDeviceStrategy s{strata::cpu(0)};
+  auto model = s.scope([] { return strata_test::blobs_mlp(); });
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  nn::TensorBoard quiet{false, d.path / "not_chief", {.update_freq = 1}};
+  const auto data = strata_test::blobs(32, 3);
+  model.fit(strata::data::from_tensor_slices(data.x, data.y).batch(8),
+            {.epochs = 1, .verbose = nn::Verbosity::Silent, .callbacks = {&quiet}});
+  CHECK_FALSE(fs::exists(d.path / "not_chief"));
+  CHECK(quiet.train_file().empty());
+  CHECK_THROWS_WITH_AS(nn::TensorBoard(true, d.path, {.update_freq = -1}), doctest::Contains("update_freq"),
+                       strata::Error);
+  CHECK_THROWS_WITH_AS(nn::TensorBoard(true, ""), doctest::Contains("log directory is empty"), strata::Error);
+}
