@@ -103,13 +103,18 @@ constexpr std::string_view strategy_name() noexcept {
 
 //! The options of strategy `S` an executor reads when a model is made in its
 //! scope (executor_options(), pipeline_options()), as they were then.
+struct NoOptions {
+  friend bool operator==(NoOptions, NoOptions) = default;
+};
 template <class S>
 struct MadeOptions {
-  std::optional<ExecutorOptions> exec;
-  std::optional<PipelineOptions> pipeline;
+  static constexpr bool has_exec = requires(S& s) { s.executor_options(); };
+  static constexpr bool has_pipeline = requires(S& s) { s.pipeline_options(); };
+  [[no_unique_address]] std::conditional_t<has_exec, ExecutorOptions, NoOptions> exec{};
+  [[no_unique_address]] std::conditional_t<has_pipeline, PipelineOptions, NoOptions> pipeline{};
   explicit MadeOptions(S& s) {
-    if constexpr (requires { s.executor_options(); }) exec.emplace(s.executor_options());
-    if constexpr (requires { s.pipeline_options(); }) pipeline.emplace(s.pipeline_options());
+    if constexpr (has_exec) exec = s.executor_options();
+    if constexpr (has_pipeline) pipeline = s.pipeline_options();
   }
   friend bool operator==(const MadeOptions&, const MadeOptions&) = default;
 };
@@ -206,10 +211,11 @@ class OptionsChecked final : public ForwardingExecutorAll<Executor> {
   void check() const {
     const MadeOptions<S> now(s_);
     if (now == made_) return;
-    const bool pipe = now.pipeline != made_.pipeline;
-    const std::string call = pipe ? "pipeline_options()" : "executor_options()";
-    const std::string fields = pipe ? changed_fields(*made_.pipeline, *now.pipeline)
-                                    : changed_fields(*made_.exec, *now.exec);
+    std::string call, fields;
+    if constexpr (MadeOptions<S>::has_pipeline)
+      if (now.pipeline != made_.pipeline) call = "pipeline_options()", fields = changed_fields(made_.pipeline, now.pipeline);
+    if constexpr (MadeOptions<S>::has_exec)
+      if (call.empty()) call = "executor_options()", fields = changed_fields(made_.exec, now.exec);
     throw Error("strata: " + call + " changed (" + fields + ") after a model was made in scope(); a model reads its "
                 "strategy's options when it is made, so this one would run with the earlier ones: set " + call +
                 " before making the model (or make a new model in scope() to use the new options)");

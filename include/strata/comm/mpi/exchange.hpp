@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +59,13 @@ class Exchange {
     node_size_ = t.node_size;
     node_rank_ = t.node_rank;
     network_why_ = t.why;
+    live_.reset(new LiveComm);
+    live_->comm = comm_;
+    live_->rank = rank_;
+    live_->size = size_;
+    live_->timeout = opts_.timeout;
+    LiveComms::get().add(live_.get());
+    install_terminate_notices();
   }
 
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_; }
@@ -295,12 +303,24 @@ class Exchange {
     if (poisoned_.empty()) poison("rank " + std::to_string(rank_) + " aborted: " + why);
     if (abort_sent_) return;
     abort_sent_ = true;
+    // never freed: a peer that frees its copy before taking the notice would
+    // otherwise see it arrive on its next communicator given the same context
+    comm_.keep_forever();
     send_abort_notice(comm_, rank_, size_, why, opts_.timeout);
+  }
+
+  //! The program leaves this communicator's scope by an exception (its
+  //! owner's destructor runs during stack unwinding): unless a failure on it
+  //! is known already, the other ranks are told (abort), so that their next
+  //! call on it fails at once naming this rank instead of at its deadline.
+  void unwinding(const std::string& why) {
+    if (comm_ != MPI_COMM_NULL && poisoned_.empty()) abort(why);
   }
 
   //! This communicator is unusable from now on, for `why`.
   void poison(std::string why) {
     if (poisoned_.empty()) poisoned_ = std::move(why);
+    if (live_) live_->settled = true;  // an uncaught exception later need not tell the others
     runtime().note_failure(opts_.timeout);
   }
 
@@ -370,7 +390,16 @@ class Exchange {
     for (std::size_t off = 0; off < bytes; off += payload_block()) f(off, std::min(payload_block(), bytes - off));
   }
 
+  //! Takes a LiveComm off the list, then frees it.
+  struct Unlist {
+    void operator()(LiveComm* c) const noexcept {
+      LiveComms::get().remove(c);
+      delete c;
+    }
+  };
+
   CommHandle comm_;
+  std::unique_ptr<LiveComm, Unlist> live_;  // after comm_: off the list before the communicator is freed
   int rank_ = 0, size_ = 1;
   MpiOptions opts_;
   bool network_ = false;

@@ -5,20 +5,34 @@
 //! eagerly), and a rank that waits checks for one while it polls, so that
 //! its wait ends at once with the failed rank's reason instead of at the
 //! deadline. Exchange (exchange.hpp) sends and checks them; and the
-//! messages it drops after a disagreement.
+//! messages it drops after a disagreement. A communicator on which a
+//! notice was sent is never freed (Exchange::abort): a notice its receiver
+//! had not taken when it freed its own copy would otherwise reach the next
+//! communicator MPI gave the same context and break its message order.
+//! Every live communicator is listed (LiveComms), so that an exception no
+//! one catches (std::terminate) tells the peers on all of them.
 //!   detail::mpi::send_abort_notice(comm, rank, size, "rank 1: out of memory", timeout);
 //!   if (auto n = detail::mpi::take_abort_notice(comm)) throw CollectiveAborted(n->why);
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <exception>
+
 #include <strata/comm/mpi/handles.hpp>
 #include <strata/comm/mpi/mpi.hpp>
+#include <strata/comm/mpi/runtime.hpp>
+#include <strata/core/error.hpp>
 
 namespace strata::detail::mpi {
 
@@ -65,6 +79,84 @@ inline std::optional<AbortNotice> take_abort_notice(MPI_Comm comm) {
   // matched and small (sent eagerly): already here, so this receive does not wait on the sender
   MPI_Mrecv(n.why.data(), count, MPI_CHAR, &msg, MPI_STATUS_IGNORE);
   return n;
+}
+
+//! A live communicator, as an uncaught exception's notices need it: listed
+//! while it lives (at a fixed address: Exchange holds it by pointer).
+struct LiveComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  std::chrono::milliseconds timeout{0};
+  //! Its peers know already, or need not be told (it failed, or was told of a failure).
+  std::atomic<bool> settled{false};
+};
+
+//! Every live communicator of this process.
+class LiveComms {
+ public:
+  static LiveComms& get() {
+    static LiveComms l;
+    return l;
+  }
+  void add(LiveComm* c) {
+    std::lock_guard lk(mu_);
+    all_.push_back(c);
+  }
+  void remove(LiveComm* c) {
+    std::lock_guard lk(mu_);
+    std::erase(all_, c);
+  }
+  //! Sends `why` to the peers on every live communicator not settled (and settles it).
+  void tell_all(const std::string& why) {
+    std::lock_guard lk(mu_);
+    for (LiveComm* c : all_)
+      if (!c->settled.exchange(true)) send_abort_notice(c->comm, c->rank, c->size, why, c->timeout);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<LiveComm*> all_;
+};
+
+//! Tells the peers on every live communicator that this rank failed with
+//! `e` (an exception no one caught), so that their collectives end at once
+//! naming this rank and its message, instead of at their deadline. Bounded.
+inline void tell_peers_of(const std::exception_ptr& e) noexcept {
+  try {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (!init || fin) return;
+    const std::string why = e ? "an exception no one caught ended it (std::terminate): " + detail::what_of(e)
+                              : std::string("std::terminate ended it (no exception)");
+    const SerialMpi lock("telling the other ranks of an uncaught exception", std::chrono::seconds(2), std::nothrow);
+    LiveComms::get().tell_all(why);
+  } catch (...) {
+  }
+}
+
+//! The terminate handler before strata's (called after the notices).
+inline std::terminate_handler& previous_terminate() noexcept {
+  static std::terminate_handler h = nullptr;
+  return h;
+}
+
+//! strata's terminate handler, from the first MPI communicator on: tells
+//! the peers (tell_peers_of the exception being handled), then runs the
+//! handler there was before (the default prints the exception and aborts).
+[[noreturn]] inline void terminate_telling_peers() noexcept {
+  tell_peers_of(std::current_exception());
+  if (std::terminate_handler h = previous_terminate()) h();
+  std::abort();
+}
+
+//! Installs terminate_telling_peers once per process.
+inline void install_terminate_notices() {
+  static const bool installed = [] {
+    previous_terminate() = std::set_terminate(&terminate_telling_peers);
+    return true;
+  }();
+  (void)installed;
 }
 
 //! Receives and drops what has arrived from `source` on `tag`, up to `left`

@@ -1,0 +1,157 @@
+// Loud failures across 2 ranks (issue 23). An exception thrown by the program
+// on rank 1 outside any strata call (its strategy goes out of scope during
+// the unwinding) ends rank 0's next collective at once, naming rank 1,
+// instead of at the deadline; an exception nothing catches tells the peers
+// its message (the terminate handler's body, tell_peers_of); notices of a
+// freed communicator never reach a new one. The chief alone writes a file
+// that both ranks save to one path (write_on_chief): no race, the file is
+// complete when either returns, a failed write fails on both.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <strata/nn.hpp>
+#include <strata/strategy/multi_worker.hpp>
+
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+namespace nn = strata::nn;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+strata::MultiWorkerOptions slow() {  // a deadline far above what the tests allow a failure to take
+  strata::MultiWorkerOptions o;
+  o.mpi.timeout = 60s;
+  return o;
+}
+
+// Seconds rank 0's barrier took to fail, and its message.
+std::pair<double, std::string> failed_barrier(strata::MultiWorkerMirroredStrategy& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    s.run([](auto& ctx) { ctx.barrier(); });
+  } catch (const strata::ReplicaError& e) {
+    what = e.what();
+  }
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), what};
+}
+
+}  // namespace
+
+TEST_CASE("an exception thrown on rank 1 outside any strata call ends rank 0's next collective at once") {
+  if (world_rank() == 1) {
+    try {
+      strata::MultiWorkerMirroredStrategy s{{strata::cpu(0)}, slow()};
+      throw std::runtime_error("bad input file");  // the program's own code, between strata calls
+    } catch (const std::runtime_error& e) {
+      CHECK(std::string(e.what()) == "bad input file");
+    }
+  } else {
+    strata::MultiWorkerMirroredStrategy s{{strata::cpu(0)}, slow()};
+    const auto [secs, what] = failed_barrier(s);
+    MESSAGE("rank 0's barrier failed after " << secs << " s (deadline 60 s)");
+    CHECK(secs < 5.0);  // at once, not at the deadline (measured: a few ms)
+    CHECK(what.find("rank 1 failed: an exception thrown outside any collective unwound past its communicator") !=
+          std::string::npos);
+  }
+  // both ranks go on with a new communicator: no stale notice reaches it
+  strata::MultiWorkerMirroredStrategy next{{strata::cpu(0)}, slow()};
+  CHECK_NOTHROW(next.run([](auto& ctx) { ctx.barrier(); }));
+}
+
+TEST_CASE("an exception nothing catches tells the peers its message (the terminate handler)") {
+  // MPI communicators install it: an uncaught exception unwinds nothing, so
+  // no destructor runs; the handler tells every live communicator's peers,
+  // then runs the handler before it (the default prints and aborts).
+  strata::MultiWorkerMirroredStrategy s{{strata::cpu(0)}, slow()};
+  const bool installed = std::get_terminate() == &strata::detail::mpi::terminate_telling_peers;
+  CHECK(installed);
+  if (world_rank() == 1) {
+    try {
+      throw std::runtime_error("bad input file");
+    } catch (...) {
+      strata::detail::mpi::tell_peers_of(std::current_exception());  // what the handler does before aborting
+    }
+    // told once: this communicator is settled, a second exception sends nothing more
+    strata::detail::mpi::tell_peers_of(nullptr);
+  } else {
+    const auto [secs, what] = failed_barrier(s);
+    MESSAGE("rank 0's barrier failed after " << secs << " s (deadline 60 s)");
+    CHECK(secs < 5.0);
+    CHECK(what.find("rank 1 failed: an exception no one caught ended it (std::terminate): bad input file") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("notices of a communicator freed on both ranks never reach the next one") {
+  for (int i = 0; i < 3; ++i) {
+    try {  // both ranks leave by an exception: each tells the other on a communicator both free
+      strata::MpiCommunicator c = strata::MpiCommunicator::world(slow().mpi);
+      throw std::runtime_error("both");
+    } catch (const std::runtime_error&) {
+    }
+    strata::MpiCommunicator fresh = strata::MpiCommunicator::world(slow().mpi);
+    std::vector<float> v{1.f};
+    CHECK_NOTHROW(fresh.all_reduce(v, strata::Sum));
+    CHECK(v[0] == 2.f);
+  }
+}
+
+TEST_CASE("both ranks save to one path: the chief alone writes, no race, a failed write fails on both") {
+  strata::MultiWorkerMirroredStrategy s{{strata::cpu(0)}, slow()};
+  std::int64_t pid[1] = {world_rank() == 0 ? static_cast<std::int64_t>(::getpid()) : 0};
+  s.communicator().broadcast(pid, 0);
+  const auto dir = std::filesystem::temp_directory_path() / ("strata_loud_failures_" + std::to_string(pid[0]));
+  if (s.is_chief()) std::filesystem::create_directories(dir);
+  s.communicator().barrier();
+  const auto path = dir / "weights.strata";
+  auto agree = nn::detail::workers_agree(s.any());
+
+  int writes = 0;
+  for (int round = 0; round < 8; ++round) {
+    strata::Tensor<float> w{{256, 256}};  // 256 KiB: time enough for a reader to see a half-written file
+    for (std::size_t k = 0; k < w.size(); ++k) w.data()[k] = static_cast<float>(round * 1000003 + static_cast<int>(k));
+    const std::vector<nn::NamedTensor> ws{{"dense/kernel", w}};
+    // collective: each rank returns once the chief's write ended, and reads it whole
+    nn::detail::write_on_chief(s.is_chief(), "save_weights", path, [&] { ++writes, nn::write_weights(path, ws); },
+                               agree);
+    const auto back = nn::read_weights(path);
+    REQUIRE(back.size() == 1);
+    CHECK(back[0].name == "dense/kernel");
+    CHECK(std::equal(w.data(), w.data() + w.size(), back[0].value.data()));
+    s.communicator().barrier();  // read by both before the chief writes the next round's
+  }
+  CHECK(writes == (s.is_chief() ? 8 : 0));
+
+  // not collective (the chief may call it alone): the others return without writing
+  nn::detail::write_on_chief(s.is_chief(), "save_weights", dir / "alone.strata", [&] { ++writes; });
+  CHECK(writes == (s.is_chief() ? 9 : 0));
+
+  // the chief cannot write: it raises its own error, the other rank names the chief
+  const auto bad = dir / "missing" / "x.strata";
+  if (s.is_chief())
+    CHECK_THROWS_WITH_AS(nn::detail::write_on_chief(true, "save_weights", bad,
+                                                    [&] { nn::write_weights(bad, {}); }, agree),
+                         doctest::Contains("cannot create"), strata::Error);
+  else
+    CHECK_THROWS_WITH_AS(nn::detail::write_on_chief(false, "save_weights", bad, [] {}, agree),
+                         doctest::Contains("worker 0 (the chief), which writes it for every worker, failed"),
+                         strata::Error);
+  s.communicator().barrier();
+  if (s.is_chief()) std::filesystem::remove_all(dir);
+}
