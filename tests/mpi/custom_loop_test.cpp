@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <filesystem>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <strata/data/dataset.hpp>
@@ -122,6 +124,31 @@ TEST_CASE("multi-worker: each replica of each worker takes its rows of a distrib
                                 static_cast<std::size_t>(s.first_local_replica() + r))
                 .size());
   }
+}
+
+TEST_CASE("multi-worker, data sharded by file: a custom loop of train_step gives fit's weights bit for bit") {
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), strata_test::quick_workers()};
+  std::vector<std::filesystem::path> files;  // one per worker, read from memory: 35 rows each
+  for (int f = 0; f < s.num_workers(); ++f) files.push_back("part" + std::to_string(f));
+  const auto sharded = [&] {
+    return s.distribute(strata::data::from_files(files, [](const std::filesystem::path& p) {
+                          const auto b = strata_test::blobs(35, 100 + std::stoul(p.string().substr(4)));
+                          return strata::data::from_tensor_slices(b.x, b.y);
+                        }).batch(16));
+  };
+  auto fit_model = make_model(s);
+  fit_model.fit(sharded(), {.epochs = epochs, .verbose = nn::Verbosity::Silent});
+  auto model = make_model(s);
+  auto train = sharded();
+  REQUIRE(train.per_worker);
+  for (int epoch = 0; epoch < epochs; ++epoch)
+    for (const auto& batch : train) {
+      CHECK(batch.first == s.first_local_replica());
+      CHECK(batch.parts == 2);
+      model.train_step(batch);
+    }
+  CHECK(strata_test::flat_weights(model) == strata_test::flat_weights(fit_model));
+  CHECK(model.iterations() == fit_model.iterations());
 }
 
 TEST_CASE("multi-worker pipeline: a custom loop of train_step gives fit's weights bit for bit") {
