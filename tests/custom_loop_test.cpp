@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -229,6 +230,43 @@ TEST_CASE("a hook that makes the gradient non-finite skips the step, as fit's ch
     });
   CHECK(strata_test::flat_weights(model) == before);
   CHECK(model.iterations() == 0);
+}
+
+// A hook that throws on one replica fails that step (no update anywhere),
+// naming the replica; the model and strategy stay usable.
+template <class S>
+void a_throwing_hook_fails_the_step(S& s) {
+  auto model = s.scope(strata_test::blobs_mlp);
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 1});
+  auto train = s.distribute(dataset());
+  model.build(strata::Shape{6});
+  const auto before = strata_test::flat_weights(model);
+  auto it = train.begin();
+  try {
+    model.train_step(*it, [](strata::ReplicaGradient& g) {
+      if (g.replica == 1) throw std::runtime_error("hook refused");
+    });
+    FAIL("the step did not fail");
+  } catch (const strata::ReplicaError& e) {
+    CHECK(e.replica() == 1);
+    CHECK(std::string(e.what()).find("hook refused") != std::string::npos);
+  }
+  CHECK(model.iterations() == 0);
+  CHECK(strata_test::flat_weights(model) == before);
+  model.train_step(*it);
+  CHECK(model.iterations() == 1);
+  CHECK(strata_test::flat_weights(model) != before);
+}
+
+TEST_CASE("a hook that throws fails its step on every replica, naming the replica; training goes on after") {
+  SUBCASE("mirrored") {
+    strata::MirroredStrategy s{strata::cpu_replicas(2)};
+    a_throwing_hook_fails_the_step(s);
+  }
+  SUBCASE("pipeline") {
+    strata::PipelineStrategy s{strata::cpu_replicas(2)};
+    a_throwing_hook_fails_the_step(s);
+  }
 }
 
 TEST_CASE("train_step's logs accumulate until reset_metrics") {
