@@ -12,6 +12,9 @@
 //! The gradient finiteness policy (Pass::finite): the replica counts the
 //! gradient's NaN and infinite values on the device with its loss sums and
 //! they come back in the same read, so checking adds no synchronization.
+//! A custom loop's gradient hook (Pass::gradient_hook) sees the gradient
+//! copied to the host after the backward, and what it leaves goes back to
+//! the device before the update (counted for finiteness after the hook).
 
 #include <algorithm>
 #include <memory>
@@ -84,6 +87,7 @@ class DeviceExecutor final : public Executor {
       int previous;
       ~Bound() { c.unbind_thread(previous); }
     } bound{*c_, c_->bind_thread()};
+    pass.runs_gradient_hook = true;  // between the backward and the update
     return detail::run_batches(pass, program_.num_metrics(), [&](const Batch& b, std::size_t index, PassTotals& t) {
       if (const std::size_t rows = b.x->shape()[0]) step(b, pass, rows, t, index);
     });
@@ -99,6 +103,14 @@ class DeviceExecutor final : public Executor {
     if (pass.phase == Phase::Train) {
       if (!updater_) throw Error("Sequential: compile the model first (optimizer and loss)");
       const std::size_t n = program_.num_params();
+      if (pass.gradient_hook) {  // a custom loop's look at the gradient, on the host
+        if (host_grad_.size() != n) host_grad_ = Tensor<float>{Shape{n}};
+        if (n) c_->download(host_grad_.data(), grad_.data(), host_grad_.bytes());
+        ReplicaGradient g{host_grad_.span(), 0, n, 0, 1, rows, rows, it};
+        pass.gradient_hook(g);
+        if (n) c_->upload(grad_.data(), host_grad_.data(), host_grad_.bytes());
+        result_.nonfinite.reset();  // counted before the hook: count what it left
+      }
       if (pass.finite) {
         const double bad = nonfinite_gradient(n);
         if (bad > 0) return pass.skip_step(index, it, bad);  // nothing changes, the iteration included
@@ -137,6 +149,7 @@ class DeviceExecutor final : public Executor {
   std::unique_ptr<Updater> updater_;
   ReplicaResult result_;
   mutable std::optional<Tensor<float>> host_;
+  Tensor<float> host_grad_;  // the gradient a custom loop's hook sees
 };
 
 }  // namespace strata::detail
