@@ -149,11 +149,10 @@ inline std::string changed_fields(const ExecutorOptions& then, const ExecutorOpt
   return out;
 }
 
-//! An executor that hands every call to `inner_` (E is Executor: a template
-//! only so that a virtual function Executor may gain is forwarded below as
-//! soon as it exists).
-template <class E>
-class ForwardingExecutor : public E {
+//! An executor that hands every call to `inner_`. Every virtual function
+//! of Executor is forwarded: one Executor gains must be added here too (or
+//! the wrapped executor's own would never run).
+class ForwardingExecutor : public Executor {
  public:
   explicit ForwardingExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
   void place(const Tensor<float>& init) override { inner_->place(init); }
@@ -178,18 +177,6 @@ class ForwardingExecutor : public E {
  protected:
   std::unique_ptr<Executor> inner_;
 };
-//! ... and refuses_custom_step (a custom loop's step), where Executor has it.
-template <class E, bool = requires(const E& e) { e.refuses_custom_step(true); }>
-class ForwardingExecutorAll : public ForwardingExecutor<E> {
- public:
-  using ForwardingExecutor<E>::ForwardingExecutor;
-};
-template <class E>
-class ForwardingExecutorAll<E, true> : public ForwardingExecutor<E> {
- public:
-  using ForwardingExecutor<E>::ForwardingExecutor;
-  std::string refuses_custom_step(bool with_hook) const override { return this->inner_->refuses_custom_step(with_hook); }
-};
 
 //! A model's executor, checking before each use that the strategy's options
 //! are still those it was made with: an executor reads them once, when the
@@ -198,14 +185,14 @@ class ForwardingExecutorAll<E, true> : public ForwardingExecutor<E> {
 //! Error naming the call order instead. Every other call goes straight to
 //! the strategy's executor.
 template <class S>
-class OptionsChecked final : public ForwardingExecutorAll<Executor> {
+class OptionsChecked final : public ForwardingExecutor {
  public:
   OptionsChecked(S& s, std::unique_ptr<Executor> inner)
-      : ForwardingExecutorAll<Executor>(std::move(inner)), s_(s), made_(s) {}
+      : ForwardingExecutor(std::move(inner)), s_(s), made_(s) {}
 
-  void place(const Tensor<float>& init) override { check(), this->inner_->place(init); }
-  PassTotals run_pass(Pass& pass) override { return check(), this->inner_->run_pass(pass); }
-  bool begin_fit(Pass& pass) override { return check(), this->inner_->begin_fit(pass); }
+  void place(const Tensor<float>& init) override { check(), inner_->place(init); }
+  PassTotals run_pass(Pass& pass) override { return check(), inner_->run_pass(pass); }
+  bool begin_fit(Pass& pass) override { return check(), inner_->begin_fit(pass); }
 
  private:
   void check() const {

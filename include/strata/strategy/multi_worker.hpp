@@ -6,7 +6,9 @@
 //! local replica 0 (shared memory), which all-reduces with the other
 //! workers over MPI, and the result is broadcast back locally. Variables
 //! start from worker 0's values; a failure on any worker reaches every
-//! worker as an error (no hang), within the MPI timeout.
+//! worker as an error (no hang), within the MPI timeout; at once when a
+//! strata call failed, or an exception of the program's own left the
+//! strategy's scope or was never caught (comm/mpi/communicator.hpp).
 //!   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2)};   // under mpirun -np N
 //!   s.run([&](auto& ctx) { ctx.all_reduce(grad, strata::Sum); });    // over 2N replicas
 
