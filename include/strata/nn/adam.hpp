@@ -26,10 +26,15 @@ class Adam final : public Optimizer {
   [[nodiscard]] std::string name() const override { return "Adam"; }
   [[nodiscard]] std::size_t slot_count() const noexcept override { return 2; }
   [[nodiscard]] std::string describe() const override {
-    return "Adam(" + field("learning_rate", lr_(0)) + ", " + field("beta_1", o_.beta_1) + ", " +
+    return "Adam(" + field("learning_rate", lr_.scheduled(0)) + ", " + field("beta_1", o_.beta_1) + ", " +
            field("beta_2", o_.beta_2) + ", " + field("epsilon", o_.epsilon) + ")";
   }
-  [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return std::make_unique<Adam>(*this); }
+  [[nodiscard]] std::unique_ptr<Optimizer> clone() const override {
+    auto c = std::make_unique<Adam>(*this);
+    c->lr_.share_override_of(lr_);  // a rate set at run time reaches every copy
+    return c;
+  }
+  [[nodiscard]] LearningRate* learning_rate() noexcept override { return &lr_; }
 
  protected:
   void update(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,

@@ -2,15 +2,25 @@
 //! Callbacks: hooks fit calls at the start/end of training, of each epoch and
 //! of each batch (on the caller's thread, between steps). Derive from
 //! Callback, or pass lambdas to LambdaCallback. A callback stops training by
-//! setting its own `stop_training` (fit clears it when it starts).
+//! setting its own `stop_training` (fit clears it when it starts). During
+//! fit, model() is the model it trains (nn/model_access.hpp). The Keras
+//! callbacks (EarlyStopping, ModelCheckpoint, ...) are in nn/keras_callbacks.hpp.
 //!   strata::nn::LambdaCallback cb; cb.on_epoch_end_fn = [](int e, const strata::nn::Logs& l) { ... };
 //!   model.fit(data, {.epochs = 5, .callbacks = {&cb}});
 
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include <strata/core/error.hpp>
 #include <strata/nn/logs.hpp>
+#include <strata/nn/model_access.hpp>
 
 namespace strata::nn {
+
+//! A callback's state as named strings (what a checkpoint keeps for it).
+using CallbackState = std::vector<std::pair<std::string, std::string>>;
 
 class Callback {
  public:
@@ -18,13 +28,32 @@ class Callback {
   virtual void on_train_begin() {}
   virtual void on_train_end(const Logs&) {}
   virtual void on_epoch_begin(int /*epoch*/) {}
-  //! `logs`: the epoch's training values (and val_* ones when validating).
+  //! `logs`: the epoch's training values (and val_* ones when validating);
+  //! under several workers the chief's, on every worker.
   virtual void on_epoch_end(int /*epoch*/, const Logs& /*logs*/) {}
   virtual void on_batch_begin(int /*batch*/) {}
-  //! `logs`: running means over the epoch so far.
+  //! `logs`: running means over the epoch so far (this worker's).
   virtual void on_batch_end(int /*batch*/, const Logs& /*logs*/) {}
   //! Set to true (e.g. in on_epoch_end) to end fit after the current batch.
   bool stop_training = false;
+
+  //! fit sets the model before on_train_begin (nullptr after fit).
+  virtual void set_model(ModelAccess* m) { model_ = m; }
+  //! What a BackupAndRestore checkpoint keeps of this callback (on the
+  //! chief, when it saves), and gives back to a resumed run after
+  //! on_train_begin (on every worker). Callbacks without state keep none.
+  [[nodiscard]] virtual CallbackState save_state() const { return {}; }
+  virtual void load_state(const CallbackState& /*state*/) {}
+
+ protected:
+  //! The model fit trains; an Error outside fit.
+  [[nodiscard]] ModelAccess& model() const {
+    if (!model_) throw Error("Callback: no model: a callback reaches its model only while fit runs it");
+    return *model_;
+  }
+
+ private:
+  ModelAccess* model_ = nullptr;
 };
 
 struct LambdaCallback final : Callback {

@@ -4,10 +4,13 @@
 //! step and epoch, save when due (the chief writes, every worker learns
 //! whether it worked); on SIGTERM/SIGINT, save after the step and throw
 //! Preempted. Across workers every decision is taken together (one sum over
-//! the workers), so no worker waits for a save that another skipped.
+//! the workers), so no worker waits for a save that another skipped. Each
+//! checkpoint also keeps the callbacks' state (Callback::save_state) and a
+//! learning rate set at run time; a resumed run gets both back.
 //!   detail::FitBackup<Sequential> b(model, backup);  b.resume();  fit_epochs(..., &b.hooks());
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -18,47 +21,24 @@
 
 #include <strata/nn/backup_and_restore.hpp>
 #include <strata/nn/checkpoint_format.hpp>
+#include <strata/nn/fit_callbacks.hpp>
 #include <strata/nn/fit_loop.hpp>
+#include <strata/nn/learning_rate.hpp>
 #include <strata/nn/preemption.hpp>
 #include <strata/nn/run_record.hpp>
 #include <strata/strategy/any_strategy.hpp>
 
 namespace strata::nn::detail {
 
-//! Whether every worker has the same `x` (a sum of x, of x squared and of
-//! ones over the workers: equal exactly when all are), collective.
-inline bool same_on_every_worker(AnyStrategy& s, double x) {
-  if (s.num_workers() <= 1) return true;
-  std::vector<double> v{x, x * x, 1.0};
-  std::vector<double> out(3);
-  s.run([&](AnyReplicaContext& ctx) {
-    std::vector<double> mine = ctx.local_replica_id() == 0 ? v : std::vector<double>(3, 0.0);
-    ctx.all_reduce(mine, Sum);
-    if (ctx.local_replica_id() == 0) out = mine;
-  });
-  return out[0] * out[0] == out[1] * out[2];  // (sum x)^2 == n sum x^2 iff all equal
-}
-
-//! The sum over workers of each worker's `v` (one value per worker: the
-//! first local replica contributes it); `v` itself with one worker.
-inline std::vector<double> sum_over_workers(AnyStrategy& s, std::vector<double> v) {
-  if (s.num_workers() <= 1) return v;
-  std::vector<double> out(v.size());
-  s.run([&](AnyReplicaContext& ctx) {
-    std::vector<double> mine = ctx.local_replica_id() == 0 ? v : std::vector<double>(v.size(), 0.0);
-    ctx.all_reduce(mine, Sum);
-    if (ctx.local_replica_id() == 0) out = mine;
-  });
-  return out;
-}
-
 template <class Model>
 class FitBackup {
  public:
   //! `fields`: what makes this run the same run (nn/run_record.hpp);
   //! `epochs`: the epochs this fit asks for.
-  FitBackup(Model& m, BackupAndRestore& b, std::vector<std::pair<std::string, std::string>> fields, int epochs)
-      : m_(m), b_(b), fields_(std::move(fields)), epochs_(epochs) {
+  //! `callbacks`: fit's (their state goes into each checkpoint); `access`: what they see of the model.
+  FitBackup(Model& m, BackupAndRestore& b, std::vector<std::pair<std::string, std::string>> fields, int epochs,
+            std::vector<Callback*> callbacks, ModelAccess& access)
+      : m_(m), b_(b), fields_(std::move(fields)), epochs_(epochs), callbacks_(std::move(callbacks)), access_(access) {
     if (b_.options().handle_signals) guard_ = std::make_unique<PreemptionGuard>();
     resume_.after = [this](const TrainingPosition& p, FitMoment m) { return after(p, m); };
   }
@@ -112,6 +92,7 @@ class FitBackup {
       resume_.resumed = true;
       resume_.start = *loaded;
       resumed_from_ = step;
+      restore_extras(loaded_path_);
     }
     return resume_;
   }
@@ -230,7 +211,7 @@ class FitBackup {
       try {
         auto run = detail::run_in_file(i->second);
         if (run && run->id != b_.run_.id) why = "it belongs to another run (" + run->id + ")";
-        else loaded = m_.load_checkpoint(i->second);
+        else loaded = m_.load_checkpoint(i->second), loaded_path_ = i->second;
         step = i->first;
       } catch (const Preempted&) {
         throw;
@@ -271,12 +252,36 @@ class FitBackup {
     return false;
   }
 
+  //! A resumed run's learning rate and callbacks' state, from checkpoint `path` (every worker).
+  void restore_extras(const std::filesystem::path& path) {
+    const io::TensorFile f = io::read_tensor_file(path, "BackupAndRestore", io::ReadPart::MetadataOnly);
+    for (const auto& [k, v] : f.meta)
+      if (k.starts_with("callback/")) resume_.callback_state.emplace_back(k, v);
+    if (const std::string* r = f.find("learning_rate_override")) {
+      access_.set_learning_rate(std::strtof(r->c_str(), nullptr));
+    } else if (LearningRate* lr = m_.optimizer().learning_rate()) {
+      lr->set_override(std::nullopt);  // the run had no rate set at run time then
+    }
+  }
+  //! What a checkpoint keeps besides the model: the run, the callbacks' state, a rate set at run time.
+  std::vector<std::pair<std::string, std::string>> extras() const {
+    auto meta = detail::run_meta(b_.run_);
+    for (std::size_t i = 0; i < callbacks_.size(); ++i)
+      for (auto& [k, v] : callbacks_[i]->save_state()) meta.emplace_back(callback_key(i, k), std::move(v));
+    if (const LearningRate* lr = m_.optimizer().learning_rate(); lr && lr->override_rate()) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(*lr->override_rate()));
+      meta.emplace_back("learning_rate_override", buf);
+    }
+    return meta;
+  }
+
   void save(const TrainingPosition& p) {
     const auto path = b_.path_for(p.step);
     std::string why;
     if (m_.is_chief()) {
       try {
-        m_.save_checkpoint(path, p, detail::run_meta(b_.run_));
+        m_.save_checkpoint(path, p, extras());
         b_.prune(p.step);
       } catch (const std::exception& e) {
         why = e.what();
@@ -293,9 +298,12 @@ class FitBackup {
   int epochs_;
   bool record_made_ = false;  // the chief wrote the directory's record in this fit
   std::unique_ptr<PreemptionGuard> guard_;
+  std::vector<Callback*> callbacks_;
+  ModelAccess& access_;
   FitResume resume_;
   std::optional<std::int64_t> resumed_from_;
   int signal_ = 0;
+  std::filesystem::path loaded_path_;  // the checkpoint resumed from
 };
 
 }  // namespace strata::nn::detail

@@ -33,12 +33,30 @@ struct FitResume {
   bool resumed = false;  //!< start comes from a checkpoint (else: the beginning)
   TrainingPosition start;
   std::function<bool(const TrainingPosition&, FitMoment)> after;
+  //! The callbacks' state in the checkpoint resumed from, keyed by callback_key.
+  CallbackState callback_state;
 };
+
+//! Where a checkpoint keeps entry `key` of the state of callback number `i` of fit's list.
+inline std::string callback_key(std::size_t i, const std::string& key) {
+  return "callback/" + std::to_string(i) + "/" + key;
+}
+//! Hands each callback its part of `state` (a resumed run's, after on_train_begin).
+inline void restore_callbacks(const std::vector<Callback*>& callbacks, const CallbackState& state) {
+  for (std::size_t i = 0; i < callbacks.size(); ++i) {
+    const std::string prefix = callback_key(i, "");
+    CallbackState mine;
+    for (const auto& [k, v] : state)
+      if (k.starts_with(prefix)) mine.emplace_back(k.substr(prefix.size()), v);
+    if (!mine.empty()) callbacks[i]->load_state(mine);
+  }
+}
 
 //! Runs opts.epochs passes of `ds` (each made by make_pass(iterator)) on
 //! `ex`; logs_of(totals) makes the logs; validate(logs) adds val_* entries.
 //! With `resume`: from its start (the dataset's pass counters set for that
-//! epoch, its first `batch` batches skipped), calling its `after`.
+//! epoch, its first `batch` batches skipped, the callbacks' state restored
+//! after on_train_begin), calling its `after`.
 //! With opts.check_finite the executor skips steps whose reduced gradient
 //! is not finite (strategy/program.hpp, Pass::FiniteCheck): an epoch's logs
 //! then carry "skipped_steps", its count. An epoch that gets no batch (or
@@ -51,6 +69,7 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
     cb->stop_training = false;
     cb->on_train_begin();
   }
+  if (resume && resume->resumed) restore_callbacks(opts.callbacks, resume->callback_state);
   Logs logs;
   bool stop = false;
   Pass::FiniteCheck finite{opts.max_bad_steps};

@@ -57,7 +57,12 @@ class Optimizer {
              std::int64_t step) const {
     update(s.compute ? *s.compute : kernels::host_compute(), w, g, s, offset, step);
   }
+  //! A copy for an executor (a replica's, an updater's); its learning rate
+  //! shares this one's run-time override (nn/learning_rate.hpp).
   [[nodiscard]] virtual std::unique_ptr<Optimizer> clone() const = 0;
+  //! The learning rate callbacks read and set at run time (ReduceLROnPlateau,
+  //! LearningRateScheduler); nullptr for an optimizer without one to change.
+  [[nodiscard]] virtual LearningRate* learning_rate() noexcept { return nullptr; }
 
  protected:
   virtual void update(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,

@@ -273,6 +273,11 @@ class Sequential {
     iterations_ = pos.step;
     return pos;
   }
+  //! The compiled optimizer (the executor's copies share its learning rate's run-time override).
+  [[nodiscard]] Optimizer& optimizer() const {
+    check_compiled("optimizer");
+    return *m_->optimizer;
+  }
   //! Under several workers: whether this one is the chief (the one that prints and writes).
   [[nodiscard]] bool is_chief() const noexcept { return ex_->is_chief(); }
   //! Whether a checkpoint between two training steps is consistent (not under a parameter server).
@@ -342,8 +347,10 @@ class Sequential {
       ds.set_pass_counters(counters);
     }
     History history;
+    detail::ModelAccessOf<Sequential> access(*this);
+    detail::CallbacksSeeModel seen(opts.callbacks, access);  // their model() during this fit
     std::optional<detail::FitBackup<Sequential>> backup;
-    if (backup_of) backup.emplace(*this, *backup_of, std::move(run_fields), opts.epochs);
+    if (backup_of) backup.emplace(*this, *backup_of, std::move(run_fields), opts.epochs, opts.callbacks, access);
     try {
       const detail::FitResume* resume = backup ? &backup->resume() : nullptr;
       history = detail::fit_epochs(
@@ -351,9 +358,11 @@ class Sequential {
           [&](auto& it) { return data_pass(it, detail::per_worker(data), ds.cardinality(), Phase::Train); },
           [this](const PassTotals& t) { return logs_of(t); },
           [&](Logs& logs) {
-            if (!validation) return;
-            const Logs val = evaluate(*validation);
-            for (const auto& [k, v] : val.items()) logs.set("val_" + k, v);
+            if (validation) {
+              const Logs val = evaluate(*validation);
+              for (const auto& [k, v] : val.items()) logs.set("val_" + k, v);
+            }
+            detail::agree_on_chiefs(*strategy_, is_chief(), logs);  // callbacks decide from the chief's
           },
           resume);
     } catch (...) {

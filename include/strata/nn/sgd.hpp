@@ -22,10 +22,15 @@ class SGD final : public Optimizer {
   [[nodiscard]] std::string name() const override { return "SGD"; }
   [[nodiscard]] std::size_t slot_count() const noexcept override { return o_.momentum > 0.f ? 1 : 0; }
   [[nodiscard]] std::string describe() const override {
-    return "SGD(" + field("learning_rate", lr_(0)) + ", " + field("momentum", o_.momentum) +
+    return "SGD(" + field("learning_rate", lr_.scheduled(0)) + ", " + field("momentum", o_.momentum) +
            ", nesterov=" + (o_.nesterov ? "1" : "0") + ")";
   }
-  [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return std::make_unique<SGD>(*this); }
+  [[nodiscard]] std::unique_ptr<Optimizer> clone() const override {
+    auto c = std::make_unique<SGD>(*this);
+    c->lr_.share_override_of(lr_);  // a rate set at run time reaches every copy
+    return c;
+  }
+  [[nodiscard]] LearningRate* learning_rate() noexcept override { return &lr_; }
 
  protected:
   void update(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,

@@ -1,0 +1,373 @@
+// The Keras callbacks (issue 24): EarlyStopping, ModelCheckpoint,
+// CSVLogger, ReduceLROnPlateau, LearningRateScheduler, TerminateOnNaN. Their
+// decisions on scripted logs (a fake model), then in real fits under every
+// in-process strategy, and a run killed and resumed by BackupAndRestore that
+// makes the uninterrupted run's decisions.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <strata/nn.hpp>
+#include <strata/nn/keras_callbacks.hpp>
+#include <strata/strata.hpp>
+
+#include "blobs.hpp"
+#include "checkpoint_files.hpp"
+#include "strategy_sweep.hpp"
+
+namespace nn = strata::nn;
+using strata_test::TempDir;
+
+namespace {
+
+//! A model for scripted runs: its weights one value, its rate a float.
+struct FakeModel final : nn::ModelAccess {
+  float w = 0.f;
+  float lr = 0.1f;
+  int saved = 0;
+  bool is_chief() const override { return true; }
+  std::vector<strata::io::NamedTensor> get_weights() const override {
+    strata::Tensor<float> t{strata::Shape{1}};
+    t[0] = w;
+    return {{"w", t}};
+  }
+  void set_weights(const std::vector<strata::io::NamedTensor>& ws) override { w = ws.at(0).value[0]; }
+  void save_weights(const std::filesystem::path&) const override {}
+  void save_checkpoint(const std::filesystem::path&) override { ++saved; }
+  std::int64_t iterations() const override { return 0; }
+  float learning_rate() const override { return lr; }
+  void set_learning_rate(float r) override { lr = r; }
+  std::vector<double> from_chief(std::vector<double> v) override { return v; }
+  bool any_worker(bool mine) override { return mine; }
+};
+
+nn::Logs logs_of(std::initializer_list<std::pair<const char*, double>> kv) {
+  nn::Logs l;
+  for (const auto& [k, v] : kv) l.set(k, v);
+  return l;
+}
+
+//! Runs `cb` over the scripted `values` of `name` (the fake model's weight = the epoch); returns the epochs run.
+int scripted(nn::Callback& cb, FakeModel& m, const std::vector<double>& values, const char* name = "val_loss") {
+  cb.set_model(&m);
+  cb.stop_training = false;
+  cb.on_train_begin();
+  int e = 0;
+  for (; e < static_cast<int>(values.size()) && !cb.stop_training; ++e) {
+    cb.on_epoch_begin(e);
+    m.w = static_cast<float>(e);
+    cb.on_epoch_end(e, logs_of({{name, values[static_cast<std::size_t>(e)]}}));
+  }
+  cb.on_train_end({});
+  return e;
+}
+
+const strata_test::Blobs& data() {
+  static const auto b = strata_test::blobs(96, 3);
+  return b;
+}
+auto train_set() { return strata::data::from_tensor_slices(data().x, data().y).batch(16); }  // 6 batches
+
+template <class S>
+nn::Sequential sgd_model(S& s, nn::LearningRate lr) {
+  auto m = s.scope(strata_test::blobs_mlp);
+  m.compile(nn::SGD{std::move(lr)}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+            {.seed = 7});
+  return m;
+}
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("EarlyStopping on scripted logs: patience, min_delta, mode, baseline, the best weights") {
+  FakeModel m;
+  nn::EarlyStopping a{{.monitor = "val_loss", .patience = 2, .restore_best_weights = true}};
+  // best at epoch 1 (0.5); epochs 2 and 3 do not improve: stops at 3, ends with epoch 1's weights
+  CHECK(scripted(a, m, {1.0, 0.5, 0.6, 0.55, 0.1}) == 4);
+  CHECK(a.stopped_epoch() == 3);
+  CHECK(a.best_epoch() == 1);
+  CHECK(m.w == 1.f);
+  // min_delta: 0.45 after 0.5 is no improvement by more than 0.1
+  nn::EarlyStopping b{{.monitor = "val_loss", .min_delta = 0.1, .patience = 1}};
+  CHECK(scripted(b, m, {1.0, 0.5, 0.45, 0.1}) == 3);
+  CHECK(b.best() == 0.5);
+  // "acc" in the name: more is better (auto); Mode::Min turns it around
+  nn::EarlyStopping c{{.monitor = "val_accuracy", .patience = 1}};
+  CHECK(scripted(c, m, {0.5, 0.6, 0.7, 0.65}, "val_accuracy") == 4);
+  nn::EarlyStopping c2{{.monitor = "val_accuracy", .patience = 1, .mode = nn::Mode::Min}};
+  CHECK(scripted(c2, m, {0.5, 0.6, 0.7, 0.65}, "val_accuracy") == 2);
+  // a baseline not beaten: improvements do not reset the counter (without it, no stop)
+  nn::EarlyStopping d{{.monitor = "val_loss", .patience = 3, .baseline = 0.2}};
+  CHECK(scripted(d, m, {1.0, 0.9, 0.95, 0.97, 0.99}) == 3);
+  nn::EarlyStopping d2{{.monitor = "val_loss", .patience = 3}};
+  CHECK(scripted(d2, m, {1.0, 0.9, 0.95, 0.97, 0.99}) == 5);
+  // without restore_best_weights the last weights stay
+  nn::EarlyStopping e{{.monitor = "val_loss", .patience = 1}};
+  CHECK(scripted(e, m, {1.0, 2.0, 3.0}) == 2);
+  CHECK(m.w == 1.f);
+  // a missing value names what the logs have
+  nn::EarlyStopping f{{.monitor = "val_loss"}};
+  f.set_model(&m);
+  f.on_train_begin();
+  CHECK_THROWS_WITH_AS(f.on_epoch_end(0, logs_of({{"loss", 1.0}})),
+                       doctest::Contains("no \"val_loss\" to monitor (they have: loss)"), strata::Error);
+  CHECK_THROWS_AS(nn::EarlyStopping({.patience = -1}), strata::Error);
+}
+
+TEST_CASE("ReduceLROnPlateau on scripted logs: factor, patience, cooldown, min_lr; its state round-trips") {
+  FakeModel m;
+  nn::ReduceLROnPlateau r{{.monitor = "val_loss", .factor = 0.5, .patience = 2, .cooldown = 1, .min_lr = 0.02}};
+  r.set_model(&m);
+  r.on_train_begin();
+  const std::vector<double> v{1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+  std::vector<float> rates;
+  for (int e = 0; e < static_cast<int>(v.size()); ++e) {
+    r.on_epoch_end(e, logs_of({{"val_loss", v[static_cast<std::size_t>(e)]}}));
+    rates.push_back(m.lr);
+  }
+  // epoch 0 best; waits 1, 2 -> 0.05; cooldown ends at 3 (wait 1), 4 -> 0.025; 6 -> min_lr 0.02; 8: at min_lr
+  CHECK(rates == std::vector<float>{0.1f, 0.1f, 0.05f, 0.05f, 0.025f, 0.025f, 0.02f, 0.02f, 0.02f});
+  // the state: a copy that loads it decides as the original
+  nn::ReduceLROnPlateau a{{.monitor = "val_loss", .patience = 3}}, b{{.monitor = "val_loss", .patience = 3}};
+  a.set_model(&m), b.set_model(&m);
+  a.on_train_begin(), b.on_train_begin();
+  a.on_epoch_end(0, logs_of({{"val_loss", 1.0}}));
+  a.on_epoch_end(1, logs_of({{"val_loss", 2.0}}));
+  b.load_state(a.save_state());
+  CHECK(b.wait() == 1);
+  CHECK(b.best() == 1.0);
+  CHECK_THROWS_AS(nn::ReduceLROnPlateau({.factor = 1.0}), strata::Error);
+}
+
+TEST_CASE("LearningRateScheduler sets each epoch's rate once, a resumed epoch's not twice") {
+  FakeModel m;
+  std::vector<std::pair<int, float>> calls;
+  nn::LearningRateScheduler s{[&](int epoch, float lr) {
+    calls.emplace_back(epoch, lr);
+    return lr * 0.5f;
+  }};
+  s.set_model(&m);
+  s.on_train_begin();
+  s.on_epoch_begin(0);
+  s.on_epoch_begin(1);
+  CHECK(m.lr == 0.025f);
+  CHECK(calls == std::vector<std::pair<int, float>>{{0, 0.1f}, {1, 0.05f}});
+  nn::LearningRateScheduler again{[&](int, float lr) { return lr * 0.5f; }};
+  again.set_model(&m);
+  again.on_train_begin();
+  again.load_state(s.save_state());
+  again.on_epoch_begin(1);  // resumed inside epoch 1: its rate is set already
+  CHECK(m.lr == 0.025f);
+  again.on_epoch_begin(2);
+  CHECK(m.lr == 0.0125f);
+}
+
+TEST_CASE("ModelCheckpoint's file-name pattern and save_best_only") {
+  FakeModel m;
+  TempDir d;
+  nn::ModelCheckpoint c{(d.path / "ckpt-{epoch:02d}-{val_loss:.3f}.w").string()};
+  CHECK(c.path_for(4, logs_of({{"val_loss", 0.12345}})) == d.path / "ckpt-05-0.123.w");
+  nn::ModelCheckpoint plain{"m-{epoch}-{loss}.w"};
+  CHECK(plain.path_for(0, logs_of({{"loss", 0.5}})) == "m-1-0.5.w");
+  CHECK_THROWS_WITH_AS(nn::ModelCheckpoint("a-{epoch:q}.w"), doctest::Contains("{epoch:q}"), strata::Error);
+  CHECK_THROWS_AS(nn::ModelCheckpoint("a-{epoch.w"), strata::Error);
+  CHECK_THROWS_WITH_AS((void)plain.path_for(0, logs_of({{"accuracy", 0.5}})),
+                       doctest::Contains("names \"loss\", which the epoch's logs lack (they have epoch, accuracy)"),
+                       strata::Error);
+  nn::ModelCheckpoint best{"b-{epoch}.ckpt", {.monitor = "val_loss", .save_best_only = true, .weights_only = false}};
+  scripted(best, m, {1.0, 2.0, 0.5, 0.7});
+  CHECK(m.saved == 2);  // epochs 0 and 2
+  CHECK(best.last_saved() == "b-3.ckpt");
+}
+
+TEST_CASE("EarlyStopping in fit under every strategy: stops at the expected epoch, restores the best weights") {
+  strata_test::for_each_strategy({}, [&](auto& s, const strata::StrategyInfo&) {
+    auto m = sgd_model(s, 0.05);
+    // no epoch improves on the first by 10: stops at epoch 2 (patience 2), back to epoch 0's weights
+    nn::EarlyStopping stop{{.monitor = "loss", .min_delta = 10.0, .patience = 2, .restore_best_weights = true}};
+    std::vector<float> epoch0, last;
+    nn::LambdaCallback look;
+    look.on_epoch_end_fn = [&](int e, const nn::Logs&) {
+      (e == 0 ? epoch0 : last) = strata_test::flat_weights(m);
+    };
+    const auto h = m.fit(s.distribute(train_set()),
+                         {.epochs = 10, .verbose = nn::Verbosity::Silent, .callbacks = {&look, &stop}});
+    CHECK(h.epochs().size() == 3);
+    CHECK(stop.stopped_epoch() == 2);
+    CHECK(stop.best_epoch() == 0);
+    CHECK(last != epoch0);
+    CHECK(strata_test::flat_weights(m) == epoch0);
+  });
+}
+
+TEST_CASE("ReduceLROnPlateau and LearningRateScheduler: the next steps use the new rate, in every copy") {
+  // epochs of 6 steps; the rate 0.1, then 0.05 from epoch 2 (patience 1: cut at epoch 1's end), as a
+  // schedule of the step
+  const float r0 = 0.1f, r1 = r0 * 0.5f;
+  const nn::PiecewiseConstantDecay reference{{11}, {r0, r1}};
+  const auto run = [&](auto& s, nn::LearningRate lr, std::vector<nn::Callback*> cbs) {
+    auto m = sgd_model(s, std::move(lr));
+    const std::string before = m.optimizer().describe();
+    m.fit(s.distribute(train_set()), {.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = cbs});
+    CHECK(m.optimizer().describe() == before);  // the run's fingerprint does not move with the rate
+    return strata_test::flat_weights(m);
+  };
+  const auto check = [&](auto& s) {
+    const auto want = run(s, reference, {});
+    nn::ReduceLROnPlateau plateau{{.monitor = "loss", .factor = 0.5, .patience = 1, .min_delta = 10.0}};
+    CHECK(run(s, r0, {&plateau}) == want);
+    nn::LearningRateScheduler sched{[](int epoch, float lr) { return epoch == 2 ? lr * 0.5f : lr; }};
+    CHECK(run(s, r0, {&sched}) == want);
+    CHECK(run(s, r0, {}) != want);
+  };
+  strata_test::for_each_strategy({.synchronous = true}, [&](auto& s, const strata::StrategyInfo&) { check(s); });
+  // the parameter server's servers (in this process) get it too; staleness 0: rounds that repeat (its
+  // updates count their steps per shard: compared with each other, not with the step schedule)
+  strata::ParameterServerStrategy ps{{.workers = 2, .servers = 2, .staleness = std::uint64_t{0}}};
+  nn::ReduceLROnPlateau plateau{{.monitor = "loss", .factor = 0.5, .patience = 1, .min_delta = 10.0}};
+  nn::LearningRateScheduler sched{[](int epoch, float lr) { return epoch == 2 ? lr * 0.5f : lr; }};
+  const auto cut = run(ps, r0, {&plateau});
+  CHECK(run(ps, r0, {&sched}) == cut);
+  CHECK(run(ps, r0, {}) != cut);
+}
+
+TEST_CASE("A rate set at run time is the model's own: a copy of the optimizer does not share it") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  nn::SGD opt{0.1};
+  auto a = s.scope(strata_test::blobs_mlp);
+  a.compile(opt, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  auto b = s.scope(strata_test::blobs_mlp);
+  b.compile(opt, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  a.optimizer().learning_rate()->set_override(0.01f);
+  CHECK((*a.optimizer().learning_rate())(0) == 0.01f);
+  CHECK((*b.optimizer().learning_rate())(0) == 0.1f);
+  CHECK((*opt.learning_rate())(0) == 0.1f);
+  CHECK(a.optimizer().describe() == "SGD(learning_rate=0.1, momentum=0, nesterov=0)");
+  CHECK_THROWS_AS(a.optimizer().learning_rate()->set_override(-1.f), strata::Error);
+}
+
+TEST_CASE("TerminateOnNaN stops after the batch whose loss is not finite") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto x = data().x;
+  for (std::size_t j = 0; j < 6; ++j) x[(16 * 3 + 2) * 6 + j] = std::nanf("");  // a row of batch 3
+  auto m = sgd_model(s, 0.05);
+  nn::TerminateOnNaN nan_stop;
+  int batches = 0;
+  nn::LambdaCallback count;
+  count.on_batch_end_fn = [&](int, const nn::Logs&) { ++batches; };
+  m.fit(s.distribute(strata::data::from_tensor_slices(x, data().y).batch(16)),
+        {.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&count, &nan_stop}});
+  REQUIRE(nan_stop.terminated_at());
+  CHECK(*nan_stop.terminated_at() == std::pair{0, 3});
+  CHECK(batches == 4);
+  // finite losses: it lets fit run
+  auto fine = sgd_model(s, 0.05);
+  const auto h = fine.fit(s.distribute(train_set()), {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&nan_stop}});
+  CHECK(h.epochs().size() == 2);
+  CHECK(!nan_stop.terminated_at());
+}
+
+TEST_CASE("ModelCheckpoint and CSVLogger in fit: the files hold the epochs' weights and logs") {
+  TempDir d;
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto m = sgd_model(s, 0.05);
+  nn::ModelCheckpoint ckpt{(d.path / "w-{epoch:02d}-{loss:.4f}.weights").string()};
+  nn::CSVLogger csv{d.path / "log.csv", {.separator = ';'}};
+  std::vector<std::vector<float>> weights;
+  nn::LambdaCallback look;
+  look.on_epoch_end_fn = [&](int, const nn::Logs&) { weights.push_back(strata_test::flat_weights(m)); };
+  const auto h = m.fit(s.distribute(train_set()),
+                       {.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&look, &ckpt, &csv}});
+  std::string want = "epoch;accuracy;loss\n";
+  for (std::size_t e = 0; e < 3; ++e) {
+    const auto& l = h.epochs()[e];
+    char name[64];
+    std::snprintf(name, sizeof name, "w-%02zu-%.4f.weights", e + 1, l.at("loss"));
+    auto back = sgd_model(s, 0.05);
+    back.build(strata::Shape{6});
+    back.load_weights(d.path / name);
+    CHECK(strata_test::flat_weights(back) == weights[e]);
+    want += std::to_string(e) + ";" + nn::detail::exact_short(l.at("accuracy")) + ";" +
+            nn::detail::exact_short(l.at("loss")) + "\n";
+  }
+  CHECK(read_all(d.path / "log.csv") == want);
+  // append: the next fit's rows follow, without a second header
+  nn::CSVLogger more{d.path / "log.csv", {.separator = ';', .append = true}};
+  m.fit(s.distribute(train_set()), {.epochs = 1, .verbose = nn::Verbosity::Silent, .callbacks = {&more}});
+  const std::string all = read_all(d.path / "log.csv");
+  CHECK(all.starts_with(want));
+  CHECK(all.substr(want.size()).starts_with("0;"));
+  CHECK(all.find("epoch", 1) == std::string::npos);
+}
+
+namespace {
+struct Crashed {};
+//! Throws (a kill, as far as fit can tell) at the end of epoch `epoch`, after the callbacks before it.
+struct CrashAtEpochEnd final : nn::Callback {
+  int epoch;
+  explicit CrashAtEpochEnd(int e) : epoch(e) {}
+  void on_epoch_end(int e, const nn::Logs&) override {
+    if (e == epoch) throw Crashed{};
+  }
+};
+}  // namespace
+
+TEST_CASE("BackupAndRestore: a run killed and resumed makes the uninterrupted run's callback decisions") {
+  // patience 2 on a loss that never improves by 10: the rate halves at epochs 2 and 4; early stopping
+  // (patience 4) stops at epoch 4 back to epoch 0's weights; the run is killed at epoch 3's end, after
+  // its CSV row, before its checkpoint: it resumes from epoch 2's end (step 18) with the halved rate,
+  // the counters, the best weights and the CSV file as they were then
+  struct Run {
+    std::vector<float> weights;
+    std::string csv;
+    int stopped;
+    float rate;
+    std::vector<double> losses;
+  };
+  const auto run = [&](auto& s, const std::filesystem::path& dir, bool crash) {
+    nn::BackupAndRestore backup{dir / "backup", {.keep = 1}};
+    nn::ReduceLROnPlateau plateau{{.monitor = "loss", .factor = 0.5, .patience = 2, .min_delta = 10.0}};
+    nn::EarlyStopping stop{{.monitor = "loss", .min_delta = 10.0, .patience = 4, .restore_best_weights = true}};
+    nn::CSVLogger csv{dir / "log.csv"};
+    CrashAtEpochEnd kill{crash ? 3 : -1};
+    std::vector<nn::Callback*> cbs{&backup, &plateau, &csv, &stop, &kill};
+    const nn::FitOptions opts{.epochs = 8, .verbose = nn::Verbosity::Silent, .callbacks = cbs};
+    if (crash) {
+      auto m = sgd_model(s, 0.1);
+      CHECK_THROWS_AS(m.fit(s.distribute(train_set()), opts), Crashed);
+      kill.epoch = -1;
+    }
+    auto m = sgd_model(s, 0.1);
+    const auto h = m.fit(s.distribute(train_set()), opts);
+    if (crash) CHECK(backup.resumed_from() == 18);
+    Run r{strata_test::flat_weights(m), read_all(dir / "log.csv"), stop.stopped_epoch(),
+          m.optimizer().learning_rate()->override_rate().value_or(0.f), h.at("loss")};
+    return r;
+  };
+  strata_test::for_each_strategy({.synchronous = true}, [&](auto& s, const strata::StrategyInfo&) {
+    TempDir a, b;
+    const Run want = run(s, a.path, false);
+    CHECK(want.stopped == 4);
+    CHECK(want.rate == 0.025f);
+    const Run got = run(s, b.path, true);
+    CHECK(got.csv == want.csv);
+    CHECK(got.stopped == want.stopped);
+    CHECK(got.rate == want.rate);
+    CHECK(got.weights == want.weights);
+    // the resumed fit's history: epochs 3 and 4, with the uninterrupted run's losses
+    REQUIRE(got.losses.size() == 2);
+    CHECK(std::vector<double>(want.losses.begin() + 3, want.losses.end()) == got.losses);
+  });
+}
