@@ -1,11 +1,15 @@
 // Loud failures (issue 23), in one process: a strategy's options changed
 // after a model was made in its scope raise an Error naming the call order
-// (they were ignored in silence: an invalid stage split raised nothing); a
+// (they were ignored in silence: an invalid stage split raised nothing), the
+// check passing every other call to the strategy's executor; a
 // model's summary names workers, servers and stages; under several workers
 // the chief alone writes a model's files (write_on_chief).
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -148,4 +152,65 @@ TEST_CASE("write_on_chief: the chief writes, the others do not; with all_ok a fa
   auto agree = nn::detail::workers_agree(s.any());
   CHECK(agree(true));
   CHECK_FALSE(agree(false));
+}
+
+namespace {
+// An executor that records which of its functions ran.
+struct Probe final : strata::Executor {
+  std::vector<std::string>& log;
+  strata::Tensor<float> v{{2}};
+  explicit Probe(std::vector<std::string>& l) : log(l) {}
+  void place(const strata::Tensor<float>&) override { log.push_back("place"); }
+  void reset_optimizer() override { log.push_back("reset_optimizer"); }
+  bool placed() const noexcept override { return log.push_back("placed"), true; }
+  const strata::Tensor<float>& value() const override { return log.push_back("value"), v; }
+  void assign(const strata::Tensor<float>&) override { log.push_back("assign"); }
+  std::vector<strata::Tensor<float>> optimizer_state() override {
+    log.push_back("optimizer_state");
+    return {};
+  }
+  void set_optimizer_state(std::span<const strata::Tensor<float>>) override { log.push_back("set_optimizer_state"); }
+  std::vector<std::uint64_t> update_counters() const override {
+    log.push_back("update_counters");
+    return {7};
+  }
+  void set_update_counters(std::span<const std::uint64_t>, std::int64_t) override {
+    log.push_back("set_update_counters");
+  }
+  bool state_settled_between_steps() const noexcept override { return log.push_back("settled"), false; }
+  std::string collectives_choice() const override { return log.push_back("collectives_choice"), "probe"; }
+  strata::PassTotals run_pass(strata::Pass&) override { return log.push_back("run_pass"), strata::PassTotals{}; }
+  void join_predictions(std::span<float>, bool) override { log.push_back("join_predictions"); }
+  bool begin_fit(strata::Pass&) override { return log.push_back("begin_fit"), false; }
+  void end_fit() override { log.push_back("end_fit"); }
+  bool is_chief() const noexcept override { return log.push_back("is_chief"), false; }
+};
+}  // namespace
+
+TEST_CASE("the options check hands every executor call to the strategy's executor") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  std::vector<std::string> log;
+  strata::detail::OptionsChecked<strata::MirroredStrategy> w(s, std::make_unique<Probe>(log));
+  strata::Executor& e = w;
+  nn::detail::FnPass pass;
+  e.place(strata::Tensor<float>{{2}});
+  e.reset_optimizer();
+  CHECK(e.placed());
+  CHECK(e.value().size() == 2);
+  e.assign(strata::Tensor<float>{{2}});
+  CHECK(e.optimizer_state().empty());
+  e.set_optimizer_state({});
+  CHECK(e.update_counters() == std::vector<std::uint64_t>{7});
+  e.set_update_counters({}, 0);
+  CHECK_FALSE(e.state_settled_between_steps());
+  CHECK(e.collectives_choice() == "probe");
+  (void)e.run_pass(pass);
+  e.join_predictions({}, false);
+  CHECK_FALSE(e.begin_fit(pass));
+  e.end_fit();
+  CHECK_FALSE(e.is_chief());
+  CHECK(log == std::vector<std::string>{"place", "reset_optimizer", "placed", "value", "assign", "optimizer_state",
+                                        "set_optimizer_state", "update_counters", "set_update_counters", "settled",
+                                        "collectives_choice", "run_pass", "join_predictions", "begin_fit", "end_fit",
+                                        "is_chief"});
 }
