@@ -72,6 +72,7 @@ TEST_CASE("an exception thrown on rank 1 outside any strata call ends rank 0's n
   // both ranks go on with a new communicator: no stale notice reaches it
   strata::MultiWorkerMirroredStrategy next{{strata::cpu(0)}, slow()};
   CHECK_NOTHROW(next.run([](auto& ctx) { ctx.barrier(); }));
+  CHECK(next.any().layout() == "2 workers, 2 replicas");  // what a summary names (it said "2 replicas")
 }
 
 TEST_CASE("an exception nothing catches tells the peers its message (the terminate handler)") {
