@@ -214,4 +214,17 @@ class BackupAndRestore : public Callback {
   std::optional<TrainingPosition> resumed_at_;
 };
 
+namespace detail {
+//! The one BackupAndRestore among fit's callbacks (null: none); two are an error.
+inline BackupAndRestore* backup_among(const std::vector<Callback*>& callbacks) {
+  BackupAndRestore* found = nullptr;
+  for (auto* cb : callbacks)
+    if (auto* b = dynamic_cast<BackupAndRestore*>(cb)) {
+      if (found) throw Error("fit: more than one BackupAndRestore among the callbacks");
+      found = b;
+    }
+  return found;
+}
+}  // namespace detail
+
 }  // namespace strata::nn

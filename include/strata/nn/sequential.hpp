@@ -222,7 +222,7 @@ class Sequential {
   [[nodiscard]] std::string summary() {
     if (!built() && input_) build(*input_);
     if (!built()) throw Error("Sequential::summary: the model is not built yet; give it an Input or call build()");
-    return detail::summary_table(*m_, strategy_->name(), strategy_->num_replicas_in_sync());
+    return detail::summary_table(*m_, *strategy_);
   }
 
   //! The parameters, named "<layer>/<param>" (the logical value: replica 0's copy under Mirrored).
@@ -236,12 +236,16 @@ class Sequential {
     check_built("set_weights");
     ex_->assign(detail::flat_weights(ws, get_weights(), m_->total));
   }
-  void save_weights(const std::filesystem::path& path) const { write_weights(path, get_weights()); }
+  //! Writes the weights (nn/weights_file.hpp); under several workers the chief alone writes (write_on_chief).
+  void save_weights(const std::filesystem::path& path) const {
+    const auto ws = get_weights();
+    detail::write_on_chief(is_chief(), "save_weights", path, [&] { write_weights(path, ws); });
+  }
 
   //! Writes a checkpoint (nn/checkpoint.hpp): the weights, the optimizer's
   //! state, the step count and `pos` (where in fit; default: no epoch
-  //! begun), atomically. Reads every copy it needs (under several workers,
-  //! call it on each; only the chief's file matters).
+  //! begun), atomically. Under several workers call it on every worker or
+  //! on the chief alone: the chief alone writes.
   //! `extra`: more metadata (BackupAndRestore adds its run's identity).
   void save_checkpoint(const std::filesystem::path& path, TrainingPosition pos = {},
                        const std::vector<std::pair<std::string, std::string>>& extra = {}) {
@@ -252,7 +256,7 @@ class Sequential {
                                                ex_->update_counters(), strategy_->name(),
                                                strategy_->num_replicas_in_sync());
     f.meta.insert(f.meta.end(), extra.begin(), extra.end());
-    io::write_tensor_file(path, f, "save_checkpoint");
+    detail::write_on_chief(is_chief(), "save_checkpoint", path, [&] { io::write_tensor_file(path, f, "save_checkpoint"); });
   }
   //! Loads a checkpoint written under any strategy: weights, optimizer
   //! state and step count (all or nothing); returns where fit was.
@@ -274,10 +278,7 @@ class Sequential {
     return pos;
   }
   //! The compiled optimizer (the executor's copies share its learning rate's run-time override).
-  [[nodiscard]] Optimizer& optimizer() const {
-    check_compiled("optimizer");
-    return *m_->optimizer;
-  }
+  [[nodiscard]] Optimizer& optimizer() const { return check_compiled("optimizer"), *m_->optimizer; }
   //! Under several workers: whether this one is the chief (the one that prints and writes).
   [[nodiscard]] bool is_chief() const noexcept { return ex_->is_chief(); }
   //! Whether a checkpoint between two training steps is consistent (not under a parameter server).
@@ -295,9 +296,7 @@ class Sequential {
 
  private:
   template <class D>
-  const auto& dataset_of(const D& data) const {
-    return detail::dataset_of(data, strategy_);
-  }
+  const auto& dataset_of(const D& data) const { return detail::dataset_of(data, strategy_); }
 
   //! A pass over iterator `it`'s (features, labels) batches (detail::BatchFeed), the model built for each.
   template <class It>
@@ -324,12 +323,7 @@ class Sequential {
   History fit_impl(const D& data, const FitOptions& opts, const V* validation) {
     check_compiled("fit");
     const auto& ds = dataset_of(data);
-    BackupAndRestore* backup_of = nullptr;
-    for (auto* cb : opts.callbacks)
-      if (auto* b = dynamic_cast<BackupAndRestore*>(cb)) {
-        if (backup_of) throw Error("fit: more than one BackupAndRestore among the callbacks");
-        backup_of = b;
-      }
+    BackupAndRestore* backup_of = detail::backup_among(opts.callbacks);
     std::optional<std::size_t> global_batch;  // the first batch's rows (a backed-up run records it)
     std::vector<std::pair<std::string, std::string>> run_fields;  // what makes a resume the same run
     {  // a look at the first batch, not an epoch: the first epoch is the dataset's first pass (its shuffle)
