@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <strata/comm/mpi/mpi.hpp>
@@ -46,6 +47,13 @@ inline void (*after_contract_hook)(std::uint64_t seq) = nullptr;
 inline std::vector<Abandoned>& graveyard() {
   static std::vector<Abandoned>* g = new std::vector<Abandoned>;  // never destroyed: MPI may still use it at exit
   return *g;
+}
+
+//! Gives up request `req` (set null) with the memory it may still touch.
+inline void abandon(MPI_Request& req, std::vector<std::byte>& staging, std::vector<int>& counts,
+                    std::vector<int>& displs) {
+  graveyard().push_back(Abandoned{req, std::move(staging), std::move(counts), std::move(displs)});
+  req = MPI_REQUEST_NULL;
 }
 
 //! "collective #3 all_reduce(...)", "recv(from rank 1, tag 7, 1000 float32)", or the set-up step.

@@ -60,7 +60,7 @@ void reduce_scatter_work(Exchange& ex, const T* src, std::size_t n, T* dst, std:
     for (int r = 0; r < p; ++r)
       counts[static_cast<std::size_t>(r)] =
           as_count(shard_range(n, static_cast<std::size_t>(p), static_cast<std::size_t>(r)).size(), "reduce_scatter");
-    if (Exchange::overlaps(src, n, dst, out_n)) src = staged_copy(ex, src, n);
+    if (overlaps(src, n, dst, out_n)) src = staged_copy(ex, src, n);
     MPI_Request req = MPI_REQUEST_NULL;
     check(MPI_Ireduce_scatter(src, dst, counts.data(), datatype<T>(), op_of<Op>(), ex.comm(), &req),
           "MPI_Ireduce_scatter");
@@ -87,7 +87,7 @@ void all_gather_work(Exchange& ex, const T* src, std::size_t n, T* out, std::siz
     off += c;
   }
   if (off) {
-    if (Exchange::overlaps(src, n, out, off)) src = staged_copy(ex, src, n);
+    if (overlaps(src, n, out, off)) src = staged_copy(ex, src, n);
     MPI_Request req = MPI_REQUEST_NULL;
     check(MPI_Iallgatherv(src, counts[static_cast<std::size_t>(ex.rank())], datatype<T>(), out, counts.data(),
                           displs.data(), datatype<T>(), ex.comm(), &req),

@@ -30,7 +30,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -71,7 +70,7 @@ class MpiCommunicator {
   //! Moving waits for the source's pending work first.
   MpiCommunicator(MpiCommunicator&& o) noexcept
       : ex_((o.work_.drain(), std::move(o.ex_))), auto_(std::move(o.auto_)), async_(std::move(o.async_)),
-        work_(std::move(o.work_)), unwinding_at_birth_(o.unwinding_at_birth_) {}
+        work_(std::move(o.work_)) {}
   MpiCommunicator& operator=(MpiCommunicator&& o) noexcept {
     if (this != &o) {
       work_.stop();  // ours ends before our MPI state goes
@@ -81,30 +80,19 @@ class MpiCommunicator {
       auto_ = std::move(o.auto_);
       async_ = std::move(o.async_);
       work_ = std::move(o.work_);
-      unwinding_at_birth_ = o.unwinding_at_birth_;
     }
     return *this;
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
-  //! Runs what is still queued (each operation bounded), then frees the
-  //! communicator under the MPI lock. Destroyed by an exception's stack
-  //! unwinding (thrown in the program, outside any strata call: its
-  //! strategy goes out of scope), it first tells the other ranks, unless they
-  //! know of a failure already: their next call on it fails at once, naming
-  //! this rank, instead of at the deadline. (An exception that nothing
-  //! catches unwinds nothing: the terminate handler tells them, with its
-  //! message; notices.hpp.)
+  //! Runs what is still queued (each operation bounded), tells the other
+  //! ranks when an exception's stack unwinding destroys it (Exchange::closing:
+  //! thrown in the program, outside any strata call), then frees the
+  //! communicator under the MPI lock.
   ~MpiCommunicator() {
     work_.stop();
     freeing_.emplace("freeing a communicator", ex_.options().timeout, std::nothrow);
-    if (std::uncaught_exceptions() > unwinding_at_birth_) {
-      try {
-        ex_.unwinding("an exception thrown outside any collective unwound past its communicator (its strategy); "
-                      "its message is in that rank's output");
-      } catch (...) {
-      }
-    }
+    ex_.closing();
   }
 
   //! Ranks with the same `color` form a new communicator, ordered by `key`
@@ -403,7 +391,6 @@ class MpiCommunicator {
   detail::mpi::AutoSelector auto_;
   std::vector<detail::mpi::AsyncSend> async_;  // send_async's messages in flight (cancelled first if still there)
   detail::mpi::Progress work_;  // last: its thread ends before anything it uses goes
-  int unwinding_at_birth_ = std::uncaught_exceptions();  // exceptions in flight when it was made
 };
 
 static_assert(AsyncCommunicator<MpiCommunicator>, "MpiCommunicator must model strata::AsyncCommunicator");

@@ -4,6 +4,8 @@
 //! reaches every other rank in a fixed-size header, and ranks that disagree
 //! all raise the same CollectiveMismatch naming who passed what.
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -115,6 +117,18 @@ inline std::string contract_violation(const std::vector<WireCall>& calls, int me
   for (std::size_t r = 0; r < p; ++r)
     msg += "\n  rank " + std::to_string(r) + " called #" + std::to_string(calls[r].seq) + " " + descs[r].str();
   return msg;
+}
+
+//! The direct algorithm's payload, when it travels apart from the header,
+//! goes in messages of at most 32 KiB over TCP (under Open MPI's eager
+//! limit of 64 KiB, so that they leave at once instead of waiting for the
+//! receiver's handshake) and as one message in shared memory (the
+//! single-copy path is faster): f(offset, length) for each, sender and
+//! receiver splitting `bytes` alike.
+template <class F>
+void each_payload_block(std::size_t bytes, bool network, F f) {
+  const std::size_t block = network ? std::size_t{32} << 10 : SIZE_MAX;
+  for (std::size_t off = 0; off < bytes; off += block) f(off, std::min(block, bytes - off));
 }
 
 }  // namespace strata::detail::mpi

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,13 +59,7 @@ class Exchange {
     node_size_ = t.node_size;
     node_rank_ = t.node_rank;
     network_why_ = t.why;
-    live_.reset(new LiveComm);
-    live_->comm = comm_;
-    live_->rank = rank_;
-    live_->size = size_;
-    live_->timeout = opts_.timeout;
-    LiveComms::get().add(live_.get());
-    install_terminate_notices();
+    live_.emplace(comm_, rank_, size_, opts_.timeout);
   }
 
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_; }
@@ -130,7 +124,7 @@ class Exchange {
                         &sends.reqs.back()),
               "MPI_Isend");
         if (!fused_)
-          each_block(bytes, [&](std::size_t off, std::size_t len) {
+          each_payload_block(bytes, network_, [&](std::size_t off, std::size_t len) {
             payload_sends_.reqs.push_back(MPI_REQUEST_NULL);
             check(MPI_Isend(static_cast<const std::byte*>(payload) + off, as_count(len, "all_reduce"), MPI_BYTE, r,
                             tag_data, comm_, &payload_sends_.reqs.back()),
@@ -196,11 +190,7 @@ class Exchange {
                " with this rank (stopped, hung or gone after the call began)";
       });
     } catch (...) {
-      if (req != MPI_REQUEST_NULL) {
-        graveyard().push_back(Abandoned{req, std::move(staging_), std::move(counts_), std::move(displs_)});
-        req = MPI_REQUEST_NULL;
-        comm_.keep_forever();
-      }
+      if (req != MPI_REQUEST_NULL) comm_.keep_forever(), abandon(req, staging_, counts_, displs_);
       throw;
     }
   }
@@ -249,7 +239,7 @@ class Exchange {
         auto& box = inbox_[static_cast<std::size_t>(r)];
         if (box.size() < bytes) box.resize(bytes);
         ptrs_[static_cast<std::size_t>(r)] = box.data();
-        each_block(bytes, [&](std::size_t off, std::size_t len) {
+        each_payload_block(bytes, network_, [&](std::size_t off, std::size_t len) {
           recvs.reqs.push_back(MPI_REQUEST_NULL);
           check(MPI_Irecv(box.data() + off, static_cast<int>(len), MPI_BYTE, r, tag_data, comm_, &recvs.reqs.back()),
                 "MPI_Irecv");
@@ -309,25 +299,25 @@ class Exchange {
     send_abort_notice(comm_, rank_, size_, why, opts_.timeout);
   }
 
-  //! The program leaves this communicator's scope by an exception (its
-  //! owner's destructor runs during stack unwinding): unless a failure on it
-  //! is known already, the other ranks are told (abort), so that their next
-  //! call on it fails at once naming this rank instead of at its deadline.
-  void unwinding(const std::string& why) {
-    if (comm_ != MPI_COMM_NULL && poisoned_.empty()) abort(why);
+  //! In its owner's destructor: if an exception thrown since this was made
+  //! is unwinding the stack (outside any strata call), the other ranks are
+  //! told unless they know of a failure already (abort): their next call on
+  //! it fails at once, naming this rank, not at its deadline. (An exception
+  //! nothing catches unwinds nothing: the terminate handler tells them.)
+  void closing() noexcept {
+    if (std::uncaught_exceptions() <= unwinding_at_birth_ || comm_ == MPI_COMM_NULL || !poisoned_.empty()) return;
+    try {
+      abort("an exception thrown outside any collective unwound past its communicator (its strategy); its message "
+            "is in that rank's output");
+    } catch (...) {
+    }
   }
 
   //! This communicator is unusable from now on, for `why`.
   void poison(std::string why) {
     if (poisoned_.empty()) poisoned_ = std::move(why);
-    if (live_) live_->settled = true;  // an uncaught exception later need not tell the others
+    if (live_) live_->settle();  // an uncaught exception later need not tell the others
     runtime().note_failure(opts_.timeout);
-  }
-
-  //! Whether two memory ranges overlap (MPI forbids aliased send and receive buffers).
-  static bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
-    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
-    return an && bn && x < y + bn && y < x + an;
   }
 
   //! Header and payload travel as one message up to here (under eager limits).
@@ -378,28 +368,8 @@ class Exchange {
                             std::to_string(n->rank) + " failed: " + n->why);
   }
 
-  //! The direct algorithm's separate payload travels in messages of at most
-  //! this size: over TCP under Open MPI's eager limit (64 KiB), so that they
-  //! leave at once instead of waiting for the receiver's handshake; in
-  //! shared memory as one message (the single-copy path is faster).
-  [[nodiscard]] std::size_t payload_block() const noexcept { return network_ ? std::size_t{32} << 10 : SIZE_MAX; }
-  //! f(offset, length) for each message of a separate payload of `bytes`:
-  //! sender and receiver split it alike.
-  template <class F>
-  void each_block(std::size_t bytes, F f) const {
-    for (std::size_t off = 0; off < bytes; off += payload_block()) f(off, std::min(payload_block(), bytes - off));
-  }
-
-  //! Takes a LiveComm off the list, then frees it.
-  struct Unlist {
-    void operator()(LiveComm* c) const noexcept {
-      LiveComms::get().remove(c);
-      delete c;
-    }
-  };
-
   CommHandle comm_;
-  std::unique_ptr<LiveComm, Unlist> live_;  // after comm_: off the list before the communicator is freed
+  std::optional<ListedComm> live_;  // after comm_: off the list before the communicator is freed
   int rank_ = 0, size_ = 1;
   MpiOptions opts_;
   bool network_ = false;
@@ -424,6 +394,7 @@ class Exchange {
   CallDesc cur_;
   std::uint64_t cur_seq_ = 0;
   std::chrono::steady_clock::time_point deadline_;
+  int unwinding_at_birth_ = std::uncaught_exceptions();  // exceptions in flight when it was made
 };
 
 }  // namespace strata::detail::mpi

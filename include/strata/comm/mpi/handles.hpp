@@ -4,6 +4,8 @@
 //! (freed with it), plus the message tags its protocol uses.
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <thread>
@@ -133,5 +135,11 @@ class CommHandle {
   MPI_Comm c_ = MPI_COMM_NULL;
   bool keep_ = false;
 };
+
+//! Whether two memory ranges overlap (MPI forbids aliased send and receive buffers).
+inline bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return an && bn && x < y + bn && y < x + an;
+}
 
 }  // namespace strata::detail::mpi

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -158,6 +159,38 @@ inline void install_terminate_notices() {
   }();
   (void)installed;
 }
+
+//! A communicator on the list that terminate_telling_peers tells, for this
+//! object's lifetime (installs that handler); settle() when its peers know
+//! of a failure already.
+class ListedComm {
+ public:
+  ListedComm(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout) : c_(new LiveComm) {
+    c_->comm = comm;
+    c_->rank = rank;
+    c_->size = size;
+    c_->timeout = timeout;
+    LiveComms::get().add(c_.get());
+    install_terminate_notices();
+  }
+  ListedComm(ListedComm&&) noexcept = default;
+  ListedComm& operator=(ListedComm&& o) noexcept {
+    if (this != &o) {
+      if (c_) LiveComms::get().remove(c_.get());
+      c_ = std::move(o.c_);
+    }
+    return *this;
+  }
+  ~ListedComm() {
+    if (c_) LiveComms::get().remove(c_.get());
+  }
+  void settle() noexcept {
+    if (c_) c_->settled = true;
+  }
+
+ private:
+  std::unique_ptr<LiveComm> c_;
+};
 
 //! Receives and drops what has arrived from `source` on `tag`, up to `left`
 //! bytes (counted down); whether bytes are still to come. For messages a
