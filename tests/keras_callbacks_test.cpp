@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +16,7 @@
 
 #include <strata/nn.hpp>
 #include <strata/nn/keras_callbacks.hpp>
+#include <strata/nn/tensorboard.hpp>
 #include <strata/strata.hpp>
 
 #include "blobs.hpp"
@@ -243,6 +245,18 @@ TEST_CASE("ReduceLROnPlateau and LearningRateScheduler: the next steps use the n
   CHECK(run(ps, r0, {}) != cut);
 }
 
+TEST_CASE("Under a parameter server launched as several processes a rate set at run time is an Error") {
+  // an mpirun job's size in the environment: the servers would be other processes, out of reach
+  ::setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+  strata::ParameterServerStrategy ps{{.workers = 1, .servers = 1}};
+  nn::ReduceLROnPlateau plateau{{.monitor = "loss", .patience = 0, .min_delta = 10.0}};
+  auto m = sgd_model(ps, 0.1);
+  CHECK_THROWS_WITH_AS(m.fit(ps.distribute(train_set()), {.epochs = 2, .verbose = nn::Verbosity::Silent,
+                                                          .callbacks = {&plateau}}),
+                       doctest::Contains("servers, in other processes"), strata::Error);
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+
 TEST_CASE("A rate set at run time is the model's own: a copy of the optimizer does not share it") {
   strata::MirroredStrategy s{strata::cpu_replicas(2)};
   nn::SGD opt{0.1};
@@ -303,6 +317,10 @@ TEST_CASE("ModelCheckpoint and CSVLogger in fit: the files hold the epochs' weig
             nn::detail::exact_short(l.at("loss")) + "\n";
   }
   CHECK(read_all(d.path / "log.csv") == want);
+  // TensorBoard without a model: fit's model says this process is the chief
+  nn::TensorBoard tb{d.path / "tb"};
+  m.fit(s.distribute(train_set()), {.epochs = 1, .verbose = nn::Verbosity::Silent, .callbacks = {&tb}});
+  CHECK(std::filesystem::file_size(tb.train_file()) > 0);
   // append: the next fit's rows follow, without a second header
   nn::CSVLogger more{d.path / "log.csv", {.separator = ';', .append = true}};
   m.fit(s.distribute(train_set()), {.epochs = 1, .verbose = nn::Verbosity::Silent, .callbacks = {&more}});

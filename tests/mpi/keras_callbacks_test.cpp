@@ -20,6 +20,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/nn/keras_callbacks.hpp>
+#include <strata/nn/tensorboard.hpp>
 #include <strata/strategy/multi_worker.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
@@ -112,6 +113,7 @@ TEST_CASE("EarlyStopping, ReduceLROnPlateau, ModelCheckpoint, CSVLogger: the sam
   nn::EarlyStopping stop{{.monitor = "val_loss", .min_delta = 10.0, .patience = 3, .restore_best_weights = true}};
   nn::ModelCheckpoint ckpt{(mine / "w-{epoch:02d}.weights").string()};
   nn::CSVLogger csv{mine / "log.csv"};
+  nn::TensorBoard tb{mine / "tb"};  // the chief from fit's model
   std::vector<float> epoch0;
   nn::LambdaCallback look;
   look.on_epoch_end_fn = [&](int e, const nn::Logs&) {
@@ -119,7 +121,7 @@ TEST_CASE("EarlyStopping, ReduceLROnPlateau, ModelCheckpoint, CSVLogger: the sam
   };
   std::filesystem::create_directories(mine);
   const auto h = m.fit(s.distribute(train_set()),
-                       {.epochs = 10, .verbose = nn::Verbosity::Silent, .callbacks = {&look, &plateau, &stop, &ckpt, &csv}},
+                       {.epochs = 10, .verbose = nn::Verbosity::Silent, .callbacks = {&look, &plateau, &stop, &ckpt, &csv, &tb}},
                        s.distribute(train_set()));
   CHECK(h.epochs().size() == 4);
   CHECK(stop.stopped_epoch() == 3);
@@ -129,6 +131,7 @@ TEST_CASE("EarlyStopping, ReduceLROnPlateau, ModelCheckpoint, CSVLogger: the sam
   CHECK(strata_test::flat_weights(m) == epoch0);
   if (world_rank() == 0) {
     CHECK(std::filesystem::exists(mine / "w-04.weights"));
+    CHECK(std::filesystem::exists(tb.train_file()));
     const std::string rows = read_all(mine / "log.csv");
     CHECK(std::count(rows.begin(), rows.end(), '\n') == 5);  // the header and 4 epochs
   } else {

@@ -8,7 +8,7 @@
 //! epoch_<name>. Only the chief writes (under several workers or a
 //! parameter server the other processes create nothing). Each scalar is
 //! flushed as it is written, so a run that dies leaves its curve so far.
-//!   strata::nn::TensorBoard tb{model, "logs/run1", {.update_freq = 100}};
+//!   strata::nn::TensorBoard tb{"logs/run1", {.update_freq = 100}};  // fit says who is the chief
 //!   model.fit(train, {.epochs = 5, .callbacks = {&tb}}, test);
 //!   // tensorboard --logdir logs
 //! The files are TensorFlow's event files (io/event_file.hpp).
@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <strata/core/error.hpp>
@@ -32,6 +33,11 @@ struct TensorBoardOptions {
 
 class TensorBoard : public Callback {
  public:
+  //! Whether this process writes comes from fit's model (Callback::model) when training begins.
+  explicit TensorBoard(std::filesystem::path log_dir, TensorBoardOptions opts = {})
+      : dir_(std::move(log_dir)), opts_(opts) {
+    check();
+  }
   //! `model`: the model fit trains (it says whether this process is the chief).
   template <class Model>
   TensorBoard(const Model& model, std::filesystem::path log_dir, TensorBoardOptions opts = {})
@@ -39,8 +45,7 @@ class TensorBoard : public Callback {
   //! `chief`: whether this process writes.
   TensorBoard(bool chief, std::filesystem::path log_dir, TensorBoardOptions opts = {})
       : chief_(chief), dir_(std::move(log_dir)), opts_(opts) {
-    if (dir_.empty()) throw Error("TensorBoard: the log directory is empty");
-    if (opts_.update_freq < 0) throw Error("TensorBoard: update_freq must be 0 (epochs only) or a batch count");
+    check();
   }
 
   [[nodiscard]] const std::filesystem::path& log_dir() const noexcept { return dir_; }
@@ -51,7 +56,8 @@ class TensorBoard : public Callback {
   }
 
   void on_train_begin() override {
-    if (chief_ && !train_) train_ = std::make_unique<io::EventFileWriter>(dir_ / "train");
+    const bool chief = chief_ ? *chief_ : model().is_chief();
+    if (chief && !train_) train_ = std::make_unique<io::EventFileWriter>(dir_ / "train");
   }
   void on_epoch_begin(int /*epoch*/) override {
     epoch_start_ = Clock::now();
@@ -79,8 +85,12 @@ class TensorBoard : public Callback {
   }
 
  private:
+  void check() const {
+    if (dir_.empty()) throw Error("TensorBoard: the log directory is empty");
+    if (opts_.update_freq < 0) throw Error("TensorBoard: update_freq must be 0 (epochs only) or a batch count");
+  }
   using Clock = std::chrono::steady_clock;
-  bool chief_;
+  std::optional<bool> chief_;  // given, else fit's model says
   std::filesystem::path dir_;
   TensorBoardOptions opts_;
   std::unique_ptr<io::EventFileWriter> train_, validation_;
