@@ -245,18 +245,6 @@ TEST_CASE("ReduceLROnPlateau and LearningRateScheduler: the next steps use the n
   CHECK(run(ps, r0, {}) != cut);
 }
 
-TEST_CASE("Under a parameter server launched as several processes a rate set at run time is an Error") {
-  // an mpirun job's size in the environment: the servers would be other processes, out of reach
-  ::setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
-  strata::ParameterServerStrategy ps{{.workers = 1, .servers = 1}};
-  nn::ReduceLROnPlateau plateau{{.monitor = "loss", .patience = 0, .min_delta = 10.0}};
-  auto m = sgd_model(ps, 0.1);
-  CHECK_THROWS_WITH_AS(m.fit(ps.distribute(train_set()), {.epochs = 2, .verbose = nn::Verbosity::Silent,
-                                                          .callbacks = {&plateau}}),
-                       doctest::Contains("servers, in other processes"), strata::Error);
-  ::unsetenv("OMPI_COMM_WORLD_SIZE");
-}
-
 TEST_CASE("A rate set at run time is the model's own: a copy of the optimizer does not share it") {
   strata::MirroredStrategy s{strata::cpu_replicas(2)};
   nn::SGD opt{0.1};

@@ -23,4 +23,5 @@
 #include <strata/nn/sigmoid.hpp>
 #include <strata/nn/softmax.hpp>
 #include <strata/nn/tanh.hpp>
+#include <strata/nn/keras_callbacks.hpp>
 #include <strata/nn/tensorboard.hpp>

@@ -97,6 +97,22 @@ TEST_CASE("asynchronous training across processes learns; every rank ends with t
   }
 }
 
+TEST_CASE("a learning rate set at run time cannot reach servers in other processes: the chief's fit says so") {
+  const Blobs data = blobs(96, 5);
+  strata::MpiParameterServers rt{spec(), {.timeout = 30s}};
+  strata::ParameterServerStrategy ps{rt};
+  CHECK_FALSE(ps.any().optimizers_in_process());
+  auto model = ps.scope(blobs_mlp);
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  nn::LearningRateScheduler halve{[](int, float lr) { return lr * 0.5f; }};
+  const auto ds = strata::data::from_tensor_slices(data.x, data.y).batch(16);
+  const nn::FitOptions opts{.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&halve}};
+  if (ps.is_chief())
+    CHECK_THROWS_WITH_AS(model.fit(ds, opts), doctest::Contains("servers, in other processes"), strata::Error);
+  else
+    model.fit(ds, opts);  // serves the chief until its fit ends
+}
+
 TEST_CASE("a worker process failing a step is reported to the chief and the step runs on another worker") {
   const Blobs data = blobs(480, 5);
   for (std::optional<std::uint64_t> k : {std::optional<std::uint64_t>{}, std::optional<std::uint64_t>{0}}) {

@@ -6,7 +6,6 @@
 //!   detail::ModelAccessOf<Sequential> access(model);  detail::CallbacksSeeModel seen(opts.callbacks, access);
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -76,8 +75,8 @@ class ModelAccessOf final : public ModelAccess {
   float learning_rate() const override { return (*rate("read"))(m_.iterations()); }
   void set_learning_rate(float r) override {
     LearningRate* lr = rate("set");
-    // the servers of a parameter server launched as several processes hold optimizers of their own
-    if (m_.strategy().placement() == PlacementKind::ParameterServer && launched_processes() > 1)
+    // the servers of a parameter server in other processes hold optimizers of their own
+    if (!m_.strategy().optimizers_in_process())
       throw Error("set_learning_rate: under ParameterServerStrategy across processes the servers, in other "
                   "processes, update with optimizers of their own, which a rate set here cannot reach: use a "
                   "learning-rate schedule in the optimizer (nn/learning_rate.hpp) instead");
@@ -97,12 +96,6 @@ class ModelAccessOf final : public ModelAccess {
       throw Error(std::string("callbacks: cannot ") + what + " the learning rate of optimizer " + m_.optimizer().name() +
                   ": it exposes none (Optimizer::learning_rate)");
     return lr;
-  }
-  //! The size of the MPI job this process belongs to (1 when not launched by mpirun).
-  static int launched_processes() {
-    for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
-      if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
-    return 1;
   }
   Model& m_;
 };

@@ -61,6 +61,10 @@ class AnyStrategy {
   //! this one's index (0 is the chief, the one that prints).
   [[nodiscard]] virtual int num_workers() const noexcept { return 1; }
   [[nodiscard]] virtual int worker_index() const noexcept { return 0; }
+  //! Whether every copy of a model's optimizer is in this process: false for
+  //! parameter servers in other processes (a learning rate set at run time
+  //! reaches only the copies in this process).
+  [[nodiscard]] virtual bool optimizers_in_process() const noexcept { return true; }
   //! What runs where, in words, as a model's summary names it: "4 replicas",
   //! "2 workers, 1 server", "3 stages", "2 workers, 4 replicas".
   [[nodiscard]] virtual std::string layout() const { return count_of(num_replicas_in_sync(), "replica"); }
@@ -234,6 +238,10 @@ class ErasedStrategy final : public AnyStrategy {
     else return 1;
   }
   int worker_index() const noexcept override { return s_.worker_index(); }
+  bool optimizers_in_process() const noexcept override {
+    if constexpr (requires { s_.runtime().servers_in_process(); }) return s_.runtime().servers_in_process();
+    else return true;
+  }
   std::string layout() const override {
     if constexpr (requires { s_.num_servers(); }) {  // a parameter server's workers and servers
       return count_of(s_.num_workers(), "worker") + ", " + count_of(s_.num_servers(), "server");
