@@ -140,7 +140,7 @@ TEST_CASE("event files: protobuf reads the version and scalars strata wrote, ste
   CHECK(lines[4] == "run 1099511627776 big " + std::string("1.0000000150474662e+30"));
 }
 
-TEST_CASE("TensorBoard callback: epoch, validation and batch scalars equal fit's logs, under Mirrored") {
+TEST_CASE("TensorBoard callback: epoch, validation and batch scalars equal fit's logs, the rate each epoch used") {
   strata::MirroredStrategy s{strata::cpu_replicas(2)};
   auto model = s.scope([] { return strata_test::blobs_mlp(); });
   model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
@@ -148,8 +148,9 @@ TEST_CASE("TensorBoard callback: epoch, validation and batch scalars equal fit's
   const auto train = strata_test::blobs(96, 1), val = strata_test::blobs(32, 2);
   TempDir d;
   nn::TensorBoard tb{model, d.path / "logs", {.update_freq = 2}};
+  nn::LearningRateScheduler halve_once{[](int epoch, float lr) { return epoch == 1 ? lr * 0.5f : lr; }};
   const auto history = model.fit(strata::data::from_tensor_slices(train.x, train.y).batch(16),
-                                 {.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&tb}},
+                                 {.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&halve_once, &tb}},
                                  strata::data::from_tensor_slices(val.x, val.y).batch(16));
   REQUIRE(fs::exists(tb.train_file()));
   REQUIRE(fs::exists(tb.validation_file()));
@@ -179,6 +180,10 @@ TEST_CASE("TensorBoard callback: epoch, validation and batch scalars equal fit's
   REQUIRE(sps.size() == 3);
   for (double v : sps) CHECK(v > 0);
   CHECK(got.count("validation epoch_steps_per_second") == 0);
+  // the rate each epoch trained with: Adam's 0.01, halved from epoch 1 on by the scheduler
+  const float r = 0.01f;
+  CHECK(got.at("train epoch_learning_rate") ==
+        std::vector<double>{static_cast<double>(r), static_cast<double>(r * 0.5f), static_cast<double>(r * 0.5f)});
 }
 
 TEST_CASE("TensorBoard callback: a process that is not the chief writes nothing; bad options are Errors") {

@@ -1,9 +1,9 @@
 #pragma once
 //! TensorBoard: a fit callback writing the scalars TensorBoard plots, as
 //! Keras' TensorBoard callback does: `<log_dir>/train` gets epoch_loss,
-//! epoch_<metric>, epoch_skipped_steps (when fit skipped non-finite steps)
-//! and epoch_steps_per_second after each epoch, and, every `update_freq`
-//! batches, batch_loss and batch_<metric> (running means over the epoch) at
+//! epoch_<metric>, epoch_skipped_steps (when fit skipped non-finite steps),
+//! epoch_steps_per_second and epoch_learning_rate after each epoch, and,
+//! every `update_freq` batches, batch_loss and batch_<metric> (running means over the epoch) at
 //! the global batch count; `<log_dir>/validation` gets the val_* values as
 //! epoch_<name>. Only the chief writes (under several workers or a
 //! parameter server the other processes create nothing). Each scalar is
@@ -82,6 +82,16 @@ class TensorBoard : public Callback {
     const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
     if (epoch_batches_ && seconds > 0)
       train_->scalar("epoch_steps_per_second", static_cast<double>(epoch_batches_) / seconds, epoch);
+    if (has_model_) {
+      try {  // the rate the next step uses (a schedule's, or one set at run time)
+        train_->scalar("epoch_learning_rate", model().learning_rate(), epoch);
+      } catch (const Error&) {  // an optimizer that exposes no learning rate: nothing to plot
+      }
+    }
+  }
+  void set_model(ModelAccess* m) override {
+    Callback::set_model(m);
+    has_model_ = m != nullptr;
   }
 
  private:
@@ -97,6 +107,7 @@ class TensorBoard : public Callback {
   Clock::time_point epoch_start_ = Clock::now();
   std::int64_t epoch_batches_ = 0;
   std::int64_t global_batch_ = 0;
+  bool has_model_ = false;
 };
 
 }  // namespace strata::nn
