@@ -114,8 +114,10 @@ class SyncExecutor : public Executor {
   //! Replica r failed with `why` (in its step or its update), on its thread:
   //! a Derived with collectives of its own releases the other replicas there.
   void replica_failed(std::size_t /*r*/, const std::string& /*why*/) {}
-  //! Derived::with_host_gradient(r, fn): fn(replica r's gradient in host
-  //! memory); what fn leaves there is the gradient the step reduces.
+  // (Derived::with_host_gradient(r, fn), which each derived executor has:
+  // fn(replica r's gradient in host memory); what fn leaves there is the
+  // gradient the step reduces.)
+
   //! Called when a step failed, once no replica runs.
   void after_failure() {}
 
