@@ -91,9 +91,7 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   template <class F>
   void with_host_gradient(std::size_t r, F&& fn) {
     if (devs_.empty() || !grads_[r].size()) return fn(grads_[r].span());
-    devs_[r].c->download(grads_[r].data(), devs_[r].grad.data(), grads_[r].bytes());
-    fn(grads_[r].span());
-    devs_[r].c->upload(devs_[r].grad.data(), grads_[r].data(), grads_[r].bytes());
+    with_host_copy(*devs_[r].c, devs_[r].grad.data(), grads_[r].size(), grads_[r], fn);
   }
 
   template <class Ctx>

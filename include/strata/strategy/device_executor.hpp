@@ -22,10 +22,22 @@
 #include <span>
 
 #include <strata/kernels/buffer.hpp>
+#include <strata/kernels/memory.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/program.hpp>
 
 namespace strata::detail {
+
+//! fn(the n floats at `device`, in memory `m`, as a host span): copied into
+//! `host` (kept between calls) and what fn leaves there copied back. A
+//! custom loop's gradient hook on a device's gradient.
+template <class F>
+void with_host_copy(kernels::Memory& m, float* device, std::size_t n, Tensor<float>& host, F&& fn) {
+  if (host.size() != n) host = Tensor<float>{Shape{n}};
+  if (n) m.download(host.data(), device, host.bytes());
+  fn(host.span());
+  if (n) m.upload(device, host.data(), host.bytes());
+}
 
 class DeviceExecutor final : public Executor {
  public:
@@ -104,11 +116,10 @@ class DeviceExecutor final : public Executor {
       if (!updater_) throw Error("Sequential: compile the model first (optimizer and loss)");
       const std::size_t n = program_.num_params();
       if (pass.gradient_hook) {  // a custom loop's look at the gradient, on the host
-        if (host_grad_.size() != n) host_grad_ = Tensor<float>{Shape{n}};
-        if (n) c_->download(host_grad_.data(), grad_.data(), host_grad_.bytes());
-        ReplicaGradient g{host_grad_.span(), 0, n, 0, 1, rows, rows, it};
-        pass.gradient_hook(g);
-        if (n) c_->upload(grad_.data(), host_grad_.data(), host_grad_.bytes());
+        with_host_copy(*c_, grad_.data(), n, host_grad_, [&](std::span<float> v) {
+          ReplicaGradient g{v, 0, n, 0, 1, rows, rows, it};
+          pass.gradient_hook(g);
+        });
         result_.nonfinite.reset();  // counted before the hook: count what it left
       }
       if (pass.finite) {

@@ -269,10 +269,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     Replica& R = devs_[r];
     const std::size_t n = this->program_.num_params();
     if (!R.c) return fn(std::span<float>(R.grad.data(), n));
-    if (R.host_grad.size() != n) R.host_grad = Tensor<float>{Shape{n}};
-    if (n) R.m->download(R.host_grad.data(), R.grad.data(), R.host_grad.bytes());
-    fn(R.host_grad.span());
-    if (n) R.m->upload(R.grad.data(), R.host_grad.data(), R.host_grad.bytes());
+    with_host_copy(*R.m, R.grad.data(), n, R.host_grad, fn);
   }
   void before_step(std::size_t r) {
     devs_[r].m->bind_thread();  // this pool thread issues replica r's calls: its GPU current
