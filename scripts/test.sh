@@ -37,6 +37,17 @@ PY
   failed=$((failed + f))
 }
 
+# configure DIR COMPILER SETUP-ARGS...: meson setup DIR with CXX=COMPILER,
+# or, for a directory set up before, meson configure (so that it has these
+# options); warnings are errors; the log in DIR.setup.log.
+configure() {
+  local dir=$1 cxx=$2
+  shift 2
+  local setup=(env CXX="$cxx" meson setup "$dir")
+  [ -f "$dir/build.ninja" ] && setup=(meson configure "$dir")
+  "${setup[@]}" -Dwerror=true "$@" > "$dir.setup.log" 2>&1
+}
+
 # suite NAME BUILDDIR COMPILER MESON-TEST-ARGS -- SETUP-ARGS
 # Builds the default targets, then runs the tests.
 suite() {
@@ -46,9 +57,7 @@ suite() {
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do test_args+=("$1"); shift; done
   shift
   echo "=== $name"
-  local setup=(env CXX="$cxx" meson setup "$dir")
-  [ -f "$dir/build.ninja" ] && setup=(meson configure "$dir")  # existing dir: make sure it has these options
-  "${setup[@]}" -Dwerror=true "$@" > "$dir.setup.log" 2>&1 || { cat "$dir.setup.log"; failed=$((failed + 1)); return; }
+  configure "$dir" "$cxx" "$@" || { cat "$dir.setup.log"; failed=$((failed + 1)); return; }
   if ! ninja -C "$dir" all > "$dir.build.log" 2>&1; then
     tail -n 60 "$dir.build.log"
     echo "$name: build failed"
@@ -97,9 +106,7 @@ compile_only() {
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do objects+=("$1"); shift; done
   shift
   echo "=== $name (compile only)"
-  local setup=(env CXX="$cxx" meson setup "$dir")
-  [ -f "$dir/build.ninja" ] && setup=(meson configure "$dir")
-  if ! "${setup[@]}" -Dwerror=true -Dbuildtype=plain -Dtests=false "$@" > "$dir.setup.log" 2>&1; then
+  if ! configure "$dir" "$cxx" -Dbuildtype=plain -Dtests=false "$@"; then
     cat "$dir.setup.log"
     failed=$((failed + 1))
   elif ! ninja -C "$dir" "${objects[@]}" > "$dir.build.log" 2>&1; then
