@@ -6,10 +6,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -192,6 +194,107 @@ TEST_CASE("ModelCheckpoint's file-name pattern and save_best_only") {
   scripted(best, m, {1.0, 2.0, 0.5, 0.7});
   CHECK(m.saved == 2);  // epochs 0 and 2
   CHECK(best.last_saved() == "b-3.ckpt");
+}
+
+TEST_CASE("ModelCheckpoint every N batches: {epoch}, {batch}, {step} in the name; what save_freq refuses") {
+  FakeModel m;
+  nn::ModelCheckpoint c{"s-{epoch}-{batch:03d}-{step}-{loss:.2f}.w", {.save_freq = 5}};
+  CHECK(c.path_for(nn::ModelCheckpoint::At{.epoch = 1, .batch = 2, .step = 9}, logs_of({{"loss", 0.25}})) ==
+        "s-2-003-9-0.25.w");
+  nn::ModelCheckpoint counts_as_values{"v-{step:.1f}-{batch:e}.w", {.save_freq = 1}};
+  CHECK(counts_as_values.path_for(nn::ModelCheckpoint::At{.epoch = 0, .batch = 0, .step = 4}, {}) ==
+        "v-4.0-1.000000e+00.w");
+  // {batch} and {step} only where a save has them; a bad save_freq; val_* after a batch
+  CHECK_THROWS_WITH_AS(nn::ModelCheckpoint("e-{batch}.w"), doctest::Contains("names {batch}, which only a save every "
+                                                                             "save_freq batches has"),
+                       strata::Error);
+  CHECK_THROWS_WITH_AS(nn::ModelCheckpoint("e-{step:02d}.w"), doctest::Contains("names {step}"), strata::Error);
+  CHECK_THROWS_WITH_AS(nn::ModelCheckpoint("e.w", {.save_freq = -1}), doctest::Contains("save_freq must be 0"),
+                       strata::Error);
+  CHECK_THROWS_WITH_AS(nn::ModelCheckpoint("e.w", {.save_best_only = true, .save_freq = 2}),
+                       doctest::Contains("whose logs have no val_* values"), strata::Error);
+  CHECK_THROWS_WITH_AS((void)c.path_for(nn::ModelCheckpoint::At{.epoch = 0, .batch = 0}, logs_of({{"acc", 1.0}})),
+                       doctest::Contains("which the batch's logs lack (they have epoch, batch, step, acc)"),
+                       strata::Error);
+  // scripted batches: every 3rd, counted across epochs (2 epochs of 4 batches: after batches 3, 6),
+  // none at epoch ends; save_best_only compares the batch's value
+  nn::ModelCheckpoint every3{"b-{epoch}-{batch}.ckpt", {.monitor = "loss", .save_best_only = true,
+                                                        .weights_only = false, .save_freq = 3}};
+  every3.set_model(&m);
+  every3.on_train_begin();
+  const double loss[] = {0.9, 0.8, 0.7, 0.6, 0.95, 0.5, 0.4, 0.3};
+  std::vector<std::string> saved;
+  for (int e = 0, k = 0; e < 2; ++e) {
+    every3.on_epoch_begin(e);
+    for (int b = 0; b < 4; ++b, ++k) {
+      const int before = m.saved;
+      every3.on_batch_end(b, logs_of({{"loss", loss[k]}}));
+      if (m.saved != before) saved.push_back(every3.last_saved().string());
+    }
+    every3.on_epoch_end(e, logs_of({{"loss", 0.1}}));
+  }
+  CHECK(saved == std::vector<std::string>{"b-1-3.ckpt", "b-2-2.ckpt"});
+  // a resumed run (BackupAndRestore) goes on with the count (2 batches since the save) and the best (0.5)
+  nn::ModelCheckpoint resumed{"b-{epoch}-{batch}.ckpt", {.monitor = "loss", .save_best_only = true,
+                                                         .weights_only = false, .save_freq = 3}};
+  resumed.set_model(&m);
+  resumed.on_train_begin();
+  resumed.load_state(every3.save_state());
+  const int before = m.saved;
+  resumed.on_epoch_begin(2);
+  resumed.on_batch_end(0, logs_of({{"loss", 0.6}}));  // the 3rd since the save, but 0.6 > best 0.5
+  CHECK(m.saved == before);
+  resumed.on_batch_end(1, logs_of({{"loss", 0.45}}));
+  resumed.on_batch_end(2, logs_of({{"loss", 0.6}}));
+  CHECK(m.saved == before);
+  resumed.on_batch_end(3, logs_of({{"loss", 0.4}}));  // the 3rd again: improves
+  CHECK(m.saved == before + 1);
+  CHECK(resumed.last_saved() == "b-3-4.ckpt");
+  CHECK(resumed.best() == 0.4);
+}
+
+TEST_CASE("ModelCheckpoint every N batches in fit under 2 mirrored replicas: each file holds its step's weights") {
+  TempDir d;
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto m = sgd_model(s, 0.05);
+  // 6 batches an epoch, 2 epochs: every 4th batch is steps 4, 8, 12 (epoch 1 batch 4, epoch 2 batches 2 and 6)
+  nn::ModelCheckpoint every4{(d.path / "w-{epoch}-{batch}-{step:03d}.weights").string(), {.save_freq = 4}};
+  std::vector<std::vector<float>> at_step(13);
+  nn::LambdaCallback look;
+  look.on_batch_end_fn = [&](int, const nn::Logs&) { at_step[static_cast<std::size_t>(m.iterations())] = strata_test::flat_weights(m); };
+  m.fit(s.distribute(train_set()), {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&look, &every4}});
+  std::vector<std::string> names;
+  for (const auto& f : std::filesystem::directory_iterator(d.path)) names.push_back(f.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"w-1-4-004.weights", "w-2-2-008.weights", "w-2-6-012.weights"});
+  CHECK(every4.last_saved() == d.path / "w-2-6-012.weights");
+  for (const auto& [name, step] : {std::pair{"w-1-4-004.weights", 4}, {"w-2-2-008.weights", 8}, {"w-2-6-012.weights", 12}}) {
+    CAPTURE(name);
+    auto back = sgd_model(s, 0.05);
+    back.build(strata::Shape{6});
+    back.load_weights(d.path / name);
+    CHECK(strata_test::flat_weights(back) == at_step[static_cast<std::size_t>(step)]);
+  }
+  CHECK(at_step[4] != at_step[8]);
+  // checkpoints (weights, optimizer state, step), the best running loss only: the files name steps it improved at
+  TempDir d2;
+  auto m2 = sgd_model(s, 0.05);
+  nn::ModelCheckpoint best{(d2.path / "c-{step}.ckpt").string(),
+                           {.monitor = "loss", .save_best_only = true, .weights_only = false, .save_freq = 2}};
+  std::vector<double> running;
+  nn::LambdaCallback losses;
+  losses.on_batch_end_fn = [&](int, const nn::Logs& l) { running.push_back(l.at("loss")); };
+  m2.fit(s.distribute(train_set()), {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&losses, &best}});
+  std::vector<std::string> want;
+  std::optional<double> lowest;
+  for (std::size_t k = 1; k < running.size(); k += 2)
+    if (!lowest || running[k] < *lowest) lowest = running[k], want.push_back("c-" + std::to_string(k + 1) + ".ckpt");
+  std::vector<std::string> got;
+  for (const auto& f : std::filesystem::directory_iterator(d2.path)) got.push_back(f.path().filename().string());
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  CHECK(got == want);
+  CHECK(best.best() == lowest);
 }
 
 TEST_CASE("EarlyStopping in fit under every strategy: stops at the expected epoch, restores the best weights") {
