@@ -28,6 +28,7 @@
 
 #include <strata/comm/work.hpp>
 #include <strata/core/concepts.hpp>
+#include <strata/core/trace.hpp>
 
 namespace strata::detail {
 
@@ -35,6 +36,21 @@ namespace strata::detail {
 template <class T>
 std::string describe_call(const char* call, std::size_t n) {
   return std::string(call) + "(" + std::string(dtype_name<T>()) + ", " + std::to_string(n) + " elements)";
+}
+
+//! describe_call's arguments, described only when asked; bytes() for the trace.
+template <class T>
+struct Described {
+  const char* call;
+  std::size_t n;
+  std::string operator()() const { return describe_call<T>(call, n); }
+  [[nodiscard]] std::size_t bytes() const noexcept { return n * sizeof(T); }
+};
+//! The bytes a description names (0 for one without: a barrier).
+template <class D>
+std::size_t described_bytes(const D& d) noexcept {
+  if constexpr (requires { d.bytes(); }) return d.bytes();
+  else return 0;
 }
 
 class ProgressQueue {
@@ -140,6 +156,7 @@ class ProgressQueue {
 
   void loop() {
     current() = this;
+    trace::name_thread(who_ + " progress");  // its track in a trace (core/trace.hpp)
     for (;;) {
       Item item;
       {

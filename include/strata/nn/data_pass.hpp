@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <strata/core/trace.hpp>
 #include <strata/strategy/distributed.hpp>
 #include <strata/strategy/program.hpp>
 #include <strata/tensor/tensor.hpp>
@@ -69,18 +70,40 @@ const auto& dataset_of(const D& data, const AnyStrategy* strategy) {
   }
 }
 
-//! A pass whose batches and hooks are functions.
+//! A pass whose batches and hooks are functions. In the trace (core/
+//! trace.hpp): each batch taken ("data"), each step from begin_step to
+//! end_step ("step", on the thread that drives the pass), and the hooks
+//! ("callback").
 struct FnPass final : Pass {
   std::function<std::optional<Batch>()> next_fn;
   std::function<Batch()> empty_fn;
   std::function<void(std::size_t)> begin_fn;
   std::function<bool(std::size_t, const PassTotals&)> end_fn;
-  std::optional<Batch> next() override { return next_fn(); }
+  std::optional<Batch> next() override {
+    trace::Span span{"next batch", trace::Category::Data};
+    return next_fn();
+  }
   Batch empty() override { return empty_fn(); }
   void begin_step(std::size_t s) override {
-    if (begin_fn) begin_fn(s);
+    if (begin_fn) {
+      trace::Span span{"on_batch_begin", trace::Category::Callback, {{"step", s}}};
+      begin_fn(s);
+    }
+    step_span_.reset();
+    if (trace::enabled())
+      step_span_ = std::make_unique<trace::Span>(
+          phase == Phase::Train ? "train step" : phase == Phase::Evaluate ? "test step" : "predict step",
+          trace::Category::Step, std::initializer_list<trace::Arg>{{"step", s}});
   }
-  bool end_step(std::size_t s, const PassTotals& t) override { return end_fn && end_fn(s, t); }
+  bool end_step(std::size_t s, const PassTotals& t) override {
+    step_span_.reset();
+    if (!end_fn) return false;
+    trace::Span span{"on_batch_end", trace::Category::Callback, {{"step", s}}};
+    return end_fn(s, t);
+  }
+
+ private:
+  std::unique_ptr<trace::Span> step_span_;  // only while tracing
 };
 
 //! A model's side of its training and evaluation passes: a pass over a

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/core/trace.hpp>
 #include <strata/nn/backup_and_restore.hpp>
 #include <strata/nn/checkpoint_format.hpp>
 #include <strata/nn/fit_callbacks.hpp>
@@ -277,6 +278,7 @@ class FitBackup {
   }
 
   void save(const TrainingPosition& p) {
+    trace::Span span{"backup", trace::Category::Checkpoint, {{"step", p.step}}};
     const auto path = b_.path_for(p.step);
     std::string why;
     if (m_.is_chief()) {

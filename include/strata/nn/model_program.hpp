@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <strata/core/trace.hpp>
 #include <strata/nn/layer.hpp>
 #include <strata/nn/losses.hpp>
 #include <strata/nn/metrics.hpp>
@@ -72,6 +73,7 @@ class LayerReplica final : public ReplicaProgram {
   Act x_, y_, d_[2];
   kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels, non-finite gradient values
   std::vector<double> host_sums_;
+  std::vector<const char*> trace_names_;  // each layer's name, for its spans in the trace
 };
 
 //! The optimizer with its state for a slice of the parameters.
@@ -80,6 +82,7 @@ class OptimizerUpdater final : public Updater {
   OptimizerUpdater(const Optimizer& o, std::size_t n, Compute& c = kernels::host_compute())
       : opt_(o.clone()), state_(o.make_state(n, c)) {}
   void apply(std::span<float> w, std::span<const float> g, std::size_t offset, std::int64_t step) override {
+    trace::Span span{"update", trace::Category::Update, {{"elements", w.size()}, {"step", step}}};
     opt_->apply(w, g, state_, offset, step);
   }
   std::vector<Tensor<float>> state() override {
@@ -256,6 +259,7 @@ inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<c
   std::size_t off = 0;
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     layers_.push_back(m.layers[l]->clone());
+    trace_names_.push_back(trace::intern(m.names[l]));
     std::vector<ParamRef> refs;
     for (const auto& p : m.specs[l]) {
       const std::size_t n = p.shape.elements();
@@ -277,6 +281,7 @@ inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info,
   RunInfo run{train, info.replica, m_.seed, info.iteration, 0};
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     run.layer = l;
+    trace::Span span{trace_names_[l], trace::Category::Forward, {{"layer", l}, {"rows", rows.size()}}};
     layers_[l]->forward(c_, *in, acts_[l], run);
     in = &acts_[l];
   }
@@ -295,8 +300,11 @@ inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info,
     host_sums_.assign(nm + 3, 0.0);
     c_.upload(sums, host_sums_.data(), (nm + 3) * sizeof(double));
   }
-  m_.loss->accumulate(c_, pred, y_, train ? &d_[0] : nullptr, info.scale, sums, sums + nm + 1);
-  for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
+  {
+    trace::Span span{"loss", trace::Category::Loss, {{"rows", rows.size()}}};
+    m_.loss->accumulate(c_, pred, y_, train ? &d_[0] : nullptr, info.scale, sums, sums + nm + 1);
+    for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
+  }
   if (train) backward(info.replicas);
   // On a device, the gradient's NaN and infinite values are counted with the
   // sums, for the executor's finiteness check without another read-back (a
@@ -329,6 +337,7 @@ inline void LayerReplica::backward(int replicas) {
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const Act& in = l ? acts_[l - 1] : x_;
     const bool need_dx = l > m_.first_trainable;
+    trace::Span span{trace_names_[l], trace::Category::Backward, {{"layer", l}}};
     layers_[l]->backward(c_, in, acts_[l], d_[cur], need_dx ? &d_[1 - cur] : nullptr);
     if (!need_dx) break;
     cur = 1 - cur;

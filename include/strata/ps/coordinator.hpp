@@ -43,6 +43,7 @@
 #include <vector>
 
 #include <strata/core/error.hpp>
+#include <strata/core/trace.hpp>
 #include <strata/ps/staleness.hpp>
 #include <strata/ps/step.hpp>
 
@@ -237,6 +238,7 @@ class Coordinator {
   }
 
   void work(int w) {
+    trace::name_thread("ps worker " + std::to_string(w));  // its track in a trace (core/trace.hpp)
     for (;;) {
       {
         std::unique_lock lk(mu_);
@@ -245,6 +247,7 @@ class Coordinator {
       }
       std::uint64_t c = 0;
       try {
+        trace::Span span{"wait for the staleness bound", trace::Category::Wait, {{"worker", w}}};
         c = clock_.begin(w);  // may wait for laggards
       } catch (const CollectiveTimeout&) {
         std::lock_guard lk(mu_);

@@ -19,6 +19,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
+#include <strata/core/trace.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/program.hpp>
 
@@ -29,6 +30,15 @@ struct StageTask {
   StageOp op;
   std::size_t m;  //!< the micro-batch
 };
+
+//! "F3" / "B3": a micro-batch's forward or backward, named in the trace
+//! (core/trace.hpp; made once per thread and index).
+inline const char* micro_name(StageOp op, std::size_t m) {
+  thread_local std::vector<const char*> names[2];
+  auto& v = names[op == StageOp::F ? 0 : 1];
+  while (v.size() <= m) v.push_back(trace::intern((op == StageOp::F ? "F" : "B") + std::to_string(v.size())));
+  return v[m];
+}
 
 //! Stage s of S's order of forwards and backwards of m micro-batches
 //! (forwards only when not training).
@@ -199,7 +209,11 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
         in = buf.data();
       }
       std::span<const float> out;
-      timed([&] { out = st.forward(slot, in, rows.size(), info); });
+      timed([&] {
+        trace::Span span{micro_name(StageOp::F, task.m), trace::Category::Forward,
+                         {{"stage", w.s}, {"micro_batch", task.m}, {"rows", rows.size()}}};
+        out = st.forward(slot, in, rows.size(), info);
+      });
       alive[slot] = 1;
       held();
       if (!last) {
@@ -207,7 +221,10 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
       } else if (w.phase == Phase::Predict) {
         std::copy(out.begin(), out.end(), b.predictions + rows.begin * out_w);
       } else {
-        timed([&] { st.loss(slot, *b.y, rows, info, w.results[task.m]); });
+        timed([&] {
+          trace::Span span{"loss", trace::Category::Loss, {{"micro_batch", task.m}}};
+          st.loss(slot, *b.y, rows, info, w.results[task.m]);
+        });
         held();
       }
       if (!train) alive[slot] = 0;
@@ -222,7 +239,11 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
       dout = buf.data();
     }
     std::span<const float> din;
-    timed([&] { din = st.backward(slot, dout, task.m == 0); });
+    timed([&] {
+      trace::Span span{micro_name(StageOp::B, task.m), trace::Category::Backward,
+                       {{"stage", w.s}, {"micro_batch", task.m}}};
+      din = st.backward(slot, dout, task.m == 0);
+    });
     if (w.s > 0 && st.has_input_gradient()) ctx.send(din, w.me - 1, 1);
   }
   return busy;

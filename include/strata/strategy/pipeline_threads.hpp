@@ -14,10 +14,12 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <strata/comm/reduce_op.hpp>
 #include <strata/core/partition.hpp>
+#include <strata/core/trace.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/pipeline_stage.hpp>
 
@@ -27,6 +29,13 @@ template <class Strat>
 class ThreadStages {
  public:
   explicit ThreadStages(Strat& s) : s_(s) {}
+
+  //! Names this thread's track in the trace after its lane (once).
+  void name_lane(std::size_t d, std::size_t s) const {
+    std::string name = "stage " + std::to_string(s);
+    if (D_ > 1) name += " copy " + std::to_string(d);
+    if (trace::thread_name() != name) trace::name_thread(std::move(name));
+  }
 
   static constexpr PipelineWords words{"pipeline", "replicas", "give"};
   static constexpr bool settled = true;  //!< every stage's state is here, current after each step
@@ -45,6 +54,7 @@ class ThreadStages {
   void run(Lane&& lane) {
     s_.run([&](auto& ctx) {
       const auto r = static_cast<std::size_t>(ctx.replica_id_in_sync_group());
+      if (trace::enabled()) name_lane(r / S_, r % S_);
       lane(ctx, r / S_, r % S_);
     });
   }

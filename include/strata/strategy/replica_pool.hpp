@@ -15,6 +15,7 @@
 
 #include <strata/comm/threads/team.hpp>
 #include <strata/core/error.hpp>
+#include <strata/core/trace.hpp>
 
 namespace strata::detail {
 
@@ -86,6 +87,7 @@ class ReplicaPool {
   }
 
   void worker(int r) {
+    trace::name_thread("replica " + std::to_string(r));  // its track in a trace (core/trace.hpp)
     std::uint64_t seen = 0;
     for (;;) {
       const std::function<void(int)>* job = nullptr;

@@ -16,6 +16,7 @@
 
 #include <strata/comm/mpi/mpi.hpp>
 #include <strata/comm/threads/call.hpp>
+#include <strata/core/trace.hpp>
 
 namespace strata::detail::mpi {
 
@@ -28,6 +29,17 @@ struct Activity {
   std::string_view dtype{};
   std::string_view call{};  //!< setup: what is being set up ("creating a communicator")
 };
+
+//! A wait's span in the trace (core/trace.hpp) says what it waits for: the
+//! peer and tag of a message, else the collective's number.
+inline void trace_wait(trace::Span& span, const Activity& now, std::uint64_t seq) {
+  if (now.kind == Activity::send || now.kind == Activity::recv) {
+    span.arg({now.kind == Activity::send ? "to" : "from", now.peer});
+    span.arg({"tag", now.tag});
+  } else {
+    span.arg({"call", seq});
+  }
+}
 
 //! A non-blocking collective given up at its deadline: MPI offers no way to
 //! cancel or free it, so its request and the memory it may still touch (our

@@ -354,10 +354,10 @@ class MpiCommunicator {
   void ordered(const char* name, Op&& op, What desc) {
     work_.run(name, ex_.options().timeout, std::forward<Op>(op), desc);
   }
-  //! Describes an operation for its Work's messages, only when needed.
+  //! Describes an operation for its Work's messages (only when needed) and the trace.
   template <class T>
   static auto what(const char* call, std::size_t n) {
-    return [call, n] { return detail::describe_call<T>(call, n); };
+    return detail::Described<T>{call, n};
   }
   template <class What, class Op>
   Work submit(const char* name, What desc, Op op) {
@@ -370,6 +370,7 @@ class MpiCommunicator {
     if constexpr (std::same_as<Algo, AutoReduce>) {
       const std::size_t bytes = n * sizeof(T);
       const auto a = auto_.choose(ex_, bytes);  // the same decision as auto_choice, without building its reason
+      trace::annotate({"algorithm", a.data()});
       auto run = [&] {
         if (a == Ring::name) detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Ring{});
         else if (a == Direct::name) detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Direct{});
@@ -380,6 +381,7 @@ class MpiCommunicator {
       run();
       auto_.record(ex_, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     } else {
+      trace::annotate({"algorithm", Algo::name.data()});
       detail::mpi::all_reduce_with<Op>(ex_, in, out, n, out_n, Algo{});
     }
   }

@@ -6,10 +6,8 @@
 //! so ranks that disagree all raise the same CollectiveMismatch instead of
 //! hanging or corrupting memory. Waiting is polling under a deadline: abort
 //! notices from other ranks and the caller's interrupt flag are honoured
-//! while waiting, and nothing waits longer than MpiOptions::timeout.
-//! MpiCommunicator owns one Exchange; the all-reduce algorithms
-//! (all_reduce.hpp) and point-to-point messages (point_to_point.hpp) wait
-//! through it.
+//! while waiting, and nothing waits longer than MpiOptions::timeout. The
+//! all-reduces (all_reduce.hpp) and messages (point_to_point.hpp) wait here.
 
 #include <algorithm>
 #include <atomic>
@@ -26,8 +24,8 @@
 #include <utility>
 #include <vector>
 
-#include <strata/comm/mpi/notices.hpp>
 #include <strata/comm/mpi/activity.hpp>
+#include <strata/comm/mpi/notices.hpp>
 #include <strata/comm/mpi/contract.hpp>
 #include <strata/comm/mpi/handles.hpp>
 #include <strata/comm/mpi/mpi.hpp>
@@ -164,8 +162,7 @@ class Exchange {
     return seq;
   }
 
-  //! The collective `seq` finished on this rank.
-  void done(std::uint64_t seq) noexcept { completed_ = seq; }
+  void done(std::uint64_t seq) noexcept { completed_ = seq; }  //!< the collective `seq` finished on this rank
 
   //! Starts a set-up step outside the numbered collectives (creating or
   //! splitting a communicator, agreeing on a run): its own deadline.
@@ -260,8 +257,11 @@ class Exchange {
   //! exit then waits for the other ranks only within the timeout, and aborts.
   template <class Ready, class Missing>
   void wait_until(Ready ready, Missing missing, bool poison_on_timeout = true) {
+    std::optional<trace::Span> waiting;  // from the first look that finds the peers not there
     for (int i = 0;; ++i) {
       if (ready()) return;
+      if (i == 0 && trace::enabled())
+        trace_wait(waiting.emplace("wait for peers", trace::Category::Wait), now_, cur_seq_);
       if ((i & 15) == 15) {  // fast calls never pay for these checks
         check_abort_notice();
         if (interrupt_ && interrupt_->load(std::memory_order_relaxed)) {

@@ -10,6 +10,7 @@
 //!   detail::mpi::Progress p;
 //!   strata::Work w = p.submit(rank, "all_reduce", timeout, describe, [&] { ... });
 //!   p.run("barrier", timeout, [&] { ... }, describe);  // after w
+//! Each operation is a span of the trace (core/trace.hpp), with its bytes.
 
 #include <chrono>
 #include <functional>
@@ -21,6 +22,7 @@
 #include <strata/comm/mpi/runtime.hpp>
 #include <strata/comm/progress.hpp>
 #include <strata/comm/work.hpp>
+#include <strata/core/trace.hpp>
 
 namespace strata::detail::mpi {
 
@@ -45,6 +47,7 @@ class Progress {
   void run(const char* name, std::chrono::milliseconds timeout, Op&& op, What what) {
     auto locked = [&] {
       SerialMpi lock(name, timeout);
+      trace::Span span{name, trace::Category::Collective, {{"bytes", described_bytes(what)}}};
       op();
     };
     if (q_) q_->run(locked, what);
@@ -61,8 +64,9 @@ class Progress {
       // communicator's deadline, abort notices and interrupt flag.
       q_->configure("rank " + std::to_string(rank), timeout, nullptr);
     }
-    return q_->submit(what, [name, timeout, op = std::move(op)] {
+    return q_->submit(what, [name, timeout, bytes = described_bytes(what), op = std::move(op)] {
       SerialMpi lock(name, timeout);
+      trace::Span span{name, trace::Category::Collective, {{"bytes", bytes}}};
       op();
     });
   }

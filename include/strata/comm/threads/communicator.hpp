@@ -29,6 +29,7 @@
 #include <strata/comm/threads/team.hpp>
 #include <strata/comm/work.hpp>
 #include <strata/core/concepts.hpp>
+#include <strata/core/trace.hpp>
 
 namespace strata {
 
@@ -224,7 +225,12 @@ class ThreadCommunicator {
     const std::size_t n = std::ranges::size(data);
     const detail::P2pBuffer b{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T),
                               .in = std::ranges::data(data), .out = nullptr};
-    ordered([&] { team_->send(rank_, peer, tag, b); }, what<T>("send", n));
+    ordered(
+        [&] {
+          trace::Span span{"send", trace::Category::Collective, {{"bytes", b.bytes}, {"to", peer}, {"tag", tag}}};
+          team_->send(rank_, peer, tag, b);
+        },
+        what<T>("send", n));
   }
 
   //! Receives into `data` the next message that replica `peer` sent to this
@@ -240,7 +246,12 @@ class ThreadCommunicator {
     const std::size_t n = std::ranges::size(data);
     const detail::P2pBuffer b{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T), .in = nullptr,
                               .out = std::ranges::data(data)};
-    ordered([&] { team_->recv(rank_, peer, tag, b); }, what<T>("recv", n));
+    ordered(
+        [&] {
+          trace::Span span{"recv", trace::Category::Collective, {{"bytes", b.bytes}, {"from", peer}, {"tag", tag}}};
+          team_->recv(rank_, peer, tag, b);
+        },
+        what<T>("recv", n));
   }
 
   //! The algorithm AutoReduce picks for `bytes` per replica.
@@ -285,12 +296,14 @@ class ThreadCommunicator {
   // The collectives themselves, on whichever thread runs them (the caller's
   // or the replica's progress thread): one code path for both forms.
   void barrier_now() {
+    trace::Span span{"barrier", trace::Category::Collective, {{"peers", size()}}};
     const detail::CallDesc d{};
     team_->leave(rank_, team_->enter(rank_, d, nullptr, nullptr), d);
   }
 
   template <class T>
   void broadcast_now(T* p, std::size_t n, int root) {
+    trace::Span span{"broadcast", trace::Category::Collective, {{"bytes", n * sizeof(T)}, {"root", root}, {"peers", size()}}};
     const detail::CallDesc d{.kind = detail::CallKind::broadcast, .dtype = dtype_name<T>(), .in_count = n,
                              .out_count = n, .root = root, .has_op = false, .algorithm = {}};
     const auto seq = team_->enter(rank_, d, p, p);
@@ -300,6 +313,7 @@ class ThreadCommunicator {
 
   template <ReduceOperation Op, class T>
   void reduce_scatter_now(const T* in, std::size_t n, T* o, std::size_t out_n) {
+    trace::Span span{"reduce_scatter", trace::Category::Collective, {{"bytes", n * sizeof(T)}, {"peers", size()}}};
     const detail::CallDesc d{.kind = detail::CallKind::reduce_scatter, .op = Op::kind, .dtype = dtype_name<T>(),
                              .in_count = n, .out_count = out_n, .root = 0, .has_op = true, .algorithm = {}};
     const auto seq = team_->enter(rank_, d, in, o);
@@ -311,6 +325,7 @@ class ThreadCommunicator {
 
   template <class T>
   void all_gather_now(const T* in, std::size_t n, T* o, std::size_t out_n) {
+    trace::Span span{"all_gather", trace::Category::Collective, {{"bytes", out_n * sizeof(T)}, {"peers", size()}}};
     const detail::CallDesc d{.kind = detail::CallKind::all_gather, .dtype = dtype_name<T>(), .in_count = n,
                              .out_count = out_n, .root = 0, .has_op = false, .algorithm = {}};
     const auto seq = team_->enter(rank_, d, in, o);
@@ -324,6 +339,8 @@ class ThreadCommunicator {
 
   template <ReduceOperation Op, class T>
   void reduce_to_one_now(const T* in, std::size_t n, T* out, std::size_t out_n, int root) {
+    trace::Span span{"reduce_to_one", trace::Category::Collective,
+                     {{"bytes", n * sizeof(T)}, {"root", root}, {"peers", size()}}};
     const detail::CallDesc d{.kind = detail::CallKind::reduce_to_one, .op = Op::kind, .dtype = dtype_name<T>(),
                              .in_count = n, .out_count = out_n, .root = root, .has_op = true, .algorithm = {}};
     const auto seq = team_->enter(rank_, d, in, out);
@@ -342,6 +359,8 @@ class ThreadCommunicator {
         return all_reduce_impl<Op>(in, out, n, out_n, Ring{});
       return all_reduce_impl<Op>(in, out, n, out_n, Direct{});
     } else {
+      trace::Span span{"all_reduce", trace::Category::Collective,
+                       {{"bytes", n * sizeof(T)}, {"algorithm", Algo::name.data()}, {"peers", size()}}};
       const detail::CallDesc d{.kind = detail::CallKind::all_reduce, .op = Op::kind, .dtype = dtype_name<T>(),
                                .in_count = n, .out_count = out_n, .root = 0, .has_op = true, .algorithm = Algo::name};
       if constexpr (std::same_as<Algo, Ring>) {

@@ -20,11 +20,13 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <strata/core/error.hpp>
+#include <strata/core/trace.hpp>
 
 namespace strata::detail {
 
@@ -117,6 +119,7 @@ class Mailbox {
     Inbox& box = inbox(dst);
     auto& q = box.queues[static_cast<std::size_t>(src)];
     const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::optional<trace::Span> waiting;  // from the first time the message is not there
     std::unique_lock lk(box.mu);
     for (int spins = 0;; ++spins) {
       Posted& w = box.posted;
@@ -170,6 +173,9 @@ class Mailbox {
                                   std::to_string(src) + " sent no message with this tag" + pending(box, src));
         }
       }
+      if (!waiting && trace::enabled())
+        waiting.emplace("wait for message", trace::Category::Wait,
+                        std::initializer_list<trace::Arg>{{"from", src}, {"tag", tag}});
       if (spins < spin) {  // the sender is likely about to come: poll (without the lock) before sleeping
         const std::uint64_t seen = box.version.load(std::memory_order_relaxed);
         lk.unlock();

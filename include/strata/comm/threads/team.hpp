@@ -41,6 +41,7 @@
 #include <strata/comm/threads/mailbox.hpp>
 #include <strata/comm/threads/options.hpp>
 #include <strata/core/error.hpp>
+#include <strata/core/trace.hpp>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -232,6 +233,7 @@ class Team {
       else cpu_relax();
     }
     if (all_ready(ready)) return;
+    trace::Span waiting{"wait for replicas", trace::Category::Wait, {{"for", phase}, {"call", seq}}};
     const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
     sleepers_.fetch_add(1);
     std::unique_lock lk(mu_);
