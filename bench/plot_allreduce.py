@@ -112,7 +112,7 @@ def main():
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
         ax.set_title(f"{p} replicas")
-        ax.legend(loc="upper left", fontsize=9)
+        ax.legend(loc="best", fontsize=10)
     for k in range(len(ps), nrows * cols):
         axes[k // cols][k % cols].set_visible(False)
     fig.suptitle(a.title or "all-reduce bus bandwidth against message size", fontsize=14)

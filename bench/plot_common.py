@@ -43,6 +43,13 @@ def pyplot():
     return plt
 
 
+def thousands(axis):
+    """Tick labels as 250k, 1.5M: an axis of samples/s reads at a glance."""
+    from matplotlib import ticker
+    axis.set_major_formatter(ticker.FuncFormatter(
+        lambda v, _: f"{v / 1e6:g}M" if abs(v) >= 1e6 else f"{v / 1e3:g}k" if abs(v) >= 1e3 else f"{v:g}"))
+
+
 def open_text(path):
     try:
         return open(path, encoding="utf-8")

@@ -16,7 +16,7 @@ The CSV's columns: S,schedule,M,samples_per_s,idle_mean,idle_stages,theory
 import argparse
 import sys
 
-from plot_common import COLORS, InputError, fail, number, pyplot, read_rows, save
+from plot_common import COLORS, InputError, fail, number, pyplot, read_rows, save, thousands
 
 COLUMNS = ["S", "schedule", "M", "samples_per_s", "idle_mean", "idle_stages", "theory"]
 ORDER = ["naive", "gpipe", "1f1b"]
@@ -83,6 +83,7 @@ def main():
             ax.set_xticklabels([str(v) for v in ms])
             ax.set_xlabel("micro-batches per batch (M)")
         sps_ax.set_ylim(bottom=0)
+        thousands(sps_ax.yaxis)
         sps_ax.set_ylabel("samples/s")
         sps_ax.set_title(f"S = {s} stages: training throughput")
         sps_ax.legend(loc="lower left")

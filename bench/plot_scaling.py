@@ -16,7 +16,7 @@ import argparse
 import math
 import sys
 
-from plot_common import COLORS, InputError, fail, number, open_text, pyplot, read_rows, save
+from plot_common import COLORS, InputError, fail, number, open_text, pyplot, read_rows, save, thousands
 
 
 def parse_table(path, lines):
@@ -69,6 +69,8 @@ def main():
     ap.add_argument("-o", "--output", required=True, help="the PNG to write")
     ap.add_argument("--title", default="", help="figure title")
     ap.add_argument("--no-ideal", action="store_true", help="no ideal-scaling line")
+    ap.add_argument("--cores", type=int, default=0, help="the machine's cores: replicas beyond them shaded as "
+                    "oversubscribed, the ideal line flat there")
     ap.add_argument("--width", type=int, default=1400, help="PNG width in pixels (default 1400)")
     a = ap.parse_args()
     try:
@@ -93,11 +95,19 @@ def main():
                 ax.errorbar(x, y, yerr=err, fmt="o-", color=c, lw=2, capsize=5, label=st)
             else:
                 ax.plot(x, y, "o-", color=c, lw=2, label=st)
+        cap = (lambda p: min(p, a.cores)) if a.cores > 0 else (lambda p: p)
         if base and not a.no_ideal and len(ps) > 1:
-            ax.plot(ps, [base * p for p in ps], ":", color="black", lw=1.5, label="ideal (one replica x replicas)")
-            ax.set_ylim(0, max(max(r[5] if not math.isnan(r[5]) else r[3] for r in mine), base * max(ps)) * 1.08)
+            ax.plot(ps, [base * cap(p) for p in ps], ":", color="black", lw=1.5,
+                    label="ideal: one replica x " + ("min(replicas, cores)" if a.cores > 0 else "replicas"))
+            ax.set_ylim(0, max(max(r[5] if not math.isnan(r[5]) else r[3] for r in mine), base * cap(max(ps))) * 1.08)
         else:
             ax.set_ylim(bottom=0)
+        if a.cores > 0 and max(ps) > a.cores:
+            ax.axvspan(a.cores, max(ps) * 1.2, color="#999999", alpha=0.12, lw=0)
+            ax.text(a.cores * 1.03, ax.get_ylim()[1] * 0.03, f"more replicas than the {a.cores} cores", fontsize=10,
+                    color="#555555")
+        ax.set_xlim(min(ps) / 1.15, max(ps) * 1.15)
+        thousands(ax.yaxis)
         ax.set_xscale("log", base=2)
         ax.set_xticks(ps)
         ax.set_xticklabels([str(p) for p in ps])
