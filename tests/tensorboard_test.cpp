@@ -4,7 +4,9 @@
 // protobuf's decoder over event.proto compiled by protoc).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -58,10 +60,10 @@ std::map<std::string, std::vector<double>> scalars(const std::vector<std::string
       continue;
     }
     std::istringstream in(l);
-    std::string folder, tag;
+    std::string folder, tag, value;  // (the value through strtod: "nan" too)
     long step = 0;
-    double v = 0;
-    REQUIRE((in >> folder >> step >> tag >> v));
+    REQUIRE((in >> folder >> step >> tag >> value));
+    const double v = std::strtod(value.c_str(), nullptr);
     out[folder + " " + tag].push_back(v);
     if (steps) (*steps)[folder + " " + tag].push_back(step);
   }
@@ -180,10 +182,46 @@ TEST_CASE("TensorBoard callback: epoch, validation and batch scalars equal fit's
   REQUIRE(sps.size() == 3);
   for (double v : sps) CHECK(v > 0);
   CHECK(got.count("validation epoch_steps_per_second") == 0);
+  CHECK(got.count("train epoch_samples_per_second") == 0);  // no batch size given: no samples
+  CHECK(got.count("train batch_samples_per_second") == 0);
+  CHECK(got.count("train epoch_skipped_steps") == 0);  // every step finite
   // the rate each epoch trained with: Adam's 0.01, halved from epoch 1 on by the scheduler
   const float r = 0.01f;
   CHECK(got.at("train epoch_learning_rate") ==
         std::vector<double>{static_cast<double>(r), static_cast<double>(r * 0.5f), static_cast<double>(r * 0.5f)});
+}
+
+TEST_CASE("TensorBoard callback: samples per second given the batch size, skipped non-finite steps") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto model = s.scope([] { return strata_test::blobs_mlp(); });
+  model.compile(nn::SGD{0.05}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+  auto data = strata_test::blobs(96, 1);
+  for (std::size_t j = 0; j < 6; ++j) data.x[20 * 6 + j] = std::nanf("");  // a row of batch 1 of every epoch
+  TempDir d;
+  nn::TensorBoard tb{model, d.path / "logs", {.update_freq = 3, .batch_size = 16}};
+  const auto history = model.fit(strata::data::from_tensor_slices(data.x, data.y).batch(16),
+                                 {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&tb}});
+  std::map<std::string, std::vector<long>> steps;
+  const auto got = scalars(read_with_protobuf({tb.train_file()}), &steps);
+  // 6 batches an epoch of 16 samples: samples/s is 16 x steps/s over the same time
+  const auto& sps = got.at("train epoch_steps_per_second");
+  const auto& samples = got.at("train epoch_samples_per_second");
+  REQUIRE(samples.size() == 2);
+  CHECK(steps.at("train epoch_samples_per_second") == std::vector<long>{0, 1});
+  for (std::size_t e = 0; e < 2; ++e) {
+    CHECK(samples[e] > 0);
+    CHECK(samples[e] / sps[e] == doctest::Approx(16.0).epsilon(1e-6));
+  }
+  CHECK(steps.at("train batch_samples_per_second") == std::vector<long>{3, 6, 9, 12});
+  for (double v : got.at("train batch_samples_per_second")) CHECK(v > 0);
+  // the skipped step: in each epoch's logs, and in the batch values after it
+  CHECK(history.at("skipped_steps") == std::vector<double>{1, 1});
+  CHECK(got.at("train epoch_skipped_steps") == std::vector<double>{1, 1});
+  CHECK(steps.at("train epoch_skipped_steps") == std::vector<long>{0, 1});
+  CHECK(got.at("train batch_skipped_steps") == std::vector<double>{1, 1, 1, 1});
+  CHECK(steps.at("train batch_skipped_steps") == std::vector<long>{3, 6, 9, 12});
+  CHECK_THROWS_WITH_AS(nn::TensorBoard(true, d.path, {.batch_size = -1}), doctest::Contains("batch_size"),
+                       strata::Error);
 }
 
 TEST_CASE("TensorBoard callback: a process that is not the chief writes nothing; bad options are Errors") {

@@ -1,14 +1,20 @@
 #pragma once
 //! TensorBoard: a fit callback writing the scalars TensorBoard plots, as
 //! Keras' TensorBoard callback does: `<log_dir>/train` gets epoch_loss,
-//! epoch_<metric>, epoch_skipped_steps (when fit skipped non-finite steps),
-//! epoch_steps_per_second and epoch_learning_rate after each epoch, and,
-//! every `update_freq` batches, batch_loss and batch_<metric> (running means over the epoch) at
-//! the global batch count; `<log_dir>/validation` gets the val_* values as
-//! epoch_<name>. Only the chief writes (under several workers or a
-//! parameter server the other processes create nothing). Each scalar is
-//! flushed as it is written, so a run that dies leaves its curve so far.
-//!   strata::nn::TensorBoard tb{"logs/run1", {.update_freq = 100}};  // fit says who is the chief
+//! epoch_<metric>, epoch_skipped_steps (when fit skipped non-finite steps:
+//! the logs' skipped_steps), epoch_steps_per_second and epoch_learning_rate
+//! after each epoch, and, every `update_freq` batches, batch_loss and
+//! batch_<metric> (running means over the epoch; batch_skipped_steps too once
+//! the epoch skipped one) at the global batch count; `<log_dir>/validation`
+//! gets the val_* values as epoch_<name>. Given the global batch size
+//! (`batch_size`), also epoch_samples_per_second and, every `update_freq`
+//! batches, batch_samples_per_second (over those batches): batches times
+//! the batch size, a short last batch counted whole. The rates time the
+//! training steps, not the validation after them. Only the chief writes
+//! (under several workers or a parameter server the other processes create
+//! nothing). Each scalar is flushed as it is written, so a run that dies
+//! leaves its curve so far.
+//!   strata::nn::TensorBoard tb{"logs/run1", {.update_freq = 100, .batch_size = 128}};  // fit says who is the chief
 //!   model.fit(train, {.epochs = 5, .callbacks = {&tb}}, test);
 //!   // tensorboard --logdir logs
 //! The files are TensorFlow's event files (io/event_file.hpp).
@@ -29,6 +35,8 @@ namespace strata::nn {
 struct TensorBoardOptions {
   //! Also write the running batch values every this many batches (0: epochs only).
   std::int64_t update_freq = 0;
+  //! The global batch size, for samples per second (0: unknown, not written).
+  std::int64_t batch_size = 0;
 };
 
 class TensorBoard : public Callback {
@@ -60,14 +68,24 @@ class TensorBoard : public Callback {
     if (chief && !train_) train_ = std::make_unique<io::EventFileWriter>(dir_ / "train");
   }
   void on_epoch_begin(int /*epoch*/) override {
-    epoch_start_ = Clock::now();
-    epoch_batches_ = 0;
+    epoch_start_ = window_start_ = Clock::now();
+    epoch_batches_ = window_batches_ = 0;
   }
   void on_batch_end(int /*batch*/, const Logs& logs) override {
     ++epoch_batches_;
+    ++window_batches_;
     ++global_batch_;
+    epoch_end_ = Clock::now();  // the epoch's steps end at its last batch's end
     if (!train_ || !opts_.update_freq || global_batch_ % opts_.update_freq) return;
     for (const auto& [name, value] : logs.items()) train_->scalar("batch_" + name, value, global_batch_);
+    if (opts_.batch_size) {  // over the batches since the last write (or the epoch's start)
+      const double seconds = std::chrono::duration<double>(epoch_end_ - window_start_).count();
+      if (seconds > 0)
+        train_->scalar("batch_samples_per_second",
+                       static_cast<double>(window_batches_ * opts_.batch_size) / seconds, global_batch_);
+    }
+    window_start_ = Clock::now();
+    window_batches_ = 0;
   }
   void on_epoch_end(int epoch, const Logs& logs) override {
     if (!train_) return;
@@ -79,9 +97,14 @@ class TensorBoard : public Callback {
         train_->scalar("epoch_" + name, value, epoch);
       }
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - epoch_start_).count();
-    if (epoch_batches_ && seconds > 0)
+    // the training steps' time: from the epoch's start to its last batch's end (not the validation after)
+    const double seconds = std::chrono::duration<double>(epoch_end_ - epoch_start_).count();
+    if (epoch_batches_ && seconds > 0) {
       train_->scalar("epoch_steps_per_second", static_cast<double>(epoch_batches_) / seconds, epoch);
+      if (opts_.batch_size)
+        train_->scalar("epoch_samples_per_second", static_cast<double>(epoch_batches_ * opts_.batch_size) / seconds,
+                       epoch);
+    }
     if (has_model_) {
       try {  // the rate the next step uses (a schedule's, or one set at run time)
         train_->scalar("epoch_learning_rate", model().learning_rate(), epoch);
@@ -98,14 +121,15 @@ class TensorBoard : public Callback {
   void check() const {
     if (dir_.empty()) throw Error("TensorBoard: the log directory is empty");
     if (opts_.update_freq < 0) throw Error("TensorBoard: update_freq must be 0 (epochs only) or a batch count");
+    if (opts_.batch_size < 0) throw Error("TensorBoard: batch_size must be 0 (unknown) or the global batch size");
   }
   using Clock = std::chrono::steady_clock;
   std::optional<bool> chief_;  // given, else fit's model says
   std::filesystem::path dir_;
   TensorBoardOptions opts_;
   std::unique_ptr<io::EventFileWriter> train_, validation_;
-  Clock::time_point epoch_start_ = Clock::now();
-  std::int64_t epoch_batches_ = 0;
+  Clock::time_point epoch_start_ = Clock::now(), epoch_end_ = epoch_start_, window_start_ = epoch_start_;
+  std::int64_t epoch_batches_ = 0, window_batches_ = 0;
   std::int64_t global_batch_ = 0;
   bool has_model_ = false;
 };
