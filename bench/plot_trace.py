@@ -81,6 +81,7 @@ class Trace:
             events = parse_events(f.read(), path)
         self.path = path
         self.process, self.thread, self.spans, self.instants = {}, {}, [], []
+        self.process_sort, self.thread_sort = {}, {}
         for n, e in enumerate(events):
             if not isinstance(e, dict) or "ph" not in e:
                 raise InputError(f"{path}: event {n} is not an object with a 'ph' field: {str(e)[:80]}")
@@ -92,6 +93,10 @@ class Trace:
                         self.process[e["pid"]] = str(name)
                     elif e.get("name") == "thread_name":
                         self.thread[(e["pid"], e["tid"])] = str(name)
+                    elif e.get("name") == "process_sort_index":
+                        self.process_sort[e["pid"]] = float((e.get("args") or {}).get("sort_index", 0))
+                    elif e.get("name") == "thread_sort_index":
+                        self.thread_sort[(e["pid"], e["tid"])] = float((e.get("args") or {}).get("sort_index", 0))
                 elif ph == "X":
                     ts, dur = float(e["ts"]), float(e.get("dur", 0))
                     self.spans.append({"track": (e.get("pid", 0), e.get("tid", 0)), "ts": ts, "end": ts + dur,
@@ -106,6 +111,12 @@ class Trace:
         if not self.spans:
             raise InputError(f"{path} holds no complete ('ph': 'X') events")
         self.origin = min(s["ts"] for s in self.spans)
+        nest(self.spans)
+
+    def order(self, track):
+        """Lanes in the trace's sort-index order (as Perfetto), then by pid and tid."""
+        pid, tid = track
+        return (self.process_sort.get(pid, pid), pid, self.thread_sort.get(track, tid), tid)
 
     def name(self, track):
         pid, tid = track
@@ -167,6 +178,35 @@ def micro_label(span):
     return span["name"]
 
 
+HEIGHTS = [0.76, 0.52, 0.32, 0.2]  # a box's height by its nesting depth on its track
+COMM = ("collective", "wait")        # --pipeline: a thin strip under the stage's compute
+
+
+def text_color(hex_color):
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "white"
+
+
+def nest(spans):
+    """Sets each span's 'depth' (spans enclosing it on its track, steps not
+    counted: they are drawn as a band behind) and 'leaf' (it encloses none)."""
+    by_track = {}
+    for s in spans:
+        s["depth"], s["leaf"] = 0, True
+        if s["cat"] != "step":
+            by_track.setdefault(s["track"], []).append(s)
+    for mine in by_track.values():
+        mine.sort(key=lambda s: (s["ts"], -(s["end"] - s["ts"])))
+        stack = []
+        for s in mine:
+            while stack and stack[-1]["end"] <= s["ts"]:
+                stack.pop()
+            if stack:
+                stack[-1]["leaf"] = False
+            s["depth"] = len(stack)
+            stack.append(s)
+
+
 def draw(ax, trace, lo, hi, pipeline, label_boxes):
     tracks = trace.tracks()
     if pipeline:
@@ -174,14 +214,14 @@ def draw(ax, trace, lo, hi, pipeline, label_boxes):
         if not stages:
             raise InputError(f"{trace.path}: --pipeline, but no track is named 'stage ...' by thread_name metadata")
         callers = sorted({s["track"] for s in trace.spans if s["cat"] == "step"} - set(stages))
-        tracks = callers + sorted(stages, key=lambda t: (trace.thread.get(t, ""), t))
+        tracks = callers + sorted(stages, key=trace.order)
     else:
-        tracks = sorted(tracks, key=lambda t: (t[0], t[1]))
+        tracks = sorted(tracks, key=trace.order)
     lane = {t: i for i, t in enumerate(tracks)}
     used = set()
     visible = [s for s in trace.spans if s["end"] >= lo and s["ts"] <= hi and s["track"] in lane]
-    # Longer spans first, so nested shorter spans (a layer inside a step) are drawn on top.
-    visible.sort(key=lambda s: -(s["end"] - s["ts"]))
+    if pipeline:  # the caller's steps, and on the stages their compute: what is left are the bubbles
+        visible = [s for s in visible if s["cat"] == "step" or s["track"] in stages]
     ms = lambda t: (t - lo) / 1e3
     span_ms = (hi - lo) / 1e3
     for s in visible:
@@ -189,24 +229,29 @@ def draw(ax, trace, lo, hi, pipeline, label_boxes):
         c = CATEGORY_COLORS.get(s["cat"], OTHER)
         used.add(s["cat"] if s["cat"] in CATEGORY_COLORS else "other")
         x0, x1 = max(ms(s["ts"]), 0), min(ms(s["end"]), span_ms)
+        w = max(x1 - x0, span_ms * 1e-4)
         if s["cat"] == "step":  # the step: a band under the lane's other boxes
-            ax.broken_barh([(x0, x1 - x0)], (y - 0.45, 0.9), facecolors=c, edgecolors="#999999", lw=0.5, zorder=1)
+            ax.broken_barh([(x0, w)], (y - 0.45, 0.9), facecolors=c, edgecolors="#999999", lw=0.5, zorder=1)
             if label_boxes and (x1 - x0) > span_ms * 0.04:
                 a = s["args"] if isinstance(s["args"], dict) else {}
-                ax.text(x0 + span_ms * 0.002, y - 0.3, f"step {a.get('step', '')}", fontsize=8, va="center", color="#333333",
-                        zorder=5, clip_on=True)
+                text = "step " + str(a.get("step", "")) + (f" (epoch {a['epoch']})" if "epoch" in a else "")
+                ax.text(x0 + span_ms * 0.002, y - 0.3, text, fontsize=8, va="center", color="#333333", zorder=9,
+                        clip_on=True)
             continue
-        ax.broken_barh([(x0, max(x1 - x0, span_ms * 1e-4))], (y - 0.35, 0.7), facecolors=c, edgecolors="white",
-                       lw=0.4, zorder=2)
-        if label_boxes:
+        if pipeline and s["cat"] in COMM:  # a strip along the lane's foot: what the stage waited on
+            ax.broken_barh([(x0, w)], (y + 0.3, 0.1), facecolors=c, lw=0, zorder=2)
+            continue
+        h = HEIGHTS[min(s["depth"], len(HEIGHTS) - 1)]
+        ax.broken_barh([(x0, w)], (y - h / 2, h), facecolors=c, edgecolors="white", lw=0.4, zorder=2 + s["depth"])
+        if label_boxes and s["leaf"]:
             text = micro_label(s) if pipeline else s["name"]
-            width_chars = (x1 - x0) / span_ms * 180  # about 180 characters across the axis at fontsize 8
+            width_chars = (x1 - x0) / span_ms * 190  # about 190 characters across the axis at fontsize 8
             if text and len(text) <= width_chars:
-                ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=8, color="white", zorder=4,
+                ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=8, color=text_color(c), zorder=8,
                         clip_on=True, fontweight="bold" if pipeline else "normal")
     for i in trace.instants:
         if lo <= i["ts"] <= hi and i["track"] in lane:
-            ax.plot([ms(i["ts"])] * 2, [lane[i["track"]] - 0.45, lane[i["track"]] + 0.45], color="black", lw=1, zorder=3)
+            ax.plot([ms(i["ts"])] * 2, [lane[i["track"]] - 0.45, lane[i["track"]] + 0.45], color="black", lw=1, zorder=7)
     ax.set_yticks(range(len(tracks)))
     ax.set_yticklabels([trace.name(t) for t in tracks])
     ax.set_ylim(len(tracks) - 0.5, -0.5)
@@ -242,7 +287,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("trace", help="trace-event JSON file")
-    ap.add_argument("-o", "--output", required=True, help="the PNG to write")
+    ap.add_argument("-o", "--output", help="the PNG to write")
     ap.add_argument("--compare", help="a second trace, drawn below on the same time scale")
     ap.add_argument("--pipeline", action="store_true", help="pipeline stages only, micro-batch boxes F<m>/B<m>")
     ap.add_argument("--steps", help="A:B: from the start of step A to the end of step B (0-based, both included)")
@@ -250,6 +295,8 @@ def main():
     ap.add_argument("--label", action="append", default=[], help="a panel's title (first the trace's, then --compare's)")
     ap.add_argument("--title", default="", help="figure title")
     ap.add_argument("--no-labels", action="store_true", help="no text in the boxes")
+    ap.add_argument("--list-steps", action="store_true", help="print each step's index, start and duration (ms) "
+                    "to choose --steps, and write nothing")
     ap.add_argument("--width", type=int, default=1600, help="PNG width in pixels (default 1600)")
     a = ap.parse_args()
     steps = parse_range(a.steps, "--steps", int) if a.steps else None
@@ -260,6 +307,15 @@ def main():
         windows = [t.window(steps, window) for t in traces]
     except InputError as e:
         fail(str(e))
+    if a.list_steps:
+        for t in traces:
+            print(f"{t.path}: index  step  start(ms)  duration(ms)")
+            for k, st in enumerate(t.steps()):
+                print(f"{k:6d} {str(st['args'].get('step', '')):>5} {(st['ts'] - t.origin) / 1e3:10.2f} "
+                      f"{(st['end'] - st['ts']) / 1e3:13.3f}")
+        return 0
+    if not a.output:
+        fail("-o PNG is needed (or --list-steps)")
     labels = a.label + [os.path.basename(p) for p in paths[len(a.label):]]
     plt = pyplot()
     lanes = [len([k for k in t.tracks() if not a.pipeline or is_stage(t, k)]) + (1 if a.pipeline else 0)
