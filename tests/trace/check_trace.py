@@ -17,6 +17,7 @@ Prints, one per line:
     count PID TID CAT NAME N               (complete events per track, category and name)
     order PID TID CAT NAME,NAME,...        (each track's events of a category, by start time)
     flow PID TID NAME,NAME,...             (each track's forward and backward events, by start time)
+    span PID TID NAME TS DUR               (each collective's span, by start time, in microseconds)
     lost PID TID N                         (events a full ring lost)
     args PID TID NAME KEY=VALUE,...        (the first event of each name per track)
 """
@@ -104,6 +105,9 @@ def main():
             print("count %d %d %s %s %d" % (pid, tid, cat, name.replace(" ", "_"), n))
         for cat, names in sorted(order.items()):
             print("order %d %d %s %s" % (pid, tid, cat, ",".join(n.replace(" ", "_") for n in names)))
+        for e in evs:
+            if e["cat"] == "collective":
+                print("span %d %d %s %.3f %.3f" % (pid, tid, e["name"].replace(" ", "_"), e["ts"], e["dur"]))
         flow = [e["name"].replace(" ", "_") for e in evs if e["cat"] in ("forward", "backward")]
         if flow:
             print("flow %d %d %s" % (pid, tid, ",".join(flow)))

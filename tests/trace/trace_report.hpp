@@ -60,6 +60,22 @@ struct TraceReport {
       if (l.starts_with(p)) return l.substr(p.size());
     return "";
   }
+  struct Timed {
+    double ts = 0, dur = 0;
+  };
+  //! The collective spans named `name` on track `t`, by start time.
+  [[nodiscard]] std::vector<Timed> spans(std::pair<int, int> t, const std::string& name) const {
+    const std::string p = prefix("span", t) + name + " ";
+    std::vector<Timed> out;
+    for (const auto& l : lines)
+      if (l.starts_with(p)) {
+        std::istringstream f(l.substr(p.size()));
+        Timed x;
+        f >> x.ts >> x.dur;
+        out.push_back(x);
+      }
+    return out;
+  }
   //! Events the rings lost, over all tracks.
   [[nodiscard]] long lost() const {
     long n = 0;

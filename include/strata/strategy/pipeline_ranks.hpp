@@ -34,6 +34,7 @@
 #include <strata/comm/reduce_op.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
+#include <strata/core/trace.hpp>
 #include <strata/strategy/pipeline_executor.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/pipeline_stage.hpp>
@@ -72,6 +73,10 @@ class RankStages {
   template <class Lane>
   void run(Lane&& lane) {
     Link link{*comm_};
+    if (trace::enabled()) {  // this rank's track in the trace is its lane's
+      std::string name = "stage " + std::to_string(s_) + (copies_comm_ ? " copy " + std::to_string(d_) : "");
+      if (trace::thread_name() != name) trace::name_thread(std::move(name));
+    }
     try {
       lane(link, d_, s_);
     } catch (const CollectiveError&) {
