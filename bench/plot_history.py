@@ -21,6 +21,9 @@ import sys
 from plot_common import COLORS, InputError, fail, number, pyplot, read_rows, save
 
 
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+
+
 def load(path, metrics):
     rows = read_rows(path, ["epoch"])
     names = set(rows[0])
@@ -58,23 +61,33 @@ def main():
         fail(str(e))
     labels = a.label + [os.path.splitext(os.path.basename(p))[0] for p in a.csv[len(a.label):]]
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(metrics), figsize=(7 * len(metrics), 5.2), squeeze=False)
+    from matplotlib.lines import Line2D
+    fig, axes = plt.subplots(1, len(metrics), figsize=(7 * len(metrics), 6), squeeze=False)
     any_val = False
-    for ax, m in zip(axes[0], metrics):
-        for i, ((epochs, series), label) in enumerate(zip(runs, labels)):
-            c = COLORS[i % len(COLORS)]
+    handles = []
+    for i, ((epochs, series), label) in enumerate(zip(runs, labels)):
+        c = COLORS[i % len(COLORS)]
+        # Runs that agree draw on top of each other: each its own marker, the later ones thinner and smaller.
+        mk, lw, size = MARKERS[i % len(MARKERS)], max(3.0 - 0.6 * i, 1.0), max(10 - 2 * i, 4)
+        handles.append(Line2D([], [], color=c, marker=mk, ms=size, lw=lw, label=label))
+        for ax, m in zip(axes[0], metrics):
             if m in series:
-                ax.plot(epochs, series[m], "o-", color=c, lw=2, label=f"{label}")
+                ax.plot(epochs, series[m], "-", marker=mk, ms=size, color=c, lw=lw)
             if "val_" + m in series:
                 any_val = True
-                ax.plot(epochs, series["val_" + m], "s--", color=c, lw=1.5, alpha=0.85, label=f"{label} (validation)")
+                ax.plot(epochs, series["val_" + m], "--", marker=mk, ms=size, mfc="none", color=c, lw=lw * 0.8)
+    for ax, m in zip(axes[0], metrics):
         ax.set_xlabel("epochs trained")
         ax.set_ylabel(m)
-        ax.set_title(m + (" (dashed: validation)" if any_val else ""))
+        ax.set_title(m + (": training solid, validation dashed" if any_val else ""))
         ax.xaxis.get_major_locator().set_params(integer=True)
-        ax.legend(loc="best")
+    if any_val:
+        handles += [Line2D([], [], color="black", lw=2, label="training"),
+                    Line2D([], [], color="black", lw=1.5, ls="--", label="validation (val_*)")]
     fig.suptitle(a.title or "training history: " + ", ".join(labels), fontsize=14)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), frameon=False)
+    rows = math.ceil(len(handles) / min(len(handles), 3))
+    fig.tight_layout(rect=(0, 0.02 + 0.045 * rows, 1, 1))
     save(fig, a.output, a.width)
     return 0
 
