@@ -29,6 +29,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 
 from plot_common import InputError, fail, open_text, pyplot, save
@@ -114,9 +115,17 @@ class Trace:
         nest(self.spans)
 
     def order(self, track):
-        """Lanes in the trace's sort-index order (as Perfetto), then by pid and tid."""
+        """Lanes by process (its sort index, then pid), the caller's track (the
+        one with steps) first, then by name with numbers compared as numbers
+        ("replica 2" before "replica 10"; the recorder's thread sort index
+        follows the order the threads first recorded, not their numbers)."""
         pid, tid = track
-        return (self.process_sort.get(pid, pid), pid, self.thread_sort.get(track, tid), tid)
+        if not hasattr(self, "_callers"):
+            self._callers = {s["track"] for s in self.spans if s["cat"] == "step"}
+        name = self.thread.get(track, "")
+        natural = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p)
+        return (self.process_sort.get(pid, pid), pid, track not in self._callers, natural,
+                self.thread_sort.get(track, tid), tid)
 
     def name(self, track):
         pid, tid = track
