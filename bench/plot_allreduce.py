@@ -103,7 +103,7 @@ def main():
                 xs = sorted(bounds)
                 ax.plot(xs, [statistics.median(bounds[x]) for x in xs], "--", color="black", lw=1.5,
                         label="bound" + ("" if len(data) == 1 else f" ({label})") +
-                        ": buffer read + written once at measured DRAM speed")
+                        ": each buffer read and written once at the measured DRAM speed")
         ax.set_xscale("log", base=2)
         xs = sorted(sizes)
         ax.set_xticks(xs)
@@ -111,8 +111,11 @@ def main():
         ax.set_ylim(bottom=0)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
-        ax.set_title(f"{p} replicas")
-        ax.legend(loc="best", fontsize=10)
+        ax.set_title(f"p = {p}")
+        if len(ax.get_lines()) > 5:  # many lines: the legend beside the panel, not over the curves
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=9)
+        else:
+            ax.legend(loc="best", fontsize=10)
     for k in range(len(ps), nrows * cols):
         axes[k // cols][k % cols].set_visible(False)
     fig.suptitle(a.title or "all-reduce bus bandwidth against message size", fontsize=14)
