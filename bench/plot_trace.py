@@ -329,7 +329,7 @@ def main():
     plt = pyplot()
     lanes = [len([k for k in t.tracks() if not a.pipeline or is_stage(t, k)]) + (1 if a.pipeline else 0)
              for t in traces]
-    height = 1.6 + sum(0.42 * n + 1.1 for n in lanes)
+    height = 2.0 + sum(0.42 * n + 1.1 for n in lanes)
     fig, axes = plt.subplots(len(traces), 1, figsize=(16, height), squeeze=False,
                              gridspec_kw={"height_ratios": [n + 2 for n in lanes]})
     span = max(hi - lo for lo, hi in windows) / 1e3
@@ -351,9 +351,9 @@ def main():
     order = [c for c in list(CATEGORY_COLORS) + ["other"] if c in used]
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=CATEGORY_COLORS.get(c, OTHER), edgecolor="#999999", label=c) for c in order]
-    fig.legend(handles=handles, loc="upper right", ncol=min(len(handles), 10), frameon=False)
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 10), frameon=False)
     fig.suptitle(a.title or ("pipeline schedule" if a.pipeline else "timeline"), x=0.01, ha="left", fontsize=14)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.45 / height, 1, 1))  # the legend's row below the panels
     save(fig, a.output, a.width)
     return 0
 
