@@ -12,7 +12,10 @@ import csv
 import os
 import sys
 
-SCRIPT = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "plot"
+def script():
+    """The running script's name, for messages (read at each call: a test runs several in one process)."""
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "plot"
+
 
 # One palette for every figure: a strategy or a schedule keeps its colour.
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
@@ -25,7 +28,7 @@ class InputError(Exception):
 
 def fail(message, status=2):
     """Prints 'script: message' on stderr and exits (2: bad input)."""
-    print(f"{SCRIPT}: {message}", file=sys.stderr)
+    print(f"{script()}: {message}", file=sys.stderr)
     sys.exit(status)
 
 
@@ -102,4 +105,4 @@ def save(fig, path, width_px=1400):
         fig.savefig(path, dpi=dpi, bbox_inches=None)
     except OSError as e:
         fail(f"cannot write {path}: {e.strerror}", 1)
-    print(f"{SCRIPT}: wrote {path} ({round(w * dpi)} x {round(h * dpi)} px)")
+    print(f"{script()}: wrote {path} ({round(w * dpi)} x {round(h * dpi)} px)")

@@ -9,16 +9,21 @@ this interpreter: the plots are not a dependency of the library.
 The inputs are written here: a pipeline_bench CSV, two CSVLogger
 histories, an allreduce_bench table, a samples/s CSV, and trace-event JSON
 of a 1F1B and a GPipe schedule simulated for 3 stages and 4 micro-batches
-(one of them cut off as a killed run leaves it). --keep DIR leaves the
-inputs and PNGs there to look at.
+(one of them cut off as a killed run leaves it). The scripts run in this
+process, one after the other (matplotlib imported once: about 3 s of CPU).
+--keep DIR leaves the inputs and PNGs there to look at.
 """
+import contextlib
+import io
 import json
 import os
+import runpy
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(HERE, "..", "..", "bench")
@@ -142,7 +147,8 @@ def main(argv):
     p = lambda name: os.path.join(d, name)
     inputs = {"pipeline.csv": PIPELINE_CSV, "mirrored.csv": HISTORY_A, "central.csv": HISTORY_B,
               "allreduce.txt": ALLREDUCE_TABLE, "scaling.csv": SCALING_CSV,
-              "bad.csv": "S,schedule,M\n2,gpipe,x\n", "empty.txt": ""}
+              "bad.csv": "S,schedule,M\n2,gpipe,x\n", "empty.txt": "",
+              "no_ts.json": '[{"ph":"X","name":"F0","cat":"forward","dur":5,"pid":0,"tid":1}]'}
     for name, text in inputs.items():
         with open(p(name), "w", encoding="utf-8") as f:
             f.write(text)
@@ -151,10 +157,27 @@ def main(argv):
     cut = json.dumps(simulate("gpipe"), indent=0)
     with open(p("gpipe.json"), "w", encoding="utf-8") as f:  # as a killed run leaves it: no ']', half an event
         f.write(cut[:cut.rindex("{") + 20])
-    py = sys.executable
+    sys.path.insert(0, BENCH)  # the scripts import plot_common
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
     def run(script, *args):
-        return subprocess.run([py, os.path.join(BENCH, script), *args], capture_output=True, text=True, timeout=120)
+        """Runs a script in this process (matplotlib is imported once): its exit status, stdout, stderr."""
+        path = os.path.join(BENCH, script)
+        sys.argv = [path, *args]
+        out, err = io.StringIO(), io.StringIO()
+        status = 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(path, run_name="__main__")
+            except SystemExit as e:
+                status = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            except Exception:  # noqa: BLE001 - a traceback is the failure this test looks for
+                status = 1
+                err.write(traceback.format_exc())
+        plt.close("all")
+        return subprocess.CompletedProcess(sys.argv, status, out.getvalue(), err.getvalue())
 
     good = [
         ("plot_pipeline.py", [p("pipeline.csv"), p("pipeline.png")], "pipeline.png"),
@@ -173,6 +196,7 @@ def main(argv):
         ("plot_allreduce.py", [p("empty.txt"), "-o", p("x.png")], "no table"),
         ("plot_scaling.py", [p("pipeline.csv"), "-o", p("x.png")], "no column"),
         ("plot_trace.py", [p("pipeline.csv"), "-o", p("x.png")], "not a JSON array"),
+        ("plot_trace.py", [p("no_ts.json"), "-o", p("x.png")], "event 0 ('X') lacks or mangles a field"),
         ("plot_trace.py", [p("1f1b.json"), "--steps", "5:9", "-o", p("x.png")], "outside the 2 step(s)"),
         ("plot_trace.py", [p("pipeline.csv"), "--steps", "x", "-o", p("x.png")], "--steps is A:B"),
     ]
