@@ -288,7 +288,7 @@ def stage_idle(trace, lo, hi):
                 cur1 = max(cur1, b)
         if cur1 is not None:
             total += cur1 - cur0
-        out[trace.thread[t]] = 1 - total / (hi - lo)
+        out[trace.name(t)] = 1 - total / (hi - lo)
     return out
 
 
