@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include <strata/nn/keras_callbacks.hpp>
+#include <strata/nn/tensorboard.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
 #include <strata/strategy/catalog.hpp>
@@ -57,6 +59,11 @@ struct Args {
   //! BackupAndRestore into this directory (checked like an output path; not wired to training yet).
   std::string checkpoint_dir;
   std::size_t train_limit = 0;  // use only the first N training examples (0: all)
+  double learning_rate = 1e-3;  // the optimizer's (the program's default)
+  double validation_split = 0;  // hold out this last fraction of the training examples (0: none)
+  std::string tensorboard;      // TensorBoard event files into this directory ("": none)
+  std::string csv;              // CSVLogger: one row per epoch into this file ("": none)
+  std::optional<int> early_stopping;  // EarlyStopping's patience (none: no early stopping)
   bool quiet = false;
   bool start_over = false;  // --checkpoint-dir: begin afresh there (BackupOptions::start_over)
   double min_accuracy = -1;  // exit status 0 only at or above this test accuracy (-1: the example's bar)
@@ -129,6 +136,20 @@ inline constexpr OptionInfo option_table[] = {
                          "in DIR (a DIR of another run, or with nothing this run can resume from, is otherwise "
                          "refused); files no run can read stay"},
     {"--train-limit", "N", "train on the first N examples only, 1-4294967295"},
+    {"--validation-split", "F",
+     "hold out the last fraction F of the training examples (after --train-limit), 0 up to (not including) 1: "
+     "evaluated after each epoch as val_loss and val_accuracy (default 0: none)"},
+    {"--learning-rate", "X", "the optimizer's learning rate, 0-10 (default {learning_rate})"},
+    {"--early-stopping", "PATIENCE",
+     "stop once {monitored} has not improved for PATIENCE epochs, 0-100000 (EarlyStopping); every worker "
+     "stops at the same epoch"},
+    {"--csv", "FILE", "write one row per epoch to FILE (CSVLogger): epoch, then the first epoch's logs in name "
+                      "order (as accuracy, loss, val_accuracy, val_loss); its directory must exist and be writable. "
+                      "Under mpirun the chief (rank 0) writes"},
+    {"--tensorboard", "DIR", "write TensorBoard event files to DIR/train (and DIR/validation): each epoch's loss, "
+                             "metrics, steps and samples per second, learning rate and skipped non-finite steps, "
+                             "and every 100 batches the running values (tensorboard --logdir DIR). Under mpirun the "
+                             "chief (rank 0) writes"},
     {"--min-accuracy", "X", "exit 3 below this test accuracy, 0-1 (default {min_accuracy})"},
     {"--timeout", "SECONDS", "the collective deadline, > 0 up to 604800, fractions allowed (default 120; "
                              "parameter_server: 60; default runs one replica on this thread: nothing to wait for)"},
@@ -176,10 +197,17 @@ inline std::string shown(double x) {
   std::snprintf(buf, sizeof buf, "%g", x);
   return buf;
 }
+//! A number as it reads back, bit for bit (what the ranks of an mpirun job compare).
+inline std::string exact(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
 
-//! `help` with its {epochs}, {seed} and {min_accuracy} replaced by the program's defaults `d`,
-//! {gpu_strategies} and {replica_strategies} by the catalogue's names.
-inline std::string with_defaults(std::string_view help, const Args& d) {
+//! `help` with its {epochs}, {seed}, {learning_rate} and {min_accuracy} replaced by the program's
+//! defaults `d`, {gpu_strategies} and {replica_strategies} by the catalogue's names, {monitored} by
+//! what --early-stopping watches (`validation`: the program takes --validation-split).
+inline std::string with_defaults(std::string_view help, const Args& d, bool validation) {
   std::string out(help);
   const auto put = [&](std::string_view key, const std::string& value) {
     if (const auto at = out.find(key); at != std::string::npos) out.replace(at, key.size(), value);
@@ -189,6 +217,8 @@ inline std::string with_defaults(std::string_view help, const Args& d) {
       join(catalog_names([](const strata::StrategyInfo& s) { return s.takes_replicas; }), ", "));
   put("{epochs}", std::to_string(d.epochs));
   put("{seed}", std::to_string(d.seed));
+  put("{learning_rate}", shown(d.learning_rate));
+  put("{monitored}", validation ? "val_loss (with --validation-split; else the training loss)" : "the training loss");
   put("{min_accuracy}", d.min_accuracy >= 0 ? shown(d.min_accuracy) : std::string("the example's bar"));
   return out;
 }
@@ -222,7 +252,9 @@ inline std::string usage_text(const char* prog, const Program& p, const Args& d 
     std::size_t col = left.size();
     if (col >= 30) out += '\n', col = 0;
     out += std::string(30 - col, ' ');
-    detail::wrap(out, detail::with_defaults(info.help, d), 30, 30);
+    const bool validation =
+        std::find(p.options.begin(), p.options.end(), std::string_view("--validation-split")) != p.options.end();
+    detail::wrap(out, detail::with_defaults(info.help, d, validation), 30, 30);
     if (info.name == "--strategy")  // each name the program takes, with the catalogue's line on it
       for (const auto name : p.strategies) {
         const std::string row = "    " + std::string(name);
@@ -349,6 +381,14 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
     else if (k == "--save") a.save = v;
     else if (k == "--checkpoint-dir") a.checkpoint_dir = v;
     else if (k == "--train-limit") a.train_limit = detail::whole<std::size_t>(prog, k, v, 1, 4294967295u);
+    else if (k == "--validation-split") {
+      const std::string range = "a number from 0 up to (not including) 1";
+      a.validation_split = detail::decimal(prog, k, v, 0, 1, false, range);
+      if (a.validation_split >= 1) fail(prog, k + " " + detail::quoted(v) + " is out of range: expected " + range);
+    } else if (k == "--learning-rate") a.learning_rate = detail::decimal(prog, k, v, 0, 10, false, "a number from 0 to 10");
+    else if (k == "--early-stopping") a.early_stopping = detail::whole(prog, k, v, 0, 100000);
+    else if (k == "--csv") a.csv = v;
+    else if (k == "--tensorboard") a.tensorboard = v;
     else if (k == "--min-accuracy") a.min_accuracy = detail::decimal(prog, k, v, 0, 1, false, "a number from 0 to 1");
     else if (k == "--timeout") {
       const double s = detail::decimal(prog, k, v, 0, 604800, true, "a number of seconds above 0, at most 604800");
@@ -382,6 +422,10 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   // Output paths: checked now, not after the training they would record.
   if (a.has("--save")) check_output_file(prog, "--save", a.save);
   if (a.has("--checkpoint-dir")) check_output_dir(prog, "--checkpoint-dir", a.checkpoint_dir);
+  if (a.has("--csv")) check_output_file(prog, "--csv", a.csv);
+  if (a.has("--tensorboard")) check_output_dir(prog, "--tensorboard", a.tensorboard);
+  if (a.has("--csv") && a.has("--save") && same_file(a.csv, a.save))
+    fail(prog, "--csv '" + a.csv + "' and --save '" + a.save + "' name the same file: give each its own");
   if (a.start_over && a.checkpoint_dir.empty())
     fail(prog, "--start-over applies only with --checkpoint-dir (it begins afresh in that directory)");
   return a;
@@ -390,8 +434,8 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
 //! The options every rank of an mpirun job must be given alike (what is
 //! trained, for how long, what is written and what counts as success), as
 //! (option, value) pairs of their parsed values: the ranks compare them
-//! before they train. --data, --save, --device, --replicas, --quiet may
-//! differ (per host, or read by the chief alone).
+//! before they train. --data, --save, --csv, --tensorboard, --device,
+//! --replicas, --quiet may differ (per host, or written by the chief alone).
 inline std::vector<std::pair<std::string, std::string>> options_that_must_match(const Args& a) {
   const auto or_none = [](const std::string& v) { return v.empty() ? std::string("(none)") : v; };
   return {{"--strategy", a.strategy},
@@ -399,6 +443,9 @@ inline std::vector<std::pair<std::string, std::string>> options_that_must_match(
           {"--batch", std::to_string(a.batch)},
           {"--seed", std::to_string(a.seed)},
           {"--train-limit", a.train_limit ? std::to_string(a.train_limit) : std::string("(none)")},
+          {"--validation-split", detail::exact(a.validation_split)},
+          {"--learning-rate", detail::exact(a.learning_rate)},
+          {"--early-stopping", a.early_stopping ? std::to_string(*a.early_stopping) : std::string("(none)")},
           {"--checkpoint-dir", or_none(a.checkpoint_dir)},
           {"--min-accuracy", detail::shown(a.min_accuracy)},
           {"--timeout", a.timeout ? std::to_string(a.timeout->count()) + " ms" : std::string("(default)")},
@@ -444,5 +491,50 @@ inline strata::StrategyChoice choice_of(const Args& a, strata::Device device = s
           .cluster = a.cluster,
           .timeout = a.timeout};
 }
+
+//! The callbacks the command line asks for, for one fit: --early-stopping
+//! (watching val_loss when the fit validates, else the training loss),
+//! --csv, --tensorboard (samples per second from `batch`, the global batch).
+//! Under several workers each makes them alike; the chief alone writes.
+//!   WatchCallbacks watch(a, validation, a.batch);  watch.add_to(fit.callbacks);
+class WatchCallbacks {
+ public:
+  WatchCallbacks(const Args& a, bool validation, std::size_t batch) {
+    namespace nn = strata::nn;
+    if (a.early_stopping)
+      stop_.emplace(nn::EarlyStoppingOptions{.monitor = validation ? "val_loss" : "loss", .patience = *a.early_stopping});
+    if (!a.csv.empty()) csv_.emplace(a.csv);
+    if (!a.tensorboard.empty())
+      tb_.emplace(a.tensorboard, nn::TensorBoardOptions{.update_freq = 100, .batch_size = static_cast<std::int64_t>(batch)});
+  }
+  WatchCallbacks(const WatchCallbacks&) = delete;
+  WatchCallbacks& operator=(const WatchCallbacks&) = delete;
+
+  //! Adds them to fit's list, in one order (a resumed run's callback state is by position).
+  void add_to(std::vector<strata::nn::Callback*>& callbacks) {
+    if (stop_) callbacks.push_back(&*stop_);
+    if (csv_) callbacks.push_back(&*csv_);
+    if (tb_) callbacks.push_back(&*tb_);
+  }
+  //! The epochs fit ran of `epochs`: fewer when early stopping stopped it.
+  [[nodiscard]] int epochs_run(int epochs) const {
+    return stop_ && stop_->stopped_epoch() >= 0 ? stop_->stopped_epoch() + 1 : epochs;
+  }
+  //! A line on early stopping ("" when it did not stop fit).
+  [[nodiscard]] std::string stopped_line(int epochs) const {
+    if (!stop_ || stop_->stopped_epoch() < 0) return {};
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "early stopping: stopped after epoch %d of %d (%s best at epoch %d: %.6g)\n",
+                  stop_->stopped_epoch() + 1, epochs, monitored().c_str(), stop_->best_epoch() + 1,
+                  stop_->best().value_or(0.0));
+    return buf;
+  }
+
+ private:
+  [[nodiscard]] std::string monitored() const { return stop_ ? stop_->monitor() : std::string(); }
+  std::optional<strata::nn::EarlyStopping> stop_;
+  std::optional<strata::nn::CSVLogger> csv_;
+  std::optional<strata::nn::TensorBoard> tb_;
+};
 
 }  // namespace example

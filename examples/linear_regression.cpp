@@ -1,6 +1,7 @@
 // The seed example: one Dense unit with an L2(1e-4) kernel regularizer fit
 // by SGD to the single point (1, 1), repeated 100 times in batches of 10.
 //   ./build/examples/linear_regression [--strategy mirrored] [--replicas 2]   (--help: every option)
+//   ./build/examples/linear_regression --csv history.csv --tensorboard logs --early-stopping 2
 // In Keras:
 //   dataset = tf.data.Dataset.from_tensors(([1.], [1.])).repeat(100).batch(10)
 //   model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,),
@@ -20,25 +21,31 @@ namespace nn = strata::nn;
 int main(int argc, char** argv) {
   example::Args defaults;
   defaults.epochs = 2;
+  defaults.learning_rate = 0.01;
   const example::Args args =
       example::parse(argc, argv, defaults,
                      {.options = {"--strategy", "--replicas", "--workers", "--servers", "--staleness", "--epochs",
-                                  "--seed", "--timeout", "--quiet", "--help"}});
+                                  "--seed", "--learning-rate", "--early-stopping", "--csv", "--tensorboard", "--timeout",
+                                  "--quiet", "--help"}});
   return strata::with_strategy(args.strategy, example::choice_of(args), [&](auto& strategy) {
     auto dataset = strata::data::from_tensors(strata::Tensor<float>{{1}, {1.f}}, strata::Tensor<float>{{1}, {1.f}})
                        .repeat(100)
                        .batch(10);
     auto model = strategy.scope([] { return nn::Sequential{nn::Input{{1}}, nn::Dense{1, {.l2 = 1e-4f}}}; });
-    model.compile(nn::SGD{0.01}, nn::MeanSquaredError{}, {}, {.seed = args.seed});
+    model.compile(nn::SGD{args.learning_rate}, nn::MeanSquaredError{}, {}, {.seed = args.seed});
     if (!args.quiet) std::printf("%s", model.summary().c_str());
     const double before = model.evaluate(strategy.distribute(dataset)).at("loss");
-    model.fit(strategy.distribute(dataset), {.epochs = args.epochs, .verbose = args.quiet ? nn::Verbosity::Silent : nn::Verbosity::Auto});
+    nn::FitOptions fit{.epochs = args.epochs, .verbose = args.quiet ? nn::Verbosity::Silent : nn::Verbosity::Auto};
+    example::WatchCallbacks watch(args, false, 10);  // --early-stopping (on the loss), --csv, --tensorboard
+    watch.add_to(fit.callbacks);
+    model.fit(strategy.distribute(dataset), fit);
+    if (strategy.any().worker_index() == 0) std::fputs(watch.stopped_line(args.epochs).c_str(), stdout);
     const auto logs = model.evaluate(strategy.distribute(dataset));
     const auto w = model.get_weights();
     std::printf("evaluate: loss %.6f  (kernel %.4f, bias %.4f; %d replica(s), %s)\n", logs.at("loss"),
                 w[0].value[0], w[1].value[0], strategy.num_replicas_in_sync(),
                 std::string(strategy.any().name()).c_str());
-    // 20 SGD steps at rate 0.01 shrink the error k + b - 1 by 0.96 per step: the loss must fall.
+    // 20 SGD steps at the default rate 0.01 shrink the error k + b - 1 by 0.96 per step: the loss must fall.
     return logs.at("loss") < 0.5 * before ? 0 : 1;
   });
 }

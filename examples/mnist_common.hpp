@@ -2,7 +2,9 @@
 // same model code under whichever strategy the command line names.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -40,6 +42,35 @@ using Strategies = strata::MpiStrategies;
 using Strategies = strata::InProcessStrategies;
 #endif
 
+//! The training examples held out by --validation-split: the last ones.
+struct Validation {
+  strata::Tensor<float> images;
+  strata::Tensor<std::int32_t> labels;
+};
+
+//! Moves the last `fraction` of `m`'s training examples (rounded, as Keras'
+//! validation_split) into the returned set; an Error when either part would be empty.
+inline Validation split_validation(strata::data::Mnist& m, double fraction) {
+  const std::size_t n = m.train_images.shape()[0];
+  const auto keep = static_cast<std::size_t>(std::llround(static_cast<double>(n) * (1.0 - fraction)));
+  if (keep == 0 || keep >= n)
+    throw strata::Error("--validation-split " + detail::shown(fraction) + " of " + std::to_string(n) +
+                        " training examples leaves " + (keep == 0 ? "none to train on" : "none to validate on") +
+                        ": choose a fraction that leaves both parts at least one example (or more examples, "
+                        "--train-limit)");
+  const std::size_t held = n - keep, px = m.train_images.size() / n;
+  Validation v{strata::Tensor<float>{{held, 28, 28}}, strata::Tensor<std::int32_t>{{held}}};
+  std::copy_n(m.train_images.data() + keep * px, held * px, v.images.data());
+  std::copy_n(m.train_labels.data() + keep, held, v.labels.data());
+  strata::Tensor<float> x{{keep, 28, 28}};
+  strata::Tensor<std::int32_t> y{{keep}};
+  std::copy_n(m.train_images.data(), keep * px, x.data());
+  std::copy_n(m.train_labels.data(), keep, y.data());
+  m.train_images = std::move(x);
+  m.train_labels = std::move(y);
+  return v;
+}
+
 inline strata::data::Mnist load(const Args& a) {
   const auto dir = a.data.empty() ? strata::data::default_mnist_dir() : std::filesystem::path(a.data);
   auto m = strata::data::load_mnist(dir);
@@ -62,12 +93,14 @@ inline strata::data::Mnist load(const Args& a) {
 
 //! Trains `make_model()` (built in the strategy's scope) on MNIST and prints
 //! the test accuracy. Returns 0 when it reaches `target` accuracy.
+//! With --validation-split, `validation` holds the examples held out: fit
+//! evaluates them after each epoch (val_loss, val_accuracy).
 template <class S>
-int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
+int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, const std::optional<Validation>& validation,
                 const std::function<strata::nn::Sequential()>& make_model, double target) {
   namespace nn = strata::nn;
   auto model = strategy.scope(make_model);
-  model.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+  model.compile(nn::Adam{a.learning_rate}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
                 {.seed = a.seed});
   const bool chief = strategy.any().worker_index() == 0;  // across workers, one speaks
   // every worker builds here (summary builds the model, which broadcasts the chief's
@@ -94,7 +127,16 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
                                                        .start_over = a.start_over});
     fit.callbacks.push_back(&*backup);
   }
-  model.fit(strategy.distribute(train), fit);
+  // --early-stopping, --csv, --tensorboard (after the backup: a resumed run finds their state by position)
+  WatchCallbacks watch(a, validation.has_value(), a.batch);
+  watch.add_to(fit.callbacks);
+  if (validation)
+    model.fit(strategy.distribute(train), fit,
+              strategy.distribute(strata::data::from_tensor_slices(validation->images, validation->labels).batch(1000)));
+  else
+    model.fit(strategy.distribute(train), fit);
+  const int epochs = watch.epochs_run(a.epochs);
+  if (chief) std::fputs(watch.stopped_line(a.epochs).c_str(), stdout);  // even with --quiet: it changes the run
   if (backup && backup->resumed_from() && chief)  // even with --quiet: it changes what the run did
     std::printf("resumed from the checkpoint of step %lld in %s\n", static_cast<long long>(*backup->resumed_from()),
                 a.checkpoint_dir.c_str());
@@ -130,7 +172,7 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
     }
   }
   // what this process trained: a resumed run counts only the samples after its checkpoint
-  const double all = static_cast<double>(n) * a.epochs;
+  const double all = static_cast<double>(n) * epochs;
   double trained = all;
   if (const auto& at = backup ? backup->resumed_at() : std::nullopt)
     trained = std::max(0.0, all - std::min(all, static_cast<double>(at->epoch) * static_cast<double>(n) +
@@ -140,7 +182,7 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist,
   if (trained < all) pace = "resumed: " + std::to_string(static_cast<long long>(trained)) + " samples trained here, " + pace;
   if (chief)
     std::printf("test accuracy %.4f, test loss %.4f  (%s, %s, %d epochs of %zu in %.1f s: %s)\n", logs.at("accuracy"),
-                logs.at("loss"), std::string(strategy.any().name()).c_str(), where.c_str(), a.epochs, n, secs,
+                logs.at("loss"), std::string(strategy.any().name()).c_str(), where.c_str(), epochs, n, secs,
                 pace.c_str());
   if (!a.save.empty() && chief) {
     model.save_weights(a.save);
@@ -241,9 +283,11 @@ inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Seq
                                                   : "there is no GPU " + std::to_string(device.index) + " (this "
                                                     "machine has " + std::to_string(strata::gpu_count()) + ")"));
     if (!a.quiet) std::printf("device: %s\n", device.is_gpu() ? strata::describe(device).c_str() : "cpu");
-    const auto mnist = load(a);
+    auto mnist = load(a);
+    std::optional<Validation> validation;
+    if (a.validation_split > 0) validation.emplace(split_validation(mnist, a.validation_split));
     return Strategies::with(a.strategy, choice_of(a, device),
-                            [&](auto& s) { return train_mnist(s, a, mnist, make_model, a.min_accuracy); });
+                            [&](auto& s) { return train_mnist(s, a, mnist, validation, make_model, a.min_accuracy); });
   } catch (const strata::nn::Preempted& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     return 75;  // EX_TEMPFAIL: run the same command again to resume

@@ -1,4 +1,5 @@
-// Checks of the examples' output paths (--save FILE, --checkpoint-dir DIR)
+// Checks of the examples' output paths (--save FILE, --checkpoint-dir DIR,
+// --csv FILE, --tensorboard DIR)
 // before training starts: a path that cannot be written fails now, in one
 // sentence with exit status 2, not with an exception after the last epoch.
 #pragma once
@@ -68,6 +69,16 @@ inline void check_output_file(const char* prog, const std::string& opt, const st
   if (fs::exists(st) && !fs::is_regular_file(st))
     fail(prog, named + " exists and is not a regular file (a device, pipe or socket); name a regular file");
   if (auto why = detail::bad_parent(detail::parent_of(path)); !why.empty()) fail(prog, named + ": " + why);
+}
+
+//! Whether paths `a` and `b` name the same file (the one written would be
+//! overwritten by the other), whether or not it exists yet.
+inline bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec1, ec2, ec3, ec4;  // absolute first: a relative name's own part is never made canonical
+  const auto ca = fs::weakly_canonical(fs::absolute(a, ec1), ec2), cb = fs::weakly_canonical(fs::absolute(b, ec3), ec4);
+  if (ec1 || ec2 || ec3 || ec4) return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
+  return ca == cb;
 }
 
 //! A directory the program will write into (e.g. --checkpoint-dir): it may

@@ -34,6 +34,8 @@ class EarlyStopping : public Callback {
     if (o_.patience < 0) throw Error("EarlyStopping: patience must be >= 0");
   }
 
+  //! The value it watches (EarlyStoppingOptions::monitor).
+  [[nodiscard]] const std::string& monitor() const noexcept { return o_.monitor; }
   //! The epoch (0-based) at which it stopped fit; -1 when it did not.
   [[nodiscard]] int stopped_epoch() const noexcept { return stopped_epoch_; }
   //! The best epoch (0-based; -1 before any) and its value.
