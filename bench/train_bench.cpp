@@ -14,14 +14,19 @@
 //                             [--replicas 1,2] [--batch 128] [--epochs 5] [--runs 5] [--examples N] [--data DIR]
 //                             [--device cpu|gpu]   (gpu: one_device on GPU 0, mirrored on --replicas GPU replicas
 //                                                   spread over the GPUs, with the CUDA backend)
+//                             [--breakdown]        (where a step's time goes, per track, from the trace's spans)
+//                             [--trace-overhead]   (each configuration untraced and traced to a file, interleaved)
 // Compare: ./build/examples/mnist_mlp --strategy mirrored --replicas 2 --quiet
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <optional>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <strata/data/dataset.hpp>
 #include <strata/data/mnist.hpp>
@@ -36,6 +41,8 @@
 #elif STRATA_HAS_CUDA
 #include <strata/cuda.hpp>
 #endif
+
+#include <strata/core/trace_session.hpp>
 
 #include "bench_util.hpp"
 
@@ -88,7 +95,14 @@ struct Setup {
   std::size_t batch = 128;
   int epochs = 5;
   std::uint64_t seed = 0;
+  std::string trace = "none";  // a child's recording: none, file (a trace file in /tmp), totals (for --breakdown)
 };
+
+// --breakdown's categories, in its columns' order.
+constexpr strata::trace::Category kShown[] = {
+    strata::trace::Category::Data,       strata::trace::Category::Forward, strata::trace::Category::Backward,
+    strata::trace::Category::Loss,       strata::trace::Category::Collective, strata::trace::Category::Wait,
+    strata::trace::Category::Update,     strata::trace::Category::Callback, strata::trace::Category::Step};
 
 // samples/s of one run: what mnist_mlp prints (examples/mnist_common.hpp).
 template <class S>
@@ -99,9 +113,22 @@ double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
   (void)m.summary();  // builds, as the example's summary does, outside the timed region
   const std::size_t n = d.x.shape()[0];
   auto train = strata::data::from_tensor_slices(d.x, d.y).shuffle(n, u.seed).batch(u.batch).prefetch(2);
+  std::optional<strata::trace::Session> trace;
+  const std::string file = "/tmp/train_bench_trace_" + std::to_string(::getpid()) + ".json";
+  if (u.trace != "none") trace.emplace(strata::trace::Options{.path = u.trace == "file" ? file : ""});
   const double t0 = bench::now_s();
   m.fit(s.distribute(train), {.epochs = u.epochs, .verbose = nn::Verbosity::Silent});
-  return static_cast<double>(n) * u.epochs / (bench::now_s() - t0);
+  const double seconds = bench::now_s() - t0;
+  if (trace) trace->finish();
+  if (u.trace == "file") std::filesystem::remove(file);
+  if (u.trace == "totals") {  // after the samples/s line: "TRACK|steps|wall_ms|ms per step of each shown category"
+    const double steps = static_cast<double>(u.epochs) * static_cast<double>((n + u.batch - 1) / u.batch);
+    for (const auto& t : trace->totals()) {
+      std::printf("\n%s|%.0f|%.6f", t.name.c_str(), steps, 1e3 * seconds / steps);
+      for (auto c : kShown) std::printf("|%.6f", 1e-6 * static_cast<double>(t.self_ns[static_cast<int>(c)]) / steps);
+    }
+  }
+  return static_cast<double>(n) * u.epochs / seconds;
 }
 
 // The shell's single-quoted form of `s`.
@@ -111,18 +138,55 @@ std::string shell_quoted(const std::string& s) {
   return q + "'";
 }
 
-// Runs `self --child 1 <args>` and returns the samples/s it prints.
-double run_child(const std::string& self, const std::string& args) {
+// Runs `self --child 1 <args>` and returns the samples/s it prints (the
+// breakdown's lines after it into `rest`).
+double run_child(const std::string& self, const std::string& args, std::string* rest = nullptr) {
   const std::string cmd = shell_quoted(self) + " --child 1" + args;
   FILE* f = popen(cmd.c_str(), "r");
   if (!f) throw strata::Error("train_bench: cannot start " + cmd);
   double sps = -1;
   const int got = std::fscanf(f, "%lf", &sps);
+  for (char buf[512]; std::fgets(buf, sizeof buf, f);)
+    if (rest) *rest += buf;
   const int status = pclose(f);
   if (got != 1 || status != 0 || !(sps > 0))
     throw strata::Error("train_bench: the measuring process failed (exit status " + std::to_string(status) +
                         "): " + cmd);
   return sps;
+}
+
+// --breakdown: one more run, recorded (totals only), and each track's own
+// time per step in each category; "idle" is the rest of the step's wall time.
+void print_breakdown(const std::string& self, const std::string& args) {
+  std::string rest;
+  run_child(self, args + " --trace-mode totals", &rest);
+  std::printf("       %-12s %8s", "ms/step", "wall");
+  for (auto c : kShown) std::printf(" %9s", c == strata::trace::Category::Collective ? "reduce"
+                                                : c == strata::trace::Category::Step ? "dispatch"
+                                                                                     : strata::trace::category_name(c));
+  std::printf(" %9s\n", "idle");
+  std::size_t at = 0;
+  while ((at = rest.find('\n', at)) != std::string::npos) {
+    const std::size_t end = rest.find('\n', at + 1);
+    std::string line = rest.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+    at = end == std::string::npos ? rest.size() : end;
+    std::vector<std::string> f;
+    for (std::size_t b = 0, e; b <= line.size(); b = e + 1) {
+      e = line.find('|', b);
+      if (e == std::string::npos) e = line.size();
+      f.push_back(line.substr(b, e - b));
+    }
+    if (f.size() != 3 + std::size(kShown)) continue;
+    const double wall = std::stod(f[2]);
+    double busy = 0;
+    std::printf("       %-12s %8.4f", f[0].c_str(), wall);
+    for (std::size_t k = 0; k < std::size(kShown); ++k) {
+      const double v = std::stod(f[3 + k]);
+      busy += v;
+      std::printf(" %9.4f", v);
+    }
+    std::printf(" %9.4f\n", std::max(0.0, wall - busy));
+  }
 }
 
 double median(std::vector<double> v) {
@@ -139,10 +203,11 @@ int main(int argc, char** argv) try {
   Setup u;
   int runs = 5;
   bool child = false;  // measure one run of one configuration and print its samples/s
+  bool breakdown = false, overhead = false;
   std::size_t examples = 0;
   std::string data_dir, device = "cpu";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i], v = i + 1 < argc ? argv[i + 1] : "";
     if (k == "--models") models = bench::split_commas(v);
     else if (k == "--strategies") strategies = bench::split_commas(v);
     else if (k == "--replicas") replicas = bench::parse_ints(v);
@@ -153,7 +218,11 @@ int main(int argc, char** argv) try {
     else if (k == "--data") data_dir = v;
     else if (k == "--child") child = v == "1";
     else if (k == "--device") device = v;
-    else {
+    else if (k == "--trace-mode") u.trace = v;
+    else if (k == "--breakdown" || k == "--trace-overhead") {
+      (k == "--breakdown" ? breakdown : overhead) = true;
+      --i;  // a flag: no value
+    } else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
     }
@@ -199,16 +268,29 @@ int main(int argc, char** argv) try {
     for (const auto& st : strategies)
       for (int p : replicas) {
         if (st == "one_device" && p != 1) continue;
-        std::vector<double> sps;
-        for (int r = 0; r < runs; ++r)
-          sps.push_back(run_child(argv[0], common + " --models " + shell_quoted(model) + " --strategies " + shell_quoted(st) +
-                                               " --replicas " + std::to_string(p)));
+        std::vector<double> sps, traced;
+        std::string args = common;
+        args += " --models ";
+        args += shell_quoted(model);
+        args += " --strategies ";
+        args += shell_quoted(st);
+        args += " --replicas ";
+        args += std::to_string(p);
+        for (int r = 0; r < runs; ++r) {
+          sps.push_back(run_child(argv[0], args));
+          if (overhead) traced.push_back(run_child(argv[0], args + " --trace-mode file"));  // interleaved: same noise
+        }
         const double med = median(sps);
         if (base == 0 && p == 1) base = med;
         std::printf("%6s %16s %9d %14.0f %10.0f %10.0f", model.c_str(), st.c_str(), p, med,
                     *std::min_element(sps.begin(), sps.end()), *std::max_element(sps.begin(), sps.end()));
         if (base > 0) std::printf(" %8.2fx %10.0f%%\n", med / base, 100.0 * med / base / p);
         else std::printf(" %9s %11s\n", "-", "-");  // no one-replica row to compare with
+        if (overhead)
+          std::printf("%6s %16s %9s %14.0f %10.0f %10.0f   traced to a file: %+.1f%% time per sample\n", "", "", "",
+                      median(traced), *std::min_element(traced.begin(), traced.end()),
+                      *std::max_element(traced.begin(), traced.end()), 100.0 * (med / median(traced) - 1.0));
+        if (breakdown) print_breakdown(argv[0], args);
         std::fflush(stdout);
       }
   }

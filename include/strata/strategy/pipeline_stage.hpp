@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <vector>
@@ -36,7 +37,10 @@ struct StageTask {
 inline const char* micro_name(StageOp op, std::size_t m) {
   thread_local std::vector<const char*> names[2];
   auto& v = names[op == StageOp::F ? 0 : 1];
-  while (v.size() <= m) v.push_back(trace::intern((op == StageOp::F ? "F" : "B") + std::to_string(v.size())));
+  for (char b[24]; v.size() <= m;) {  // (snprintf: GCC 12 -O3 warns falsely on a "F" + std::string)
+    std::snprintf(b, sizeof b, "%c%zu", op == StageOp::F ? 'F' : 'B', v.size());
+    v.push_back(trace::intern(b));
+  }
   return v[m];
 }
 
