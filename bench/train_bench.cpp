@@ -104,6 +104,8 @@ constexpr strata::trace::Category kShown[] = {
     strata::trace::Category::Loss,       strata::trace::Category::Collective, strata::trace::Category::Wait,
     strata::trace::Category::Update,     strata::trace::Category::Callback, strata::trace::Category::Step};
 
+std::string breakdown_lines;  // a child's --trace-mode totals, printed after its samples/s
+
 // samples/s of one run: what mnist_mlp prints (examples/mnist_common.hpp).
 template <class S>
 double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
@@ -121,11 +123,18 @@ double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
   const double seconds = bench::now_s() - t0;
   if (trace) trace->finish();
   if (u.trace == "file") std::filesystem::remove(file);
-  if (u.trace == "totals") {  // after the samples/s line: "TRACK|steps|wall_ms|ms per step of each shown category"
+  if (u.trace == "totals") {  // printed after the samples/s: "TRACK|steps|wall_ms|ms per step of each shown category"
     const double steps = static_cast<double>(u.epochs) * static_cast<double>((n + u.batch - 1) / u.batch);
+    char b[64];
     for (const auto& t : trace->totals()) {
-      std::printf("\n%s|%.0f|%.6f", t.name.c_str(), steps, 1e3 * seconds / steps);
-      for (auto c : kShown) std::printf("|%.6f", 1e-6 * static_cast<double>(t.self_ns[static_cast<int>(c)]) / steps);
+      std::snprintf(b, sizeof b, "|%.0f|%.6f", steps, 1e3 * seconds / steps);
+      breakdown_lines += t.name;
+      breakdown_lines += b;
+      for (auto c : kShown) {
+        std::snprintf(b, sizeof b, "|%.6f", 1e-6 * static_cast<double>(t.self_ns[static_cast<int>(c)]) / steps);
+        breakdown_lines += b;
+      }
+      breakdown_lines += '\n';
     }
   }
   return static_cast<double>(n) * u.epochs / seconds;
@@ -251,7 +260,7 @@ int main(int argc, char** argv) try {
     const double sps = strata::with_strategy(strategies.at(0), strata::StrategyChoice{.replicas = replicas.at(0), .device = dev,
                                                                     .gpus = dev.is_gpu() ? strata::gpu_count() : 0},
                                              [&](auto& s) { return run_once(s, models.at(0), d, u); });
-    std::printf("%.1f\n", sps);
+    std::printf("%.1f\n%s", sps, breakdown_lines.c_str());
     return 0;
   }
   std::string common = " --device " + device + " --batch " + std::to_string(u.batch) + " --epochs " + std::to_string(u.epochs) +
