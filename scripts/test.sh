@@ -38,13 +38,14 @@ PY
 }
 
 # configure DIR COMPILER SETUP-ARGS...: meson setup DIR with CXX=COMPILER,
-# or, for a directory set up before, meson configure (so that it has these
-# options); warnings are errors; the log in DIR.setup.log.
+# or, for a directory set up before, meson setup --reconfigure (so that it
+# has these options, and knows options added to meson_options.txt since);
+# warnings are errors; the log in DIR.setup.log.
 configure() {
   local dir=$1 cxx=$2
   shift 2
   local setup=(env CXX="$cxx" meson setup "$dir")
-  [ -f "$dir/build.ninja" ] && setup=(meson configure "$dir")
+  [ -f "$dir/build.ninja" ] && setup=(meson setup --reconfigure "$dir")
   "${setup[@]}" -Dwerror=true "$@" > "$dir.setup.log" 2>&1
 }
 
@@ -82,15 +83,19 @@ export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # run for seconds. The examples and benchmarks are built and run by the
 # release build; the code in them that depends on the configuration is
 # compiled below, once per configuration.
+# The three suites build the test programs in unity groups (-Dtest_unity=true,
+# tests/meson.build): the test files of a group compile as one translation
+# unit, which parses the headers and instantiates the training code they
+# share once; each test still runs alone, under its own name.
 only_unit=(--no-suite compile_fail --no-suite packaging --no-suite readme --no-suite examples --no-suite mpi
            --no-suite cli --no-suite docs)
-suite "release (g++)" build g++ -- -Dbuildtype=release
+suite "release (g++)" build g++ -- -Dbuildtype=release -Dtest_unity=true
 suite "ThreadSanitizer (g++)" build-tsan g++ "${only_unit[@]}" -- \
-  -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Db_sanitize=thread -Dbench=false -Dexamples=false \
+  -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Db_sanitize=thread -Dbench=false -Dexamples=false -Dtest_unity=true \
   -Dcuda=disabled -Dnccl=disabled
 suite "AddressSanitizer + UBSan (clang++)" build-asan clang++ "${only_unit[@]}" -- \
   -Doptimization=0 -Ddebug=false -Dcpp_args=-g1 -Db_sanitize=address,undefined -Db_lundef=false \
-  -Dbench=false -Dexamples=false -Dcuda=disabled -Dmpi=disabled -Dnccl=disabled
+  -Dtest_unity=true -Dbench=false -Dexamples=false -Dcuda=disabled -Dmpi=disabled -Dnccl=disabled
 
 # compile_only NAME DIR COMPILER OBJECTS... -- SETUP-ARGS
 # The translation units whose code depends on a configuration the release

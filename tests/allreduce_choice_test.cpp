@@ -10,6 +10,8 @@
 
 #include <strata/comm/mpi/algorithm_choice.hpp>
 
+namespace allreduce_choice_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using strata::detail::choose_from_trials;
 
 namespace {
@@ -118,3 +120,5 @@ TEST_CASE("a stricter rule asks for more") {
   CHECK(choose_from_trials(interleave({native, ring}), 2).pick == 1);
   CHECK(choose_from_trials(interleave({native, ring}), 2, {.margin = 0.5}).pick == 0);
 }
+
+}  // namespace allreduce_choice_test

@@ -22,6 +22,8 @@
 
 #include "watchdog.hpp"
 
+namespace async_comm_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 static_assert(strata::AsyncCommunicator<strata::ThreadCommunicator>);
@@ -398,3 +400,5 @@ TEST_CASE("ReplicaContext forwards the async forms with its algorithm") {
   });
   for (bool b : got) CHECK(b);
 }
+
+}  // namespace async_comm_test

@@ -15,6 +15,8 @@
 #include "../examples/example_cli.hpp"
 #include "strategy_sweep.hpp"
 
+namespace catalog_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace {
 
 std::vector<std::string_view> in_process_catalog_names() {
@@ -157,3 +159,5 @@ TEST_CASE("the sweep runs a body under every in-process strategy that meets its 
   CHECK(strata_test::strategies_meeting({.synchronous = true}).size() <
         strata_test::strategies_meeting({}).size());  // parameter_server is asynchronous
 }
+
+}  // namespace catalog_test

@@ -26,6 +26,8 @@
 #include "blobs.hpp"
 #include "checkpoint_files.hpp"
 
+namespace checkpoint_dir_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace fs = std::filesystem;
 namespace nn = strata::nn;
 namespace io = strata::io;
@@ -316,3 +318,5 @@ TEST_CASE("delete_at_end = false: a completed run keeps its checkpoints until fi
   CHECK(fs::exists(d.path / "ck" / "notes.txt"));  // not its file
   CHECK(!fs::exists(d.path / "ck" / "run.strata"));
 }
+
+}  // namespace checkpoint_dir_test

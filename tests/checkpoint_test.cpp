@@ -29,6 +29,8 @@
 #include "checkpoint_files.hpp"
 #include "host_as_gpu.hpp"
 
+namespace checkpoint_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace fs = std::filesystem;
 namespace nn = strata::nn;
 namespace io = strata::io;
@@ -454,3 +456,4 @@ TEST_CASE("a writer killed mid-write leaves the previous checkpoint loadable, an
   for (const auto& n : names_in(d.path)) CHECK(n.find(".tmp-") == std::string::npos);
 }
 
+}  // namespace checkpoint_test

@@ -9,6 +9,8 @@
 
 #include "watchdog.hpp"
 
+namespace collectives_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -234,3 +236,5 @@ TEST_CASE("barrier: nobody passes until everyone has arrived") {
   });
   for (int v : seen) CHECK(v == 8);
 }
+
+}  // namespace collectives_test

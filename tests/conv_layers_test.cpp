@@ -22,6 +22,8 @@
 
 #include "gradcheck.hpp"
 
+namespace conv_layers_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 using strata::Shape;
 using strata::Tensor;
@@ -747,3 +749,5 @@ TEST_CASE("gradcheck fails a wrong backward and says where") {
   CHECK(sampled.ok);
   CHECK(sampled.checked == 3 * 4);
 }
+
+}  // namespace conv_layers_test

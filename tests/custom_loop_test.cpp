@@ -24,6 +24,8 @@
 #include "blobs.hpp"
 #include "host_as_gpu.hpp"
 
+namespace custom_loop_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 
 namespace {
@@ -364,3 +366,5 @@ TEST_CASE("a custom loop says why where it cannot run") {
                          doctest::Contains("ParameterServerStrategy trains asynchronously"), strata::Error);
   }
 }
+
+}  // namespace custom_loop_test

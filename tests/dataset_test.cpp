@@ -22,6 +22,8 @@
 
 #include "watchdog.hpp"
 
+namespace dataset_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 using strata::Shape;
 using strata::Tensor;
@@ -689,3 +691,5 @@ TEST_CASE("shard_files: each worker reads every num-th file, batches its share, 
   CHECK_THROWS_AS((void)ds.shard_files(2, 2), strata::Error);
   std::filesystem::remove_all(dir);
 }
+
+}  // namespace dataset_test

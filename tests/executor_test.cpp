@@ -15,6 +15,8 @@
 
 #include "watchdog.hpp"
 
+namespace executor_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -195,3 +197,5 @@ TEST_CASE("the parameter-server executor keeps the chief's copy and the servers 
   CHECK(w[0] == doctest::Approx(2.f).epsilon(0.1));
   CHECK(m.updater_sizes == std::vector<std::size_t>{4});  // one state, on the servers
 }
+
+}  // namespace executor_test

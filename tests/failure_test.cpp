@@ -9,6 +9,8 @@
 
 #include "watchdog.hpp"
 
+namespace failure_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -210,3 +212,5 @@ TEST_CASE("run from inside a replica is refused instead of deadlocking") {
   strata::MirroredStrategy s{strata::cpu_replicas(2)};
   CHECK_THROWS_WITH(s.run([&](auto&) { s.run([](auto&) {}); }), doctest::Contains("called from inside one of its own replicas"));
 }
+
+}  // namespace failure_test

@@ -6,6 +6,8 @@
 
 #include <strata/comm/gpu_choice.hpp>
 
+namespace gpu_choice_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using strata::GpuIdentity;
 using strata::GpuReduce;
 
@@ -129,3 +131,5 @@ TEST_CASE("choose_worker_reduce: NCCL across workers on distinct GPUs, host memo
                        doctest::Contains("unknown algorithm 'ring' across workers; use nccl or host_staged"),
                        strata::Error);
 }
+
+}  // namespace gpu_choice_test

@@ -19,6 +19,8 @@
 #include <strata/data/idx.hpp>
 #include <strata/data/mnist.hpp>
 
+namespace idx_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace fs = std::filesystem;
 using strata::Shape;
 using strata::Tensor;
@@ -475,3 +477,5 @@ TEST_CASE("mnist: the real data set, when downloaded") {
   mean /= static_cast<double>(m.train_images.size());
   CHECK(mean == doctest::Approx(0.1307).epsilon(0.001));  // the usual normalisation constant
 }
+
+}  // namespace idx_test

@@ -16,6 +16,8 @@
 
 #include "gradcheck.hpp"
 
+namespace layer_norm_gelu_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 using strata::Shape;
 using strata::Tensor;
@@ -180,3 +182,5 @@ TEST_CASE("a model with LayerNorm and GELU trains: the loss falls") {
   CHECK(std::isfinite(loss.back()));
   CHECK(loss.back() < 0.5 * loss.front());
 }
+
+}  // namespace layer_norm_gelu_test

@@ -15,6 +15,8 @@
 
 #include "gradcheck.hpp"
 
+namespace layers_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 using strata::Shape;
 using strata::Tensor;
@@ -231,3 +233,5 @@ TEST_CASE("host im2col, col2im and max pooling equal the per-element bodies bit 
     }
   }
 }
+
+}  // namespace layers_test

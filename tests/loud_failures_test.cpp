@@ -19,6 +19,8 @@
 #include <strata/strata.hpp>
 #include <strata/strategy/parameter_server.hpp>
 
+namespace loud_failures_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 using strata::Range;
 
@@ -214,3 +216,5 @@ TEST_CASE("the options check hands every executor call to the strategy's executo
                                         "collectives_choice", "run_pass", "join_predictions", "begin_fit", "end_fit",
                                         "is_chief"});
 }
+
+}  // namespace loud_failures_test

@@ -18,6 +18,8 @@
 
 #include "watchdog.hpp"
 
+namespace model_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 namespace nn = strata::nn;
 using strata::Tensor;
@@ -345,3 +347,5 @@ TEST_CASE("progress: one plain line per epoch off a terminal, a redrawn bar when
   CHECK(bar.find('\r') != std::string::npos);
   CHECK(run(nn::Verbosity::Silent).empty());
 }
+
+}  // namespace model_test

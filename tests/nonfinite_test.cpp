@@ -23,6 +23,8 @@
 #include "host_as_gpu.hpp"
 #include "watchdog.hpp"
 
+namespace nonfinite_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 namespace nn = strata::nn;
 using strata::Tensor;
@@ -449,3 +451,5 @@ TEST_CASE("the one-device executor skips a non-finite step and stops after max_b
   CHECK(m.applies == 2);
   for (float v : ex.value()) CHECK(std::isfinite(v));
 }
+
+}  // namespace nonfinite_test

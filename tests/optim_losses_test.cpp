@@ -12,6 +12,8 @@
 #include <strata/kernels/host/compute.hpp>
 #include <strata/nn.hpp>
 
+namespace optim_losses_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 using strata::Tensor;
 
@@ -257,3 +259,5 @@ TEST_CASE("Adam's SSE fast path equals bodies::AdamElement bit for bit") {
     CHECK(w != std::vector<float>(w2.size(), 0.f));
   }
 }
+
+}  // namespace optim_losses_test

@@ -16,6 +16,8 @@
 
 #include "watchdog.hpp"
 
+namespace p2p_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 static_assert(strata::Communicator<strata::ThreadCommunicator>);
@@ -344,3 +346,5 @@ TEST_CASE("ReplicaContext carries any Communicator and forwards every call to it
   ctx.barrier();
   CHECK(log == std::vector<std::string>{"all_reduce 3 ring", "send 3 to 2 tag 7", "recv 3 from 0 tag 8", "barrier"});
 }
+
+}  // namespace p2p_test

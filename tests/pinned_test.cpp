@@ -28,6 +28,8 @@
 #include "blobs.hpp"
 #include "host_as_gpu.hpp"
 
+namespace pinned_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 
 namespace {
@@ -242,3 +244,5 @@ TEST_CASE("host-staged device collectives: a replica that never arrives is named
   CHECK(out0 == std::vector<float>(3, 3.f));
   CHECK(out1 == std::vector<float>(2, 3.f));
 }
+
+}  // namespace pinned_test

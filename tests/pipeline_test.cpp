@@ -19,6 +19,8 @@
 #include "boom_layer.hpp"
 #include "watchdog.hpp"
 
+namespace pipeline_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 using namespace std::chrono_literals;
 using strata::Range;
@@ -383,3 +385,5 @@ TEST_CASE("placement kind and name") {
   CHECK(s.any().placement() == strata::PlacementKind::Pipeline);
   CHECK(s.any().name() == "pipeline");
 }
+
+}  // namespace pipeline_test

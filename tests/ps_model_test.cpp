@@ -23,6 +23,8 @@
 
 #include "watchdog.hpp"
 
+namespace ps_model_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 namespace nn = strata::nn;
 using strata::Tensor;
@@ -289,3 +291,5 @@ TEST_CASE("a model that goes before its parameter-server strategy takes its opti
   rt->read(after);
   CHECK(after == before);
 }
+
+}  // namespace ps_model_test

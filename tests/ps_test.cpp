@@ -25,6 +25,8 @@
 
 #include "watchdog.hpp"
 
+namespace ps_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 using strata::Shape;
@@ -638,3 +640,5 @@ TEST_CASE("in one process, servers going away apply nothing a run left staged (i
   }
   CHECK(applied_late == 0);
 }
+
+}  // namespace ps_test

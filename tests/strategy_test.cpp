@@ -12,6 +12,8 @@
 #include "strategy_sweep.hpp"
 #include "watchdog.hpp"
 
+namespace strategy_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 TEST_CASE("run returns one value per replica, each replica knows its id, under every strategy") {
@@ -185,3 +187,5 @@ TEST_CASE("cpu_replicas_for_batch: one per core, but never fewer than min_rows r
   CHECK(strata::cpu_replicas_for_batch(128, 8).size() == std::min<std::size_t>(16, cores));
   CHECK(strata::cpu_replicas_for_batch(128, 0).size() == cores);
 }
+
+}  // namespace strategy_test

@@ -5,6 +5,8 @@
 #include <limits>
 #include <strata/strata.hpp>
 
+namespace tensor_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using strata::Shape;
 using strata::Tensor;
 
@@ -152,3 +154,5 @@ TEST_CASE("large host blocks are recycled (no fresh pages per step), within boun
   for (void* p : blocks) ::operator delete(p, std::align_val_t{64});
   CHECK(Cache::instance().take(12345) == nullptr);  // nothing of a size never freed
 }
+
+}  // namespace tensor_test

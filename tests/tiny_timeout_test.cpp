@@ -18,6 +18,8 @@
 
 #include "watchdog.hpp"
 
+namespace tiny_timeout_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -167,3 +169,5 @@ TEST_CASE("a 1 ms deadline: every collective completes or raises a typed error, 
   }
   CHECK(timed_out > 0);
 }
+
+}  // namespace tiny_timeout_test

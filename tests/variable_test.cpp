@@ -6,6 +6,8 @@
 
 #include "watchdog.hpp"
 
+namespace variable_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -110,3 +112,5 @@ TEST_CASE("mirrored and central placements train to the same weights") {
   }
   CHECK(allclose(wm.value(), wc.value(), {1e-12, 1e-12}));
 }
+
+}  // namespace variable_test
