@@ -27,7 +27,6 @@ last event) is read up to its last complete event.
 """
 import argparse
 import json
-import math
 import os
 import re
 import sys

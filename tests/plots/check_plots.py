@@ -164,8 +164,8 @@ def main(argv):
     cut = json.dumps(simulate("gpipe"), indent=0)
     with open(p("gpipe.json"), "w", encoding="utf-8") as f:  # as a killed run leaves it: no ']', half an event
         f.write(cut[:cut.rindex("{") + 20])
+    sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
     sys.path.insert(0, BENCH)  # the scripts import plot_common
-    import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
