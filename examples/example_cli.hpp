@@ -62,6 +62,7 @@ struct Args {
   double learning_rate = 1e-3;  // the optimizer's (the program's default)
   double validation_split = 0;  // hold out this last fraction of the training examples (0: none)
   std::string tensorboard;      // TensorBoard event files into this directory ("": none)
+  std::string trace;            // the run's timeline, trace-event JSON ("": none)
   std::string csv;              // CSVLogger: one row per epoch into this file ("": none)
   std::optional<int> early_stopping;  // EarlyStopping's patience (none: no early stopping)
   bool quiet = false;
@@ -150,6 +151,10 @@ inline constexpr OptionInfo option_table[] = {
                              "metrics, steps and samples per second, learning rate and skipped non-finite steps, "
                              "and every 100 batches the running values (tensorboard --logdir DIR). Under mpirun the "
                              "chief (rank 0) writes"},
+    {"--trace", "FILE", "write the run's timeline to FILE as trace-event JSON (open it in ui.perfetto.dev or "
+                        "chrome://tracing; bench/plot_trace.py draws it): every step, batch, layer, collective, "
+                        "wait and update on each replica's track. Under mpirun every rank records, the chief "
+                        "(rank 0) writes FILE"},
     {"--min-accuracy", "X", "exit 3 below this test accuracy, 0-1 (default {min_accuracy})"},
     {"--timeout", "SECONDS", "the collective deadline, > 0 up to 604800, fractions allowed (default 120; "
                              "parameter_server: 60; default runs one replica on this thread: nothing to wait for)"},
@@ -389,6 +394,7 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
     else if (k == "--early-stopping") a.early_stopping = detail::whole(prog, k, v, 0, 100000);
     else if (k == "--csv") a.csv = v;
     else if (k == "--tensorboard") a.tensorboard = v;
+    else if (k == "--trace") a.trace = v;
     else if (k == "--min-accuracy") a.min_accuracy = detail::decimal(prog, k, v, 0, 1, false, "a number from 0 to 1");
     else if (k == "--timeout") {
       const double s = detail::decimal(prog, k, v, 0, 604800, true, "a number of seconds above 0, at most 604800");
@@ -424,6 +430,10 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   if (a.has("--checkpoint-dir")) check_output_dir(prog, "--checkpoint-dir", a.checkpoint_dir);
   if (a.has("--csv")) check_output_file(prog, "--csv", a.csv);
   if (a.has("--tensorboard")) check_output_dir(prog, "--tensorboard", a.tensorboard);
+  if (a.has("--trace")) check_output_file(prog, "--trace", a.trace);
+  for (const auto& [k, other] : {std::pair{"--csv", &a.csv}, std::pair{"--save", &a.save}})
+    if (a.has("--trace") && a.has(k) && same_file(a.trace, *other))
+      fail(prog, "--trace '" + a.trace + "' and " + k + " '" + *other + "' name the same file: give each its own");
   if (a.has("--csv") && a.has("--save") && same_file(a.csv, a.save))
     fail(prog, "--csv '" + a.csv + "' and --save '" + a.save + "' name the same file: give each its own");
   if (a.start_over && a.checkpoint_dir.empty())
@@ -434,7 +444,7 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
 //! The options every rank of an mpirun job must be given alike (what is
 //! trained, for how long, what is written and what counts as success), as
 //! (option, value) pairs of their parsed values: the ranks compare them
-//! before they train. --data, --save, --csv, --tensorboard, --device,
+//! before they train. --data, --save, --csv, --tensorboard, --trace, --device,
 //! --replicas, --quiet may differ (per host, or written by the chief alone).
 inline std::vector<std::pair<std::string, std::string>> options_that_must_match(const Args& a) {
   const auto or_none = [](const std::string& v) { return v.empty() ? std::string("(none)") : v; };

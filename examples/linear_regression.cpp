@@ -15,6 +15,7 @@
 #include <strata/strategy/by_name.hpp>
 
 #include "example_cli.hpp"
+#include "run_trace.hpp"
 
 namespace nn = strata::nn;
 
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   const example::Args args =
       example::parse(argc, argv, defaults,
                      {.options = {"--strategy", "--replicas", "--workers", "--servers", "--staleness", "--epochs",
-                                  "--seed", "--learning-rate", "--early-stopping", "--csv", "--tensorboard", "--timeout",
+                                  "--seed", "--learning-rate", "--early-stopping", "--csv", "--tensorboard", "--trace", "--timeout",
                                   "--quiet", "--help"}});
   return strata::with_strategy(args.strategy, example::choice_of(args), [&](auto& strategy) {
     auto dataset = strata::data::from_tensors(strata::Tensor<float>{{1}, {1.f}}, strata::Tensor<float>{{1}, {1.f}})
@@ -38,7 +39,9 @@ int main(int argc, char** argv) {
     nn::FitOptions fit{.epochs = args.epochs, .verbose = args.quiet ? nn::Verbosity::Silent : nn::Verbosity::Auto};
     example::WatchCallbacks watch(args, false, 10);  // --early-stopping (on the loss), --csv, --tensorboard
     watch.add_to(fit.callbacks);
+    example::RunTrace trace(args.trace, strategy);  // --trace: the fit's timeline
     model.fit(strategy.distribute(dataset), fit);
+    trace.finish();
     if (strategy.any().worker_index() == 0) std::fputs(watch.stopped_line(args.epochs).c_str(), stdout);
     const auto logs = model.evaluate(strategy.distribute(dataset));
     const auto w = model.get_weights();

@@ -30,6 +30,7 @@
 #endif
 
 #include "example_cli.hpp"
+#include "run_trace.hpp"
 
 namespace example {
 
@@ -130,6 +131,7 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
   // --early-stopping, --csv, --tensorboard (after the backup: a resumed run finds their state by position)
   WatchCallbacks watch(a, validation.has_value(), a.batch);
   watch.add_to(fit.callbacks);
+  RunTrace trace(a.trace, strategy);  // --trace: the timeline of the fit and the evaluation
   if (validation)
     model.fit(strategy.distribute(train), fit,
               strategy.distribute(strata::data::from_tensor_slices(validation->images, validation->labels).batch(1000)));
@@ -142,6 +144,7 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
                 a.checkpoint_dir.c_str());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto logs = model.evaluate(strategy.distribute(test));
+  trace.finish();
   std::string where;
   if constexpr (requires { strategy.num_servers(); }) {
     where = std::to_string(strategy.num_workers()) + " worker(s), " + std::to_string(strategy.num_servers()) +
