@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs an example that writes files (--csv, --tensorboard) and checks them.
+"""Runs an example that writes files (--csv, --tensorboard, --trace) and checks them.
 
     check_outputs.py [--mnist] STATUS WORDS [CHECK...] -- PROGRAM [ARGS...]
 
@@ -18,6 +18,11 @@ temporary directory):
                             $STRATA_TENSORBOARD_READER): each of TAGS
                             (comma-separated "folder/tag", e.g.
                             train/epoch_loss) written at steps 0..EPOCHS-1
+  --trace NAME TRACKS       a trace-event JSON file that tests/trace/
+                            check_trace.py accepts (it parses; spans nest
+                            on each track), holding each of TRACKS
+                            (comma-separated "PID:thread name", e.g.
+                            1:replica 0) with training steps or spans
   --absent NAME             nothing there (a worker that is not the chief
                             wrote nothing)
 """
@@ -90,6 +95,29 @@ def check_events(path, epochs, tags):
     return 0
 
 
+def check_trace(path, tracks):
+    if not os.path.isfile(path):
+        return fail(f"{path} was not written")
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    r = subprocess.run([python, os.path.join(HERE, "..", "trace", "check_trace.py"), path],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        return fail(f"check_trace.py refused {path}: {r.stdout}{r.stderr}")
+    named = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("track "):
+            _, pid, tid, name = line.split(" ", 3)
+            named[f"{pid}:{name}"] = (pid, tid)
+    print(f"{path}: tracks " + ", ".join(sorted(named)))
+    for want in [t for t in tracks.split(",") if t]:
+        if want not in named:
+            return fail(f"{path}: no track {want!r} (it has {sorted(named)})")
+        pid, tid = named[want]
+        if not any(l.startswith(f"count {pid} {tid} ") for l in r.stdout.splitlines()):
+            return fail(f"{path}: track {want!r} holds no span")
+    return 0
+
+
 def main(argv):
     mnist = bool(argv) and argv[0] == "--mnist"
     if mnist:
@@ -116,6 +144,9 @@ def main(argv):
             elif kind == "--events" and i + 3 < len(checks):
                 r = check_events(os.path.join(d, checks[i + 1]), int(checks[i + 2]), checks[i + 3])
                 i += 4
+            elif kind == "--trace" and i + 2 < len(checks):
+                r = check_trace(os.path.join(d, checks[i + 1]), checks[i + 2])
+                i += 3
             elif kind == "--absent" and i + 1 < len(checks):
                 path = os.path.join(d, checks[i + 1])
                 r = fail(f"{path} exists: only the chief writes") if os.path.exists(path) else 0
