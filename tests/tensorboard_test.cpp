@@ -185,6 +185,7 @@ TEST_CASE("TensorBoard callback: epoch, validation and batch scalars equal fit's
   CHECK(got.count("train epoch_samples_per_second") == 0);  // no batch size given: no samples
   CHECK(got.count("train batch_samples_per_second") == 0);
   CHECK(got.count("train epoch_skipped_steps") == 0);  // every step finite
+  CHECK(got.count("train epoch_collective_ms_per_step") == 0);  // no trace session: no time per category
   // the rate each epoch trained with: Adam's 0.01, halved from epoch 1 on by the scheduler
   const float r = 0.01f;
   CHECK(got.at("train epoch_learning_rate") ==
@@ -222,6 +223,32 @@ TEST_CASE("TensorBoard callback: samples per second given the batch size, skippe
   CHECK(steps.at("train batch_skipped_steps") == std::vector<long>{3, 6, 9, 12});
   CHECK_THROWS_WITH_AS(nn::TensorBoard(true, d.path, {.batch_size = -1}), doctest::Contains("batch_size"),
                        strata::Error);
+}
+
+TEST_CASE("TensorBoard callback: while a trace records, each epoch's time per step in its categories") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto model = s.scope([] { return strata_test::blobs_mlp(); });
+  model.compile(nn::SGD{0.05}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+  const auto data = strata_test::blobs(96, 1);
+  TempDir d;
+  nn::TensorBoard tb{model, d.path / "logs"};
+  {
+    strata::trace::Session trace{{}};  // totals only, no file
+    model.fit(strata::data::from_tensor_slices(data.x, data.y).batch(16),
+              {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&tb}});
+  }
+  std::map<std::string, std::vector<long>> steps;
+  const auto got = scalars(read_with_protobuf({tb.train_file()}), &steps);
+  for (const char* c : {"data", "forward", "backward", "collective", "update"}) {
+    const std::string tag = std::string("train epoch_") + c + "_ms_per_step";
+    CAPTURE(tag);
+    REQUIRE(got.count(tag) == 1);
+    CHECK(steps.at(tag) == std::vector<long>{0, 1});
+    for (double v : got.at(tag)) CHECK(v > 0);
+  }
+  // the forward is part of each step: its time per step is below the step's
+  const double step_ms = 1e3 / got.at("train epoch_steps_per_second")[1];
+  CHECK(got.at("train epoch_forward_ms_per_step")[1] < step_ms);
 }
 
 TEST_CASE("TensorBoard callback: a process that is not the chief writes nothing; bad options are Errors") {

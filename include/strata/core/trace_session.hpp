@@ -55,6 +55,25 @@ struct TrackTotals {
   std::array<std::int64_t, kCategories> count{};
 };
 
+//! Each track's totals in the session that records now or recorded last
+//! (empty before any): what a callback reads (nn::TensorBoard's time per category).
+[[nodiscard]] inline std::vector<TrackTotals> recorded_totals() {
+  detail::Recorder& rec = detail::recorder();
+  std::lock_guard lock(rec.m);
+  std::vector<TrackTotals> out;
+  for (const auto& r : rec.rings) {
+    TrackTotals t;
+    t.tid = r->tid();
+    t.name = r->name();
+    for (std::size_t c = 0; c < kCategories; ++c) {
+      t.self_ns[c] = r->self_ns(static_cast<Category>(c));
+      t.count[c] = r->count(static_cast<Category>(c));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 class Session {
  public:
   explicit Session(Options o) : o_(std::move(o)) {
@@ -116,22 +135,7 @@ class Session {
   }
 
   //! Each track's totals so far (all of them once finished).
-  [[nodiscard]] std::vector<TrackTotals> totals() const {
-    detail::Recorder& rec = detail::recorder();
-    std::lock_guard lock(rec.m);
-    std::vector<TrackTotals> out;
-    for (const auto& r : rec.rings) {
-      TrackTotals t;
-      t.tid = r->tid();
-      t.name = r->name();
-      for (std::size_t c = 0; c < kCategories; ++c) {
-        t.self_ns[c] = r->self_ns(static_cast<Category>(c));
-        t.count[c] = r->count(static_cast<Category>(c));
-      }
-      out.push_back(std::move(t));
-    }
-    return out;
-  }
+  [[nodiscard]] std::vector<TrackTotals> totals() const { return recorded_totals(); }
   [[nodiscard]] const std::string& path() const noexcept { return o_.path; }
   //! Events written to the file so far.
   [[nodiscard]] std::size_t written() const noexcept { return written_.load(); }

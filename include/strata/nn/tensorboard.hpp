@@ -13,7 +13,11 @@
 //! training steps, not the validation after them. Only the chief writes
 //! (under several workers or a parameter server the other processes create
 //! nothing). Each scalar is flushed as it is written, so a run that dies
-//! leaves its curve so far.
+//! leaves its curve so far. While a trace session records (core/
+//! trace_session.hpp: --trace), each epoch also gets where its steps' time
+//! went on this process: epoch_<category>_ms_per_step for data, forward,
+//! backward, collective (the collectives less their waits), wait and update
+//! (each category's own time, averaged over the threads that had any).
 //!   strata::nn::TensorBoard tb{"logs/run1", {.update_freq = 100, .batch_size = 128}};  // fit says who is the chief
 //!   model.fit(train, {.epochs = 5, .callbacks = {&tb}}, test);
 //!   // tensorboard --logdir logs
@@ -25,8 +29,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <strata/core/error.hpp>
+#include <strata/core/trace_session.hpp>
 #include <strata/io/event_file.hpp>
 #include <strata/nn/callbacks.hpp>
 
@@ -70,6 +76,7 @@ class TensorBoard : public Callback {
   void on_epoch_begin(int /*epoch*/) override {
     epoch_start_ = window_start_ = Clock::now();
     epoch_batches_ = window_batches_ = 0;
+    if (train_ && trace::enabled()) traced_at_start_ = trace::recorded_totals();
   }
   void on_batch_end(int /*batch*/, const Logs& logs) override {
     ++epoch_batches_;
@@ -105,6 +112,8 @@ class TensorBoard : public Callback {
         train_->scalar("epoch_samples_per_second", static_cast<double>(epoch_batches_ * opts_.batch_size) / seconds,
                        epoch);
     }
+    if (traced_at_start_ && trace::enabled() && epoch_batches_) write_step_times(epoch);
+    traced_at_start_.reset();
     if (has_model_) {
       try {  // the rate the next step uses (a schedule's, or one set at run time)
         train_->scalar("epoch_learning_rate", model().learning_rate(), epoch);
@@ -118,6 +127,29 @@ class TensorBoard : public Callback {
   }
 
  private:
+  //! Each shown category's own time in this epoch (totals now less at its
+  //! start), per step, averaged over the threads that had any.
+  void write_step_times(int epoch) {
+    using trace::Category;
+    const auto now = trace::recorded_totals();
+    for (const Category c : {Category::Data, Category::Forward, Category::Backward, Category::Collective,
+                             Category::Wait, Category::Update}) {
+      const auto k = static_cast<std::size_t>(c);
+      double ns = 0;
+      int threads = 0;
+      for (const auto& t : now) {
+        std::int64_t before_ns = 0, before_count = 0;
+        for (const auto& b : *traced_at_start_)
+          if (b.tid == t.tid) before_ns = b.self_ns[k], before_count = b.count[k];
+        if (t.count[k] == before_count) continue;  // no span of it on this thread this epoch
+        ns += static_cast<double>(t.self_ns[k] - before_ns);
+        ++threads;
+      }
+      if (threads)
+        train_->scalar(std::string("epoch_") + trace::category_name(c) + "_ms_per_step",
+                       ns / threads / 1e6 / static_cast<double>(epoch_batches_), epoch);
+    }
+  }
   void check() const {
     if (dir_.empty()) throw Error("TensorBoard: the log directory is empty");
     if (opts_.update_freq < 0) throw Error("TensorBoard: update_freq must be 0 (epochs only) or a batch count");
@@ -132,6 +164,7 @@ class TensorBoard : public Callback {
   std::int64_t epoch_batches_ = 0, window_batches_ = 0;
   std::int64_t global_batch_ = 0;
   bool has_model_ = false;
+  std::optional<std::vector<trace::TrackTotals>> traced_at_start_;  // the trace's totals when the epoch began
 };
 
 }  // namespace strata::nn
