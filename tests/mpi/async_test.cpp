@@ -20,6 +20,8 @@
 
 #include <unistd.h>
 
+namespace async_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 static_assert(strata::AsyncCommunicator<strata::MpiCommunicator>);
@@ -210,3 +212,5 @@ TEST_CASE("an abort notice from the peer ends pending work with CollectiveAborte
   INFO(what);
   CHECK(contains(what, "rank 1 failed: rank 1 ran out of memory"));
 }
+
+}  // namespace async_test

@@ -16,6 +16,8 @@
 
 #include <strata/comm/mpi/communicator.hpp>
 
+namespace comm_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -384,3 +386,5 @@ TEST_CASE("ranks on different hosts talk over the network (the two-host run sets
   CHECK(c.ranks_on_node() == 1);
   CHECK(c.auto_choice(std::size_t{64} << 20).reason.find("several nodes") != std::string::npos);
 }
+
+}  // namespace comm_test

@@ -22,6 +22,8 @@
 #include "../blobs.hpp"
 #include "../quick_workers.hpp"
 
+namespace custom_loop_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 using namespace std::chrono_literals;
 
@@ -167,3 +169,5 @@ TEST_CASE("multi-worker pipeline: a custom loop of train_step gives fit's weight
   CHECK(slice > 0);
   CHECK(slice < fit.size());
 }
+
+}  // namespace custom_loop_test

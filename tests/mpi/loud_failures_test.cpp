@@ -22,6 +22,8 @@
 
 #include <unistd.h>
 
+namespace loud_failures_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 namespace nn = strata::nn;
 
@@ -156,3 +158,5 @@ TEST_CASE("both ranks save to one path: the chief alone writes, no race, a faile
   s.communicator().barrier();
   if (s.is_chief()) std::filesystem::remove_all(dir);
 }
+
+}  // namespace loud_failures_test

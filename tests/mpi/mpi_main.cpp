@@ -1,6 +1,7 @@
 // doctest under MPI: every rank runs every test case (each case is a
 // collective program); a failure on any rank fails the run, and rank 0
-// says on how many ranks. (Debian's doctest ships no MPI extension.)
+// says on how many ranks. (Debian's doctest ships no MPI extension.) A run
+// whose filters select no test case fails.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -9,6 +10,8 @@
 #include <unistd.h>
 
 #include <strata/comm/mpi/runtime.hpp>
+
+#include "../count_selected.hpp"
 
 int main(int argc, char** argv) {
   strata::detail::mpi::runtime();  // MPI_Init_thread; finalized at exit
@@ -20,7 +23,10 @@ int main(int argc, char** argv) {
   if (!isatty(1)) ctx.setOption("no-colors", true);
   const int res = ctx.run();
   if (ctx.shouldExit()) return res;
-  int failed = res != 0, ranks_failed = 0;
+  // a run whose filters select no test case fails (a unity group's program: ../count_selected.hpp)
+  const bool none = strata_test::selected_test_cases() == 0;
+  if (none && rank == 0) std::fprintf(stderr, "%s: no test case matches the filters: nothing was tested\n", argv[0]);
+  int failed = res != 0 || none, ranks_failed = 0;
   MPI_Allreduce(&failed, &ranks_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) std::printf("MPI tests on %d ranks: %s on %d rank(s)\n", size, ranks_failed ? "FAILED" : "passed",
                              ranks_failed ? ranks_failed : size);

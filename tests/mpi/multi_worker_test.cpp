@@ -23,6 +23,8 @@
 #include "../host_as_gpu.hpp"
 #include "../quick_workers.hpp"
 
+namespace multi_worker_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -460,3 +462,5 @@ TEST_CASE("BackupAndRestore across workers: the chief owns the directory, its re
     std::filesystem::remove_all(dir, ec);
   }
 }
+
+}  // namespace multi_worker_test

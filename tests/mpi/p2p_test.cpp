@@ -16,6 +16,8 @@
 #include <strata/comm/communicator.hpp>
 #include <strata/comm/mpi/communicator.hpp>
 
+namespace p2p_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 static_assert(strata::Communicator<strata::MpiCommunicator>);
 
 using namespace std::chrono_literals;
@@ -248,3 +250,5 @@ TEST_CASE("send/recv: invalid peers and tags are errors before anything moves") 
                        strata::Error);
   collective_still_works(c);
 }
+
+}  // namespace p2p_test

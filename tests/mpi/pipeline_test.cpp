@@ -23,6 +23,8 @@
 
 #include <unistd.h>
 
+namespace pipeline_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 namespace nn = strata::nn;
 using namespace std::chrono_literals;
 using strata::Schedule;
@@ -182,3 +184,5 @@ TEST_CASE("ranks that the copies do not divide, or more stages than layers, are 
   two.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
   if (W > 1) CHECK_THROWS_AS(two.build(strata::Shape{6}), strata::Error);
 }
+
+}  // namespace pipeline_test

@@ -20,6 +20,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+namespace ps_end_stall_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 TEST_CASE("the chief ending training names the stopped rank that does not take the end, and what it waited for") {
@@ -83,3 +85,5 @@ TEST_CASE("the chief ending training names the stopped rank that does not take t
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+}  // namespace ps_end_stall_test

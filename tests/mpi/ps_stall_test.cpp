@@ -18,6 +18,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+namespace ps_stall_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 TEST_CASE("setting up the parameter servers: a stopped rank is named by the others within the timeout") {
@@ -57,3 +59,5 @@ TEST_CASE("setting up the parameter servers: a stopped rank is named by the othe
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+}  // namespace ps_stall_test

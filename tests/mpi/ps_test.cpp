@@ -24,6 +24,8 @@
 
 #include "../blobs.hpp"
 
+namespace ps_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 namespace nn = strata::nn;
 using strata::Tensor;
@@ -367,3 +369,5 @@ TEST_CASE("a checkpoint of Mirrored x2 loads into a parameter-server job across 
   }
   CHECK(same_everywhere(flat_weights(m)));
 }
+
+}  // namespace ps_test

@@ -20,6 +20,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+namespace stall_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -140,3 +142,5 @@ TEST_CASE("setting up: a peer stopped before split or before creating a communic
   c.all_reduce(one, strata::Sum);
   CHECK(one[0] == 2);
 }
+
+}  // namespace stall_test
