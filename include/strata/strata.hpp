@@ -10,6 +10,7 @@
 #include <strata/core/concepts.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
+#include <strata/core/trace_session.hpp>  // strata::trace::Session: the run's timeline
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/threads/communicator.hpp>
 #include <strata/policy/placement.hpp>
