@@ -222,6 +222,7 @@ TEST_CASE("trace child: a run that dies") {
   const char* arg = std::getenv("STRATA_TRACE_CHILD");
   if (!arg) return;  // the parent's run: nothing here
   const std::string a = arg, mode = a.substr(0, a.find(':')), path = a.substr(a.find(':') + 1);
+  std::signal(SIGTERM, SIG_DFL);  // the test runner's crash report is not this run's: the default action ends it
   trace::Session session{{.path = path, .flush_every = std::chrono::hours(1)}};
   struct Die : nn::Callback {
     trace::Session* session;
