@@ -37,7 +37,7 @@ namespace strata::trace {
 
 struct Options {
   std::string path = {};                        //!< the JSON file ("": record totals only)
-  std::size_t ring_events = 1 << 15;            //!< each thread's ring between flushes (events of ~100 bytes)
+  std::size_t ring_events = 1 << 15;            //!< each thread's ring between flushes (events of 128 bytes)
   std::chrono::milliseconds flush_every{250};   //!< how often the flusher writes
   bool on_signals = true;                       //!< flush on SIGTERM/SIGINT where their action is the default
   int pid = 0;                                  //!< the process's id in the trace (an MPI rank)
