@@ -268,7 +268,9 @@ TEST_CASE("ModelCheckpoint every N batches in fit under 2 mirrored replicas: eac
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"w-1-4-004.weights", "w-2-2-008.weights", "w-2-6-012.weights"});
   CHECK(every4.last_saved() == d.path / "w-2-6-012.weights");
-  for (const auto& [name, step] : {std::pair{"w-1-4-004.weights", 4}, {"w-2-2-008.weights", 8}, {"w-2-6-012.weights", 12}}) {
+  for (const auto& file : {std::pair{"w-1-4-004.weights", 4}, {"w-2-2-008.weights", 8}, {"w-2-6-012.weights", 12}}) {
+    const std::string name = file.first;  // (not a structured binding: clang 14 cannot capture one in CAPTURE)
+    const int step = file.second;
     CAPTURE(name);
     auto back = sgd_model(s, 0.05);
     back.build(strata::Shape{6});
