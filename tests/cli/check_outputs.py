@@ -46,6 +46,11 @@ def fail(why):
     return 1
 
 
+def system_python():
+    """Debian's Python (with its python3-protobuf), else this one."""
+    return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
 def check_csv(path, rows, columns):
     if not os.path.isfile(path):
         return fail(f"{path} was not written")
@@ -74,9 +79,7 @@ def check_events(path, epochs, tags):
     if not files:
         return fail(f"no event files under {path}")
     reader = os.environ.get("STRATA_TENSORBOARD_READER")
-    cmd = shlex.split(reader) if reader else [
-        "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable,
-        os.path.join(HERE, "..", "tensorboard", "read_events.py")]
+    cmd = shlex.split(reader) if reader else [system_python(), os.path.join(HERE, "..", "tensorboard", "read_events.py")]
     r = subprocess.run(cmd + files, capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         return fail(f"the event reader exited {r.returncode}: {r.stdout}{r.stderr}")
@@ -98,8 +101,7 @@ def check_events(path, epochs, tags):
 def check_trace(path, tracks):
     if not os.path.isfile(path):
         return fail(f"{path} was not written")
-    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    r = subprocess.run([python, os.path.join(HERE, "..", "trace", "check_trace.py"), path],
+    r = subprocess.run([system_python(), os.path.join(HERE, "..", "trace", "check_trace.py"), path],
                        capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         return fail(f"check_trace.py refused {path}: {r.stdout}{r.stderr}")

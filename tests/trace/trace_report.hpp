@@ -29,37 +29,28 @@ struct TraceReport {
     REQUIRE_MESSAGE(it != tracks.end(), missing);
     return it->second;
   }
+  //! What follows `p` on the first line that starts with it ("" if none).
+  [[nodiscard]] std::string after(const std::string& p) const {
+    for (const auto& l : lines)
+      if (l.starts_with(p)) return l.substr(p.size());
+    return "";
+  }
   [[nodiscard]] std::string prefix(const char* kind, std::pair<int, int> t) const {
     return std::string(kind) + " " + std::to_string(t.first) + " " + std::to_string(t.second) + " ";
   }
   //! Complete events of category `cat` named `name` on track `t` (spaces in names as '_').
   [[nodiscard]] long count(std::pair<int, int> t, const std::string& cat, const std::string& name) const {
-    const std::string p = prefix("count", t) + cat + " " + name + " ";
-    for (const auto& l : lines)
-      if (l.starts_with(p)) return std::stol(l.substr(p.size()));
-    return 0;
+    const std::string n = after(prefix("count", t) + cat + " " + name + " ");
+    return n.empty() ? 0 : std::stol(n);
   }
   //! Names of category `cat` on track `t`, by start time, comma-separated.
   [[nodiscard]] std::string order(std::pair<int, int> t, const std::string& cat) const {
-    const std::string p = prefix("order", t) + cat + " ";
-    for (const auto& l : lines)
-      if (l.starts_with(p)) return l.substr(p.size());
-    return "";
+    return after(prefix("order", t) + cat + " ");
   }
   //! Forward and backward names on track `t`, by start time.
-  [[nodiscard]] std::string flow(std::pair<int, int> t) const {
-    const std::string p = prefix("flow", t);
-    for (const auto& l : lines)
-      if (l.starts_with(p)) return l.substr(p.size());
-    return "";
-  }
+  [[nodiscard]] std::string flow(std::pair<int, int> t) const { return after(prefix("flow", t)); }
   //! The arguments of the first event named `name` on track `t` ("k=v,k=v").
-  [[nodiscard]] std::string args(std::pair<int, int> t, const std::string& name) const {
-    const std::string p = prefix("args", t) + name + " ";
-    for (const auto& l : lines)
-      if (l.starts_with(p)) return l.substr(p.size());
-    return "";
-  }
+  [[nodiscard]] std::string args(std::pair<int, int> t, const std::string& name) const { return after(prefix("args", t) + name + " "); }
   struct Timed {
     double ts = 0, dur = 0;
   };

@@ -85,32 +85,35 @@ inline void event(std::string& out, const Event& e, int pid, int tid, std::int64
   out += '}';
 }
 
-inline void process_name(std::string& out, int pid, std::string_view name) {
-  out += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":";
-  integer(out, pid);
+//! The metadata naming a process (`tid` < 0) or a thread, then its sort
+//! index: `kind` "process" writes process_name and process_sort_index,
+//! "thread" thread_name and thread_sort_index.
+inline void named(std::string& out, const char* kind, int pid, int tid, std::string_view name, int sort_index) {
+  const auto head = [&](const char* what) {
+    out += "{\"ph\":\"M\",\"name\":\"";
+    out += kind;
+    out += what;
+    out += "\",\"pid\":";
+    integer(out, pid);
+    if (tid >= 0) {
+      out += ",\"tid\":";
+      integer(out, tid);
+    }
+  };
+  head("_name");
   out += ",\"args\":{\"name\":";
   quoted(out, name);
-  out += "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":";
-  integer(out, pid);
+  out += "}},\n";
+  head("_sort_index");
   out += ",\"args\":{\"sort_index\":";
-  integer(out, pid);
+  integer(out, sort_index);
   out += "}}";
 }
 
+inline void process_name(std::string& out, int pid, std::string_view name) { named(out, "process", pid, -1, name, pid); }
+
 inline void thread_name(std::string& out, int pid, int tid, std::string_view name) {
-  out += "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":";
-  integer(out, pid);
-  out += ",\"tid\":";
-  integer(out, tid);
-  out += ",\"args\":{\"name\":";
-  quoted(out, name);
-  out += "}},\n{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":";
-  integer(out, pid);
-  out += ",\"tid\":";
-  integer(out, tid);
-  out += ",\"args\":{\"sort_index\":";
-  integer(out, tid);
-  out += "}}";
+  named(out, "thread", pid, tid, name, tid);
 }
 
 //! An instant on the track saying how many events its full ring lost.
