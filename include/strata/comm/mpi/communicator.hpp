@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include <strata/comm/async_forms.hpp>
 #include <strata/comm/mpi/all_reduce.hpp>
 #include <strata/comm/mpi/collective_work.hpp>
 #include <strata/comm/mpi/exchange.hpp>
@@ -58,8 +59,18 @@ namespace strata {
 //! Reduction order: ring and direct are deterministic (bitwise the same on
 //! every rank and run); native follows MPI_Allreduce; AutoReduce is as
 //! deterministic as the algorithm auto_choice names.
-class MpiCommunicator {
+class MpiCommunicator : public detail::AsyncForms<MpiCommunicator> {
  public:
+  //! The non-blocking forms (all_reduce_async, broadcast_async,
+  //! reduce_scatter_async, all_gather_async, barrier_async: comm/async_forms.hpp)
+  //! queue the collective behind this communicator's earlier operations; the
+  //! progress thread runs it with the blocking form's code, contract and
+  //! deadline. A failure is the Work's typed error; the operations queued
+  //! behind it then fail at once with CollectiveAborted (the communicator is unusable).
+  //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum, strata::Ring{});  ...;  w.wait();
+  template <class A>
+  static constexpr bool takes_algorithm = MpiAllReduceAlgorithm<A>;
+
   //! All ranks of the job (a duplicate of MPI_COMM_WORLD, so strata's messages
   //! never mix with the program's own). Collective: every rank calls it.
   static MpiCommunicator world(MpiOptions opts = {}) {
@@ -139,7 +150,7 @@ class MpiCommunicator {
 
   //! Every rank waits until all have arrived.
   void barrier() {
-    ordered("barrier", [&] { detail::mpi::barrier_work(ex_); }, [] { return std::string("barrier()"); });
+    ordered("barrier", [&] { barrier_now(); }, [] { return std::string("barrier()"); });
   }
 
   //! In-place all-reduce: afterwards every rank's `data` holds the reduction
@@ -149,7 +160,7 @@ class MpiCommunicator {
     using T = detail::buffer_element_t<R>;
     T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    ordered("all_reduce", [&] { all_reduce_impl(p, p, n, n, op, algo); }, what<T>("all_reduce", n));
+    ordered("all_reduce", [&] { all_reduce_now(p, p, n, n, op, algo); }, what<T>("all_reduce", n));
   }
   //! Out-of-place all-reduce: `out` (same size as `in`) receives the result.
   template <Buffer In, MutableBuffer Out, ReduceOperation Op, MpiAllReduceAlgorithm Algo = AutoReduce>
@@ -159,7 +170,7 @@ class MpiCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered("all_reduce", [&] { all_reduce_impl(i, o, n, on, op, algo); }, what<T>("all_reduce", n));
+    ordered("all_reduce", [&] { all_reduce_now(i, o, n, on, op, algo); }, what<T>("all_reduce", n));
   }
 
   //! Copies `root`'s `data` into every rank's `data`.
@@ -168,8 +179,7 @@ class MpiCommunicator {
     using T = detail::buffer_element_t<R>;
     T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    ordered("broadcast", [&] { detail::mpi::broadcast_work(ex_, p, n, root); },
-            what<T>("broadcast", n));
+    ordered("broadcast", [&] { broadcast_now(p, n, root); }, what<T>("broadcast", n));
   }
 
   //! Reduces `in` (same size everywhere) over the ranks and leaves shard
@@ -183,7 +193,7 @@ class MpiCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered("reduce_scatter", [&] { detail::mpi::reduce_scatter_work<Op>(ex_, i, n, o, on); },
+    ordered("reduce_scatter", [&] { reduce_scatter_now<Op>(i, n, o, on); },
             what<T>("reduce_scatter", n));
   }
 
@@ -196,73 +206,7 @@ class MpiCommunicator {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered("all_gather", [&] { detail::mpi::all_gather_work(ex_, i, n, o, on); },
-            what<T>("all_gather", n));
-  }
-
-  //! Non-blocking forms (AsyncCommunicator): each queues the collective
-  //! behind this communicator's earlier operations and returns its Work; the
-  //! progress thread runs it with the blocking form's code, contract and
-  //! deadline. Buffers (views or lvalues) belong to it until its Work ended.
-  //! A failure is the Work's typed error; the operations queued behind it
-  //! then fail at once with CollectiveAborted (the communicator is unusable).
-  //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum, strata::Ring{});  ...;  w.wait();
-  template <MutableBuffer R, ReduceOperation Op, MpiAllReduceAlgorithm Algo = AutoReduce>
-    requires std::ranges::borrowed_range<R>
-  Work all_reduce_async(R&& data, Op op, Algo algo = {}) {
-    using T = detail::buffer_element_t<R>;
-    detail::check_op<Op, T>();
-    T* p = std::ranges::data(data);
-    const std::size_t n = std::ranges::size(data);
-    return submit("all_reduce", what<T>("all_reduce", n),
-                  [this, p, n, op, algo] { all_reduce_impl(p, p, n, n, op, algo); });
-  }
-  template <Buffer In, MutableBuffer Out, ReduceOperation Op, MpiAllReduceAlgorithm Algo = AutoReduce>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
-             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
-  Work all_reduce_async(In&& in, Out&& out, Op op, Algo algo = {}) {
-    using T = detail::buffer_element_t<Out>;
-    detail::check_op<Op, T>();
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    return submit("all_reduce", what<T>("all_reduce", n),
-                  [this, i, o, n, on, op, algo] { all_reduce_impl(i, o, n, on, op, algo); });
-  }
-  template <MutableBuffer R>
-    requires std::ranges::borrowed_range<R>
-  Work broadcast_async(R&& data, int root) {
-    using T = detail::buffer_element_t<R>;
-    T* p = std::ranges::data(data);
-    const std::size_t n = std::ranges::size(data);
-    return submit("broadcast", what<T>("broadcast", n),
-                  [this, p, n, root] { detail::mpi::broadcast_work(ex_, p, n, root); });
-  }
-  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
-             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
-  Work reduce_scatter_async(In&& in, Out&& out, Op) {
-    using T = detail::buffer_element_t<Out>;
-    detail::check_op<Op, T>();
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    return submit("reduce_scatter", what<T>("reduce_scatter", n),
-                  [this, i, o, n, on] { detail::mpi::reduce_scatter_work<Op>(ex_, i, n, o, on); });
-  }
-  template <Buffer In, MutableBuffer Out>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
-             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
-  Work all_gather_async(In&& in, Out&& out) {
-    using T = detail::buffer_element_t<Out>;
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    return submit("all_gather", what<T>("all_gather", n),
-                  [this, i, o, n, on] { detail::mpi::all_gather_work(ex_, i, n, o, on); });
-  }
-  Work barrier_async() {
-    return submit("barrier", [] { return std::string("barrier()"); }, [this] { detail::mpi::barrier_work(ex_); });
+    ordered("all_gather", [&] { all_gather_now(i, n, o, on); }, what<T>("all_gather", n));
   }
 
   //! Sends `data` to rank `peer` under `tag` (0 or more); the peer's
@@ -359,13 +303,30 @@ class MpiCommunicator {
   static auto what(const char* call, std::size_t n) {
     return detail::Described<T>{call, n};
   }
-  template <class What, class Op>
-  Work submit(const char* name, What desc, Op op) {
-    return work_.submit(ex_.rank(), name, ex_.options().timeout, desc, std::function<void()>(std::move(op)));
+  friend class detail::AsyncForms<MpiCommunicator>;
+  //! Queues body(*this) behind this communicator's operations (async_forms.hpp).
+  template <class What, class Body>
+  Work submit_with(const char* name, What desc, Body body) {
+    return work_.submit(ex_.rank(), name, ex_.options().timeout, desc,
+                        std::function<void()>([this, body = std::move(body)] { body(*this); }));
+  }
+  // The blocking bodies, on whichever thread runs them (one code path for both forms).
+  void barrier_now() { detail::mpi::barrier_work(ex_); }
+  template <class T>
+  void broadcast_now(T* p, std::size_t n, int root) {
+    detail::mpi::broadcast_work(ex_, p, n, root);
+  }
+  template <ReduceOperation Op, class T>
+  void reduce_scatter_now(const T* in, std::size_t n, T* out, std::size_t out_n) {
+    detail::mpi::reduce_scatter_work<Op>(ex_, in, n, out, out_n);
+  }
+  template <class T>
+  void all_gather_now(const T* in, std::size_t n, T* out, std::size_t out_n) {
+    detail::mpi::all_gather_work(ex_, in, n, out, out_n);
   }
 
   template <class T, ReduceOperation Op, class Algo>
-  void all_reduce_impl(const T* in, T* out, std::size_t n, std::size_t out_n, Op, Algo) {
+  void all_reduce_now(const T* in, T* out, std::size_t n, std::size_t out_n, Op, Algo) {
     detail::check_op<Op, T>();
     if constexpr (std::same_as<Algo, AutoReduce>) {
       const std::size_t bytes = n * sizeof(T);

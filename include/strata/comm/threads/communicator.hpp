@@ -23,6 +23,7 @@
 
 #include <strata/comm/algorithm/direct.hpp>
 #include <strata/comm/algorithm/ring.hpp>
+#include <strata/comm/async_forms.hpp>
 #include <strata/comm/communicator.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/threads/ring_link.hpp>
@@ -33,29 +34,24 @@
 
 namespace strata {
 
-//! A contiguous buffer of collective-capable elements.
-template <class R>
-concept Buffer = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
-                 Element<std::remove_cv_t<std::ranges::range_value_t<R>>>;
-
-//! A buffer whose elements may be written.
-template <class R>
-concept MutableBuffer = Buffer<R> && !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
-
 //! An algorithm a caller may name for one all-reduce.
 template <class A>
 concept AllReduceAlgorithm = std::same_as<A, Ring> || std::same_as<A, Direct> || std::same_as<A, AutoReduce>;
 
-namespace detail {
-template <class R>
-using buffer_element_t = std::remove_cv_t<std::ranges::range_value_t<R>>;
-
-}  // namespace detail
-
 //! One replica's handle on its team's collectives. A small handle (team and
 //! rank): copies share the replica's order of operations.
-class ThreadCommunicator {
+class ThreadCommunicator : public detail::AsyncForms<ThreadCommunicator> {
  public:
+  //! The non-blocking forms (all_reduce_async, broadcast_async,
+  //! reduce_scatter_async, all_gather_async, barrier_async: comm/async_forms.hpp)
+  //! queue the collective behind this replica's earlier operations; its
+  //! progress thread runs it with the very code (and so the very bits) of the
+  //! blocking form. Blocking calls made meanwhile (point-to-point included)
+  //! run after the queued ones, in issue order.
+  //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
+  template <class A>
+  static constexpr bool takes_algorithm = AllReduceAlgorithm<A>;
+
   ThreadCommunicator(detail::Team& team, int rank) : team_(&team), rank_(rank) {}
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
@@ -69,24 +65,24 @@ class ThreadCommunicator {
   //! In-place all-reduce: afterwards every replica's `data` holds the
   //! reduction of all replicas' `data`, bitwise identical on each.
   template <MutableBuffer R, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
-  void all_reduce(R&& data, Op, Algo = {}) {
+  void all_reduce(R&& data, Op op, Algo = {}) {
     using T = detail::buffer_element_t<R>;
     detail::check_op<Op, T>();
     T* p = std::ranges::data(data);
     const std::size_t n = std::ranges::size(data);
-    ordered([&] { all_reduce_impl<Op>(p, p, n, n, Algo{}); }, what<T>("all_reduce", n));
+    ordered([&] { all_reduce_now(p, p, n, n, op, Algo{}); }, what<T>("all_reduce", n));
   }
 
   //! Out-of-place all-reduce: `out` (same size as `in`) receives the result.
   template <Buffer In, MutableBuffer Out, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
     requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
-  void all_reduce(In&& in, Out&& out, Op, Algo = {}) {
+  void all_reduce(In&& in, Out&& out, Op op, Algo = {}) {
     using T = detail::buffer_element_t<Out>;
     detail::check_op<Op, T>();
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered([&] { all_reduce_impl<Op>(i, o, n, on, Algo{}); }, what<T>("all_reduce", n));
+    ordered([&] { all_reduce_now(i, o, n, on, op, Algo{}); }, what<T>("all_reduce", n));
   }
 
   //! Copies `root`'s `data` into every replica's `data`.
@@ -136,78 +132,6 @@ class ThreadCommunicator {
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
     ordered([&] { reduce_to_one_now<Op>(i, n, o, on, root); }, what<T>("reduce_to_one", n));
-  }
-
-  //! Non-blocking forms (strata::AsyncCommunicator): each queues the
-  //! collective behind this replica's earlier operations and returns its
-  //! Work at once; the replica's progress thread runs it, with the very code
-  //! (and so the very bits) of the blocking form. The buffers belong to the
-  //! operation until its Work says it ended (comm/work.hpp); they must be
-  //! views or lvalues (borrowed ranges), never temporaries that own their
-  //! elements. Blocking calls made meanwhile (point-to-point included) run
-  //! after the queued ones, in issue order.
-  //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
-  template <MutableBuffer R, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
-    requires std::ranges::borrowed_range<R>
-  Work all_reduce_async(R&& data, Op, Algo = {}) {
-    using T = detail::buffer_element_t<R>;
-    detail::check_op<Op, T>();
-    T* p = std::ranges::data(data);
-    const std::size_t n = std::ranges::size(data);
-    return submit(what<T>("all_reduce", n),
-                  [c = *this, p, n]() mutable { c.all_reduce_impl<Op>(p, p, n, n, Algo{}); });
-  }
-  //! Out-of-place non-blocking all-reduce.
-  template <Buffer In, MutableBuffer Out, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
-             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
-  Work all_reduce_async(In&& in, Out&& out, Op, Algo = {}) {
-    using T = detail::buffer_element_t<Out>;
-    detail::check_op<Op, T>();
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    return submit(what<T>("all_reduce", n),
-                  [c = *this, i, o, n, on]() mutable { c.all_reduce_impl<Op>(i, o, n, on, Algo{}); });
-  }
-  //! Non-blocking broadcast.
-  template <MutableBuffer R>
-    requires std::ranges::borrowed_range<R>
-  Work broadcast_async(R&& data, int root) {
-    using T = detail::buffer_element_t<R>;
-    T* p = std::ranges::data(data);
-    const std::size_t n = std::ranges::size(data);
-    return submit(what<T>("broadcast", n),
-                  [c = *this, p, n, root]() mutable { c.broadcast_now(p, n, root); });
-  }
-  //! Non-blocking reduce-scatter.
-  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
-             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
-  Work reduce_scatter_async(In&& in, Out&& out, Op) {
-    using T = detail::buffer_element_t<Out>;
-    detail::check_op<Op, T>();
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    return submit(what<T>("reduce_scatter", n),
-                  [c = *this, i, o, n, on]() mutable { c.reduce_scatter_now<Op>(i, n, o, on); });
-  }
-  //! Non-blocking all-gather.
-  template <Buffer In, MutableBuffer Out>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>> &&
-             std::ranges::borrowed_range<In> && std::ranges::borrowed_range<Out>
-  Work all_gather_async(In&& in, Out&& out) {
-    using T = detail::buffer_element_t<Out>;
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    return submit(what<T>("all_gather", n),
-                  [c = *this, i, o, n, on]() mutable { c.all_gather_now(i, n, o, on); });
-  }
-  //! Non-blocking barrier: its Work completes once every replica arrived.
-  Work barrier_async() {
-    return submit([] { return std::string("barrier()"); }, [c = *this]() mutable { c.barrier_now(); });
   }
 
   //! Sends `data` to replica `peer` with `tag` (>= 0). Returns without
@@ -271,9 +195,12 @@ class ThreadCommunicator {
   static auto what(const char* call, std::size_t n) {
     return [call, n] { return detail::describe_call<T>(call, n); };
   }
-  template <class What, class Op>
-  Work submit(What desc, Op op) {
-    return team_->progress(rank_).submit(desc, std::function<void()>(std::move(op)));
+  friend class detail::AsyncForms<ThreadCommunicator>;
+  //! Queues body(a copy of this handle) behind this replica's operations.
+  template <class What, class Body>
+  Work submit_with(const char*, What desc, Body body) {
+    return team_->progress(rank_).submit(
+        desc, std::function<void()>([c = *this, body = std::move(body)]() mutable { body(c); }));
   }
 
   void check_peer(const char* call, int peer, int tag) const {
@@ -353,11 +280,11 @@ class ThreadCommunicator {
   }
 
   template <ReduceOperation Op, class T, class Algo>
-  void all_reduce_impl(const T* in, T* out, std::size_t n, std::size_t out_n, Algo) {
+  void all_reduce_now(const T* in, T* out, std::size_t n, std::size_t out_n, [[maybe_unused]] Op op, Algo) {
     if constexpr (std::same_as<Algo, AutoReduce>) {
       if (auto_choice(n * sizeof(T)) == Ring::name)
-        return all_reduce_impl<Op>(in, out, n, out_n, Ring{});
-      return all_reduce_impl<Op>(in, out, n, out_n, Direct{});
+        return all_reduce_now(in, out, n, out_n, op, Ring{});
+      return all_reduce_now(in, out, n, out_n, op, Direct{});
     } else {
       trace::Span span{"all_reduce", trace::Category::Collective,
                        {{"bytes", n * sizeof(T)}, {"algorithm", Algo::name.data()}, {"peers", size()}}};
