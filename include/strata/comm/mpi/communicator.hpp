@@ -13,17 +13,17 @@
 //!   auto comm = strata::MpiCommunicator::world();
 //!   comm.all_reduce(grad, strata::Sum);                  // algorithm chosen by size
 //!   comm.all_reduce(grad, strata::Sum, strata::Ring{});  // or named
-//! One thread at a time may call a communicator (its owner). Point-to-point
-//! send/recv (tagged, matched in order, bounded by the same timeout) make
-//! it a strata::Communicator; the non-blocking collectives (*_async,
-//! returning a strata::Work) a strata::AsyncCommunicator: they run on the
-//! communicator's progress thread, in issue order with its blocking calls,
-//! and every MPI call strata makes holds one process-wide lock
-//! (runtime.hpp), so MPI_THREAD_SERIALIZED still suffices.
+//! One thread at a time may call a communicator (its owner; headerless
+//! messages excepted). Point-to-point send/recv (tagged, matched in order,
+//! bounded by the same timeout) make it a strata::Communicator; the
+//! non-blocking collectives (*_async, returning a strata::Work) a
+//! strata::AsyncCommunicator: they run on its progress thread, in issue order
+//! with its blocking calls, and every MPI call strata makes holds one
+//! process-wide lock (runtime.hpp), so MPI_THREAD_SERIALIZED suffices.
 //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
-//! The pieces: exchange.hpp (the contract exchange and the waiting),
-//! all_reduce.hpp (the algorithms and the automatic choice),
-//! point_to_point.hpp (send and recv), progress.hpp (the order of operations).
+//! The pieces: exchange.hpp (the contract exchange), bounded_wait.hpp (the
+//! waiting), all_reduce.hpp (the algorithms and the automatic choice),
+//! point_to_point.hpp (send, recv, headerless messages), progress.hpp (the order).
 
 #include <atomic>
 #include <chrono>
@@ -32,6 +32,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,9 +74,11 @@ class MpiCommunicator : public detail::AsyncForms<MpiCommunicator> {
 
   //! All ranks of the job (a duplicate of MPI_COMM_WORLD, so strata's messages
   //! never mix with the program's own). Collective: every rank calls it.
-  static MpiCommunicator world(MpiOptions opts = {}) {
+  static MpiCommunicator world(MpiOptions opts = {}) { return duplicate(MPI_COMM_WORLD, std::move(opts)); }
+  //! The ranks of `parent` (a communicator the program made). Collective over them.
+  static MpiCommunicator duplicate(MPI_Comm parent, MpiOptions opts = {}) {
     detail::mpi::runtime();
-    return MpiCommunicator(MPI_COMM_WORLD, std::move(opts));
+    return MpiCommunicator(parent, std::move(opts));
   }
 
   //! Moving waits for the source's pending work first.
@@ -261,6 +264,43 @@ class MpiCommunicator : public detail::AsyncForms<MpiCommunicator> {
     ordered("recv", [&] { detail::mpi::recv_message(ex_, p, n, peer, tag); }, what<T>("recv", n));
   }
 
+  //! Headerless tagged messages (point_to_point.hpp), for a protocol that frames
+  //! its own, as the parameter servers' does: one MPI message each. post_send
+  //! and post_recv start one into `r` (its buffer alive until the wait: in
+  //! r.keep, on the heap); await waits for all of `r`, probe_tagged for a
+  //! message from `source` (MPI_ANY_SOURCE: any) with one of `tags`,
+  //! recv_probed receives it whole: each within the timeout, else
+  //! CollectiveTimeout(timed_out(the peers that did not answer)), what is not
+  //! complete given up with r.keep. Any number of threads may use these at
+  //! once (the MPI lock held per MPI call, per look in a wait); no contract, no
+  //! abort notices. A tag used for these must not carry send/recv messages too.
+  //!   detail::mpi::Requests r;  comm.post_recv(r, reply, n, 1, 7);  comm.post_send(r, ask, 0, 1, 6);
+  //!   comm.await(r, [](const std::vector<int>& missing) { return std::string("strata: no reply"); });
+  template <detail::mpi::Framed T>
+  void post_send(detail::mpi::Requests& r, const T* data, std::size_t n, int peer, int tag) {
+    const detail::mpi::SerialMpi lock("post_send", options().timeout);
+    detail::mpi::check_endpoint(ex_, "post_send", peer, tag);
+    detail::mpi::post_send(ex_.comm(), r, data, n, peer, tag);
+  }
+  template <detail::mpi::Framed T>
+  void post_recv(detail::mpi::Requests& r, T* data, std::size_t n, int peer, int tag) {
+    const detail::mpi::SerialMpi lock("post_recv", options().timeout);
+    detail::mpi::check_endpoint(ex_, "post_recv", peer, tag);
+    detail::mpi::post_recv(ex_.comm(), r, data, n, peer, tag);
+  }
+  template <class Describe>
+  void await(detail::mpi::Requests& r, Describe timed_out) {
+    detail::mpi::await_requests(r, options().timeout, std::move(timed_out));
+  }
+  template <class Describe>
+  detail::mpi::Probed probe_tagged(int source, std::span<const int> tags, Describe timed_out) {
+    return detail::mpi::probe_tagged(ex_.comm(), source, tags, options().timeout, std::move(timed_out));
+  }
+  template <detail::mpi::Framed T, class Describe>
+  std::vector<T> recv_probed(detail::mpi::Probed& m, Describe timed_out) {
+    return detail::mpi::recv_probed<T>(m, options().timeout, std::move(timed_out));
+  }
+
   //! The algorithm AutoReduce picks for `bytes` per rank, and why, in a
   //! sentence (the same on every rank: the inputs to the choice are agreed).
   //! With MpiOptions::auto_tune, a size class's first calls measure the
@@ -304,13 +344,13 @@ class MpiCommunicator : public detail::AsyncForms<MpiCommunicator> {
     return detail::Described<T>{call, n};
   }
   friend class detail::AsyncForms<MpiCommunicator>;
-  //! Queues body(*this) behind this communicator's operations (async_forms.hpp).
+  //! Queues body(*this) behind this communicator's operations (async_forms.hpp);
+  //! the *_now bodies below run on whichever thread runs them (both forms' code).
   template <class What, class Body>
   Work submit_with(const char* name, What desc, Body body) {
     return work_.submit(ex_.rank(), name, ex_.options().timeout, desc,
                         std::function<void()>([this, body = std::move(body)] { body(*this); }));
   }
-  // The blocking bodies, on whichever thread runs them (one code path for both forms).
   void barrier_now() { detail::mpi::barrier_work(ex_); }
   template <class T>
   void broadcast_now(T* p, std::size_t n, int root) {
@@ -324,7 +364,6 @@ class MpiCommunicator : public detail::AsyncForms<MpiCommunicator> {
   void all_gather_now(const T* in, std::size_t n, T* out, std::size_t out_n) {
     detail::mpi::all_gather_work(ex_, in, n, out, out_n);
   }
-
   template <class T, ReduceOperation Op, class Algo>
   void all_reduce_now(const T* in, T* out, std::size_t n, std::size_t out_n, Op, Algo) {
     detail::check_op<Op, T>();

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <strata/comm/mpi/activity.hpp>
+#include <strata/comm/mpi/bounded_wait.hpp>
 #include <strata/comm/mpi/notices.hpp>
 #include <strata/comm/mpi/contract.hpp>
 #include <strata/comm/mpi/handles.hpp>
@@ -248,40 +249,39 @@ class Exchange {
     return ptrs_.data();
   }
 
-  //! Polls `ready()` until it returns true. Meanwhile: a notice that another
-  //! rank aborted raises CollectiveAborted with its reason; the interrupt
-  //! flag raises CollectiveAborted; the deadline raises CollectiveTimeout
-  //! with `missing()`. The communicator is then unusable, except after a
-  //! timeout when `poison_on_timeout` is false (nothing was left half done).
-  //! Every timeout marks the runtime failed (runtime.hpp): the process's
-  //! exit then waits for the other ranks only within the timeout, and aborts.
+  //! Waits (poll_until) until `ready()` returns true. Meanwhile: another rank's
+  //! abort notice raises CollectiveAborted with its reason, so does the interrupt
+  //! flag; the deadline raises CollectiveTimeout with `missing()`. The communicator
+  //! is then unusable, except after a timeout when `poison_on_timeout` is false
+  //! (nothing was left half done). Every timeout marks the runtime failed
+  //! (runtime.hpp): the exit then waits for the other ranks only within the timeout.
   template <class Ready, class Missing>
   void wait_until(Ready ready, Missing missing, bool poison_on_timeout = true) {
     std::optional<trace::Span> waiting;  // from the first look that finds the peers not there
-    for (int i = 0;; ++i) {
-      if (ready()) return;
-      if (i == 0 && trace::enabled())
+    bool first = true;
+    const auto look = [&] {
+      if (ready()) return true;
+      if (std::exchange(first, false) && trace::enabled())
         trace_wait(waiting.emplace("wait for peers", trace::Category::Wait), now_, cur_seq_);
-      if ((i & 15) == 15) {  // fast calls never pay for these checks
-        check_abort_notice();
-        if (interrupt_ && interrupt_->load(std::memory_order_relaxed)) {
-          poison("abandoned because a replica of rank " + std::to_string(rank_) + " failed");
-          throw CollectiveAborted("strata: " + activity() + " on rank " + std::to_string(rank_) +
-                                  " abandoned: a local replica failed");
-        }
-        if (std::chrono::steady_clock::now() > deadline_) {
-          const std::string msg = "strata: " + activity() + " on rank " + std::to_string(rank_) + " of " +
-                                  std::to_string(size_) + " timed out after " + std::to_string(opts_.timeout.count()) +
-                                  " ms: " + missing();
-          if (poison_on_timeout) poison(activity() + " timed out");
-          // even a wait that leaves the communicator usable (a recv that took
-          // nothing) gave up on a peer that may never come: the exit must not wait for it
-          else runtime().note_failure(opts_.timeout);
-          throw CollectiveTimeout(msg);
-        }
-      }
-      relax(i);
-    }
+      return false;
+    };
+    if (poll_until(deadline_, Pace::busy, look, [&] {
+          check_abort_notice();
+          if (interrupt_ && interrupt_->load(std::memory_order_relaxed)) {
+            poison("abandoned because a replica of rank " + std::to_string(rank_) + " failed");
+            throw CollectiveAborted("strata: " + activity() + " on rank " + std::to_string(rank_) +
+                                    " abandoned: a local replica failed");
+          }
+        }))
+      return;
+    const std::string msg = "strata: " + activity() + " on rank " + std::to_string(rank_) + " of " +
+                            std::to_string(size_) + " timed out after " + std::to_string(opts_.timeout.count()) +
+                            " ms: " + missing();
+    if (poison_on_timeout) poison(activity() + " timed out");
+    // even a wait that leaves the communicator usable (a recv that took
+    // nothing) gave up on a peer that may never come: the exit must not wait for it
+    else runtime().note_failure(opts_.timeout);
+    throw CollectiveTimeout(msg);
   }
 
   //! Tells every other rank that this one failed (`why`), so that their calls

@@ -11,19 +11,31 @@
 //!   detail::mpi::send_message(exchange, data, n, /*peer=*/1, /*tag=*/7);
 //!   detail::mpi::recv_message(exchange, data, n, /*peer=*/0, /*tag=*/7);
 //! No reduction: the bytes arrive as sent.
+//! Headerless messages (the end of this header) are for a protocol that
+//! frames its own, as the parameter servers' does: one MPI message each,
+//! started without waiting, waited for through the one bounded wait
+//! (bounded_wait.hpp), from several threads at once.
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <strata/comm/mpi/bounded_wait.hpp>
 #include <strata/comm/mpi/contract.hpp>
 #include <strata/comm/mpi/exchange.hpp>
 #include <strata/comm/mpi/handles.hpp>
 #include <strata/comm/mpi/mpi.hpp>
+#include <strata/comm/mpi/runtime.hpp>
 
 namespace strata::detail::mpi {
 
@@ -210,6 +222,155 @@ void recv_message(Exchange& ex, T* data, std::size_t n, int peer, int tag) {
         "MPI_Irecv");
   ex.wait_until([&] { return recvs.test_all(); },
                 [&] { return "rank " + std::to_string(peer) + " sent the header of its message but not its data"; });
+}
+
+//! The element types of headerless messages: strata's, and bytes (char).
+template <class T>
+concept Framed = Element<T> || std::same_as<T, char>;
+template <Framed T>
+MPI_Datatype framed_type() noexcept {
+  if constexpr (std::same_as<T, char>) return MPI_BYTE;
+  else return datatype<T>();
+}
+
+//! Headerless messages in flight: their requests, each one's peer, and the
+//! buffers MPI reads or writes for them (on the heap). Destroyed with
+//! requests still pending (a wait that timed out, a start that failed), it
+//! gives them up with its buffers, kept for the life of the process (a late
+//! peer's message lands there), as the collectives' are (activity.hpp).
+struct Requests {
+  std::vector<MPI_Request> reqs;
+  std::vector<int> peers;
+  std::vector<std::shared_ptr<const void>> keep;
+
+  Requests() = default;
+  Requests(Requests&& o) noexcept
+      : reqs(std::exchange(o.reqs, {})), peers(std::exchange(o.peers, {})), keep(std::exchange(o.keep, {})) {}
+  Requests& operator=(Requests&&) = delete;
+  Requests(const Requests&) = delete;
+  ~Requests() {
+    if (std::all_of(reqs.begin(), reqs.end(), [](MPI_Request r) { return r == MPI_REQUEST_NULL; })) return;
+    static auto* graveyard = new std::vector<Requests>;  // never destroyed: MPI may still use it at exit
+    static auto* mu = new std::mutex;
+    const std::lock_guard lk(*mu);
+    graveyard->push_back(std::move(*this));
+  }
+};
+
+//! A message probe_tagged found (matched: no other probe or receive can
+//! take it), to be received whole with recv_probed.
+struct Probed {
+  int source = -1, tag = -1;  //!< its sender, and its tag as the protocol names it
+  MPI_Status status{};
+  MPI_Message handle = MPI_MESSAGE_NULL;
+};
+
+//! Starts sending `n` elements at `data` (alive until the wait) to `peer`
+//! under `tag`, into `r`. The caller holds the MPI lock.
+template <Framed T>
+void post_send(MPI_Comm comm, Requests& r, const T* data, std::size_t n, int peer, int tag) {
+  r.peers.push_back(peer);
+  r.reqs.push_back(MPI_REQUEST_NULL);
+  check(MPI_Isend(data, as_count(n, "a message"), framed_type<T>(), peer, data_tag(tag), comm, &r.reqs.back()),
+        "MPI_Isend");
+}
+//! Starts receiving `peer`'s next message under `tag` into `n` elements at `data`.
+template <Framed T>
+void post_recv(MPI_Comm comm, Requests& r, T* data, std::size_t n, int peer, int tag) {
+  r.peers.push_back(peer);
+  r.reqs.push_back(MPI_REQUEST_NULL);
+  check(MPI_Irecv(data, as_count(n, "a message"), framed_type<T>(), peer, data_tag(tag), comm, &r.reqs.back()),
+        "MPI_Irecv");
+}
+
+//! A message from `source` (MPI_ANY_SOURCE: any rank) with one of `tags`,
+//! if one has arrived: matched into `m`. The caller holds the MPI lock.
+inline bool poll_tagged(MPI_Comm comm, int source, std::span<const int> tags, Probed& m) {
+  for (const int tag : tags) {
+    int flag = 0;
+    check(MPI_Improbe(source, data_tag(tag), comm, &flag, &m.handle, &m.status), "MPI_Improbe");
+    if (flag) {
+      m.source = m.status.MPI_SOURCE;
+      m.tag = tag;
+      return true;
+    }
+  }
+  return false;
+}
+
+//! The peers of `r`'s requests not complete, each once, in order (each
+//! request tested once more: one complete now is freed, as after a wait).
+inline std::vector<int> pending_peers(Requests& r, std::chrono::milliseconds timeout) {
+  std::vector<int> who;
+  const SerialMpi lock("a headerless message", timeout);
+  for (std::size_t i = 0; i < r.reqs.size(); ++i) {
+    int flag = 1;
+    if (r.reqs[i] != MPI_REQUEST_NULL) MPI_Test(&r.reqs[i], &flag, MPI_STATUS_IGNORE);
+    if (!flag && i < r.peers.size()) who.push_back(r.peers[i]);
+  }
+  std::sort(who.begin(), who.end());
+  who.erase(std::unique(who.begin(), who.end()), who.end());
+  return who;
+}
+
+//! Waits for every request of `r` within `timeout` (poll_until; the MPI
+//! lock taken for each look, so other threads' messages go on meanwhile).
+//! Past it: CollectiveTimeout(timed_out(the peers not complete)); the
+//! requests not complete are given up with `r`'s buffers when `r` goes.
+template <class Describe>
+void await_requests(Requests& r, std::chrono::milliseconds timeout, Describe timed_out) {
+  const auto done = [&] {
+    const SerialMpi lock("a headerless message", timeout);
+    int flag = 0;
+    check(MPI_Testall(static_cast<int>(r.reqs.size()), r.reqs.data(), &flag, MPI_STATUSES_IGNORE), "MPI_Testall");
+    return flag != 0;
+  };
+  if (poll_until(std::chrono::steady_clock::now() + timeout, Pace::patient, done, [] {})) return;
+  const std::string what = timed_out(pending_peers(r, timeout));
+  runtime().note_failure(timeout);  // the job's exit must not wait for these peers forever
+  throw CollectiveTimeout(what);
+}
+
+//! Waits within `timeout` for a message from `source` with one of `tags`
+//! (poll_tagged); past it, CollectiveTimeout(timed_out({})).
+template <class Describe>
+Probed probe_tagged(MPI_Comm comm, int source, std::span<const int> tags, std::chrono::milliseconds timeout,
+                    Describe timed_out) {
+  Probed m;
+  const auto found = [&] {
+    const SerialMpi lock("a headerless message", timeout);
+    return poll_tagged(comm, source, tags, m);
+  };
+  if (poll_until(std::chrono::steady_clock::now() + timeout, Pace::patient, found, [] {})) return m;
+  const std::string what = timed_out(std::vector<int>{});
+  runtime().note_failure(timeout);
+  throw CollectiveTimeout(what);
+}
+
+//! Receives the message `m` announced, whole, within `timeout` (a large
+//! message's data may still have to come from its sender).
+template <Framed T, class Describe>
+std::vector<T> recv_probed(Probed& m, std::chrono::milliseconds timeout, Describe timed_out) {
+  auto v = std::make_shared<std::vector<T>>();
+  Requests r;
+  {
+    const SerialMpi lock("a headerless message", timeout);
+    int n = 0;
+    check(MPI_Get_count(&m.status, framed_type<T>(), &n), "MPI_Get_count");
+    if (n < 0) {
+      std::string unit = "bytes";
+      if constexpr (!std::same_as<T, char>) unit = dtype_name<T>();
+      throw CollectiveError("strata: rank " + std::to_string(m.source) + " sent a message of tag " +
+                            std::to_string(m.tag) + " that is no whole number of " + unit);
+    }
+    v->resize(static_cast<std::size_t>(n));
+    r.keep.push_back(v);  // MPI may still write it if the wait times out
+    r.peers.push_back(m.source);
+    r.reqs.push_back(MPI_REQUEST_NULL);
+    check(MPI_Imrecv(v->data(), n, framed_type<T>(), &m.handle, &r.reqs.back()), "MPI_Imrecv");
+  }
+  await_requests(r, timeout, timed_out);
+  return std::move(*v);
 }
 
 }  // namespace strata::detail::mpi

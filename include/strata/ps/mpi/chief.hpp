@@ -54,8 +54,8 @@ class MpiChief {
                                                                 .on_failure = on_failure(o, spec)})) {
     if (o.staleness == std::uint64_t{0}) {
       // a completed round is applied on every server before anyone starts the next
-      coord_->clock().on_round([this](std::uint64_t) { tell_servers(kApply, nullptr, 0, MPI_FLOAT); });
-      coord_->on_worker_lost([this](int w) { tell_servers(kDrop, &w, 1, MPI_INT); });
+      coord_->clock().on_round([this](std::uint64_t) { tell_servers(kApply, std::vector<float>{}); });
+      coord_->on_worker_lost([this](int w) { tell_servers(kDrop, std::vector<int>{w}); });
     }
   }
   MpiChief(const MpiChief&) = delete;
@@ -73,13 +73,16 @@ class MpiChief {
       std::lock_guard lk(mu_);
       if (unreported_) std::rethrow_exception(std::exchange(unreported_, nullptr));
       if (!running_) {
-        tell_servers(kAssign, value_.data(), value_.size(), MPI_FLOAT);  // the chief's value is the truth between runs
+        tell_servers(kAssign, std::vector<float>(value_.data(), value_.data() + value_.size()));  // the truth between runs
         send_state();                                                    // and its optimizer state
         running_ = true;
         run_error_.clear();
       }
     }
-    return coord_->schedule([this, in = std::move(in)](WorkerContext& ctx) { return run_on_rank(ctx, in); });
+    // shared: a send that times out leaves the batch to MPI (send_step)
+    return coord_->schedule([this, in = std::make_shared<const StepInput>(std::move(in))](WorkerContext& ctx) {
+      return run_on_rank(ctx, in);
+    });
   }
   //! Waits for every scheduled step; errors as Coordinator::join.
   void join() {
@@ -98,15 +101,12 @@ class MpiChief {
     }
     // on the heap: a send that times out keeps its buffer (MPI may still read it)
     auto v = std::make_shared<std::vector<float>>(final_value.begin(), final_value.end());
-    std::vector<MPI_Request> reqs;
-    std::vector<int> peers;
+    PsLink::Requests reqs;
+    reqs.keep.push_back(v);
     for (int r = 0; r < link_.size(); ++r)
-      if (r != link_.rank()) {
-        reqs.push_back(link_.isend(v->data(), v->size(), r, kEnd));
-        peers.push_back(r);
-      }
+      if (r != link_.rank()) link_.isend(reqs, v->data(), v->size(), r, kEnd);
     try {
-      link_.wait_all(reqs, "the end of training to reach every rank", peers, {v});
+      link_.wait_all(reqs, "the end of training to reach every rank");
     } catch (const CollectiveTimeout& e) {
       std::lock_guard lk(mu_);
       if (run_error_.empty()) throw;
@@ -127,7 +127,7 @@ class MpiChief {
   //! The transport's part of a step: the batch to worker rank ctx.worker(),
   //! its answer back. A step that threw there throws here (the worker
   //! failed); a rank that does not answer is the transport's failure.
-  StepOutput run_on_rank(WorkerContext& ctx, const StepInput& in) {
+  StepOutput run_on_rank(WorkerContext& ctx, const std::shared_ptr<const StepInput>& in) {
     const int dst = spec_.workers.at(static_cast<std::size_t>(ctx.worker()));
     StepAnswer a;
     try {
@@ -161,42 +161,32 @@ class MpiChief {
     return noted(o.error);
   }
 
-  //! The servers' ranks, twice: the peers of an exchange that receives
-  //! from each server, then sends to each.
-  [[nodiscard]] std::vector<int> servers_twice() const {
-    std::vector<int> p(spec_.servers.begin(), spec_.servers.end());
-    p.insert(p.end(), spec_.servers.begin(), spec_.servers.end());
-    return p;
-  }
-
-  //! The chief tells every server something and waits for each one's ack.
-  void tell_servers(int tag, const void* data, std::size_t n, MPI_Datatype t) {
+  //! The chief tells every server `data` under `tag` and waits for each one's ack.
+  template <class T>
+  void tell_servers(int tag, std::vector<T> data) {
     std::lock_guard lk(servers_mu_);  // one exchange at a time: each expects one ack per server
-    // on the heap, the data copied: a wait that times out leaves them to MPI (PsLink::wait_all)
-    int size = 0;
-    mpi::check(MPI_Type_size(t, &size), "MPI_Type_size");
-    const auto* first = static_cast<const char*>(data);
-    auto copy = std::make_shared<std::vector<char>>(first, first + (data ? n * static_cast<std::size_t>(size) : 0));
-    auto acks = std::make_shared<std::vector<char>>(spec_.servers.size());
-    std::vector<MPI_Request> reqs;
-    for (std::size_t s = 0; s < spec_.servers.size(); ++s)
-      reqs.push_back(link_.irecv(&(*acks)[s], 0, spec_.servers[s], kAck, MPI_CHAR));
-    for (std::size_t s = 0; s < spec_.servers.size(); ++s)
-      reqs.push_back(link_.isend(data ? copy->data() : nullptr, n, spec_.servers[s], tag, t));
-    link_.wait_all(reqs, "the servers' acknowledgement", servers_twice(), {copy, acks});
+    // on the heap: a wait that times out leaves them to MPI (PsLink::wait_all)
+    auto copy = std::make_shared<std::vector<T>>(std::move(data));
+    auto acks = std::make_shared<std::vector<float>>(spec_.servers.size());
+    PsLink::Requests reqs;
+    reqs.keep = {copy, acks};
+    for (std::size_t s = 0; s < spec_.servers.size(); ++s) link_.irecv(reqs, &(*acks)[s], 0, spec_.servers[s], kAck);
+    for (const int server : spec_.servers) link_.isend(reqs, copy->data(), copy->size(), server, tag);
+    link_.wait_all(reqs, "the servers' acknowledgement");
   }
   //! The servers' value becomes the chief's.
   void read_servers() {
     std::lock_guard lk(servers_mu_);
     auto kept = std::make_shared<std::vector<std::vector<float>>>(spec_.servers.size());  // see tell_servers
     auto& parts = *kept;
-    std::vector<MPI_Request> reqs;
+    PsLink::Requests reqs;
+    reqs.keep.push_back(kept);
     for (std::size_t s = 0; s < parts.size(); ++s) {
       parts[s].resize(layout_.count_of(s));
-      reqs.push_back(link_.irecv(parts[s].data(), parts[s].size(), spec_.servers[s], kReadReply));
+      link_.irecv(reqs, parts[s].data(), parts[s].size(), spec_.servers[s], kReadReply);
     }
-    for (std::size_t s = 0; s < parts.size(); ++s) reqs.push_back(link_.isend(nullptr, 0, spec_.servers[s], kRead));
-    link_.wait_all(reqs, "the servers' values at the end of a run", servers_twice(), {kept});
+    for (const int server : spec_.servers) link_.isend_empty(reqs, server, kRead);
+    link_.wait_all(reqs, "the servers' values at the end of a run");
     for (std::size_t s = 0; s < parts.size(); ++s) layout_.scatter(s, parts[s], value_.span());
   }
 
@@ -207,18 +197,19 @@ class MpiChief {
     check_versions();
     auto kept = std::make_shared<std::vector<std::vector<char>>>(spec_.servers.size());  // see tell_servers
     auto& bytes = *kept;
-    auto acks = std::make_shared<std::vector<char>>(spec_.servers.size());
-    std::vector<MPI_Request> reqs;
+    auto acks = std::make_shared<std::vector<float>>(spec_.servers.size());
+    PsLink::Requests reqs;
+    reqs.keep = {kept, acks};
     for (std::size_t s = 0; s < spec_.servers.size(); ++s) {
       ServerStatePart part{{}, std::vector<float>(state_.slots * layout_.count_of(s))};
       for (std::size_t i : layout_.of(s)) part.versions.push_back(versions_[i]);
       if (!part.slots.empty()) state_.read(server_ranges(layout_, s), part.slots);
       bytes[s] = pack_state(part);
-      reqs.push_back(link_.irecv(&(*acks)[s], 0, spec_.servers[s], kAck, MPI_CHAR));
+      link_.irecv(reqs, &(*acks)[s], 0, spec_.servers[s], kAck);
     }
     for (std::size_t s = 0; s < spec_.servers.size(); ++s)
-      reqs.push_back(link_.isend(bytes[s].data(), bytes[s].size(), spec_.servers[s], kAssignState, MPI_BYTE));
-    link_.wait_all(reqs, "the servers' acknowledgement of the optimizer state", servers_twice(), {kept, acks});
+      link_.isend(reqs, bytes[s].data(), bytes[s].size(), spec_.servers[s], kAssignState);
+    link_.wait_all(reqs, "the servers' acknowledgement of the optimizer state");
   }
   //! The servers' optimizer state and versions become the chief's.
   void read_state() {
@@ -226,13 +217,14 @@ class MpiChief {
     check_versions();
     auto kept = std::make_shared<std::vector<std::vector<char>>>(spec_.servers.size());  // see tell_servers
     auto& bytes = *kept;
-    std::vector<MPI_Request> reqs;
+    PsLink::Requests reqs;
+    reqs.keep.push_back(kept);
     for (std::size_t s = 0; s < bytes.size(); ++s) {
       bytes[s].resize(state_bytes(layout_, s, state_.slots));
-      reqs.push_back(link_.irecv(bytes[s].data(), bytes[s].size(), spec_.servers[s], kReadStateReply, MPI_BYTE));
+      link_.irecv(reqs, bytes[s].data(), bytes[s].size(), spec_.servers[s], kReadStateReply);
     }
-    for (std::size_t s = 0; s < bytes.size(); ++s) reqs.push_back(link_.isend(nullptr, 0, spec_.servers[s], kReadState));
-    link_.wait_all(reqs, "the servers' optimizer state at the end of a run", servers_twice(), {kept});
+    for (const int server : spec_.servers) link_.isend_empty(reqs, server, kReadState);
+    link_.wait_all(reqs, "the servers' optimizer state at the end of a run");
     for (std::size_t s = 0; s < bytes.size(); ++s) {
       const auto part = unpack_state(bytes[s], layout_.of(s).size(), state_.slots * layout_.count_of(s),
                                      "server rank " + std::to_string(spec_.servers[s]) + "'s reply");

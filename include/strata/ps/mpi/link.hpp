@@ -1,12 +1,16 @@
 #pragma once
 //! The messages of the parameter server over MPI, shared by the chief, the
-//! servers and the workers: the tags, bounded sends, receives and probes on
-//! a private communicator, and where each server's shards sit in the flat
-//! vector of all variables. MPI runs MPI_THREAD_SERIALIZED, and the chief
-//! calls it from several threads (one per worker rank, as the Coordinator
-//! runs them, plus the training loop), so every call goes through one lock.
-//! Every wait is bounded by the timeout and raises CollectiveTimeout naming
-//! this rank and what it waited for.
+//! servers and the workers: the tags, and this rank's end of the protocol,
+//! an MpiCommunicator of its own over which they travel as the
+//! communicator's headerless tagged messages (comm/mpi/point_to_point.hpp:
+//! started without waiting, waited for through the one bounded wait); and
+//! where each server's shards sit in the flat vector of all variables. The
+//! chief sends and waits from several threads (one per worker rank, as the
+//! Coordinator runs them, plus the training loop): every MPI call holds the
+//! process-wide MPI lock (SerialMpi), a wait only for each look, so
+//! MPI_THREAD_SERIALIZED suffices. Every wait is bounded by the timeout and
+//! raises CollectiveTimeout naming this rank, what it waited for and the
+//! peers that did not answer.
 //!   detail::PsLink link{MPI_COMM_WORLD, 30s};
 //!   auto st = link.probe(chief, {detail::kStep, detail::kEnd}, "the chief's next step");
 
@@ -16,16 +20,13 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
-#include <strata/comm/mpi/handles.hpp>
-#include <strata/comm/mpi/mpi.hpp>
-#include <strata/comm/mpi/runtime.hpp>
+#include <strata/comm/mpi/communicator.hpp>
+#include <strata/comm/mpi/point_to_point.hpp>
 #include <strata/ps/partitioner.hpp>
 
 namespace strata::detail {
@@ -34,40 +35,26 @@ namespace strata::detail {
 enum PsTag : int { kAssign = 7101, kPull, kPullReply, kPush, kAck, kApply, kDrop, kRead, kReadReply, kStep, kStepX,
                    kStepY, kResult, kFailed, kEnd, kAssignState, kReadState, kReadStateReply };
 
-//! Point-to-point requests given up at their deadline, with the buffers MPI
-//! may still read or write for them (a late peer's reply lands there): kept
-//! for the life of the process, never freed nor reused, as comm/mpi keeps
-//! its abandoned collectives (activity.hpp's graveyard).
-struct PsAbandoned {
-  std::vector<MPI_Request> reqs;
-  std::vector<std::shared_ptr<void>> buffers;
-};
-inline std::vector<PsAbandoned>& ps_graveyard() {
-  static auto* g = new std::vector<PsAbandoned>;  // never destroyed: MPI may still use it at exit
-  return *g;
-}
-inline std::mutex& ps_graveyard_mutex() {
-  static auto* m = new std::mutex;
-  return *m;
-}
-
-//! This rank's end of the protocol: a duplicate of the job's communicator,
-//! and bounded, serialized point-to-point calls on it.
+//! This rank's end of the protocol: its own MpiCommunicator, and the
+//! bounded tagged messages on it.
 class PsLink {
  public:
+  //! Messages of one exchange in flight, with the buffers MPI uses for them
+  //! (given up with them if a wait times out: MPI may still use them).
+  using Requests = mpi::Requests;
+  //! A message probe() found (source, tag), to be received with recv_all().
+  using Message = mpi::Probed;
+
   //! Duplicates `world` without blocking: a rank that never gets here is
   //! reported (CollectiveTimeout after `timeout`), not waited for.
   PsLink(MPI_Comm world, std::chrono::milliseconds timeout)
-      : timeout_(timeout), comm_(((void)mpi::runtime(), mpi::CommHandle::dup(world, timeout))) {
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
-  }
+      : comm_(MpiCommunicator::duplicate(world, MpiOptions{.timeout = timeout})) {}
   PsLink(const PsLink&) = delete;
   PsLink& operator=(const PsLink&) = delete;
 
-  [[nodiscard]] int rank() const noexcept { return rank_; }
-  [[nodiscard]] int size() const noexcept { return size_; }
-  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  [[nodiscard]] int rank() const noexcept { return comm_.rank(); }
+  [[nodiscard]] int size() const noexcept { return comm_.size(); }
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return comm_.options().timeout; }
   //! How this rank names itself in errors ("chief", "server", "worker").
   void set_role_name(std::string name) { role_ = std::move(name); }
   //! How every rank is named in errors, by rank ("chief", "server", ...).
@@ -78,157 +65,72 @@ class PsLink {
     return "rank " + std::to_string(rank) + (r < roles_.size() && !roles_[r].empty() ? " (" + roles_[r] + ")" : "");
   }
 
-  MPI_Request irecv(void* buf, std::size_t n, int src, int tag, MPI_Datatype t = MPI_FLOAT) {
-    MPI_Request r;
-    std::lock_guard lk(mu_);
-    mpi::check(MPI_Irecv(buf, mpi::as_count(n, "a parameter-server message"), t, src, tag, comm_, &r), "MPI_Irecv");
-    return r;
+  //! Starts receiving `src`'s next message under `tag` into `n` elements at
+  //! `buf` (owned by `r.keep`, or alive until the wait returns), into `r`.
+  template <mpi::Framed T>
+  void irecv(Requests& r, T* buf, std::size_t n, int src, int tag) {
+    comm_.post_recv(r, buf, n, src, tag);
   }
-  MPI_Request isend(const void* buf, std::size_t n, int dst, int tag, MPI_Datatype t = MPI_FLOAT) {
-    MPI_Request r;
-    std::lock_guard lk(mu_);
-    mpi::check(MPI_Isend(buf, mpi::as_count(n, "a parameter-server message"), t, dst, tag, comm_, &r), "MPI_Isend");
-    return r;
+  //! Starts sending `n` elements at `buf` (as irecv's) to `dst` under `tag`, into `r`.
+  template <mpi::Framed T>
+  void isend(Requests& r, const T* buf, std::size_t n, int dst, int tag) {
+    comm_.post_send(r, buf, n, dst, tag);
   }
-  void send(const void* buf, std::size_t n, int dst, int tag, MPI_Datatype t = MPI_FLOAT) {
-    std::vector<MPI_Request> v{isend(buf, n, dst, tag, t)};
-    wait_all(v, "a message to " + name_of(dst));
+  //! Starts sending an empty message (a request, an acknowledgement) to `dst`.
+  void isend_empty(Requests& r, int dst, int tag) { comm_.post_send(r, static_cast<const float*>(nullptr), 0, dst, tag); }
+  //! Sends `data` to `dst` under `tag` and waits until it has left.
+  template <mpi::Framed T>
+  void send(std::vector<T> data, int dst, int tag) {
+    Requests r;
+    auto kept = std::make_shared<std::vector<T>>(std::move(data));
+    r.keep.push_back(kept);
+    isend(r, kept->data(), kept->size(), dst, tag);
+    wait_all(r, "a message to " + name_of(dst), false);
   }
-  //! Waits for every request, at most the timeout. `peers` (one per
-  //! request, when given): the rank each request exchanges with, so that a
-  //! timeout names the ranks that did not take part ("... for the end of
-  //! training sent to every rank; rank 2 (worker) did not take it").
-  //! `keep`: the buffers the requests read or write (on the heap). On a
-  //! timeout the requests not complete are abandoned, and `keep` with them
-  //! (ps_graveyard(), for the life of the process): MPI may still use them.
-  //! A caller whose buffers are its own locals must pass them here.
-  void wait_all(std::vector<MPI_Request>& reqs, const std::string& what, std::span<const int> peers = {},
-                std::vector<std::shared_ptr<void>> keep = {}) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    for (int spins = 0;; ++spins) {
-      int done = 0;
-      {
-        std::lock_guard lk(mu_);
-        mpi::check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
-      }
-      if (done) return;
-      if (std::chrono::steady_clock::now() > deadline) {
-        const std::string who = missing(reqs, peers);
-        abandon(reqs, std::move(keep));
-        timed_out(what + who);
-      }
-      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+  //! Sends an empty message to `dst` under `tag` and waits until it has left.
+  void send_empty(int dst, int tag) { send(std::vector<float>{}, dst, tag); }
+  //! Waits for every request of `r`, at most the timeout; past it,
+  //! CollectiveTimeout naming what it waited for and (with `name_peers`, when
+  //! `what` does not) the peers that did not take part ("... for the end of
+  //! training to reach every rank; no answer from rank 2 (worker)"); the
+  //! requests not complete are given up with r.keep.
+  void wait_all(Requests& r, const std::string& what, bool name_peers = true) {
+    comm_.await(r, [&](const std::vector<int>& missing) { return timed_out(what, name_peers ? missing : none()); });
   }
-  //! Gives up `reqs` (those not complete) and `keep` to ps_graveyard().
-  static void abandon(std::vector<MPI_Request>& reqs, std::vector<std::shared_ptr<void>> keep) {
-    PsAbandoned a{{}, std::move(keep)};
-    for (MPI_Request& r : reqs)
-      if (r != MPI_REQUEST_NULL) a.reqs.push_back(std::exchange(r, MPI_REQUEST_NULL));
-    std::lock_guard g(ps_graveyard_mutex());
-    ps_graveyard().push_back(std::move(a));
-  }
-  //! A message taken off the queue by probe() (matched: no other thread can
-  //! receive it), to be received with recv_all().
-  struct Message {
-    int source = -1, tag = -1;
-    MPI_Status status{};
-    MPI_Message handle = MPI_MESSAGE_NULL;
-  };
-  //! A message with one of `tags` from `src` (MPI_ANY_SOURCE: anyone) if one is waiting.
-  bool poll(int src, std::initializer_list<int> tags, Message& m) {
-    std::lock_guard lk(mu_);
-    for (int tag : tags) {
-      int flag = 0;
-      mpi::check(MPI_Improbe(src, tag, comm_, &flag, &m.handle, &m.status), "MPI_Improbe");
-      if (flag) {
-        m.source = m.status.MPI_SOURCE;
-        m.tag = m.status.MPI_TAG;
-        return true;
-      }
-    }
-    return false;
-  }
-  //! Waits for a message with one of `tags` from `src`, at most the timeout.
+  //! Waits for a message with one of `tags` from `src` (MPI_ANY_SOURCE:
+  //! anyone), at most the timeout.
   Message probe(int src, std::initializer_list<int> tags, const std::string& what) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    Message m;
-    for (int spins = 0;; ++spins) {
-      if (poll(src, tags, m)) return m;
-      if (std::chrono::steady_clock::now() > deadline) timed_out(what);
-      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    return comm_.probe_tagged(src, std::span<const int>(tags.begin(), tags.size()),
+                              [&](const std::vector<int>& missing) { return timed_out(what, missing); });
   }
-  //! Receives the message `m` announced, whole (MPI_Imrecv, bounded by the
-  //! timeout: a large message's data may still have to come from its sender).
-  template <class T>
-  std::vector<T> recv_all(Message& m, MPI_Datatype t) {
-    int n = 0;
-    MPI_Get_count(&m.status, t, &n);
-    auto v = std::make_shared<std::vector<T>>(static_cast<std::size_t>(n));
-    std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-    {
-      std::lock_guard lk(mu_);
-      mpi::check(MPI_Imrecv(v->data(), n, t, &m.handle, reqs.data()), "MPI_Imrecv");
-    }
-    wait_all(reqs, "the rest of a message from " + name_of(m.source), {}, {v});  // MPI may still write it
-    return std::move(*v);
+  //! Receives the message `m` announced, whole (bounded by the timeout: a
+  //! large message's data may still have to come from its sender).
+  template <mpi::Framed T>
+  std::vector<T> recv_all(Message& m) {
+    return comm_.recv_probed<T>(
+        m, [&](const std::vector<int>&) { return timed_out("the rest of a message from " + name_of(m.source), none()); });
   }
   //! Every rank's `mine` (fixed size, the same everywhere) gathered into
-  //! `all` in rank order by a non-blocking all-gather, bounded by the timeout.
-  void all_gather(const std::vector<std::int64_t>& mine, std::vector<std::int64_t>& all,
-                  const std::string& what = "every rank to agree on the cluster and the run") {
-    // on the heap: a collective MPI cannot cancel keeps its buffers if it times out
-    auto send = std::make_shared<std::vector<std::int64_t>>(mine);
-    auto got = std::make_shared<std::vector<std::int64_t>>(mine.size() * static_cast<std::size_t>(size_));
-    const int n = mpi::as_count(mine.size(), "an all-gather");
-    std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-    {
-      std::lock_guard lk(mu_);
-      mpi::check(MPI_Iallgather(send->data(), n, MPI_INT64_T, got->data(), n, MPI_INT64_T, comm_, reqs.data()),
-                 "MPI_Iallgather");
-    }
-    try {
-      wait_all(reqs, what + " (an all-gather over all " + std::to_string(size_) + " ranks)", {}, {send, got});
-    } catch (...) {
-      comm_.keep_forever();  // a collective MPI cannot cancel may still use it
-      throw;
-    }
-    all = std::move(*got);
-  }
-  //! "; no answer from rank 2 (worker)": the peers of the requests not
-  //! complete (each tested once more; a complete one is freed, as after a
-  //! wait). Empty without peers.
-  std::string missing(std::vector<MPI_Request>& reqs, std::span<const int> peers) {
-    if (peers.size() != reqs.size()) return {};
-    std::vector<int> who;
-    {
-      std::lock_guard lk(mu_);
-      for (std::size_t i = 0; i < reqs.size(); ++i) {
-        int flag = 1;
-        if (reqs[i] != MPI_REQUEST_NULL) MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
-        if (!flag && std::find(who.begin(), who.end(), peers[i]) == who.end()) who.push_back(peers[i]);
-      }
-    }
-    if (who.empty()) return {};
-    std::sort(who.begin(), who.end());
-    std::string s = "; no answer from ";
-    for (std::size_t i = 0; i < who.size(); ++i) s += (i ? ", " : "") + name_of(who[i]);
-    return s;
-  }
-  [[noreturn]] void timed_out(const std::string& what) const {
-    mpi::runtime().note_failure(timeout_);  // the job's exit must not wait for this rank's peers forever
-    throw CollectiveTimeout("strata: rank " + std::to_string(rank_) + (role_.empty() ? "" : " (" + role_ + ")") +
-                            " waited " + std::to_string(timeout_.count()) + " ms for " + what);
-  }
+  //! `all` (sized for every rank's) in rank order: the communicator's
+  //! all-gather, under its contract and timeout.
+  void all_gather(const std::vector<std::int64_t>& mine, std::vector<std::int64_t>& all) { comm_.all_gather(mine, all); }
 
  private:
-  std::chrono::milliseconds timeout_;
-  mpi::CommHandle comm_;
-  int rank_ = 0, size_ = 0;
+  static const std::vector<int>& none() {
+    static const std::vector<int> n;
+    return n;
+  }
+  //! "strata: rank 0 (chief) waited 2000 ms for <what>; no answer from rank 2 (worker 0)".
+  [[nodiscard]] std::string timed_out(const std::string& what, const std::vector<int>& missing) const {
+    std::string s = "strata: rank " + std::to_string(rank()) + (role_.empty() ? "" : " (" + role_ + ")") + " waited " +
+                    std::to_string(timeout().count()) + " ms for " + what;
+    for (std::size_t i = 0; i < missing.size(); ++i) s += (i ? ", " : "; no answer from ") + name_of(missing[i]);
+    return s;
+  }
+
+  MpiCommunicator comm_;
   std::string role_;
   std::vector<std::string> roles_;  // every rank's, for errors
-  std::mutex mu_;  // MPI_THREAD_SERIALIZED: one call at a time
 };
 
 //! Where each server's shards sit in the flat vector of all variables

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/ps/cluster_spec.hpp>
@@ -43,18 +44,18 @@ inline void serve_as_server(PsLink& link, const ServerLayout& layout, const Clus
     const int src = st.source;
     switch (st.tag) {
       case kPull: {
-        (void)link.recv_all<float>(st, MPI_FLOAT);
+        (void)link.recv_all<float>(st);
         std::vector<float> out(layout.count_of(me));
         std::size_t at = 0;
         for (std::size_t i : mine) {
           store.pull(i, std::span<float>(out).subspan(at, shards[i].size()));
           at += shards[i].size();
         }
-        link.send(out.data(), out.size(), src, kPullReply);
+        link.send(std::move(out), src, kPullReply);
         break;
       }
       case kPush: {
-        const auto g = link.recv_all<float>(st, MPI_FLOAT);
+        const auto g = link.recv_all<float>(st);
         if (g.size() != layout.count_of(me))
           throw ShapeError("ParameterServerStrategy: server rank " + std::to_string(link.rank()) + " got a push of " +
                            std::to_string(g.size()) + " elements from rank " + std::to_string(src) + ", it holds " +
@@ -67,53 +68,52 @@ inline void serve_as_server(PsLink& link, const ServerLayout& layout, const Clus
           else store.push(i, part, update);
           at += shards[i].size();
         }
-        link.send(nullptr, 0, src, kAck);
+        link.send_empty(src, kAck);
         break;
       }
       case kApply:
-        (void)link.recv_all<float>(st, MPI_FLOAT);
+        (void)link.recv_all<float>(st);
         store.apply_staged(update);
-        link.send(nullptr, 0, src, kAck);
+        link.send_empty(src, kAck);
         break;
       case kDrop: {
-        const auto w = link.recv_all<int>(st, MPI_INT);
+        const auto w = link.recv_all<int>(st);
         if (!w.empty()) store.drop_staged(w[0]);
-        link.send(nullptr, 0, src, kAck);
+        link.send_empty(src, kAck);
         break;
       }
       case kAssign: {
-        const auto v = link.recv_all<float>(st, MPI_FLOAT);
+        const auto v = link.recv_all<float>(st);
         store.assign(v);
-        link.send(nullptr, 0, src, kAck);
+        link.send_empty(src, kAck);
         break;
       }
       case kRead: {
-        (void)link.recv_all<float>(st, MPI_FLOAT);
-        const auto part = layout.gather(me, store.unsynchronized_value().span());
-        link.send(part.data(), part.size(), src, kReadReply);
+        (void)link.recv_all<float>(st);
+        auto part = layout.gather(me, store.unsynchronized_value().span());
+        link.send(std::move(part), src, kReadReply);
         break;
       }
       case kAssignState: {
-        const auto b = link.recv_all<char>(st, MPI_BYTE);
+        const auto b = link.recv_all<char>(st);
         const auto part = unpack_state(b, mine.size(), floats,
                                        "the optimizer state rank " + std::to_string(src) + " sent server rank " +
                                            std::to_string(link.rank()));
         for (std::size_t k = 0; k < mine.size(); ++k) store.set_version(mine[k], part.versions[k]);
         if (floats) state.write(ranges, part.slots);
-        link.send(nullptr, 0, src, kAck);
+        link.send_empty(src, kAck);
         break;
       }
       case kReadState: {
-        (void)link.recv_all<float>(st, MPI_FLOAT);
+        (void)link.recv_all<float>(st);
         ServerStatePart part{std::vector<std::uint64_t>(mine.size()), std::vector<float>(floats)};
         for (std::size_t k = 0; k < mine.size(); ++k) part.versions[k] = store.version(mine[k]);
         if (floats) state.read(ranges, part.slots);
-        const auto b = pack_state(part);
-        link.send(b.data(), b.size(), src, kReadStateReply, MPI_BYTE);
+        link.send(pack_state(part), src, kReadStateReply);
         break;
       }
       case kEnd: {
-        const auto v = link.recv_all<float>(st, MPI_FLOAT);
+        const auto v = link.recv_all<float>(st);
         std::copy_n(v.data(), std::min(v.size(), final_value.size()), final_value.data());
         return;
       }

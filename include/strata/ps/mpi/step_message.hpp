@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,7 +20,9 @@
 namespace strata::detail {
 
 //! Sends step `ctx` (its id, clock and attempt) with batch `in` to rank `dst`.
-inline void send_step(PsLink& link, int dst, const WorkerContext& ctx, const StepInput& in) {
+//! `in` is shared: a wait that times out leaves it to MPI, which may still read it.
+inline void send_step(PsLink& link, int dst, const WorkerContext& ctx, const std::shared_ptr<const StepInput>& step) {
+  const StepInput& in = *step;
   // header: step id, iteration, worker clock, attempt, x rank, x dims..., y rank, y dims...
   std::vector<std::int64_t> h{static_cast<std::int64_t>(ctx.step()), in.iteration,
                               static_cast<std::int64_t>(ctx.clock()), ctx.attempt()};
@@ -27,15 +30,19 @@ inline void send_step(PsLink& link, int dst, const WorkerContext& ctx, const Ste
     h.push_back(static_cast<std::int64_t>(x->shape().rank()));
     for (auto d : x->shape().dims()) h.push_back(static_cast<std::int64_t>(d));
   }
-  std::vector<MPI_Request> reqs{link.isend(h.data(), h.size(), dst, kStep, MPI_INT64_T),
-                                link.isend(in.x.data(), in.x.size(), dst, kStepX),
-                                link.isend(in.y.data(), in.y.size(), dst, kStepY)};
-  link.wait_all(reqs, "worker rank " + std::to_string(dst) + " to take step " + std::to_string(ctx.step()));
+  // on the heap: a wait that times out leaves them to MPI
+  auto kept = std::make_shared<std::vector<std::int64_t>>(std::move(h));
+  PsLink::Requests r;
+  r.keep = {kept, step};
+  link.isend(r, kept->data(), kept->size(), dst, kStep);
+  link.isend(r, in.x.data(), in.x.size(), dst, kStepX);
+  link.isend(r, in.y.data(), in.y.size(), dst, kStepY);
+  link.wait_all(r, "worker rank " + std::to_string(dst) + " to take step " + std::to_string(ctx.step()), false);
 }
 
 //! Receives the step whose header `st` announced from rank `chief`, for worker `w`.
 inline std::pair<WorkerContext, StepInput> recv_step(PsLink& link, PsLink::Message& st, int w, int chief) {
-  const auto h = link.recv_all<std::int64_t>(st, MPI_INT64_T);
+  const auto h = link.recv_all<std::int64_t>(st);
   std::size_t at = 4;
   const auto shape = [&] {
     const auto r = static_cast<std::size_t>(h.at(at++));
@@ -46,11 +53,15 @@ inline std::pair<WorkerContext, StepInput> recv_step(PsLink& link, PsLink::Messa
   StepInput in;
   in.iteration = h.at(1);
   const Shape xs = shape(), ys = shape();
-  in.x = Tensor<float>(xs);
-  in.y = Tensor<float>(ys);
-  std::vector<MPI_Request> reqs{link.irecv(in.x.data(), in.x.size(), chief, kStepX),
-                                link.irecv(in.y.data(), in.y.size(), chief, kStepY)};
-  link.wait_all(reqs, "a step's batch from the chief");
+  // on the heap: a wait that times out leaves them to MPI
+  auto x = std::make_shared<Tensor<float>>(xs), y = std::make_shared<Tensor<float>>(ys);
+  PsLink::Requests r;
+  r.keep = {x, y};
+  link.irecv(r, x->data(), x->size(), chief, kStepX);
+  link.irecv(r, y->data(), y->size(), chief, kStepY);
+  link.wait_all(r, "a step's batch from the chief", false);
+  in.x = std::move(*x);
+  in.y = std::move(*y);
   return {WorkerContext{w, static_cast<std::uint64_t>(h[0]), static_cast<std::uint64_t>(h[2]), static_cast<int>(h[3])},
           std::move(in)};
 }
@@ -59,12 +70,12 @@ inline std::pair<WorkerContext, StepInput> recv_step(PsLink& link, PsLink::Messa
 inline void send_result(PsLink& link, int chief, std::uint64_t id, const StepOutput& out) {
   std::vector<double> r{static_cast<double>(id), static_cast<double>(out.rows), out.loss};
   r.insert(r.end(), out.metrics.begin(), out.metrics.end());
-  link.send(r.data(), r.size(), chief, kResult, MPI_DOUBLE);
+  link.send(std::move(r), chief, kResult);
 }
 //! The worker's answer: step `id` threw `what`.
 inline void send_failure(PsLink& link, int chief, std::uint64_t id, const std::string& what) {
   const std::string msg = std::to_string(id) + "\n" + what;
-  link.send(msg.data(), msg.size(), chief, kFailed, MPI_CHAR);
+  link.send(std::vector<char>(msg.begin(), msg.end()), chief, kFailed);
 }
 
 //! A worker's answer to a step: its output, or what the step threw there.
@@ -80,11 +91,11 @@ inline StepAnswer recv_answer(PsLink& link, int src, int w, std::uint64_t id) {
                                    "worker " + std::to_string(w) + " (rank " + std::to_string(src) +
                                        ") to answer step " + std::to_string(id));
   if (st.tag == kFailed) {
-    const auto m = link.recv_all<char>(st, MPI_CHAR);
+    const auto m = link.recv_all<char>(st);
     const std::string msg(m.begin(), m.end());
     return {{}, msg.substr(msg.find('\n') + 1)};
   }
-  const auto r = link.recv_all<double>(st, MPI_DOUBLE);
+  const auto r = link.recv_all<double>(st);
   if (r.size() < 3 || static_cast<std::uint64_t>(r[0]) != id)
     throw Error("ParameterServerStrategy: worker rank " + std::to_string(src) + " answered " +
                 (r.empty() ? std::string("nothing") : "step " + std::to_string(static_cast<std::uint64_t>(r[0]))) +

@@ -31,13 +31,14 @@ inline void pull_from_servers(PsLink& link, const ServerLayout& layout, const Cl
   // on the heap: a wait that times out leaves them to MPI (PsLink::wait_all)
   auto kept = std::make_shared<std::vector<std::vector<float>>>(layout.servers());
   auto& bufs = *kept;
-  std::vector<MPI_Request> reqs;
+  PsLink::Requests reqs;
+  reqs.keep.push_back(kept);
   for (std::size_t s = 0; s < bufs.size(); ++s) {
     bufs[s].resize(layout.count_of(s));
-    reqs.push_back(link.irecv(bufs[s].data(), bufs[s].size(), spec.servers[s], kPullReply));
+    link.irecv(reqs, bufs[s].data(), bufs[s].size(), spec.servers[s], kPullReply);
   }
-  for (std::size_t s = 0; s < bufs.size(); ++s) link.send(nullptr, 0, spec.servers[s], kPull);
-  link.wait_all(reqs, "a pull from the servers", spec.servers, {kept});
+  for (std::size_t s = 0; s < bufs.size(); ++s) link.isend_empty(reqs, spec.servers[s], kPull);
+  link.wait_all(reqs, "a pull from the servers");
   for (std::size_t s = 0; s < bufs.size(); ++s) layout.scatter(s, bufs[s], params);
 }
 
@@ -47,16 +48,15 @@ inline void push_to_servers(PsLink& link, const ServerLayout& layout, const Clus
   // on the heap: a wait that times out leaves them to MPI (PsLink::wait_all)
   auto kept = std::make_shared<std::vector<std::vector<float>>>(layout.servers());
   auto& bufs = *kept;
-  std::vector<MPI_Request> reqs;
-  auto acks = std::make_shared<std::vector<char>>(bufs.size());
-  for (std::size_t s = 0; s < bufs.size(); ++s) reqs.push_back(link.irecv(&(*acks)[s], 0, spec.servers[s], kAck));
+  auto acks = std::make_shared<std::vector<float>>(bufs.size());
+  PsLink::Requests reqs;
+  reqs.keep = {kept, acks};
+  for (std::size_t s = 0; s < bufs.size(); ++s) link.irecv(reqs, &(*acks)[s], 0, spec.servers[s], kAck);
   for (std::size_t s = 0; s < bufs.size(); ++s) {
     bufs[s] = layout.gather(s, grad);
-    reqs.push_back(link.isend(bufs[s].data(), bufs[s].size(), spec.servers[s], kPush));
+    link.isend(reqs, bufs[s].data(), bufs[s].size(), spec.servers[s], kPush);
   }
-  std::vector<int> peers(spec.servers.begin(), spec.servers.end());
-  peers.insert(peers.end(), spec.servers.begin(), spec.servers.end());
-  link.wait_all(reqs, "a push to the servers", peers, {kept, acks});
+  link.wait_all(reqs, "a push to the servers");
 }
 
 //! Runs the chief's steps with `step` (after `before_step`, if set) until
@@ -69,7 +69,7 @@ inline void serve_as_worker(PsLink& link, const ClusterSpec& spec,
   for (;;) {
     auto st = link.probe(spec.chief, {kStep, kEnd}, "the chief's next step");
     if (st.tag == kEnd) {
-      const auto v = link.recv_all<float>(st, MPI_FLOAT);
+      const auto v = link.recv_all<float>(st);
       std::copy_n(v.data(), std::min(v.size(), final_value.size()), final_value.data());
       return;
     }
