@@ -25,9 +25,9 @@ STRATA_HD constexpr std::uint64_t splitmix(std::uint64_t x) noexcept {
 }
 //! Combines words into one well-mixed key (order matters: mix(a, b) != mix(b, a)).
 //!   const auto key = strata::detail::mix(seed, pass);
-constexpr std::uint64_t mix(std::uint64_t a, std::uint64_t b) noexcept { return splitmix(a ^ splitmix(b)); }
+STRATA_HD constexpr std::uint64_t mix(std::uint64_t a, std::uint64_t b) noexcept { return splitmix(a ^ splitmix(b)); }
 template <class... R>
-constexpr std::uint64_t mix(std::uint64_t a, std::uint64_t b, R... rest) noexcept {
+STRATA_HD constexpr std::uint64_t mix(std::uint64_t a, std::uint64_t b, R... rest) noexcept {
   return mix(mix(a, b), rest...);
 }
 }  // namespace detail

@@ -353,6 +353,31 @@ class CudaCompute final : public kernels::Compute {
     DeviceGuard g{device_};
     detail::launch_adam(stream_.get(), w, grad, m, v, n, s);
   }
+  // -- a capturable step (kernels/step_state.hpp) ------------------------------
+  void sgd_at(float* w, const float* g, float* v, std::size_t n, const kernels::SgdStep& s,
+              const kernels::DeviceStep& d) override {
+    DeviceGuard guard{device_};
+    detail::launch_sgd_at(stream_.get(), w, g, v, n, s, d);
+  }
+  void adam_at(float* w, const float* g, float* m, float* v, std::size_t n, const kernels::AdamStep& s,
+               const kernels::DeviceStep& d) override {
+    DeviceGuard guard{device_};
+    detail::launch_adam_at(stream_.get(), w, g, m, v, n, s, d);
+  }
+  void dropout_at(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base, std::uint64_t layer,
+                  std::uint64_t salt, const kernels::StepCounters* c, float rate) override {
+    DeviceGuard guard{device_};
+    detail::launch_dropout_at(stream_.get(), x, y, mask, n, key_base, layer, salt, c, rate);
+  }
+  void end_step(kernels::StepCounters* c, bool gated) override {
+    DeviceGuard guard{device_};
+    detail::launch_end_step(stream_.get(), c, gated);
+  }
+  [[nodiscard]] bool captures_steps() const noexcept override { return true; }
+  void begin_step_capture() override { begin_capture(); }
+  [[nodiscard]] std::unique_ptr<kernels::StepGraph> end_step_capture() override {
+    return std::make_unique<GraphStep>(end_capture());
+  }
 
  private:
   void refuse_in_capture(const char* call) const {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include <strata/cuda/error.hpp>
+#include <strata/kernels/step_state.hpp>
 
 namespace strata::cuda {
 
@@ -47,6 +48,16 @@ class Graph {
  private:
   cudaGraphExec_t exec_ = nullptr;
   cudaStream_t stream_ = nullptr;
+};
+
+//! A captured training step as kernels::StepGraph (CudaCompute::end_step_capture).
+class GraphStep final : public kernels::StepGraph {
+ public:
+  explicit GraphStep(Graph g) noexcept : g_(std::move(g)) {}
+  void launch() override { g_.launch(); }
+
+ private:
+  Graph g_;
 };
 
 }  // namespace strata::cuda

@@ -34,6 +34,8 @@ void launch_axpy(cudaStream_t s, float a, const float* x, float* y, std::size_t 
 void launch_dropout(cudaStream_t s, const float* x, float* y, float* mask, std::size_t n, std::uint64_t key,
                     float rate);
 void launch_multiply(cudaStream_t s, const float* x, const float* mask, float* y, std::size_t n);
+void launch_dropout_at(cudaStream_t s, const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base,
+                       std::uint64_t layer, std::uint64_t salt, const kernels::StepCounters* c, float rate);
 
 // layer_norm.cuh
 void launch_layer_norm(cudaStream_t s, const float* x, const float* gamma, const float* beta, float* y, float* xhat,
@@ -69,5 +71,10 @@ void launch_max_pool_backward(cudaStream_t s, const Window2D& g, const float* dy
 // optim.cuh
 void launch_sgd(cudaStream_t s, float* w, const float* g, float* v, std::size_t n, const SgdStep& step);
 void launch_adam(cudaStream_t s, float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& step);
+void launch_sgd_at(cudaStream_t s, float* w, const float* g, float* v, std::size_t n, const SgdStep& step,
+                   const kernels::DeviceStep& d);
+void launch_adam_at(cudaStream_t s, float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& step,
+                    const kernels::DeviceStep& d);
+void launch_end_step(cudaStream_t s, kernels::StepCounters* c, bool gated);
 
 }  // namespace strata::cuda::detail

@@ -15,11 +15,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include <strata/core/error.hpp>
 #include <strata/kernels/bodies/activations.hpp>
 #include <strata/kernels/memory.hpp>
+#include <strata/kernels/step_state.hpp>
 
 namespace strata::kernels {
 
@@ -146,6 +149,34 @@ class Compute : public Memory {
   virtual void sgd(float* w, const float* g, float* v, std::size_t n, const SgdStep& s) = 0;
   //! Adam in one pass: m, v updated, w -= lr_t * m / (sqrt(v) + epsilon).
   virtual void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) = 0;
+
+  // -- a capturable step (kernels/step_state.hpp) ----------------------------
+  // What varies from step to step is read in this space, where a replayed
+  // capture finds it: each op gives the bits of its by-value form above.
+  //! sgd with s.lr replaced by rate_at(*d.rates, d.counters->iteration); no
+  //! change when the gate is closed (update_runs(d) false).
+  virtual void sgd_at(float* w, const float* g, float* v, std::size_t n, const SgdStep& s, const DeviceStep& d) = 0;
+  //! adam with s.lr_t replaced by rate_at(*d.rates, d.counters->iteration), gated as sgd_at.
+  virtual void adam_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s,
+                       const DeviceStep& d) = 0;
+  //! dropout with key mix(key_base, c->iteration, layer, salt) (Dropout's
+  //! key is mix(seed, replica, iteration, layer, salt) = that, key_base = mix(seed, replica)).
+  virtual void dropout_at(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base,
+                          std::uint64_t layer, std::uint64_t salt, const StepCounters* c, float rate) = 0;
+  //! end_step_body(*c, gated): the iteration advanced, or the skip counted.
+  virtual void end_step(StepCounters* c, bool gated) = 0;
+
+  //! Whether this space captures a step's calls itself (a GPU: a CUDA
+  //! graph); the host's is captured by a RecordingCompute around it
+  //! (kernels/recording_compute.hpp).
+  [[nodiscard]] virtual bool captures_steps() const noexcept { return false; }
+  //! From here to end_step_capture() calls are captured, not run; upload,
+  //! download, synchronize and allocation are refused meanwhile.
+  virtual void begin_step_capture() { throw Error(name() + " cannot capture a step"); }
+  //! The captured calls, replayed by launch().
+  [[nodiscard]] virtual std::unique_ptr<StepGraph> end_step_capture() {
+    throw Error(name() + " cannot capture a step");
+  }
 };
 
 }  // namespace strata::kernels

@@ -39,12 +39,24 @@ class Adam final : public Optimizer {
  protected:
   void update(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,
               std::size_t offset, std::int64_t step) const override {
-    const double t = static_cast<double>(step + 1);
-    const float lr_t = static_cast<float>(lr_(step) * std::sqrt(1.0 - std::pow(static_cast<double>(o_.beta_2), t)) /
-                                          (1.0 - std::pow(static_cast<double>(o_.beta_1), t)));
+    const float lr_t = step_rate(step);
     if (w.empty()) return;
     c.adam(w.data(), g.data(), slot(s, 0, offset), slot(s, 1, offset), w.size(),
            kernels::AdamStep{lr_t, o_.beta_1, o_.beta_2, o_.epsilon});
+  }
+  void update_at(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,
+                 std::size_t offset, const kernels::DeviceStep& d) const override {
+    if (w.empty()) return;
+    c.adam_at(w.data(), g.data(), slot(s, 0, offset), slot(s, 1, offset), w.size(),
+              kernels::AdamStep{0.f, o_.beta_1, o_.beta_2, o_.epsilon}, d);
+  }
+
+ public:
+  //! The rate with Adam's bias correction for step `step` folded in.
+  [[nodiscard]] float step_rate(std::int64_t step) const override {
+    const double t = static_cast<double>(step + 1);
+    return static_cast<float>(lr_(step) * std::sqrt(1.0 - std::pow(static_cast<double>(o_.beta_2), t)) /
+                              (1.0 - std::pow(static_cast<double>(o_.beta_1), t)));
   }
 
  private:

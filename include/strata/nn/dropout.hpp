@@ -75,7 +75,11 @@ class Dropout : public detail::LayerBase<Dropout> {
       return;
     }
     mask_.resize(c, x.shape());
-    if (x.size())
+    if (x.size() && info.counters)  // a capturable step: the iteration read where the replay finds it
+      c.dropout_at(x.data(), y.data(), mask_.data(), x.size(),
+                   detail::mix(info.seed, static_cast<std::uint64_t>(info.replica)), info.layer, salt_, info.counters,
+                   rate_);
+    else if (x.size())
       c.dropout(x.data(), y.data(), mask_.data(), x.size(),
                 detail::mix(info.seed, static_cast<std::uint64_t>(info.replica), info.step, info.layer, salt_), rate_);
   }

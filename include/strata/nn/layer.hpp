@@ -58,6 +58,9 @@ struct RunInfo {
   std::uint64_t seed = 0;  //!< the model's seed
   std::uint64_t step = 0;  //!< global step (batches trained so far)
   std::uint64_t layer = 0; //!< index of the layer in its model (keys per-layer random streams)
+  //! A capturable step's counters in the compute's memory (kernels/step_state.hpp):
+  //! when set, a layer keys its randomness by their iteration, not by `step`.
+  const kernels::StepCounters* counters = nullptr;
 };
 
 namespace detail {

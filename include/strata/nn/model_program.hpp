@@ -20,6 +20,7 @@
 #include <strata/nn/losses.hpp>
 #include <strata/nn/metrics.hpp>
 #include <strata/nn/optimizer.hpp>
+#include <strata/nn/optimizer_updater.hpp>
 #include <strata/nn/random.hpp>
 #include <strata/strategy/program.hpp>
 
@@ -59,10 +60,19 @@ class LayerReplica final : public ReplicaProgram {
  public:
   LayerReplica(const LayerProgram& m, Compute& c, std::span<const float> value, std::span<float> grad);
   void step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) override;
+  void load(const Batch& b, Range rows) override;
+  void run_loaded(const StepInfo& info) override;
+  void take_sums(std::size_t rows, ReplicaResult& out) override;
+  void reset_sums() override { zero_sums(); }
 
  private:
+  //! Forward through every layer from x_, then the loss and metric sums
+  //! (into sums_, not zeroed here) and, training, the backward.
+  const Act& forward(const StepInfo& info, std::size_t rows);
+  void losses_and_backward(const Act& pred, const StepInfo& info, std::size_t rows);
   void backward(int replicas);
   void read_sums(ReplicaResult& out, bool counted);
+  void zero_sums();
 
   const LayerProgram& m_;
   Compute& c_;
@@ -74,43 +84,6 @@ class LayerReplica final : public ReplicaProgram {
   kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels, non-finite gradient values
   std::vector<double> host_sums_;
   std::vector<const char*> trace_names_;  // each layer's name, for its spans in the trace
-};
-
-//! The optimizer with its state for a slice of the parameters.
-class OptimizerUpdater final : public Updater {
- public:
-  OptimizerUpdater(const Optimizer& o, std::size_t n, Compute& c = kernels::host_compute())
-      : opt_(o.clone()), state_(o.make_state(n, c)) {}
-  void apply(std::span<float> w, std::span<const float> g, std::size_t offset, std::int64_t step) override {
-    trace::Span span{"update", trace::Category::Update, {{"elements", w.size()}, {"step", step}}};
-    opt_->apply(w, g, state_, offset, step);
-  }
-  std::vector<Tensor<float>> state() override {
-    std::vector<Tensor<float>> out;
-    for (auto& slot : state_.slots) {
-      Tensor<float> t{Shape{slot.size()}};
-      state_.compute->download(t.data(), slot.data(), t.bytes());
-      out.push_back(std::move(t));
-    }
-    if (!out.empty()) state_.compute->synchronize();
-    return out;
-  }
-  void set_state(std::span<const Tensor<float>> slots) override {
-    if (slots.size() != state_.slots.size())
-      throw ShapeError(opt_->name() + " keeps " + std::to_string(state_.slots.size()) + " state slots, got " +
-                       std::to_string(slots.size()));
-    for (std::size_t i = 0; i < slots.size(); ++i)
-      if (slots[i].size() != state_.slots[i].size())
-        throw ShapeError(opt_->name() + " state slot " + std::to_string(i) + " holds " +
-                         std::to_string(state_.slots[i].size()) + " elements, got " + std::to_string(slots[i].size()));
-    for (std::size_t i = 0; i < slots.size(); ++i)
-      state_.compute->upload(state_.slots[i].data(), slots[i].data(), slots[i].bytes());
-    state_.compute->synchronize();
-  }
-
- private:
-  std::unique_ptr<Optimizer> opt_;
-  OptimizerState state_;
 };
 
 class LayerProgram final : public ModelProgram {
@@ -243,6 +216,8 @@ class LayerProgram final : public ModelProgram {
   [[nodiscard]] std::size_t input_width() const override { return input_shape.elements(); }
   [[nodiscard]] std::unique_ptr<StageProgram> make_stage(Range layers, std::span<const float> value,
                                                          std::span<float> grad) override;
+  [[nodiscard]] std::unique_ptr<StageProgram> make_stage_on(Compute& c, Range layers, std::span<const float> value,
+                                                            std::span<float> grad) override;
   [[nodiscard]] bool compiled() const override { return optimizer != nullptr; }
   [[nodiscard]] std::unique_ptr<Updater> make_updater(std::size_t n) const override {
     return make_updater_on(kernels::host_compute(), n);
@@ -274,44 +249,79 @@ inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<c
 
 inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) {
   out.rows = rows.size();
-  copy_rows(c_, *b.x, rows, x_);
-  if (b.y) copy_rows(c_, *b.y, rows, y_);
-  const bool train = info.phase == Phase::Train;
-  const Act* in = &x_;
-  RunInfo run{train, info.replica, m_.seed, info.iteration, 0};
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    run.layer = l;
-    trace::Span span{trace_names_[l], trace::Category::Forward, {{"layer", l}, {"rows", rows.size()}}};
-    layers_[l]->forward(c_, *in, acts_[l], run);
-    in = &acts_[l];
-  }
-  const Act& pred = *in;
+  load(b, rows);
+  const Act& pred = forward(info, rows.size());
   if (info.phase == Phase::Predict) {
     const std::size_t w = pred.shape()[0] ? pred.size() / pred.shape()[0] : 0;
     if (pred.size()) c_.download(b.predictions + rows.begin * w, pred.data(), pred.size() * sizeof(float));
     return;
   }
-  // the sums start at zero in the replica's space; the host adds in place
-  double* sums = sums_.data();
+  zero_sums();  // the sums start at zero in the replica's space; the ops add in place
+  losses_and_backward(pred, info, rows.size());
+  // On a device, the gradient's NaN and infinite values are counted with the
+  // sums, for the executor's finiteness check without another read-back (a
+  // host executor checks the reduced gradient itself).
+  const bool count = info.phase == Phase::Train && c_.where() != kernels::Where::Host;
+  if (count) c_.count_nonfinite(grad_.data(), grad_.size(), sums_.data() + m_.metrics.size() + 2);
+  read_sums(out, count);
+}
+
+inline void LayerReplica::load(const Batch& b, Range rows) {
+  copy_rows(c_, *b.x, rows, x_);
+  if (b.y) copy_rows(c_, *b.y, rows, y_);
+}
+
+inline void LayerReplica::run_loaded(const StepInfo& info) {
+  if (info.phase != Phase::Train || !info.counters)
+    throw Error("LayerReplica::run_loaded: a captured step trains, with counters in the replica's memory");
+  const std::size_t rows = x_.shape().rank() ? x_.shape()[0] : 0;
+  losses_and_backward(forward(info, rows), info, rows);
+  c_.count_nonfinite(grad_.data(), grad_.size(), &info.counters->bad);
+}
+
+inline void LayerReplica::take_sums(std::size_t rows, ReplicaResult& out) {
+  out.rows = rows;
+  try {
+    read_sums(out, false);
+  } catch (...) {
+    zero_sums();  // the next read starts afresh
+    throw;
+  }
+  zero_sums();
+}
+
+inline void LayerReplica::zero_sums() {
   const std::size_t nm = m_.metrics.size();
   if (c_.where() == kernels::Where::Host) {
-    std::fill_n(sums, nm + 3, 0.0);
+    std::fill_n(sums_.data(), nm + 3, 0.0);
   } else {
     host_sums_.assign(nm + 3, 0.0);
-    c_.upload(sums, host_sums_.data(), (nm + 3) * sizeof(double));
+    c_.upload(sums_.data(), host_sums_.data(), (nm + 3) * sizeof(double));
   }
+}
+
+inline const Act& LayerReplica::forward(const StepInfo& info, std::size_t rows) {
+  const Act* in = &x_;
+  RunInfo run{info.phase == Phase::Train, info.replica, m_.seed, info.iteration, 0, info.counters};
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    run.layer = l;
+    trace::Span span{trace_names_[l], trace::Category::Forward, {{"layer", l}, {"rows", rows}}};
+    layers_[l]->forward(c_, *in, acts_[l], run);
+    in = &acts_[l];
+  }
+  return *in;
+}
+
+inline void LayerReplica::losses_and_backward(const Act& pred, const StepInfo& info, std::size_t rows) {
+  double* sums = sums_.data();
+  const std::size_t nm = m_.metrics.size();
+  const bool train = info.phase == Phase::Train;
   {
-    trace::Span span{"loss", trace::Category::Loss, {{"rows", rows.size()}}};
+    trace::Span span{"loss", trace::Category::Loss, {{"rows", rows}}};
     m_.loss->accumulate(c_, pred, y_, train ? &d_[0] : nullptr, info.scale, sums, sums + nm + 1);
     for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
   }
   if (train) backward(info.replicas);
-  // On a device, the gradient's NaN and infinite values are counted with the
-  // sums, for the executor's finiteness check without another read-back (a
-  // host executor checks the reduced gradient itself).
-  const bool count = train && c_.where() != kernels::Where::Host;
-  if (count) c_.count_nonfinite(grad_.data(), grad_.size(), sums + nm + 2);
-  read_sums(out, count);
 }
 
 //! out gets the loss and metric sums and, when `counted`, the gradient's

@@ -57,6 +57,18 @@ class Optimizer {
              std::int64_t step) const {
     update(s.compute ? *s.compute : kernels::host_compute(), w, g, s, offset, step);
   }
+  //! The same update inside a capturable step (kernels/step_state.hpp):
+  //! the step size read from `d`'s table at the iteration in the compute's
+  //! memory (what step_rate gives), the update skipped when `d` is gated shut.
+  void apply_at(std::span<float> w, std::span<const float> g, OptimizerState& s, std::size_t offset,
+                const kernels::DeviceStep& d) const {
+    update_at(s.compute ? *s.compute : kernels::host_compute(), w, g, s, offset, d);
+  }
+  //! The scalar of step `step`'s update that varies by step (Adam: the
+  //! rate with its bias correction folded in; SGD: the rate), as apply_at reads it.
+  [[nodiscard]] virtual float step_rate(std::int64_t /*step*/) const {
+    throw Error(name() + " cannot run in a captured step (ExecutorOptions::capture_steps)");
+  }
   //! A copy for an executor (a replica's, an updater's); its learning rate
   //! shares this one's run-time override (nn/learning_rate.hpp).
   [[nodiscard]] virtual std::unique_ptr<Optimizer> clone() const = 0;
@@ -67,6 +79,10 @@ class Optimizer {
  protected:
   virtual void update(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,
                       std::size_t offset, std::int64_t step) const = 0;
+  virtual void update_at(kernels::Compute& /*c*/, std::span<float> /*w*/, std::span<const float> /*g*/,
+                         OptimizerState& /*s*/, std::size_t /*offset*/, const kernels::DeviceStep& /*d*/) const {
+    throw Error(name() + " cannot run in a captured step (ExecutorOptions::capture_steps)");
+  }
   static float* slot(OptimizerState& s, std::size_t i, std::size_t offset) { return s.slots[i].data() + offset; }
   //! "name=value" with the shortest form that reads back as the same float ("0.001", not "0.001000").
   static std::string field(const char* name, float v) {

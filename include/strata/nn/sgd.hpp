@@ -39,6 +39,15 @@ class SGD final : public Optimizer {
     c.sgd(w.data(), g.data(), o_.momentum == 0.f ? nullptr : slot(s, 0, offset), w.size(),
           kernels::SgdStep{lr_(step), o_.momentum, o_.nesterov});
   }
+  void update_at(kernels::Compute& c, std::span<float> w, std::span<const float> g, OptimizerState& s,
+                 std::size_t offset, const kernels::DeviceStep& d) const override {
+    if (w.empty()) return;
+    c.sgd_at(w.data(), g.data(), o_.momentum == 0.f ? nullptr : slot(s, 0, offset), w.size(),
+             kernels::SgdStep{0.f, o_.momentum, o_.nesterov}, d);
+  }
+
+ public:
+  [[nodiscard]] float step_rate(std::int64_t step) const override { return lr_(step); }
 
  private:
   LearningRate lr_;

@@ -23,7 +23,10 @@
 
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/memory.hpp>
+#include <strata/kernels/recording_compute.hpp>
+#include <strata/strategy/captured_steps.hpp>
 #include <strata/strategy/executor.hpp>
+#include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/program.hpp>
 
 namespace strata::detail {
@@ -41,10 +44,15 @@ void with_host_copy(kernels::Memory& m, float* device, std::size_t n, Tensor<flo
 
 class DeviceExecutor final : public Executor {
  public:
-  DeviceExecutor(ModelProgram& program, std::unique_ptr<kernels::Compute> compute)
-      : program_(program), owned_(std::move(compute)), c_(owned_.get()) {}
+  DeviceExecutor(ModelProgram& program, std::unique_ptr<kernels::Compute> compute, const ExecutorOptions& o = {})
+      : program_(program), owned_(std::move(compute)), c_(owned_.get()) {
+    capture(o);
+  }
   //! On a compute the caller keeps alive (e.g. kernels::host_compute()).
-  DeviceExecutor(ModelProgram& program, kernels::Compute& compute) : program_(program), c_(&compute) {}
+  DeviceExecutor(ModelProgram& program, kernels::Compute& compute, const ExecutorOptions& o = {})
+      : program_(program), c_(&compute) {
+    capture(o);
+  }
 
   [[nodiscard]] kernels::Compute& compute() noexcept { return *c_; }
   [[nodiscard]] bool placed() const noexcept override { return rep_ != nullptr; }
@@ -54,6 +62,7 @@ class DeviceExecutor final : public Executor {
     if (init.size() != n)
       throw ShapeError("DeviceExecutor::place: " + std::to_string(init.size()) + " initial values for " +
                        std::to_string(n) + " parameters");
+    if (captured_) captured_->forget();
     rep_.reset();
     value_.resize(*c_, Shape{n});
     grad_.resize(*c_, Shape{n});
@@ -65,6 +74,7 @@ class DeviceExecutor final : public Executor {
   }
 
   void reset_optimizer() override {
+    if (captured_) captured_->forget();
     updater_.reset();
     if (rep_ && program_.compiled()) updater_ = program_.make_updater_on(*c_, program_.num_params());
   }
@@ -99,13 +109,30 @@ class DeviceExecutor final : public Executor {
       int previous;
       ~Bound() { c.unbind_thread(previous); }
     } bound{*c_, c_->bind_thread()};
-    pass.runs_gradient_hook = true;  // between the backward and the update
+    pass.runs_gradient_hook = !captured_;  // between the backward and the update
+    if (captured_ && pass.phase == Phase::Train)
+      return captured_->train(pass, program_.num_metrics(), [&] {
+        if (!updater_) throw Error("Sequential: compile the model first (optimizer and loss)");
+        host_.reset();
+        return CapturedSteps::Parts{*rep_, *updater_, value_.data(), grad_.data(), program_.num_params()};
+      });
     return detail::run_batches(pass, program_.num_metrics(), [&](const Batch& b, std::size_t index, PassTotals& t) {
       if (const std::size_t rows = b.x->shape()[0]) step(b, pass, rows, t, index);
     });
   }
 
  private:
+  //! Captured training steps (ExecutorOptions::capture_steps): on a space
+  //! that cannot capture (the host's), through a RecordingCompute around it.
+  void capture(const ExecutorOptions& o) {
+    if (!o.capture_steps) return;
+    if (!c_->captures_steps()) {
+      recorder_ = std::make_unique<kernels::RecordingCompute>(*c_);
+      c_ = recorder_.get();
+    }
+    captured_ = std::make_unique<CapturedSteps>(*c_, o.read_every);
+  }
+
   void step(const Batch& b, Pass& pass, std::size_t rows, PassTotals& t, std::size_t index) {
     const std::int64_t it = *pass.iteration;
     const float scale = 1.f / static_cast<float>(rows);
@@ -154,6 +181,7 @@ class DeviceExecutor final : public Executor {
   ModelProgram& program_;
   std::unique_ptr<kernels::Compute> owned_;
   kernels::Compute* c_;
+  std::unique_ptr<kernels::RecordingCompute> recorder_;  // the host's capture, around c_
   kernels::Buffer<float> value_, grad_;
   kernels::Buffer<double> bad_;  // the count, for a program that does not report it
   std::unique_ptr<ReplicaProgram> rep_;
@@ -161,6 +189,7 @@ class DeviceExecutor final : public Executor {
   ReplicaResult result_;
   mutable std::optional<Tensor<float>> host_;
   Tensor<float> host_grad_;  // the gradient a custom loop's hook sees
+  std::unique_ptr<CapturedSteps> captured_;  // declared last: freed first, while c_'s memory lives
 };
 
 }  // namespace strata::detail

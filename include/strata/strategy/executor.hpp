@@ -19,6 +19,7 @@
 #include <strata/core/error.hpp>
 
 #include <strata/core/concepts.hpp>
+#include <strata/policy/placement.hpp>
 #include <strata/strategy/program.hpp>
 
 namespace strata {
@@ -111,6 +112,12 @@ PassTotals run_batches(Pass& pass, std::size_t num_metrics, Step&& step) {
 
 template <class S>
 std::unique_ptr<Executor> make_executor(S& s, ModelProgram& program) {
+  if constexpr (requires { s.executor_options().capture_steps; s.devices(); }) {
+    constexpr bool one_device = std::same_as<typename S::placement_policy, OneDevice>;
+    if (s.executor_options().capture_steps && !(one_device && s.devices().front().is_gpu()))
+      throw Error("ExecutorOptions::capture_steps: captured steps run under OneDeviceStrategy on a GPU "
+                  "(strata::gpu(i)); this strategy runs its replicas' steps eagerly: leave capture_steps off");
+  }
   return ExecutorFor<typename S::placement_policy>::make(s, program);
 }
 }  // namespace detail

@@ -51,6 +51,12 @@ struct ExecutorOptions {
   //! The number format of a GPU replica's matrix products (values and
   //! optimizer state stay FP32; host products are always FP32).
   MatmulPrecision matmul = MatmulPrecision::FP32;
+  //! OneDeviceStrategy on a GPU: each training step captured once per batch
+  //! size (a CUDA graph) and replayed, nothing of it taken from the host
+  //! (strategy/captured_steps.hpp); the loss, metrics, bad labels and
+  //! skipped steps read every `read_every` steps. Other placements refuse it.
+  bool capture_steps = false;
+  std::size_t read_every = 100;
   friend bool operator==(const ExecutorOptions&, const ExecutorOptions&) = default;
 };
 

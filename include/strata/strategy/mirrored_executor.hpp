@@ -357,7 +357,9 @@ struct ExecutorFor<OneDevice> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
     const Device& d = s.devices().front();
-    if (d.is_gpu()) return std::make_unique<DeviceExecutor>(program, make_compute(d, s.executor_options().matmul));
+    if (d.is_gpu())
+      return std::make_unique<DeviceExecutor>(program, make_compute(d, s.executor_options().matmul),
+                                              s.executor_options());
     return ExecutorFor<Mirrored>::make(s, program);
   }
 };

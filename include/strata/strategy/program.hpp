@@ -51,6 +51,11 @@ struct StepInfo {
   int replicas = 1;             //!< replicas whose gradients are summed into one update (shares of L2)
   std::uint64_t iteration = 0;  //!< the optimizer's step (keys dropout masks)
   float scale = 1.f;            //!< each example's loss is multiplied by this (1 / global batch)
+  //! A capturable step (ReplicaProgram::run_loaded): the counters in the
+  //! replica's memory whose iteration keys dropout; the loss and metric
+  //! sums accumulate there across steps (read by take_sums), and the
+  //! gradient's non-finite values are counted into counters->bad.
+  kernels::StepCounters* counters = nullptr;
 };
 
 //! The sums a replica's rows contribute to a pass's logs.
@@ -74,6 +79,23 @@ class ReplicaProgram {
   //! regularization gradient into the bound gradient buffer (overwritten).
   //! Predicting, rows' outputs go to b.predictions + rows.begin x width.
   virtual void step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) = 0;
+
+  // A capturable training step (strategy/device_executor.hpp's captured
+  // steps): the rows copied in first, then a step that only computes (no
+  // copy to or from the host, no allocation once warmed up at that size).
+  //! Copies rows `rows` of b.x and b.y into the replica's input buffers.
+  virtual void load(const Batch& /*b*/, Range /*rows*/) { throw no_capture(); }
+  //! A training step on the loaded rows with info.counters set: sums stay in
+  //! the replica's memory (the step's rows added to them), nothing read back.
+  virtual void run_loaded(const StepInfo& /*info*/) { throw no_capture(); }
+  //! The sums accumulated since the last take_sums (rows: `rows`), zeroed;
+  //! throws if a label was not a class index.
+  virtual void take_sums(std::size_t /*rows*/, ReplicaResult& /*out*/) { throw no_capture(); }
+  //! Zeroes those sums (a captured pass's start).
+  virtual void reset_sums() { throw no_capture(); }
+
+ private:
+  static Error no_capture() { return Error("this model program cannot run captured steps"); }
 };
 
 //! The optimizer's update of a contiguous slice of the parameters, with the
@@ -84,6 +106,16 @@ class Updater {
   //! w -= f(g) elementwise; `offset`: where w starts within the state's n
   //! elements; `step`: updates before this one.
   virtual void apply(std::span<float> w, std::span<const float> g, std::size_t offset, std::int64_t step) = 0;
+  //! The same inside a capturable step: the step size at the iteration in
+  //! `d`'s counters read from its table, gated by the finiteness count.
+  virtual void apply_at(std::span<float> /*w*/, std::span<const float> /*g*/, std::size_t /*offset*/,
+                        const kernels::DeviceStep& /*d*/) {
+    throw Error("this optimizer cannot run in a captured step");
+  }
+  //! The step size the table of a captured step holds for `step`.
+  [[nodiscard]] virtual float step_rate(std::int64_t /*step*/) const {
+    throw Error("this optimizer cannot run in a captured step");
+  }
   //! The optimizer state, slot by slot (e.g. Adam's m, then v), each the
   //! `n` elements the updater was made for, copied to the host.
   [[nodiscard]] virtual std::vector<Tensor<float>> state() { return {}; }
@@ -104,7 +136,9 @@ struct StageStep {
 //! A contiguous range of a model's layers bound to their slice of the
 //! parameters and of the gradient (made by ModelProgram::make_stage), with
 //! the activations of `slots()` micro-batches kept between a forward and
-//! its backward (strategy/pipeline_executor.hpp drives it). Host only.
+//! its backward (strategy/pipeline_executor.hpp drives it). On its
+//! compute (ModelProgram::make_stage_on): `in` and `dout` are host memory,
+//! which the stage uploads; the spans it returns are in its compute's memory.
 class StageProgram {
  public:
   virtual ~StageProgram() = default;
@@ -186,6 +220,15 @@ class ModelProgram {
   [[nodiscard]] virtual std::unique_ptr<StageProgram> make_stage(Range /*layers*/, std::span<const float> /*value*/,
                                                                  std::span<float> /*grad*/) {
     throw no_stages();
+  }
+  //! The stage running on `c` (a GPU's compute: `value`, `grad` and the
+  //! activations in its memory). A program whose stages run on the host only keeps this default.
+  [[nodiscard]] virtual std::unique_ptr<StageProgram> make_stage_on(kernels::Compute& c, Range layers,
+                                                                    std::span<const float> value,
+                                                                    std::span<float> grad) {
+    if (c.where() != kernels::Where::Host)
+      throw Error("this model program runs pipeline stages on the host only; it cannot make a stage on " + c.name());
+    return make_stage(layers, value, grad);
   }
   [[nodiscard]] static Error no_stages() {
     return Error("this model program cannot be split into pipeline stages (it describes no layers in sequence); "

@@ -165,6 +165,28 @@ void launch_dropout(cudaStream_t s, const float* x, float* y, float* mask, std::
   for_each_index(s, n, DropoutAt{{key, rate, 1.f / (1.f - rate)}, x, y, mask}, "dropout (for_each)");
 }
 
+//! Dropout with the key of the iteration in device memory (Compute::dropout_at).
+struct DropoutAtStep {
+  std::uint64_t key_base, layer, salt;
+  const kernels::StepCounters* c;
+  float rate, scale;
+  const float* x;
+  float* y;
+  float* mask;
+  __device__ void operator()(std::size_t i) const {
+    const bodies::DropoutMask draw{strata::detail::mix(key_base, c->iteration, layer, salt), rate, scale};
+    const float m = draw(i);
+    mask[i] = m;
+    y[i] = bodies::Multiply{}(x[i], m);
+  }
+};
+
+void launch_dropout_at(cudaStream_t s, const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base,
+                       std::uint64_t layer, std::uint64_t salt, const kernels::StepCounters* c, float rate) {
+  for_each_index(s, n, DropoutAtStep{key_base, layer, salt, c, rate, 1.f / (1.f - rate), x, y, mask},
+                 "dropout_at (for_each)");
+}
+
 struct MultiplyAt {
   const float* x;
   const float* mask;

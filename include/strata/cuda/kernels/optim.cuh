@@ -42,4 +42,60 @@ void launch_adam(cudaStream_t s, float* w, const float* g, float* m, float* v, s
   for_each_index(s, n, AdamAt{bodies::AdamElement{st}, w, g, m, v}, "adam (for_each)");
 }
 
+//! The updates of a capturable step: the rate read from the table at the
+//! iteration in device memory, nothing done when the finiteness gate is shut.
+template <class Body>
+struct SgdAtStep {
+  Body body;
+  kernels::DeviceStep d;
+  float* w;
+  const float* g;
+  float* v;
+  __device__ void operator()(std::size_t i) const {
+    if (!kernels::update_runs(d)) return;
+    Body b = body;
+    b.lr = kernels::rate_at(*d.rates, d.counters->iteration);
+    float unused = 0.f;
+    b(w[i], g[i], v ? v[i] : unused);
+  }
+};
+
+void launch_sgd_at(cudaStream_t s, float* w, const float* g, float* v, std::size_t n, const SgdStep& st,
+                   const kernels::DeviceStep& d) {
+  bodies::visit_sgd(st, [&](auto body) {
+    float* velocity = st.momentum == 0.f ? nullptr : v;
+    for_each_index(s, n, SgdAtStep<decltype(body)>{body, d, w, g, velocity}, "sgd_at (for_each)");
+  });
+}
+
+struct AdamAtStep {
+  bodies::AdamElement body;
+  kernels::DeviceStep d;
+  float* w;
+  const float* g;
+  float* m;
+  float* v;
+  __device__ void operator()(std::size_t i) const {
+    if (!kernels::update_runs(d)) return;
+    bodies::AdamElement b = body;
+    b.lr_t = kernels::rate_at(*d.rates, d.counters->iteration);
+    b(w[i], g[i], m[i], v[i]);
+  }
+};
+
+void launch_adam_at(cudaStream_t s, float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& st,
+                    const kernels::DeviceStep& d) {
+  for_each_index(s, n, AdamAtStep{bodies::AdamElement{st}, d, w, g, m, v}, "adam_at (for_each)");
+}
+
+struct EndStepAt {
+  kernels::StepCounters* c;
+  bool gated;
+  __device__ void operator()(std::size_t) const { kernels::end_step_body(*c, gated); }
+};
+
+void launch_end_step(cudaStream_t s, kernels::StepCounters* c, bool gated) {
+  for_each_index(s, 1, EndStepAt{c, gated}, "end_step");
+}
+
 }  // namespace strata::cuda::detail

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include <strata/core/random.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/kernels/host/blas.hpp>
 #include <strata/kernels/host/images.hpp>
@@ -106,6 +107,25 @@ class HostCompute : public HostMemoryOps<Compute> {
   void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) override {
     host::adam(w, g, m, v, n, s);
   }
+
+  void sgd_at(float* w, const float* g, float* v, std::size_t n, const SgdStep& s, const DeviceStep& d) override {
+    if (!update_runs(d)) return;
+    SgdStep at = s;
+    at.lr = rate_at(*d.rates, d.counters->iteration);
+    host::sgd(w, g, v, n, at);
+  }
+  void adam_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s,
+               const DeviceStep& d) override {
+    if (!update_runs(d)) return;
+    AdamStep at = s;
+    at.lr_t = rate_at(*d.rates, d.counters->iteration);
+    host::adam(w, g, m, v, n, at);
+  }
+  void dropout_at(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base, std::uint64_t layer,
+                  std::uint64_t salt, const StepCounters* c, float rate) override {
+    host::dropout(x, y, mask, n, strata::detail::mix(key_base, c->iteration, layer, salt), rate);
+  }
+  void end_step(StepCounters* c, bool gated) override { end_step_body(*c, gated); }
 };
 
 //! The process's host compute (stateless, shared by every CPU replica).
