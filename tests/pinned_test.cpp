@@ -163,8 +163,9 @@ TEST_CASE("a GPU device without the CUDA backend is an error naming what to incl
   CHECK_THROWS_WITH_AS(run(dev), doctest::Contains("/gpu:0 needs the CUDA backend: include <strata/cuda.hpp>"),
                        strata::Error);
   maker = saved;
-  CHECK_THROWS_WITH_AS(strata::PipelineStrategy({strata::gpu(0), strata::gpu(1)}),
-                       doctest::Contains("/gpu:0: replicas of this strategy run on CPUs only so far"), strata::Error);
+  CHECK_THROWS_WITH_AS(strata::PipelineStrategy({strata::gpu(0), strata::cpu(1)}),
+                       doctest::Contains("/gpu:0 and /cpu:1: a strategy's replicas are all GPUs or all CPUs"),
+                       strata::Error);
   CHECK_THROWS_WITH_AS(strata::MirroredStrategy({strata::gpu(0), strata::cpu(1)}),
                        doctest::Contains("/gpu:0 and /cpu:1: a strategy's replicas are all GPUs or all CPUs"),
                        strata::Error);

@@ -1,8 +1,9 @@
 #pragma once
 //! A Sequential model's pipeline stage (strategy/program.hpp's
 //! StageProgram): a contiguous range of its layers, bound to their slice of
-//! the parameters and of the gradient, run on the host one micro-batch at a
-//! time. The operations are LayerReplica's (nn/model_program.hpp) in the
+//! the parameters and of the gradient, run on a compute (the host's, or a
+//! GPU's: parameters, gradients and activations in its memory) one
+//! micro-batch at a time. The operations are LayerReplica's (nn/model_program.hpp) in the
 //! same order (forward layer by layer with RunInfo {replica = micro-batch,
 //! step, layer = the layer's index in the model}; the loss scaled by 1 /
 //! batch; backward down to the first layer with parameters; the L2 gradient
@@ -22,11 +23,12 @@ namespace strata::nn::detail {
 
 class LayerStage final : public StageProgram {
  public:
-  LayerStage(const LayerProgram& m, Range layers, std::span<const float> value, std::span<float> grad)
-      : m_(m), r_(layers), off_(0), value_(value), grad_(grad), mg_(Shape{grad.size()}) {
+  LayerStage(const LayerProgram& m, Compute& c, Range layers, std::span<const float> value, std::span<float> grad)
+      : m_(m), c_(c), r_(layers), off_(0), value_(value), grad_(grad), mg_(c, Shape{grad.size()}) {
     const auto counts = m.layer_param_counts();
     for (std::size_t l = 0; l < r_.begin; ++l) off_ += counts[l];
     sums_.resize(c_, Shape{m.metrics.size() + 3});
+    host_sums_.resize(m.metrics.size() + 3);
   }
 
   [[nodiscard]] std::size_t input_width() const override { return in_shape().elements(); }
@@ -46,7 +48,7 @@ class LayerStage final : public StageProgram {
         std::vector<ParamRef> refs;
         for (const auto& p : m_.specs[l]) {
           const std::size_t k = p.shape.elements();
-          refs.push_back({value_.subspan(off, k), mg_.span().subspan(off, k)});
+          refs.push_back({value_.subspan(off, k), std::span<float>(mg_.data(), mg_.size()).subspan(off, k)});
           off += k;
         }
         s.layers.back()->bind(refs);
@@ -57,7 +59,7 @@ class LayerStage final : public StageProgram {
   std::span<const float> forward(std::size_t slot, const float* in, std::size_t rows, const StageStep& st) override {
     Slot& s = slots_.at(slot);
     resize(c_, s.x, rows, in_shape());
-    if (rows) std::copy_n(in, s.x.size(), s.x.data());
+    if (rows) c_.upload(s.x.data(), in, s.x.size() * sizeof(float));
     s.d.resize(c_, Shape{0});
     const Act* x = &s.x;
     RunInfo run{st.phase == Phase::Train, st.micro, m_.seed, st.iteration, 0};
@@ -75,16 +77,19 @@ class LayerStage final : public StageProgram {
     copy_rows(c_, y, rows, y_);
     const std::size_t nm = m_.metrics.size();
     double* sums = sums_.data();
-    std::fill_n(sums, nm + 3, 0.0);
+    host_sums_.assign(nm + 3, 0.0);  // the sums start at zero in the stage's space
+    c_.upload(sums, host_sums_.data(), (nm + 3) * sizeof(double));
     const Act& pred = s.acts.back();
     const bool train = st.phase == Phase::Train;
     m_.loss->accumulate(c_, pred, y_, train ? &s.d : nullptr, st.scale, sums, sums + nm + 1);
     for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
+    c_.download(host_sums_.data(), sums, (nm + 3) * sizeof(double));
+    sums = host_sums_.data();
     if (sums[nm + 1] != 0)
       throw Error(m_.loss->name() + ": " + std::to_string(static_cast<long long>(sums[nm + 1])) + " of " +
                   std::to_string(out.rows) + " labels of the batch are not class indices in [0, " +
                   std::to_string(m_.output_width()) + ") (counted on pipeline stage of layers " +
-                  std::to_string(r_.begin) + ".." + std::to_string(r_.end - 1) + ")");
+                  std::to_string(r_.begin) + ".." + std::to_string(r_.end - 1) + " on " + c_.name() + ")");
     out.loss = sums[0];
     out.metrics.assign(sums + 1, sums + 1 + nm);
     out.nonfinite.reset();
@@ -97,7 +102,7 @@ class LayerStage final : public StageProgram {
     if (dout) {
       const Act& y = s.acts.back();
       d_[0].resize(c_, y.shape());
-      if (y.size()) std::copy_n(dout, y.size(), d_[0].data());
+      if (y.size()) c_.upload(d_[0].data(), dout, y.size() * sizeof(float));
       dy = &d_[0];
     }
     Act* dx = nullptr;
@@ -113,8 +118,8 @@ class LayerStage final : public StageProgram {
       dy = next;
       cur = 1 - cur;
     }
-    if (first) std::copy_n(mg_.data(), mg_.size(), grad_.data());
-    else c_.axpy(1.f, mg_.data(), grad_.data(), mg_.size());
+    if (first && mg_.size()) c_.copy(grad_.data(), mg_.data(), mg_.size() * sizeof(float));
+    else if (!first) c_.axpy(1.f, mg_.data(), grad_.data(), mg_.size());
     if (!has_input_gradient() || !dx) return {};
     return {dx->data(), dx->size()};
   }
@@ -144,23 +149,29 @@ class LayerStage final : public StageProgram {
   [[nodiscard]] const Shape& in_shape() const { return r_.begin ? m_.shapes[r_.begin - 1] : m_.input_shape; }
 
   const LayerProgram& m_;
-  Compute& c_ = kernels::host_compute();
+  Compute& c_;
   Range r_;
   std::size_t off_;  // where this stage's parameters start in the model's
   std::span<const float> value_;
   std::span<float> grad_;
-  Tensor<float> mg_;  // one micro-batch's parameter gradients (the layers overwrite theirs)
+  kernels::Buffer<float> mg_;  // one micro-batch's parameter gradients (the layers overwrite theirs)
   std::vector<Slot> slots_;
   Act y_, d_[2];
-  kernels::Buffer<double> sums_;
+  kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels
+  std::vector<double> host_sums_;
 };
 
 inline std::unique_ptr<StageProgram> LayerProgram::make_stage(Range layers, std::span<const float> value,
                                                               std::span<float> grad) {
+  return make_stage_on(kernels::host_compute(), layers, value, grad);
+}
+
+inline std::unique_ptr<StageProgram> LayerProgram::make_stage_on(Compute& c, Range layers,
+                                                                 std::span<const float> value, std::span<float> grad) {
   if (layers.begin >= layers.end || layers.end > this->layers.size())
     throw Error("Sequential: a pipeline stage of layers [" + std::to_string(layers.begin) + ", " +
                 std::to_string(layers.end) + ") of a model of " + std::to_string(this->layers.size()) + " layers");
-  return std::make_unique<LayerStage>(*this, layers, value, grad);
+  return std::make_unique<LayerStage>(*this, c, layers, value, grad);
 }
 
 }  // namespace strata::nn::detail

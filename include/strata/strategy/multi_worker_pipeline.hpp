@@ -9,6 +9,7 @@
 //!   s.pipeline_options().micro_batches = 4;                // before making the model in its scope
 //!   auto model = s.scope([] { return nn::Sequential{...}; });
 //!   model.fit(s.distribute(train), {.epochs = 5});         // every rank, the same data and seed
+//!   strata::MultiWorkerPipelineStrategy g{strata::gpu(local_rank)};   // each rank's stage on its GPU
 //! Needs the strata-mpi dependency (STRATA_HAS_MPI).
 
 #include <memory>
@@ -73,14 +74,20 @@ class MultiWorkerPipelineStrategy : public detail::StrategySurface<MultiWorkerPi
 
   //! Every rank of MPI_COMM_WORLD runs one stage (collective: every rank constructs it).
   explicit MultiWorkerPipelineStrategy(MpiOptions opts = {}) : comm_(MpiCommunicator::world(opts)) {}
+  //! The same, this rank's stage on `stage_device` (a GPU: its variables,
+  //! optimizer state and activations there; activations cross ranks through host memory).
+  explicit MultiWorkerPipelineStrategy(Device stage_device, MpiOptions opts = {})
+      : comm_(MpiCommunicator::world(opts)), device_(stage_device) {}
   //! The ranks of `ranks` (for example a split of the world).
-  explicit MultiWorkerPipelineStrategy(MpiCommunicator ranks) : comm_(std::move(ranks)) {}
+  explicit MultiWorkerPipelineStrategy(MpiCommunicator ranks, Device stage_device = cpu(0))
+      : comm_(std::move(ranks)), device_(stage_device) {}
 
   //! One replica per rank: stages x data-parallel copies.
   [[nodiscard]] int num_replicas_in_sync() const noexcept { return comm_.size(); }
   [[nodiscard]] int num_workers() const noexcept { return comm_.size(); }
   [[nodiscard]] int worker_index() const noexcept { return comm_.rank(); }
-  [[nodiscard]] std::vector<Device> devices() const { return {cpu(0)}; }
+  //! This rank's stage's device.
+  [[nodiscard]] std::vector<Device> devices() const { return {device_}; }
   [[nodiscard]] MpiCommunicator& communicator() noexcept { return comm_; }
 
   //! How models made in this strategy's scope are split and run (as PipelineStrategy's).
@@ -104,6 +111,7 @@ class MultiWorkerPipelineStrategy : public detail::StrategySurface<MultiWorkerPi
 
  private:
   MpiCommunicator comm_;
+  Device device_ = cpu(0);
   PipelineOptions options_;
   PipelineStats stats_;
 };
@@ -112,8 +120,9 @@ template <>
 inline std::unique_ptr<Executor> detail::make_executor<MultiWorkerPipelineStrategy>(MultiWorkerPipelineStrategy& s,
                                                                                      ModelProgram& program) {
   return std::make_unique<MultiWorkerExecutor>(
-      std::make_unique<PipelineExecutor<RankStages>>(RankStages{s.communicator()}, program, s.pipeline_options(),
-                                                     s.pipeline_stats()),
+      std::make_unique<PipelineExecutor<RankStages>>(RankStages{s.communicator(), s.devices().front(),
+                                                                s.executor_options().matmul},
+                                                     program, s.pipeline_options(), s.pipeline_stats()),
       s.communicator(), program);
 }
 

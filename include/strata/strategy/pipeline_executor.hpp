@@ -25,8 +25,15 @@
 //! of the lanes elsewhere), sums a stage's copies held elsewhere
 //! (sum_copies) and shares the other stages' state at a pass's end
 //! (end_pass); and size(), words, check(options), place, prepare, is_chief,
-//! settled. Within a process, the lowest copy of each stage here sums the
-//! copies here and applies the update; the others read its variables.
+//! settled, and device(d, s) and matmul() (where lane (d, s) runs). Within a
+//! process, the lowest copy of each stage here sums the copies here and
+//! applies the update; the others read its variables.
+//! Stages on GPUs (PipelineStrategy{{gpu(0), gpu(1)}}) run this very code,
+//! each lane's variables, gradient, optimizer state and activations in its
+//! compute's memory (StageLane, pipeline_stage.hpp); activations, their
+//! gradients, and the copies' sums and updated variables cross through host
+//! memory (host-staged). On the host's compute standing in for a GPU
+//! (tests/host_as_gpu.hpp) a GPU pipeline gives the CPU pipeline's bits.
 //!   strata::PipelineStrategy s{strata::cpu_replicas(2)};
 //!   s.pipeline_options().micro_batches = 4;   // before making the model in s.scope(...)
 
@@ -42,7 +49,9 @@
 
 #include <strata/core/partition.hpp>
 #include <strata/kernels/host/maps.hpp>
+#include <strata/kernels/host/memory.hpp>
 #include <strata/policy/placement.hpp>
+#include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/pipeline_profile.hpp>
@@ -57,11 +66,21 @@ class PipelineExecutor final : public Executor {
  public:
   PipelineExecutor(Transport t, ModelProgram& program, PipelineOptions opts, PipelineStats& stats)
       : tr_(std::move(t)), program_(program), opts_(std::move(opts)), stats_(stats) {}
+  // The lanes' programs and updaters hold memory of the computes: they go first (members in reverse order).
+  ~PipelineExecutor() override = default;
 
   [[nodiscard]] bool placed() const noexcept override { return placed_; }
-  //! The whole model's variables (across ranks: the other stages' as of the last training pass's end).
-  [[nodiscard]] const Tensor<float>& value() const override { return value_; }
-  void assign(const Tensor<float>& v) override { std::copy_n(v.data(), value_.size(), value_.data()); }
+  //! The whole model's variables (across ranks: the other stages' as of the
+  //! last training pass's end); GPU stages' read back from their memory.
+  [[nodiscard]] const Tensor<float>& value() const override {
+    read_back();
+    return value_;
+  }
+  void assign(const Tensor<float>& v) override {
+    std::copy_n(v.data(), value_.size(), value_.data());
+    stale_ = false;
+    if (gpu_) upload_values(copies_.begin);
+  }
   [[nodiscard]] bool is_chief() const noexcept override { return tr_.is_chief(); }
   [[nodiscard]] bool state_settled_between_steps() const noexcept override { return Transport::settled; }
 
@@ -86,12 +105,25 @@ class PipelineExecutor final : public Executor {
       throw Error("pipeline: stages given by hand and Balance::Measured; give one or the other");
     profiled_ = opts_.balance != Balance::Measured;
     value_ = init;
+    stale_ = false;
     tr_.place(S, D, value_);
     copies_ = tr_.copies(), here_ = tr_.stages();
     remote_ = copies_.size() < D || here_.size() < S;
-    grads_.clear();
-    grads_.resize(D);
-    for (std::size_t d = copies_.begin; d < copies_.end; ++d) grads_[d] = Tensor<float>{Shape{init.size()}};
+    gpu_ = tr_.device(copies_.begin, here_.begin).is_gpu();
+    if (gpu_ && !profiled_)
+      throw Error("pipeline: Balance::Measured times the layers on the host; stages on GPUs need the stages given "
+                  "or balanced by parameters (Balance::Parameters)");
+    updaters_.clear();
+    lanes_.clear();
+    computes_.clear();
+    lanes_.resize(D);
+    computes_.resize(D);
+    for (std::size_t d = copies_.begin; d < copies_.end; ++d) {
+      lanes_[d].resize(S);
+      computes_[d].resize(S);
+      for (std::size_t s = here_.begin; s < here_.end && gpu_; ++s)
+        computes_[d][s] = make_compute(tr_.device(d, s), tr_.matmul());
+    }
     layout();
     placed_ = true;
     reset_optimizer();
@@ -103,7 +135,11 @@ class PipelineExecutor final : public Executor {
     opt_slots_ = 0;
     if (!placed_ || !program_.compiled()) return;
     updaters_.resize(ranges_.size());
-    for (std::size_t s = here_.begin; s < here_.end; ++s) updaters_[s] = program_.make_updater(slices_[s].size());
+    for (std::size_t s = here_.begin; s < here_.end; ++s) {
+      const std::size_t n = slices_[s].size();
+      kernels::Compute* c = lanes_[copies_.begin][s].c;
+      updaters_[s] = c ? program_.make_updater_on(*c, n) : program_.make_updater(n);
+    }
     opt_slots_ = updaters_[here_.begin]->state().size();
     if (remote_)  // the other stages' slices, as of the last training pass's end
       for (std::size_t k = 0; k < opt_slots_; ++k) state_.emplace_back(Shape{value_.size()});
@@ -137,6 +173,7 @@ class PipelineExecutor final : public Executor {
         for (std::size_t k = 0; k < mine.size(); ++k)
           std::copy_n(mine[k].data(), mine[k].size(), state_[k].data() + slices_[s].begin);
       }
+      read_back();  // GPU stages: the host copy current
       tr_.end_pass(value_, state_, slices_, stats_);
     }
     return t;
@@ -145,19 +182,49 @@ class PipelineExecutor final : public Executor {
  private:
   using clock = std::chrono::steady_clock;
 
-  //! Makes the stages of ranges_ here, for every copy here, over value_ and its gradient.
+  //! Makes the lanes here: for every copy here, the stages of ranges_ over
+  //! their slice of the variables (a CPU stage: a view of value_; a GPU
+  //! stage: a copy in its memory) and of a gradient of their own.
   void layout() {
-    stages_.clear();
-    stages_.resize(grads_.size());
     slices_ = stage_param_slices(ranges_, counts_, stats_);
-    for (std::size_t d = copies_.begin; d < copies_.end; ++d) {
-      stages_[d].resize(ranges_.size());
+    for (std::size_t d = copies_.begin; d < copies_.end; ++d)
       for (std::size_t s = here_.begin; s < here_.end; ++s) {
+        StageLane& L = lanes_[d][s];
         const Range r = slices_[s];
-        stages_[d][s] = program_.make_stage(ranges_[s], value_.span().subspan(r.begin, r.size()),
-                                            grads_[d].span().subspan(r.begin, r.size()));
+        L.stage.reset();
+        L.c = computes_[d][s].get();
+        L.m = L.c ? static_cast<kernels::Memory*>(L.c) : &kernels::host_memory();
+        const BoundThread bound(*L.m);
+        if (L.c) L.value.resize(*L.m, Shape{r.size()});
+        else L.value = kernels::Buffer<float>::borrow(*L.m, value_.data() + r.begin, Shape{r.size()});
+        L.grad.resize(*L.m, Shape{r.size()});
+        L.m->fill(L.grad.data(), 0.f, r.size());
+        if (L.c) L.bad.resize(*L.m, Shape{1});
+        L.stage = L.c ? program_.make_stage_on(*L.c, ranges_[s], L.values(), L.gradient())
+                      : program_.make_stage(ranges_[s], L.values(), L.gradient());
       }
+    if (gpu_) upload_values(copies_.begin);
+  }
+  //! GPU stages trained since value_ was read: it takes the stages' variables here (copy 0's).
+  void read_back() const {
+    if (!stale_) return;
+    for (std::size_t s = here_.begin; s < here_.end; ++s) {
+      const StageLane& L = lanes_[copies_.begin][s];
+      const BoundThread bound(*L.m);
+      if (L.value.size())
+        L.m->download(value_.data() + slices_[s].begin, L.value.data(), L.value.size() * sizeof(float));
     }
+    stale_ = false;
+  }
+  //! GPU stages: copies [from, end) here take their stages' variables from value_.
+  void upload_values(std::size_t from) {
+    for (std::size_t d = from; d < copies_.end; ++d)
+      for (std::size_t s = here_.begin; s < here_.end; ++s) {
+        StageLane& L = lanes_[d][s];
+        const BoundThread bound(*L.m);
+        if (L.value.size())
+          L.m->upload(L.value.data(), value_.data() + slices_[s].begin, L.value.size() * sizeof(float));
+      }
   }
 
   //! Balance::Measured (every stage here), on the first training batch:
@@ -185,7 +252,7 @@ class PipelineExecutor final : public Executor {
     const std::size_t global = b.x->shape()[0];
     if (global == 0) return;
     const bool train = pass.phase == Phase::Train;
-    const std::size_t D = grads_.size(), S = ranges_.size();
+    const std::size_t D = lanes_.size(), S = ranges_.size();
     if (train && !profiled_) profile(b, global, std::min(opts_.micro_batches, global), *pass.iteration);
     PipelineBatch pb = plan_batch(pass.phase, train && pass.finite, global, D, S, opts_.micro_batches,
                                   program_.num_metrics());
@@ -194,12 +261,25 @@ class PipelineExecutor final : public Executor {
                         shard_range(pb.share[0].size(), pb.m[0], 0).size(), pb.m[0], train, stats_);
     for (std::size_t d = copies_.begin; d < copies_.end; ++d)
       for (std::size_t s = here_.begin; s < here_.end; ++s)
-        stages_[d][s]->set_slots(train ? in_flight(opts_.schedule, s, S, std::max<std::size_t>(1, pb.m[d])) : 1);
+        lanes_[d][s].stage->set_slots(train ? in_flight(opts_.schedule, s, S, std::max<std::size_t>(1, pb.m[d])) : 1);
     if (pass.phase == Phase::Predict) pb.predictions = std::span<float>(b.predictions, global * widths_.back());
     tr_.prepare(pb);
     const std::int64_t it = *pass.iteration;
     bad_ = 0;
-    tr_.run([&](auto& ctx, std::size_t d, std::size_t s) { lane(ctx, pb, b, d, s, it, pass); });
+    try {
+      tr_.run([&](auto& ctx, std::size_t d, std::size_t s) { lane(ctx, pb, b, d, s, it, pass); });
+    } catch (...) {
+      for (auto& copy : lanes_)  // a GPU may still run what a failed step queued
+        for (StageLane& L : copy) settle(L);
+      throw;
+    }
+    if (train && gpu_) {
+      stale_ = true;
+      if (bad_ == 0 && copies_.size() > 1) {  // the other copies here take copy 0's updated variables (host-staged)
+        read_back();
+        upload_values(copies_.begin + 1);
+      }
+    }
     if (pass.phase != Phase::Predict)
       for (const ReplicaResult& r : pb.results) t.add(r.loss, r.rows, r.metrics);  // copy, then micro-batch order
     t.samples += global;
@@ -214,11 +294,14 @@ class PipelineExecutor final : public Executor {
   //! d * S + s - 1 and d * S + s + 1), then its part of the update. The
   //! measurements are copy 0's.
   //! A custom loop's hook (Pass::gradient_hook) sees the lane's gradient
-  //! (its stage's slice, its copy's rows) before the copies are summed.
+  //! (its stage's slice, its copy's rows; a GPU stage's staged on the host)
+  //! before the copies are summed (on the host: copy 0 uploads the sum).
   template <class Ctx>
   void lane(Ctx& ctx, PipelineBatch& pb, const Batch& b, std::size_t d, std::size_t s, std::int64_t it,
             const Pass& pass) {
     const auto start = clock::now();
+    StageLane& L = lanes_[d][s];
+    const BoundThread bound(*L.m);  // this thread issues the lane's calls: its GPU current
     const std::size_t S = pb.stages, D = pb.copies();
     const bool train = pb.phase == Phase::Train;
     PipelineStats::Stage* stat = d == 0 ? &stats_.stages[s] : nullptr;
@@ -232,10 +315,15 @@ class PipelineExecutor final : public Executor {
                       .global = pb.global,
                       .it = it,
                       .results = pb.results.data() + pb.first[d],
-                      .stat = stat};
-    double busy = run_stage_batch(ctx, *stages_[d][s], b, w);
+                      .stat = stat,
+                      .staged = gpu_ ? L.m : nullptr};
+    double busy = run_stage_batch(ctx, *L.stage, b, w);
     const Range r = slices_[s];
-    std::span<float> g = grads_[d].span().subspan(r.begin, r.size());
+    const std::span<float> g = L.gradient();
+    // where the lane's final gradient is read: a CPU stage's in place; a GPU stage's on the host when staged
+    const bool staged = train && gpu_ && (pass.gradient_hook || D > 1);
+    if (staged) L.host = Tensor<float>{Shape{g.size()}};
+    const std::span<float> hg = gpu_ ? L.host.span() : g;
     double count = 0;
     const auto timed = [&](auto&& fn) {
       const auto t0 = clock::now();
@@ -244,25 +332,32 @@ class PipelineExecutor final : public Executor {
     };
     if (train)
       timed([&] {
-        if (pb.m[d] == 0) std::fill(g.begin(), g.end(), 0.f);  // an empty share: a zero gradient
-        stages_[d][s]->finish_gradient(static_cast<int>(D));   // this copy's share of the L2 gradient
+        if (pb.m[d] == 0) L.m->fill(g.data(), 0.f, g.size());  // an empty share: a zero gradient
+        L.stage->finish_gradient(static_cast<int>(D));         // this copy's share of the L2 gradient
+        if (staged && !g.empty()) L.m->download(hg.data(), g.data(), g.size_bytes());
         if (pass.gradient_hook) {
-          ReplicaGradient rg{g, r.begin, value_.size(), static_cast<int>(d * S + s), static_cast<int>(D * S),
+          ReplicaGradient rg{hg, r.begin, value_.size(), static_cast<int>(d * S + s), static_cast<int>(D * S),
                              pb.share[d].size(), pb.global, it};
           pass.gradient_hook(rg);
+          if (gpu_ && D == 1 && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
-        if (pb.check) count = static_cast<double>(kernels::host::count_nonfinite(g.data(), g.size()));
+        if (pb.check)
+          count = gpu_ && !staged ? count_nonfinite(L)
+                                  : static_cast<double>(kernels::host::count_nonfinite(hg.data(), hg.size()));
       });
     const double bad = tr_.agree(ctx, pb, d, s, count);
     if (d == copies_.begin && s == here_.begin) bad_ = bad;
     if (train && bad == 0 && d == copies_.begin)
       timed([&] {
-        for (std::size_t c = d + 1; c < copies_.end; ++c) {  // in copy order: the same sum on every run
-          const float* o = grads_[c].data() + r.begin;
-          for (std::size_t i = 0; i < g.size(); ++i) g[i] += o[i];
+        if (D > 1) {  // on the host (a GPU stage's staged there)
+          for (std::size_t c = d + 1; c < copies_.end; ++c) {  // in copy order: the same sum on every run
+            const float* o = gpu_ ? lanes_[c][s].host.data() : lanes_[c][s].grad.data();
+            for (std::size_t i = 0; i < hg.size(); ++i) hg[i] += o[i];
+          }
+          tr_.sum_copies(s, hg);  // the copies elsewhere
+          if (gpu_ && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
-        tr_.sum_copies(s, g);  // the copies elsewhere
-        if (r.size()) updaters_[s]->apply(value_.span().subspan(r.begin, r.size()), g, 0, it);
+        if (r.size()) updaters_[s]->apply(L.values(), g, 0, it);
       });
     if (stat) {
       stat->busy_s += busy;
@@ -279,10 +374,12 @@ class PipelineExecutor final : public Executor {
   bool remote_ = false;  // some lanes run elsewhere (other ranks)
   std::vector<std::size_t> counts_, widths_;
   std::vector<Range> ranges_, slices_;  // per stage: its layers, its parameters
-  Tensor<float> value_;
-  std::vector<Tensor<float>> grads_;                              // per copy here: the gradient of every stage
-  std::vector<std::vector<std::unique_ptr<StageProgram>>> stages_;  // [copy][stage], the lanes here
-  std::vector<std::unique_ptr<Updater>> updaters_;                // per stage here
+  mutable Tensor<float> value_;  // GPU stages: read back when stale_
+  mutable bool stale_ = false;    // GPU stages trained since value_ was read back
+  bool gpu_ = false;              // the stages here run on GPUs
+  std::vector<std::vector<std::unique_ptr<kernels::Compute>>> computes_;  // [copy][stage]: GPU stages' (outlive lanes_)
+  std::vector<std::vector<StageLane>> lanes_;                             // [copy][stage], the lanes here
+  std::vector<std::unique_ptr<Updater>> updaters_;                        // per stage here
   std::vector<Tensor<float>> state_;  // remote_: every stage's optimizer slots (the others' as of a pass end)
   std::size_t opt_slots_ = 0;
   bool profiled_ = true;  // Balance::Measured: whether the layers were timed and split by it

@@ -19,7 +19,9 @@
 //! job (each row is computed by one rank). A lane's own error (a layer's,
 //! labels out of range) is sent to every other rank as an abort notice:
 //! their waits end at once with CollectiveAborted carrying it, and the
-//! communicator is unusable after. Needs STRATA_HAS_MPI.
+//! communicator is unusable after. This rank's stage runs on `device`
+//! (a CPU, or this rank's GPU: the executor's GPU stages, host-staged
+//! between ranks). Needs STRATA_HAS_MPI.
 //!   strata::detail::PipelineExecutor<strata::detail::RankStages> ex{RankStages{comm}, program, opts, stats};
 
 #include <algorithm>
@@ -35,6 +37,8 @@
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/core/trace.hpp>
+#include <strata/strategy/device.hpp>
+#include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/pipeline_executor.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/pipeline_stage.hpp>
@@ -43,7 +47,8 @@ namespace strata::detail {
 
 class RankStages {
  public:
-  explicit RankStages(MpiCommunicator& comm) : comm_(&comm) {}
+  explicit RankStages(MpiCommunicator& comm, Device device = cpu(0), MatmulPrecision matmul = {})
+      : comm_(&comm), device_(device), matmul_(matmul) {}
 
   static constexpr PipelineWords words{"pipeline across ranks", "ranks", "start"};
   static constexpr bool settled = false;  //!< other stages' state reaches this rank at pass ends only
@@ -64,6 +69,9 @@ class RankStages {
     copies_comm_.reset();
     if (D > 1) copies_comm_.emplace(comm_->split(static_cast<int>(s_), static_cast<int>(d_)));
   }
+  //! Where this rank's lane runs, and a GPU stage's matrix products.
+  [[nodiscard]] Device device(std::size_t /*d*/, std::size_t /*s*/) const { return device_; }
+  [[nodiscard]] MatmulPrecision matmul() const { return matmul_; }
   //! The one lane here.
   [[nodiscard]] Range copies() const noexcept { return {d_, d_ + 1}; }
   [[nodiscard]] Range stages() const noexcept { return {s_, s_ + 1}; }
@@ -156,6 +164,8 @@ class RankStages {
   };
 
   MpiCommunicator* comm_;
+  Device device_;
+  MatmulPrecision matmul_;
   std::size_t S_ = 1, s_ = 0, d_ = 0;             // stages; this rank's stage and copy
   std::optional<MpiCommunicator> copies_comm_;  // this stage's D copies (D > 1)
 };

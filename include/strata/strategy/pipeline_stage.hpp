@@ -5,7 +5,13 @@
 //! stages' layout and memory budget, and one stage's share of it: the order
 //! of its micro-batches' forwards and backwards under a schedule, and the
 //! loop that runs them, receiving activations from the previous stage and
-//! gradients from the next through any communicator with send/recv.
+//! gradients from the next through any communicator with send/recv. A
+//! stage on a GPU (StageLane with a compute) keeps its slice of the
+//! variables, its gradient, optimizer state and activations in its GPU's
+//! memory; its activations and their gradients cross to the neighbours
+//! through host memory (the host-staged path, which every compute has:
+//! downloaded by the sender, uploaded by the receiving stage). A
+//! device-to-device path is later GPU work.
 //!   auto pb = strata::detail::plan_batch(Phase::Train, true, rows, copies, stages, micro_batches, metrics);
 //!   const double busy = strata::detail::run_stage_batch(ctx, stage, batch, work);
 
@@ -14,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +28,8 @@
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/core/trace.hpp>
+#include <strata/kernels/buffer.hpp>
+#include <strata/kernels/compute.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/program.hpp>
 
@@ -172,7 +181,59 @@ struct StageWork {
   std::int64_t it = 0;                 //!< the optimizer iteration
   ReplicaResult* results = nullptr;    //!< m of them: the last stage's loss and metrics per micro-batch
   PipelineStats::Stage* stat = nullptr;  //!< where to record peak activations (null: not here)
+  //! A GPU stage's memory: what it sends, and the predictions, are
+  //! downloaded from there first (host-staged); null: a CPU stage.
+  kernels::Memory* staged = nullptr;
 };
+
+//! One lane (a copy's stage) as the process running it holds it
+//! (pipeline_executor.hpp): where it computes, its slice of the variables
+//! and of the gradient there, and its stage program.
+struct StageLane {
+  kernels::Compute* c = nullptr;  //!< a GPU stage's compute (the executor owns it); null: a CPU stage
+  kernels::Memory* m = nullptr;   //!< where its buffers live (a CPU stage: the host's memory)
+  kernels::Buffer<float> value;   //!< its stage's variables (a CPU stage: a view of the executor's host copy)
+  kernels::Buffer<float> grad;    //!< its stage's gradient for its copy's rows
+  Tensor<float> host;             //!< a GPU stage's gradient staged on the host (the hook, the copies' sum)
+  kernels::Buffer<double> bad;    //!< a GPU stage's finiteness count
+  std::unique_ptr<StageProgram> stage;
+  [[nodiscard]] std::span<float> values() const noexcept { return {value.data(), value.size()}; }
+  [[nodiscard]] std::span<float> gradient() const noexcept { return {grad.data(), grad.size()}; }
+};
+
+//! A GPU stage's count of NaN and infinite values in its gradient, counted in its memory.
+inline double count_nonfinite(StageLane& L) {
+  double n = 0;
+  L.m->upload(L.bad.data(), &n, sizeof n);
+  L.m->count_nonfinite(L.grad.data(), L.grad.size(), L.bad.data());
+  L.m->download(&n, L.bad.data(), sizeof n);
+  return n;
+}
+
+//! For its scope, the calling thread issues `m`'s calls (a GPU: its device
+//! current; the host: nothing), then gets back what it had.
+class BoundThread {
+ public:
+  explicit BoundThread(kernels::Memory& m) : m_(m), prev_(m.bind_thread()) {}
+  BoundThread(const BoundThread&) = delete;
+  BoundThread& operator=(const BoundThread&) = delete;
+  ~BoundThread() { m_.unbind_thread(prev_); }
+
+ private:
+  kernels::Memory& m_;
+  int prev_;
+};
+
+//! After a failed step: a GPU stage finishes what was queued (the failure
+//! being reported is the one that counts, not one of this).
+inline void settle(StageLane& L) noexcept {
+  if (!L.c) return;
+  try {
+    const BoundThread bound(*L.m);
+    L.m->synchronize();
+  } catch (...) {
+  }
+}
 
 //! Runs stage w.s's forwards and backwards of the batch `b` (activations in
 //! with tag 0 from me - 1, out to me + 1; gradients back with tag 1); the
@@ -191,7 +252,13 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
   const std::size_t slots = train ? in_flight(w.schedule, w.s, w.S, std::max<std::size_t>(1, w.m)) : 1;
   const std::size_t in_w = st.input_width(), out_w = st.output_width();
   std::vector<char> alive(slots, 0);
-  std::vector<float> buf;
+  std::vector<float> buf, sent;  // what arrives; a GPU stage's output or input gradient, on the host to be sent
+  const auto to_host = [&](std::span<const float> v) -> std::span<const float> {
+    if (!w.staged) return v;
+    sent.resize(v.size());  // the host-staged path: download, send from host memory
+    if (!v.empty()) w.staged->download(sent.data(), v.data(), v.size_bytes());
+    return sent;
+  };
   const auto held = [&] {
     if (!w.stat || !train) return;
     std::size_t n = 0;
@@ -221,9 +288,10 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
       alive[slot] = 1;
       held();
       if (!last) {
-        ctx.send(out, w.me + 1, 0);
+        ctx.send(to_host(out), w.me + 1, 0);
       } else if (w.phase == Phase::Predict) {
-        std::copy(out.begin(), out.end(), b.predictions + rows.begin * out_w);
+        if (!w.staged) std::copy(out.begin(), out.end(), b.predictions + rows.begin * out_w);
+        else if (!out.empty()) w.staged->download(b.predictions + rows.begin * out_w, out.data(), out.size_bytes());
       } else {
         timed([&] {
           trace::Span span{"loss", trace::Category::Loss, {{"micro_batch", task.m}}};
@@ -248,7 +316,7 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
                        {{"stage", w.s}, {"micro_batch", task.m}}};
       din = st.backward(slot, dout, task.m == 0);
     });
-    if (w.s > 0 && st.has_input_gradient()) ctx.send(din, w.me - 1, 1);
+    if (w.s > 0 && st.has_input_gradient()) ctx.send(to_host(din), w.me - 1, 1);
   }
   return busy;
 }

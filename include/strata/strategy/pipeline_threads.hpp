@@ -9,7 +9,8 @@
 //! check or with copies. Results and predictions are written in place by
 //! the last stages. A stage that throws releases the others from their
 //! recv (the thread team's abort): the run ends with ReplicaError naming
-//! that stage's replica.
+//! that stage's replica. Lane (d, s) runs on the strategy's device
+//! d * S + s (CPUs, or GPUs: PipelineStrategy{{gpu(0), gpu(1)}}).
 //!   strata::detail::PipelineExecutor<strata::detail::ThreadStages<S>> ex{ThreadStages<S>{s}, program, opts, stats};
 
 #include <cstddef>
@@ -20,6 +21,8 @@
 #include <strata/comm/reduce_op.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/core/trace.hpp>
+#include <strata/strategy/device.hpp>
+#include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/pipeline_stage.hpp>
 
@@ -44,6 +47,9 @@ class ThreadStages {
   [[nodiscard]] bool is_chief() const noexcept { return true; }
 
   void place(std::size_t S, std::size_t D, Tensor<float>& /*value*/) { S_ = S, D_ = D; }
+  //! Where lane (d, s) runs, and a GPU stage's matrix products.
+  [[nodiscard]] Device device(std::size_t d, std::size_t s) const { return s_.devices().at(d * S_ + s); }
+  [[nodiscard]] MatmulPrecision matmul() const { return s_.executor_options().matmul; }
   //! The lanes here: every copy of every stage.
   [[nodiscard]] Range copies() const noexcept { return {0, D_}; }
   [[nodiscard]] Range stages() const noexcept { return {0, S_}; }

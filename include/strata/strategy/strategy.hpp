@@ -236,7 +236,7 @@ class Strategy : public detail::StrategySurface<Strategy<Sync, Placement, Reduce
     if (std::same_as<Placement, OneDevice> && d.size() != 1)
       throw Error("strata: OneDeviceStrategy runs on exactly one device, got " + std::to_string(d.size()) +
                   "; use MirroredStrategy for several");
-    if constexpr (placement_on_gpus(Placement::kind)) {
+    if constexpr (placement_on_gpus(Placement::kind) || std::same_as<Placement, Pipeline>) {  // pipeline: GPU stages
       for (const Device& dev : d)  // GPU replicas, or CPU ones, not both (one device: trivially)
         if (dev.is_gpu() != d.front().is_gpu())
           throw Error("strata: " + d.front().str() + " and " + dev.str() +
@@ -245,8 +245,8 @@ class Strategy : public detail::StrategySurface<Strategy<Sync, Placement, Reduce
       for (const Device& dev : d)
         if (dev.is_gpu())
           throw Error("strata: " + dev.str() + ": replicas of this strategy run on CPUs only so far; GPUs train "
-                      "under OneDeviceStrategy{strata::gpu(i)}, MirroredStrategy and CentralStorageStrategy "
-                      "({strata::virtual_gpus(0, n)}, {strata::gpus({0, 1})})");
+                      "under OneDeviceStrategy{strata::gpu(i)}, MirroredStrategy, CentralStorageStrategy and "
+                      "PipelineStrategy ({strata::virtual_gpus(0, n)}, {strata::gpus({0, 1})})");
     }
     return d;
   }
