@@ -16,6 +16,8 @@
 //                                                   spread over the GPUs, with the CUDA backend)
 //                             [--breakdown]        (where a step's time goes, per track, from the trace's spans)
 //                             [--trace-overhead]   (each configuration untraced and traced to a file, interleaved)
+//                             [--capture]          (gpu: one_device again with its steps captured, a CUDA graph
+//                                                   each, interleaved with the eager runs: ExecutorOptions::capture_steps)
 // Compare: ./build/examples/mnist_mlp --strategy mirrored --replicas 2 --quiet
 #include <algorithm>
 #include <cstdio>
@@ -96,6 +98,7 @@ struct Setup {
   int epochs = 5;
   std::uint64_t seed = 0;
   std::string trace = "none";  // a child's recording: none, file (a trace file in /tmp), totals (for --breakdown)
+  bool capture = false;        // a child's one_device steps captured (ExecutorOptions::capture_steps)
 };
 
 // --breakdown's categories, in its columns' order.
@@ -109,6 +112,7 @@ std::string breakdown_lines;  // a child's --trace-mode totals, printed after it
 // samples/s of one run: what mnist_mlp prints (examples/mnist_common.hpp).
 template <class S>
 double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
+  if constexpr (requires { s.executor_options().capture_steps; }) s.executor_options().capture_steps = u.capture;
   auto m = s.scope([&] { return make(model); });
   m.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
             {.seed = u.seed});
@@ -212,7 +216,7 @@ int main(int argc, char** argv) try {
   Setup u;
   int runs = 5;
   bool child = false;  // measure one run of one configuration and print its samples/s
-  bool breakdown = false, overhead = false;
+  bool breakdown = false, overhead = false, capture = false;
   std::size_t examples = 0;
   std::string data_dir, device = "cpu";
   for (int i = 1; i < argc; i += 2) {
@@ -228,8 +232,9 @@ int main(int argc, char** argv) try {
     else if (k == "--child") child = v == "1";
     else if (k == "--device") device = v;
     else if (k == "--trace-mode") u.trace = v;
-    else if (k == "--breakdown" || k == "--trace-overhead") {
-      (k == "--breakdown" ? breakdown : overhead) = true;
+    else if (k == "--capture-steps") u.capture = v == "1";
+    else if (k == "--breakdown" || k == "--trace-overhead" || k == "--capture") {
+      (k == "--breakdown" ? breakdown : k == "--capture" ? capture : overhead) = true;
       --i;  // a flag: no value
     } else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
@@ -277,7 +282,8 @@ int main(int argc, char** argv) try {
     for (const auto& st : strategies)
       for (int p : replicas) {
         if (st == "one_device" && p != 1) continue;
-        std::vector<double> sps, traced;
+        std::vector<double> sps, traced, graphed;
+        const bool graphs = capture && dev.is_gpu() && st == "one_device";
         std::string args = common;
         args += " --models ";
         args += shell_quoted(model);
@@ -288,6 +294,7 @@ int main(int argc, char** argv) try {
         for (int r = 0; r < runs; ++r) {
           sps.push_back(run_child(argv[0], args));
           if (overhead) traced.push_back(run_child(argv[0], args + " --trace-mode file"));  // interleaved: same noise
+          if (graphs) graphed.push_back(run_child(argv[0], args + " --capture-steps 1"));
         }
         const double med = median(sps);
         if (base == 0 && p == 1) base = med;
@@ -299,6 +306,10 @@ int main(int argc, char** argv) try {
           std::printf("%6s %16s %9s %14.0f %10.0f %10.0f   traced to a file: %+.1f%% time per sample\n", "", "", "",
                       median(traced), *std::min_element(traced.begin(), traced.end()),
                       *std::max_element(traced.begin(), traced.end()), 100.0 * (med / median(traced) - 1.0));
+        if (graphs)
+          std::printf("%6s %16s %9d %14.0f %10.0f %10.0f   captured steps: %.2fx the eager median\n", model.c_str(),
+                      "one_device+graph", p, median(graphed), *std::min_element(graphed.begin(), graphed.end()),
+                      *std::max_element(graphed.begin(), graphed.end()), median(graphed) / med);
         if (breakdown) print_breakdown(argv[0], args);
         std::fflush(stdout);
       }

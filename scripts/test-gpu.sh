@@ -84,8 +84,9 @@ echo "--- allreduce_bench --device gpu (virtual GPUs on GPU 0: p = 2, 4, 8, 4 Ki
 bench="$build/bench/train_bench"
 if [ -x "$bench" ]; then
   for batch in 128 1024; do
-    echo "--- train_bench --device gpu --models mlp,cnn --batch $batch"
-    "$bench" --device gpu --models mlp,cnn --strategies one_device --batch "$batch" --epochs 2 --runs 3 || status=1
+    echo "--- train_bench --device gpu --models mlp,cnn --batch $batch --capture (eager, then each step one CUDA graph)"
+    "$bench" --device gpu --models mlp,cnn --strategies one_device --batch "$batch" --epochs 2 --runs 3 --capture ||
+      status=1
   done
   echo "--- train_bench --device gpu --models mlp --strategies one_device,mirrored --replicas 1,2,4 (virtual GPUs)"
   for batch in 128 1024; do
