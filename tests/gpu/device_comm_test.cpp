@@ -321,3 +321,83 @@ TEST_CASE("DeviceTeam: CPU replicas, too many replicas and no replicas are error
   CHECK_THROWS_WITH_AS(DeviceTeam({strata::gpu(strata::cuda::device_count())}),
                        doctest::Contains("there is no CUDA device"), strata::CudaError);
 }
+
+TEST_CASE("virtual GPUs: send/recv reuse the team's message buffers from step to step, queued messages included") {
+  // A step that allocated or freed per message (or waited on the host for
+  // the copy) is what a CUDA graph cannot capture: after the first steps the
+  // team holds a fixed set of buffers, and every message still arrives.
+  DeviceTeam team{strata::virtual_gpus(0, 2)};
+  const std::size_t sizes[] = {1000, 17, 1000, 5000, 3, 5000, 1000};
+  std::vector<std::vector<float>> got;
+  std::size_t after_first = 0;
+  for (int step = 0; step < 20; ++step) {
+    const std::size_t n = sizes[static_cast<std::size_t>(step) % std::size(sizes)];
+    std::vector<std::vector<float>> recv(3);
+    rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+      if (r == 0) {  // three messages in flight before the first is received
+        for (unsigned k = 0; k < 3; ++k) {
+          DevBuf<float> m(s, values<float>(n, 100u * static_cast<unsigned>(step) + k, false));
+          c.send(std::span<const float>(m.span()), 1, 4);
+        }
+        DevBuf<float> back(s, n);
+        c.recv(back.span(), 1, 5);
+        recv[0] = back.read();
+      } else {
+        DevBuf<float> in(s, n);
+        for (auto& v : std::span(recv).subspan(1)) {
+          c.recv(in.span(), 0, 4);
+          v = in.read();
+        }
+        DevBuf<float> echo(s, values<float>(n, 7u, false));
+        c.send(std::span<const float>(echo.span()), 0, 5);
+      }
+    }));
+    require_bitwise(recv[1], values<float>(n, 100u * static_cast<unsigned>(step), false), "the first message");
+    require_bitwise(recv[2], values<float>(n, 100u * static_cast<unsigned>(step) + 1, false), "the second message");
+    require_bitwise(recv[0], values<float>(n, 7u, false), "the reply");
+    if (step == static_cast<int>(std::size(sizes)) - 1) after_first = team.message_buffers();
+  }
+  CHECK(after_first >= 4);  // 3 in flight one way, 1 the other
+  CHECK(team.message_buffers() == after_first);  // later steps made none
+}
+
+TEST_CASE("virtual GPUs: the async forms give the blocking results, and their Works complete") {
+  static_assert(strata::AsyncCommunicator<DeviceCommunicator>);
+  const int p = 3;
+  const std::size_t n = 1001;
+  DeviceTeam team{strata::virtual_gpus(0, p)};
+  std::vector<std::vector<float>> in;
+  for (int r = 0; r < p; ++r) in.push_back(values<float>(n, 50u + static_cast<unsigned>(r), false));
+  const auto sum = host_reduce<float, strata::SumOp>(in, 0, n);
+  std::vector<std::vector<float>> reduced(p), shard(p), gathered(p), bcast(p);
+  rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+    const auto ur = static_cast<std::size_t>(r);
+    DevBuf<float> a(s, in[ur]), b(s, in[ur]), root(s, in[ur]), all(s, n);
+    DevBuf<float> out(s, strata::shard_range(n, static_cast<std::size_t>(p), ur).size());
+    strata::Work w1 = c.all_reduce_async(a.span(), strata::Sum);
+    strata::Work w2 = c.reduce_scatter_async(std::span<const float>(b.span()), out.span(), strata::Sum);
+    w2.wait();
+    strata::Work w3 = c.all_gather_async(std::span<const float>(out.span()), all.span());
+    strata::Work w4 = c.broadcast_async(root.span(), 1);
+    strata::Work w5 = c.barrier_async();
+    while (!w5.test()) std::this_thread::yield();  // the stream is in order: the others are done too
+    CHECK(w1.is_completed());
+    CHECK(w4.test());
+    w1.wait();
+    w3.wait();
+    reduced[ur] = a.read();
+    shard[ur] = out.read();
+    gathered[ur] = all.read();
+    bcast[ur] = root.read();
+  }));
+  for (int r = 0; r < p; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    require_bitwise(reduced[ur], sum, "all_reduce_async");
+    const auto range = strata::shard_range(n, static_cast<std::size_t>(p), ur);
+    require_bitwise(shard[ur], std::vector<float>(sum.begin() + static_cast<std::ptrdiff_t>(range.begin),
+                                                  sum.begin() + static_cast<std::ptrdiff_t>(range.end)),
+                    "reduce_scatter_async");
+    require_bitwise(gathered[ur], sum, "all_gather_async of the shards");
+    require_bitwise(bcast[ur], in[1], "broadcast_async from replica 1");
+  }
+}

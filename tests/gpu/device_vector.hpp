@@ -2,6 +2,9 @@
 // A test's device buffer: n elements of T on one GPU, uploaded from and read
 // back into a std::vector through a stream of that GPU (the NCCL and device
 // communicator tests), optionally `pad` elements past an aligned address.
+// From the stream-ordered pool (cudaMallocAsync), as the replicas' buffers
+// of CudaCompute are: a communicator that reads another GPU's buffers must
+// have been given access to its pool, which cudaMalloc memory would hide.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -14,7 +17,7 @@
 namespace gpu_test {
 
 //! n elements of T on one GPU, written and read through a stream of it.
-//! `pad` elements past cudaMalloc's (256-byte aligned) address: pad = 1
+//! `pad` elements past the pool's (256-byte aligned) address: pad = 1
 //! makes every access unaligned. Never a null pointer, even for n = 0.
 template <class T>
 class DeviceVector {
@@ -22,7 +25,7 @@ class DeviceVector {
   DeviceVector(const std::vector<T>& v, int device, cudaStream_t stream, std::size_t pad = 0)
       : device_(device), stream_(stream), n_(v.size()) {
     strata::cuda::DeviceGuard g{device};
-    STRATA_CUDA_CHECK(cudaMalloc(&base_, (n_ + pad) * sizeof(T) + 16));
+    STRATA_CUDA_CHECK(cudaMallocAsync(&base_, (n_ + pad) * sizeof(T) + 16, stream));
     p_ = static_cast<T*>(base_) + pad;
     if (n_) STRATA_CUDA_CHECK(cudaMemcpyAsync(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, stream));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));  // `v` may be a temporary
@@ -31,8 +34,8 @@ class DeviceVector {
   DeviceVector& operator=(const DeviceVector&) = delete;
   ~DeviceVector() {
     strata::cuda::DeviceGuard g{device_};
+    (void)cudaFreeAsync(base_, stream_);
     (void)cudaStreamSynchronize(stream_);
-    (void)cudaFree(base_);
   }
   T* get() const { return p_; }
   std::span<T> span() const { return {p_, n_}; }

@@ -26,6 +26,11 @@
 //!   that bound (at least 5 minutes) ends the process with a message, since
 //!   returning would free memory still in use.
 //! - A default-constructed Work is completed. Works move, never copy.
+//!
+//! Two kinds of state sit behind a Work: a WorkState that the thread running
+//! the operation completes (threads, MPI), or a PolledWork that test() and
+//! wait() ask (a device communicator's work, already queued on a stream: its
+//! completion is an event the host polls under the communicator's deadline).
 
 #include <algorithm>
 #include <chrono>
@@ -74,6 +79,19 @@ struct WorkState {
   const std::function<void(const std::string&)> cancel;
 };
 
+//! The state of an operation no thread completes, asked instead (a GPU
+//! stream's event): test() polls once (throwing the typed error once it
+//! failed), wait() polls under the communicator's deadline and throws the
+//! typed error itself (aborting what it must); both keep the outcome, so
+//! later calls repeat it. is_completed() never throws.
+class PolledWork {
+ public:
+  virtual ~PolledWork() = default;
+  [[nodiscard]] virtual bool is_completed() const = 0;
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
+
 }  // namespace detail
 
 //! The handle of one non-blocking operation (see the top of this header).
@@ -83,11 +101,14 @@ class Work {
   //! A completed Work (nothing to wait for).
   Work() = default;
   explicit Work(std::shared_ptr<detail::WorkState> s) noexcept : s_(std::move(s)) {}
+  //! A Work asked through `p` (see detail::PolledWork).
+  explicit Work(std::unique_ptr<detail::PolledWork> p) noexcept : p_(std::move(p)) {}
   Work(Work&& o) noexcept = default;
   Work& operator=(Work&& o) noexcept {
     if (this != &o) {
       settle();
       s_ = std::move(o.s_);
+      p_ = std::move(o.p_);
     }
     return *this;
   }
@@ -97,6 +118,7 @@ class Work {
 
   //! Whether the operation has ended (completed or failed); never blocks.
   [[nodiscard]] bool is_completed() const {
+    if (p_) return p_->is_completed();
     if (!s_) return true;
     std::lock_guard lk(s_->mu);
     return s_->done;
@@ -105,6 +127,7 @@ class Work {
   //! Non-blocking: true once the operation completed, false while it runs;
   //! rethrows its error once it failed.
   bool test() {
+    if (p_) return p_->test();
     if (!s_) return true;
     std::unique_lock lk(s_->mu);
     if (!s_->done) return false;
@@ -115,6 +138,7 @@ class Work {
   //! Blocks until the operation completed (then its buffers are the
   //! caller's again), or rethrows its typed error. Bounded: see the header.
   void wait() {
+    if (p_) return p_->wait();
     if (!s_) return;
     std::unique_lock lk(s_->mu);
     if (!s_->cv.wait_for(lk, s_->bound, [&] { return s_->done; })) {
@@ -153,15 +177,17 @@ class Work {
 
   //! Before the handle goes: wait (bounded) so that no buffer stays in use.
   void settle() noexcept {
-    if (!s_) return;
+    if (!s_ && !p_) return;
     try {
       wait();
     } catch (...) {  // dropped: the communicator reports the failure at its next operation
     }
     s_.reset();
+    p_.reset();
   }
 
   std::shared_ptr<detail::WorkState> s_;
+  std::unique_ptr<detail::PolledWork> p_;
 };
 
 }  // namespace strata

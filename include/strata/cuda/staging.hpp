@@ -5,7 +5,9 @@
 //! large copies are cut into chunks whose host memcpy overlaps the DMA of
 //! the previous chunk, and no buffer is overwritten while a copy from it is
 //! in flight. Buffers grow on demand up to `chunk_bytes`. Callers make the
-//! stream's device current (the events are made on first use).
+//! stream's device current (the events are made on first use). Its host
+//! waits are bounded where a communicator watches the stream (NCCL:
+//! detail::host_wait), so a dead peer cannot hold a download forever.
 //!   strata::cuda::detail::Stager st;
 //!   st.upload(stream, dev, host, n);   // host may be reused on return
 //!   st.download(stream, host, dev, n); // bytes on the host on return
@@ -49,6 +51,7 @@ class Stager {
       check(cudaMemcpyAsync(d + off, slot.host, n, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync(HostToDevice)");
       slot.done->record(stream);
       slot.pending = true;
+      slot.stream = stream;
     }
   }
 
@@ -65,12 +68,13 @@ class Stager {
       check(cudaMemcpyAsync(slot.host, s + off, n, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync(DeviceToHost)");
       slot.done->record(stream);
       slot.pending = true;
+      slot.stream = stream;
     };
     if (chunks) issue(0);
     for (std::size_t i = 0; i < chunks; ++i) {
       if (i + 1 < chunks) issue(i + 1);  // the next chunk's DMA overlaps this chunk's memcpy
       Slot& slot = slots_[i % 2];
-      slot.done->synchronize();
+      host_wait(slot.done->get(), stream, "cudaEventSynchronize (staging download)");
       slot.pending = false;
       const std::size_t off = i * chunk_bytes;
       std::memcpy(d + off, slot.host, std::min(chunk_bytes, bytes - off));
@@ -83,13 +87,14 @@ class Stager {
     std::size_t capacity = 0;
     std::optional<Event> done;  // made at first use, on the device current then (the stream's)
     bool pending = false;
+    cudaStream_t stream = nullptr;  // where `done` was last recorded
   };
 
   //! Makes `slot` free (its last copy finished) and at least `n` bytes.
   static void reserve(Slot& slot, std::size_t n) {
     if (!slot.done) slot.done.emplace();
     if (slot.pending) {
-      slot.done->synchronize();
+      host_wait(slot.done->get(), slot.stream, "cudaEventSynchronize (staging buffer)");
       slot.pending = false;
     }
     if (slot.capacity >= n) return;

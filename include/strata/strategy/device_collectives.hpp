@@ -11,14 +11,14 @@
 //!   coll->broadcast(r, compute, grad, n, 0);      // every replica takes replica 0's
 //!   coll->reduce_scatter_sum(r, compute, grad, shard, n);  coll->all_gather(r, compute, shard, value, n);
 
-#include <algorithm>
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <strata/comm/algorithm/direct.hpp>
 #include <strata/comm/reduce_op.hpp>
+#include <strata/comm/threads/communicator.hpp>
 #include <strata/comm/threads/team.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/kernels/compute.hpp>
@@ -54,78 +54,46 @@ class DeviceCollectives {
   [[nodiscard]] virtual const std::string& choice() const noexcept = 0;
 };
 
-//! Every replica downloads its buffer into host memory, reduces its shard of
-//! every replica's host copy in replica order into all of them (the direct
-//! algorithm of the CPU team), and uploads the result. Works for any
-//! compute; on the host's compute it is bitwise MirroredStrategy's direct
-//! all-reduce.
+//! Every replica downloads its buffer into host memory, takes part in the
+//! thread team's collective on the host copies (ThreadCommunicator: the
+//! direct all-reduce, which reduces each element once in replica order, and
+//! reduce_scatter, all_gather, broadcast), and uploads the result. Works for
+//! any compute; on the host's compute it is bitwise MirroredStrategy's
+//! direct all-reduce, since it is the very same code.
 class HostStagedCollectives final : public DeviceCollectives {
  public:
   HostStagedCollectives(int replicas, CommOptions opts, std::string why)
-      : team_(replicas, opts), host_(static_cast<std::size_t>(replicas)), why_(std::move(why)) {}
+      : team_(replicas, opts), host_(static_cast<std::size_t>(replicas)), shards_(static_cast<std::size_t>(replicas)),
+        why_(std::move(why)) {}
 
   void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) override {
-    auto& mine = host_[static_cast<std::size_t>(rank)];
-    mine.resize(n);
+    std::vector<float>& mine = staged(rank, n);
     if (n) c.download(mine.data(), data, n * sizeof(float));
-    const CallDesc d{.kind = CallKind::all_reduce, .op = OpKind::sum, .dtype = "float32", .in_count = n,
-                     .out_count = n, .has_op = true, .algorithm = "host_staged"};
-    const std::uint64_t seq = team_.enter(rank, d, mine.data(), mine.data());
-    const int p = team_.size();
-    std::vector<const float*> in(static_cast<std::size_t>(p));
-    std::vector<float*> out(static_cast<std::size_t>(p));
-    for (int s = 0; s < p; ++s) {
-      out[static_cast<std::size_t>(s)] = static_cast<float*>(team_.slot(s).out);
-      in[static_cast<std::size_t>(s)] = out[static_cast<std::size_t>(s)];
-    }
-    const Range r = shard_range(n, static_cast<std::size_t>(p), static_cast<std::size_t>(rank));
-    reduce_range<SumOp>(in.data(), in.size(), out.data(), out.size(), r.begin, r.end, static_cast<std::size_t>(p));
-    team_.leave(rank, seq, d);
+    comm(rank).all_reduce(mine, Sum, Direct{});
     if (n) c.upload(data, mine.data(), n * sizeof(float));
   }
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
-    auto& mine = host_[static_cast<std::size_t>(rank)];
-    mine.resize(n);
+    std::vector<float>& mine = staged(rank, n);
     if (rank == root && n) c.download(mine.data(), data, n * sizeof(float));
-    const CallDesc d{.kind = CallKind::broadcast, .dtype = "float32", .in_count = n, .out_count = n, .root = root,
-                     .algorithm = "host_staged"};
-    const std::uint64_t seq = team_.enter(rank, d, mine.data(), mine.data());
-    if (rank != root && n) c.upload(data, static_cast<const float*>(team_.slot(root).in), n * sizeof(float));
-    team_.leave(rank, seq, d);
+    comm(rank).broadcast(mine, root);
+    if (rank != root && n) c.upload(data, mine.data(), n * sizeof(float));
   }
-  // Each replica reduces (or gathers) into its own host copy, writing only
-  // the slice it owns (reduce-scatter) or the slices it does not (all-gather),
-  // while the others read theirs: disjoint ranges, no race.
   void reduce_scatter_sum(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
-    auto& mine = host_[static_cast<std::size_t>(rank)];
-    mine.resize(n);
+    std::vector<float>& mine = staged(rank, n);
     if (n) c.download(mine.data(), in, n * sizeof(float));
     const Range r = slice(n, rank);
-    const CallDesc d{.kind = CallKind::reduce_scatter, .op = OpKind::sum, .dtype = "float32", .in_count = n,
-                     .out_count = r.size(), .has_op = true, .algorithm = "host_staged"};
-    const std::uint64_t seq = team_.enter(rank, d, mine.data(), mine.data());
-    const int p = team_.size();
-    std::vector<const float*> ins(static_cast<std::size_t>(p));
-    for (int s = 0; s < p; ++s) ins[static_cast<std::size_t>(s)] = static_cast<const float*>(team_.slot(s).in) + r.begin;
-    float* o = mine.data() + r.begin;
-    reduce_range<SumOp>(ins.data(), ins.size(), &o, 1, 0, r.size(), ins.size());
-    team_.leave(rank, seq, d);
-    if (r.size()) c.upload(out, mine.data() + r.begin, r.size() * sizeof(float));
+    std::vector<float>& shard = shards_[static_cast<std::size_t>(rank)];
+    shard.resize(r.size());
+    comm(rank).reduce_scatter(mine, shard, Sum);
+    if (r.size()) c.upload(out, shard.data(), r.size() * sizeof(float));
   }
   void all_gather(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
-    auto& mine = host_[static_cast<std::size_t>(rank)];
-    mine.resize(n);
+    std::vector<float>& mine = staged(rank, n);
     const Range r = slice(n, rank);
-    if (r.size()) c.download(mine.data() + r.begin, in, r.size() * sizeof(float));
-    const CallDesc d{.kind = CallKind::all_gather, .dtype = "float32", .in_count = r.size(), .out_count = n,
-                     .algorithm = "host_staged"};
-    const std::uint64_t seq = team_.enter(rank, d, mine.data(), mine.data());
-    for (int s = 0; s < team_.size(); ++s) {
-      if (s == rank) continue;
-      const Range theirs = slice(n, s);
-      std::copy_n(static_cast<const float*>(team_.slot(s).in) + theirs.begin, theirs.size(), mine.data() + theirs.begin);
-    }
-    team_.leave(rank, seq, d);
+    std::vector<float>& shard = shards_[static_cast<std::size_t>(rank)];
+    shard.resize(r.size());
+    if (r.size()) c.download(shard.data(), in, r.size() * sizeof(float));
+    comm(rank).all_gather(shard, mine);
     if (n) c.upload(out, mine.data(), n * sizeof(float));
   }
   void abort(int rank, const std::string& why) override { team_.abort(rank, why); }
@@ -136,9 +104,16 @@ class HostStagedCollectives final : public DeviceCollectives {
   [[nodiscard]] Range slice(std::size_t n, int rank) const {
     return shard_range(n, static_cast<std::size_t>(team_.size()), static_cast<std::size_t>(rank));
   }
+  ThreadCommunicator comm(int rank) { return ThreadCommunicator{team_, rank}; }
+  std::vector<float>& staged(int rank, std::size_t n) {
+    std::vector<float>& v = host_[static_cast<std::size_t>(rank)];
+    v.resize(n);
+    return v;
+  }
 
   Team team_;
-  std::vector<std::vector<float>> host_;  // per replica, its staged copy
+  std::vector<std::vector<float>> host_;    // per replica, its staged copy
+  std::vector<std::vector<float>> shards_;  // per replica, its slice (reduce_scatter, all_gather)
   std::string why_;
 };
 

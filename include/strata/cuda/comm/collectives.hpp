@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <strata/cuda/comm/communicator.hpp>
+#include <strata/cuda/comm/peer_access.hpp>
 #include <strata/comm/gpu_choice.hpp>
 #include <strata/cuda/compute.hpp>
 #include <strata/strategy/device_collectives.hpp>
@@ -57,16 +58,6 @@ class DeviceTeamCollectives final : public strata::detail::DeviceCollectives {
   DeviceTeam team_;
   std::string why_;
 };
-
-//! Whether GPU `a` can read and write GPU `b`'s memory.
-inline bool peer_access(int a, int b) {
-  int can = 0;
-  if (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return can != 0;
-}
 
 //! The automatic choice for GPU replicas `devices` (comm/gpu_choice.hpp),
 //! or the one the environment variable STRATA_GPU_ALLREDUCE forces

@@ -14,15 +14,26 @@
 //! bitwise the host's reduction in replica order (comm/reduce_op.hpp).
 //! reduce_scatter: replica r reduces its shard (strata::shard_range) into its
 //! own output. broadcast and all_gather: device-to-device copies.
-//! send/recv: the sender copies into a buffer of the stream-ordered pool and
-//! returns; the receiver copies it out on its stream and frees it (also
-//! when the sizes disagree: CollectiveMismatch on the receiver). A message
-//! never received (its receiver failed) keeps its buffer until the process ends.
+//! send/recv: the sender copies into a message buffer the team keeps for
+//! the pair (message_buffers.hpp: reused from step to step, ordered by
+//! events on the device) and returns; the receiver copies it out on its
+//! stream and hands the buffer back (also when the sizes disagree:
+//! CollectiveMismatch on the receiver). No host wait, allocation or free
+//! once the first steps made the buffers. A message never received (its
+//! receiver failed) keeps its buffer until the team ends.
+//!
+//! Models strata::AsyncCommunicator: each collective's `_async` form agrees
+//! and enqueues as the blocking one (which never waits for the GPU), then
+//! returns a strata::Work over an event recorded after it on the stream
+//! (event_work.hpp): wait() polls it under the team's timeout and, past it,
+//! aborts the team and throws CollectiveTimeout naming the operation.
+//!   strata::Work w = comm.all_reduce_async(std::span<float>(grad, n), strata::Sum);  ...;  w.wait();
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -31,6 +42,7 @@
 
 #include <strata/comm/communicator.hpp>
 #include <strata/cuda/comm/device_team.hpp>
+#include <strata/cuda/comm/event_work.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/core/concepts.hpp>
 #include <strata/core/partition.hpp>
@@ -137,6 +149,39 @@ class DeviceCommunicator {
     });
   }
 
+  //! The non-blocking forms (see the top of this header): the blocking
+  //! call, then a Work over the GPU's completion of it.
+  //!   auto w = comm.reduce_scatter_async(grad, shard, strata::Sum);  w.wait();
+  template <Element T, ReduceOperation Op>
+  Work all_reduce_async(std::span<T> data, Op op) {
+    all_reduce(data, op);
+    return work("all_reduce_async", data.size());
+  }
+  template <Element T, ReduceOperation Op>
+  Work all_reduce_async(std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op) {
+    all_reduce<T>(in, out, op);
+    return work("all_reduce_async", in.size());
+  }
+  template <Element T>
+  Work broadcast_async(std::span<T> data, int root) {
+    broadcast(data, root);
+    return work("broadcast_async", data.size());
+  }
+  template <Element T, ReduceOperation Op>
+  Work reduce_scatter_async(std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op) {
+    reduce_scatter<T>(in, out, op);
+    return work("reduce_scatter_async", in.size());
+  }
+  template <Element T>
+  Work all_gather_async(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    all_gather<T>(in, out);
+    return work("all_gather_async", out.size());
+  }
+  Work barrier_async() {
+    barrier();
+    return work("barrier_async", 0);
+  }
+
   //! Sends `data` (device memory) to replica `peer` with `tag`: copies it
   //! into a pool buffer on this replica's stream and returns (the receiver
   //! copies it out when it receives). Sizes and types are checked by the
@@ -147,14 +192,19 @@ class DeviceCommunicator {
     check_peer("send", peer);
     check_buffer(data.data(), data.size_bytes(), "send", "buffer");
     cuda::DeviceGuard g{device_};
-    Handoff h{.dtype = dtype_name<T>(), .count = data.size(), .device = device_};
+    Handoff h{.dtype = dtype_name<T>(), .count = data.size()};
+    cuda::detail::MessageChannel& channel = team_->channel(rank_, peer);
     if (!data.empty()) {
-      cuda::check_allocation(cudaMallocAsync(&h.staging, data.size_bytes(), stream_), "cudaMallocAsync (send)",
-                             data.size_bytes(), device_);
-      cuda::check(cudaMemcpyAsync(h.staging, data.data(), data.size_bytes(), cudaMemcpyDefault, stream_),
-                  "cudaMemcpyAsync (send)");
-      cuda::check(cudaEventCreateWithFlags(&h.copied, cudaEventDisableTiming), "cudaEventCreateWithFlags (send)");
-      cuda::check(cudaEventRecord(h.copied, stream_), "cudaEventRecord (send)");
+      h.buffer = channel.take(data.size_bytes());
+      try {
+        h.buffer->released.wait(stream_);  // the receiver of its previous message copied it out
+        cuda::check(cudaMemcpyAsync(h.buffer->data, data.data(), data.size_bytes(), cudaMemcpyDefault, stream_),
+                    "cudaMemcpyAsync (send)");
+        h.buffer->copied.record(stream_);
+      } catch (...) {
+        channel.give_back(h.buffer);
+        throw;
+      }
     }
     team_->host_team().send(rank_, peer, tag, handoff_buffer(&h, nullptr));
   }
@@ -173,18 +223,13 @@ class DeviceCommunicator {
     team_->host_team().recv(rank_, peer, tag, handoff_buffer(nullptr, &h));
     cuda::DeviceGuard g{device_};
     const bool match = h.dtype == dtype_name<T>() && h.count == data.size();
-    if (h.staging) {
-      cuda::check(cudaStreamWaitEvent(stream_, h.copied, 0), "cudaStreamWaitEvent (recv)");
+    if (h.buffer) {
+      h.buffer->copied.wait(stream_);
       if (match)
-        cuda::check(cudaMemcpyAsync(data.data(), h.staging, data.size_bytes(), cudaMemcpyDefault, stream_),
+        cuda::check(cudaMemcpyAsync(data.data(), h.buffer->data, data.size_bytes(), cudaMemcpyDefault, stream_),
                     "cudaMemcpyAsync (recv)");
-      if (h.device == device_) {
-        cuda::check(cudaFreeAsync(h.staging, stream_), "cudaFreeAsync (recv)");
-      } else {  // the sender's GPU's pool: free it once our copy is done
-        cuda::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (recv)");
-        cuda::check(cudaFree(h.staging), "cudaFree (recv)");
-      }
-      (void)cudaEventDestroy(h.copied);  // released once the wait queued above has passed it
+      h.buffer->released.record(stream_);  // the sender's next copy into it waits for this
+      team_->channel(peer, rank_).give_back(h.buffer);
     }
     if (!match)
       throw CollectiveMismatch("strata: recv on replica " + std::to_string(rank_) + " from replica " +
@@ -202,15 +247,24 @@ class DeviceCommunicator {
   struct Handoff {
     std::string_view dtype;  // dtype_name<T>(): static storage
     std::size_t count = 0;
-    int device = -1;  // whose pool `staging` is from
-    void* staging = nullptr;
-    cudaEvent_t copied = nullptr;
+    cuda::detail::MessageBuffer* buffer = nullptr;  // the pair's channel's, holding the data
   };
   static detail::P2pBuffer handoff_buffer(const Handoff* in, Handoff* out) {
     return {.dtype = "device handoff", .count = 1, .bytes = sizeof(Handoff), .in = in, .out = out};
   }
 
   detail::Slot& slot(int r) { return team_->host_team().slot(r); }
+
+  //! A Work over the GPU's completion of what was just enqueued. The device
+  //! team's work never waits for a peer on the GPU (the others' events are
+  //! recorded before a call returns): only the deadline ends it, aborting the team.
+  Work work(const char* call, std::size_t n) {
+    auto watch = std::make_shared<cuda::detail::DeadlineWatch>(
+        "strata: DeviceCommunicator replica " + std::to_string(rank_), team_->options().timeout,
+        [team = team_, r = rank_](const std::string& why) { team->abort(r, why); });
+    return Work(std::make_unique<cuda::detail::EventWork>(
+        device_, stream_, std::string(call) + " (" + std::to_string(n) + " elements)", std::move(watch)));
+  }
 
   void check_peer(const char* what, int peer) const {
     if (peer < 0 || peer >= size() || peer == rank_)
@@ -315,7 +369,7 @@ class DeviceCommunicator {
   int device_;
 };
 
-static_assert(Communicator<DeviceCommunicator>);
+static_assert(AsyncCommunicator<DeviceCommunicator>);
 
 inline DeviceCommunicator DeviceTeam::communicator(int rank, cudaStream_t stream) {
   return DeviceCommunicator{*this, rank, stream};

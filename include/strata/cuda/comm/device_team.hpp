@@ -16,11 +16,15 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <strata/cuda/comm/launch.hpp>
+#include <strata/cuda/comm/message_buffers.hpp>
+#include <strata/cuda/comm/peer_access.hpp>
 #include <strata/comm/threads/options.hpp>
 #include <strata/comm/threads/team.hpp>
 #include <strata/core/error.hpp>
@@ -52,6 +56,8 @@ class DeviceTeam {
       ready_.emplace_back();
       done_.emplace_back();
     }
+    for (int from : devices_)
+      for (int to : devices_) channels_.push_back(std::make_unique<cuda::detail::MessageChannel>(from, to));
   }
   DeviceTeam(const DeviceTeam&) = delete;
   DeviceTeam& operator=(const DeviceTeam&) = delete;
@@ -90,6 +96,16 @@ class DeviceTeam {
   detail::Team& host_team() noexcept { return team_; }
   [[nodiscard]] cudaEvent_t ready(int r) const noexcept { return ready_[static_cast<std::size_t>(r)].get(); }
   [[nodiscard]] cudaEvent_t done(int r) const noexcept { return done_[static_cast<std::size_t>(r)].get(); }
+  //! The message buffers from replica `from` to replica `to` (send / recv).
+  cuda::detail::MessageChannel& channel(int from, int to) noexcept {
+    return *channels_[static_cast<std::size_t>(from * size() + to)];
+  }
+  //! How many message buffers the team holds (they are reused from step to step).
+  [[nodiscard]] std::size_t message_buffers() const {
+    std::size_t n = 0;
+    for (const auto& c : channels_) n += c->buffers();
+    return n;
+  }
 
  private:
   static std::vector<int> gpu_indices(const std::vector<Device>& replicas) {
@@ -122,19 +138,14 @@ class DeviceTeam {
     }
     // Peer access covers cudaMalloc memory, not the stream-ordered pool's,
     // where replicas' buffers live: GPU a must be given access to b's pool.
-    cudaMemPool_t pool = nullptr;
-    cuda::check(cudaDeviceGetDefaultMemPool(&pool, b), "cudaDeviceGetDefaultMemPool");
-    cudaMemAccessDesc access{};
-    access.location.type = cudaMemLocationTypeDevice;
-    access.location.id = a;
-    access.flags = cudaMemAccessFlagsProtReadWrite;
-    cuda::check(cudaMemPoolSetAccess(pool, &access, 1), "cudaMemPoolSetAccess");
+    cuda::grant_pool_access(a, b);
   }
 
   std::vector<int> devices_;
   std::vector<int> distinct_;  // each GPU once
   detail::Team team_;
   std::vector<cuda::Event> ready_, done_;
+  std::vector<std::unique_ptr<cuda::detail::MessageChannel>> channels_;  // [from * size() + to]
 };
 
 }  // namespace strata

@@ -22,6 +22,17 @@
 //! later call raises at once, naming the first failure.
 //! Reduction order: NCCL's (ring or tree, chosen by NCCL): not bitwise
 //! deterministic across sizes, rank counts or NCCL versions.
+//!
+//! Models strata::AsyncCommunicator: each collective's `_async` form agrees
+//! and enqueues exactly as the blocking one, then returns a strata::Work
+//! over an event recorded after it on the stream (cuda/comm/event_work.hpp):
+//! test() is cudaEventQuery, wait() polls it under CommOptions::timeout and,
+//! past it, aborts the NCCL communicator and throws CollectiveTimeout naming
+//! the operation (as synchronize() does). Every other host wait on the
+//! stream (Stream::synchronize, a staging download) is bounded the same way
+//! while the communicator lives. A Work must be waited for (or dropped)
+//! before its communicator goes.
+//!   strata::Work w = comm.all_reduce_async(grad, strata::Sum);  ...;  w.wait();
 
 #include <cstddef>
 #include <cstdint>
@@ -288,6 +299,48 @@ class NcclCommunicator {
                [&] { return ncclRecv(p, n, detail::nccl::datatype<T>(), peer, s_.comm(), stream()); });
   }
 
+  //! The non-blocking forms (see the top of this header): the blocking
+  //! call's agreement and enqueueing, then a Work over the GPU's completion.
+  //!   auto w = comm.reduce_scatter_async(grad, shard, strata::Sum);  w.wait();
+  template <MutableBuffer R, ReduceOperation Op>
+  Work all_reduce_async(R&& data, Op op) {
+    const auto before = s_.enqueued();
+    all_reduce(data, op);
+    return s_.work("all_reduce_async", before);
+  }
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
+  Work all_reduce_async(In&& in, Out&& out, Op op) {
+    const auto before = s_.enqueued();
+    all_reduce(in, out, op);
+    return s_.work("all_reduce_async", before);
+  }
+  template <MutableBuffer R>
+  Work broadcast_async(R&& data, int root) {
+    const auto before = s_.enqueued();
+    broadcast(data, root);
+    return s_.work("broadcast_async", before);
+  }
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
+  Work reduce_scatter_async(In&& in, Out&& out, Op op) {
+    const auto before = s_.enqueued();
+    reduce_scatter(in, out, op);
+    return s_.work("reduce_scatter_async", before);
+  }
+  template <Buffer In, MutableBuffer Out>
+    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
+  Work all_gather_async(In&& in, Out&& out) {
+    const auto before = s_.enqueued();
+    all_gather(in, out);
+    return s_.work("all_gather_async", before);
+  }
+  Work barrier_async() {
+    const auto before = s_.enqueued();
+    barrier();
+    return s_.work("barrier_async", before);
+  }
+
   //! Waits until the last operation enqueued by this communicator has
   //! completed on the GPU, polling its event and NCCL's asynchronous errors
   //! under CommOptions::timeout. A timeout (a peer that never joined the
@@ -322,6 +375,6 @@ class NcclCommunicator {
   std::vector<std::size_t> counts_;  // all_gather: every rank's input count
 };
 
-static_assert(Communicator<NcclCommunicator>, "NcclCommunicator must model strata::Communicator");
+static_assert(AsyncCommunicator<NcclCommunicator>, "NcclCommunicator must model strata::AsyncCommunicator");
 
 }  // namespace strata

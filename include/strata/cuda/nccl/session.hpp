@@ -4,7 +4,11 @@
 //! rank's, an asynchronous NCCL error, the buffers' memory), the host
 //! contract, the enqueueing of NCCL calls on the stream with the wait for a
 //! non-blocking call to be enqueued, the completion event, and what a
-//! failure does: tell the other ranks, abort the NCCL communicator.
+//! failure does: tell the other ranks, abort the NCCL communicator. Every
+//! host wait behind the rank's NCCL work is bounded: its Watch is registered
+//! on the stream, so Stream::synchronize and the staging copies' waits
+//! (cuda/stream.hpp, cuda/staging.hpp) poll it as synchronize() and the
+//! Works of the non-blocking calls do.
 
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include <strata/comm/work.hpp>
+#include <strata/cuda/comm/event_work.hpp>
 #include <strata/cuda/nccl/contract.hpp>
 #include <strata/cuda/nccl/error.hpp>
 #include <strata/cuda/nccl/rank.hpp>
@@ -24,6 +30,77 @@
 #include <strata/cuda/stream.hpp>
 
 namespace strata::detail::nccl {
+
+//! What every host wait behind one rank's NCCL work polls: asynchronous
+//! NCCL errors, the other ranks' failures, the deadline; and what a failure
+//! does (tell the other ranks, abort the NCCL communicator). On the heap,
+//! shared by the session and its Works (so it stays put while the
+//! communicator moves), and registered on the stream while it lives.
+class Watch final : public cuda::detail::HostWaitWatch {
+ public:
+  Watch(Rank* rank, Contract* contract, cudaStream_t stream, CommOptions opts)
+      : rank_(rank), contract_(contract), stream_(stream), opts_(opts) {
+    cuda::detail::watch_stream(stream_, this);
+  }
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+  ~Watch() override { cuda::detail::unwatch_stream(stream_, this); }
+
+  //! "strata: NcclCommunicator rank 1 of 2 (GPU 1)", the start of every message.
+  [[nodiscard]] std::string who() const {
+    return "strata: NcclCommunicator rank " + std::to_string(rank_->rank()) + " of " +
+           std::to_string(rank_->size()) + " (GPU " + std::to_string(rank_->device()) + ")";
+  }
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept override { return opts_.timeout; }
+
+  //! Between polls: an asynchronous NCCL error or another rank's failure
+  //! ends the wait (the communicator is aborted). Once aborted, its kernels
+  //! end, so the wait only runs out its deadline.
+  void check(const std::string& what) override {
+    if (rank_->comm() == nullptr) return;
+    check_async(what);
+    if (std::string why = contract_->failed_elsewhere(); !why.empty())
+      raise(CollectiveAborted(who() + ": " + what + " abandoned " + last + " because " + why));
+  }
+  [[noreturn]] void expire(const std::string& what) override {
+    raise(CollectiveTimeout(who() + ": " + what + " timed out after " + std::to_string(opts_.timeout.count()) +
+                            " ms waiting for " + last +
+                            " to complete on the GPU (a peer that never joined it on its GPU, a send or recv "
+                            "whose peer never came, or earlier work on the stream that does not end); the NCCL "
+                            "communicator is aborted"));
+  }
+
+  void check_async(const std::string& call) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(rank_->comm(), &state);
+    if (r != ncclSuccess)
+      raise(strata::nccl::error(r, "ncclCommGetAsyncError", rank_->rank(), rank_->device(), call));
+    if (state != ncclSuccess && state != ncclInProgress)
+      raise(strata::nccl::error(state, "(asynchronous, reported by ncclCommGetAsyncError)", rank_->rank(),
+                                rank_->device(), call + (last.empty() ? "" : " after " + last)));
+  }
+
+  //! This rank failed: tell the others, then abort the NCCL communicator.
+  void fail(const std::string& why) noexcept {
+    if (!rank_->failure().empty() && rank_->comm() == nullptr) return;
+    contract_->fail(why);
+    rank_->abort(why);
+  }
+  template <class E>
+  [[noreturn]] void raise(const E& e) {
+    fail(e.what());
+    throw e;
+  }
+
+  //! The last operation enqueued, for messages: "collective #3 all_reduce(...)".
+  std::string last;
+
+ private:
+  Rank* rank_;
+  Contract* contract_;
+  cudaStream_t stream_;
+  CommOptions opts_;
+};
 
 //! One NcclCommunicator's state: its rank (owned by a world communicator,
 //! else by the team), its contract, stream, options and last operation.
@@ -34,6 +111,7 @@ class Session {
       : owned_(std::move(owned)), rank_(rank), contract_(std::move(contract)), stream_(stream), opts_(opts),
         done_(make_event(rank->device())), stash_(static_cast<std::size_t>(rank->size())) {
     check_stream(stream, rank->device());
+    w_ = std::make_shared<Watch>(rank_, contract_.get(), stream_, opts_);
   }
 
   [[nodiscard]] const Rank& rank() const noexcept { return *rank_; }
@@ -42,10 +120,7 @@ class Session {
   [[nodiscard]] const CommOptions& options() const noexcept { return opts_; }
 
   //! "strata: NcclCommunicator rank 1 of 2 (GPU 1)", the start of every message.
-  [[nodiscard]] std::string who() const {
-    return "strata: NcclCommunicator rank " + std::to_string(rank_->rank()) + " of " +
-           std::to_string(rank_->size()) + " (GPU " + std::to_string(rank_->device()) + ")";
-  }
+  [[nodiscard]] std::string who() const { return w_->who(); }
   static std::string collective(std::uint64_t seq, const CallDesc& d) {
     return "collective #" + std::to_string(seq) + " " + d.str();
   }
@@ -62,7 +137,7 @@ class Session {
                               rank_->failure() + " (make a new one to continue)");
     if (std::string why = contract_->failed_elsewhere(); !why.empty())
       raise(CollectiveAborted(who() + ": " + call + " abandoned because " + why));
-    check_async(call);
+    w_->check_async(call);
   }
 
   //! Error unless `bytes` at `p` are memory of this rank's GPU.
@@ -173,7 +248,8 @@ class Session {
       throw;
     }
     pending_ = true;
-    last_ = std::move(what);
+    ++enqueued_;
+    w_->last = std::move(what);
   }
   template <class Launch>
   void enqueue(std::string what, const char* call, Launch launch) {
@@ -181,33 +257,25 @@ class Session {
   }
 
   //! Waits for the last enqueued operation's event, polling NCCL's
-  //! asynchronous errors and the other ranks' failures, under the timeout.
+  //! asynchronous errors and the other ranks' failures, under the timeout
+  //! (the one bounded wait of cuda/stream.hpp, with this rank's Watch).
   void synchronize() {
     begin("synchronize");
     if (!pending_) return;
-    const auto deadline = Clock::now() + opts_.timeout;
-    for (int i = 0;; ++i) {
-      const cudaError_t q = cudaEventQuery(done_.get());
-      if (q == cudaSuccess) {
-        pending_ = false;
-        return;
-      }
-      (void)cudaGetLastError();  // cudaErrorNotReady is no error; a real one is sticky, reported here
-      if (q != cudaErrorNotReady)
-        raise(CudaError("cudaEventQuery", cudaGetErrorName(q),
-                        who() + ": waiting for " + last_ + " failed: cudaEventQuery: " + cudaGetErrorName(q) + " (" +
-                            cudaGetErrorString(q) + ")"));
-      check_async("synchronize");
-      if (std::string why = contract_->failed_elsewhere(); !why.empty())
-        raise(CollectiveAborted(who() + ": synchronize abandoned " + last_ + " because " + why));
-      if (Clock::now() >= deadline)
-        raise(CollectiveTimeout(who() + ": synchronize timed out after " + std::to_string(opts_.timeout.count()) +
-                                " ms waiting for " + last_ +
-                                " to complete on the GPU (a peer that never joined it on its GPU, a send or recv "
-                                "whose peer never came, or earlier work on the stream that does not end); the NCCL "
-                                "communicator is aborted"));
-      pause(i);
-    }
+    poll(done_.get(), "synchronize");
+    pending_ = false;
+  }
+
+  //! How many operations were enqueued so far (a non-blocking call compares
+  //! before and after: nothing enqueued, as for 0 elements, is a completed Work).
+  [[nodiscard]] std::uint64_t enqueued() const noexcept { return enqueued_; }
+
+  //! The Work of the non-blocking form of `call`: an event recorded now,
+  //! after the operation enqueued since `before` (none: a completed Work).
+  Work work(const char* call, std::uint64_t before) {
+    if (enqueued_ == before) return Work{};
+    return Work(std::make_unique<cuda::detail::EventWork>(rank_->device(), stream_,
+                                                          std::string(call) + " of " + w_->last, w_));
   }
 
  private:
@@ -231,26 +299,21 @@ class Session {
 #endif
   }
 
-  void check_async(const char* call) {
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t r = ncclCommGetAsyncError(comm(), &state);
-    if (r != ncclSuccess)
-      raise(strata::nccl::error(r, "ncclCommGetAsyncError", rank_->rank(), rank_->device(), call));
-    if (state != ncclSuccess && state != ncclInProgress)
-      raise(strata::nccl::error(state, "(asynchronous, reported by ncclCommGetAsyncError)", rank_->rank(),
-                                rank_->device(), std::string(call) + (last_.empty() ? "" : " after " + last_)));
+  //! Polls `event` under the timeout with this rank's Watch; a CUDA error
+  //! aborts the communicator too.
+  void poll(cudaEvent_t event, const char* what) {
+    try {
+      cuda::detail::poll_until_done([&] { return cudaEventQuery(event); }, {w_.get()}, what, "cudaEventQuery");
+    } catch (const CudaError& e) {
+      fail(e.what());
+      throw;
+    }
   }
 
-  //! This rank failed: tell the others, then abort the NCCL communicator.
-  void fail(const std::string& why) noexcept {
-    if (!rank_->failure().empty() && rank_->comm() == nullptr) return;
-    contract_->fail(why);
-    rank_->abort(why);
-  }
+  void fail(const std::string& why) noexcept { w_->fail(why); }
   template <class E>
   [[noreturn]] void raise(const E& e) {
-    fail(e.what());
-    throw e;
+    w_->raise(e);
   }
 
   std::unique_ptr<Rank> owned_;  // a world communicator's own rank (a team's ranks are the team's)
@@ -260,7 +323,8 @@ class Session {
   CommOptions opts_;
   cuda::Event done_;      // recorded after the last operation enqueued
   bool pending_ = false;  // done_ not yet seen complete
-  std::string last_;      // that operation, for messages: "collective #3 all_reduce(...)"
+  std::uint64_t enqueued_ = 0;
+  std::shared_ptr<Watch> w_;  // never null but in a moved-from session
   std::vector<std::optional<Header>> stash_;  // per peer: a header a recv with another tag took
 };
 

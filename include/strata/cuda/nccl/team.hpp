@@ -5,6 +5,8 @@
 //! ncclCommInitRankConfig for each GPU inside ncclGroupStart / ncclGroupEnd,
 //! non-blocking, polled under the timeout); the replicas' calls are agreed
 //! on the host through a detail::Team, as the thread communicator's are.
+//! Every GPU of the team is given access to the others' stream-ordered
+//! pools (where peer access allows), so buffers from cudaMallocAsync work.
 //!   strata::NcclTeam team{{0, 1}, {.timeout = std::chrono::seconds(30)}};
 //!   // in replica thread r, with a stream of GPU team.device(r):
 //!   auto comm = team.communicator(r, stream);  comm.all_reduce(grad, strata::Sum);  comm.synchronize();
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include <strata/comm/gpu_choice.hpp>
+#include <strata/cuda/comm/peer_access.hpp>
 #include <strata/cuda/nccl/communicator.hpp>
 #include <strata/cuda/nccl/contract.hpp>
 #include <strata/cuda/nccl/error.hpp>
@@ -44,6 +47,7 @@ class NcclTeam {
   //!   strata::NcclTeam one{{0}};   // a 1-rank team: every call is still a real NCCL call
   explicit NcclTeam(std::vector<int> devices, CommOptions opts = {})
       : devices_(std::move(devices)), opts_(opts), team_(checked_size(devices_), opts) {
+    grant_pools();
     init();
   }
   NcclTeam(const NcclTeam&) = delete;
@@ -98,6 +102,16 @@ class NcclTeam {
     for (int d : devices) ids.push_back(nccl::local_gpu(d));
     check_distinct_gpus(ids, "strata: NcclTeam");
     return static_cast<int>(devices.size());
+  }
+
+  //! NCCL's ranks in one process read and write each other's buffers
+  //! directly where the GPUs have peer access; peer access does not cover
+  //! the stream-ordered pools (cudaMallocAsync) where replica buffers live,
+  //! so every GPU of the team is given access to the others' pools.
+  void grant_pools() const {
+    for (int a : devices_)
+      for (int b : devices_)
+        if (a != b && cuda::peer_access(a, b)) cuda::grant_pool_access(a, b);
   }
 
   void init() {
