@@ -24,6 +24,7 @@
 #include <strata/kernels/host/compute.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
+#include <strata/strategy/by_name.hpp>
 
 #include "blobs.hpp"
 #include "host_as_gpu.hpp"
@@ -256,6 +257,19 @@ TEST_CASE("GPU stages refuse Balance::Measured (it times layers on the host); GP
                        doctest::Contains("Balance::Measured times the layers on the host"), strata::Error);
   CHECK_THROWS_WITH_AS(strata::PipelineStrategy({strata::gpu(0), strata::cpu(0)}),
                        doctest::Contains("all GPUs or all CPUs"), strata::Error);
+}
+
+TEST_CASE("by name: pipeline on --device gpu puts a stage per GPU replica, spread over the GPUs") {
+  strata_test::HostAsGpu host;
+  const strata::StrategyChoice c{.replicas = 0, .stages = 3, .micro_batches = 2, .device = strata::gpu(0), .gpus = 2};
+  const auto devices = strata::with_strategy("pipeline", c, [](auto& s) -> std::vector<strata::Device> {
+    if constexpr (requires { s.devices(); }) return s.devices();
+    else return {};
+  });
+  REQUIRE(devices.size() == 3);
+  CHECK(devices[0] == strata::gpu(0));
+  CHECK(devices[1] == strata::gpu(1));
+  CHECK(devices[2] == strata::gpu(0));
 }
 
 }  // namespace pipeline_gpu_test

@@ -14,7 +14,8 @@ enum class PlacementKind { OneDevice, Mirrored, CentralStorage, ParameterServer,
 //! Strategy<...> checks its devices with it; the strategy catalogue
 //! (strategy/catalog.hpp) says with it which names take --device gpu.
 [[nodiscard]] constexpr bool placement_on_gpus(PlacementKind k) noexcept {
-  return k == PlacementKind::OneDevice || k == PlacementKind::Mirrored || k == PlacementKind::CentralStorage;
+  return k == PlacementKind::OneDevice || k == PlacementKind::Mirrored || k == PlacementKind::CentralStorage ||
+         k == PlacementKind::Pipeline;
 }
 
 //! One replica on one device; variables live on it.

@@ -44,14 +44,14 @@ struct StrategyChoice {
   std::optional<std::uint64_t> staleness = std::nullopt;  //!< parameter_server: bound (none: asynchronous)
   int stages = 0;  //!< pipeline: stages, split by parameters (0: 2 in one process, the ranks / data_parallel under mpirun)
   std::size_t micro_batches = 4;           //!< pipeline: micro-batches per batch
-  int data_parallel = 1;                   //!< pipeline: copies of it (stages x copies CPU replicas)
+  int data_parallel = 1;                   //!< pipeline: copies of it (stages x copies replicas, on `device`'s kind)
   Schedule schedule = Schedule::OneFOneB;  //!< pipeline: the order of forwards and backwards
-  //! default / one_device: the device of the one replica; mirrored, central_storage: with a GPU
+  //! default / one_device: the device of the one replica; mirrored, central_storage, pipeline: with a GPU
   //! here, `replicas` GPU replicas (1 when 0) on it, or spread over the first `gpus` GPUs (replica r
   //! on GPU r % gpus).
   //! The other strategies run on CPUs so far.
   Device device = cpu(0);
-  int gpus = 0;  //!< mirrored on GPUs: spread the replicas over GPUs 0 to gpus - 1 (0: all on `device`)
+  int gpus = 0;  //!< GPU replicas (or stages): spread over GPUs 0 to gpus - 1 (0: all on `device`)
   std::string cluster = {};  //!< parameter_server under mpirun (by_name_mpi.hpp): a ClusterSpec ("": chief 0, `servers` servers, workers)
   //! The collective deadline (none: each strategy's default): CommOptions::timeout
   //! of one_device, mirrored and central_storage (and of a multi-worker strategy's
@@ -148,10 +148,11 @@ struct InProcessStrategies {
       }
     }
     if (name == "pipeline") {
-      if (c.device.is_gpu())
-        throw Error("strata: pipeline runs its stages on CPU replicas so far, not on " + c.device.str());
       if constexpr (std::is_invocable_v<F&, PipelineStrategy&>) {
-        PipelineStrategy s{cpu_replicas((c.stages ? c.stages : 2) * c.data_parallel), c.comm_options()};
+        // a stage per replica: on GPUs, spread over them as mirrored's replicas are
+        StrategyChoice lanes = c;
+        lanes.replicas = (c.stages ? c.stages : 2) * c.data_parallel;
+        PipelineStrategy s{c.device.is_gpu() ? gpu_replicas(lanes) : cpu_replicas(lanes.replicas), c.comm_options()};
         s.pipeline_options().micro_batches = c.micro_batches;
         s.pipeline_options().data_parallel = static_cast<std::size_t>(c.data_parallel);
         s.pipeline_options().schedule = c.schedule;

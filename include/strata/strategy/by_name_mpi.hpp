@@ -81,7 +81,11 @@ struct MpiStrategies {
       if constexpr (std::is_invocable_v<F&, MultiWorkerPipelineStrategy&>) {
         MpiOptions mpi;
         if (c.timeout) mpi.timeout = *c.timeout;
-        MultiWorkerPipelineStrategy s{mpi};
+        auto ranks = MpiCommunicator::world(mpi);
+        // a rank's stage on its GPU: the ranks of a node on distinct GPUs where there are enough
+        const Device stage = c.device.is_gpu() ? gpu(c.gpus > 0 ? ranks.rank_on_node() % c.gpus : c.device.index)
+                                               : cpu(0);
+        MultiWorkerPipelineStrategy s{std::move(ranks), stage};
         const int world = s.num_replicas_in_sync();
         if (c.stages && c.stages * c.data_parallel != world)
           throw Error("strata: pipeline under mpirun runs one stage per rank: " + std::to_string(c.stages) +
