@@ -38,7 +38,7 @@
 #include <utility>
 #include <vector>
 
-#include <strata/comm/async_forms.hpp>
+#include <strata/comm/collective_forms.hpp>
 #include <strata/comm/mpi/all_reduce.hpp>
 #include <strata/comm/mpi/collective_work.hpp>
 #include <strata/comm/mpi/exchange.hpp>
@@ -60,14 +60,16 @@ namespace strata {
 //! Reduction order: ring and direct are deterministic (bitwise the same on
 //! every rank and run); native follows MPI_Allreduce; AutoReduce is as
 //! deterministic as the algorithm auto_choice names.
-class MpiCommunicator : public detail::AsyncForms<MpiCommunicator> {
+class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
  public:
-  //! The non-blocking forms (all_reduce_async, broadcast_async,
-  //! reduce_scatter_async, all_gather_async, barrier_async: comm/async_forms.hpp)
-  //! queue the collective behind this communicator's earlier operations; the
-  //! progress thread runs it with the blocking form's code, contract and
-  //! deadline. A failure is the Work's typed error; the operations queued
-  //! behind it then fail at once with CollectiveAborted (the communicator is unusable).
+  //! The collectives (barrier, all_reduce, broadcast, reduce_scatter,
+  //! all_gather, and their *_async forms: comm/collective_forms.hpp), each
+  //! under the contract and the timeout; all_gather's inputs may differ in
+  //! size (the contract carries them). A non-blocking form queues the
+  //! collective behind this communicator's earlier operations; the progress
+  //! thread runs it with the blocking form's code, contract and deadline. A
+  //! failure is the Work's typed error; the operations queued behind it then
+  //! fail at once with CollectiveAborted (the communicator is unusable).
   //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum, strata::Ring{});  ...;  w.wait();
   template <class A>
   static constexpr bool takes_algorithm = MpiAllReduceAlgorithm<A>;
@@ -149,67 +151,6 @@ class MpiCommunicator : public detail::AsyncForms<MpiCommunicator> {
   void set_interrupt(const std::atomic<bool>* flag) noexcept {
     work_.drain();
     ex_.set_interrupt(flag);
-  }
-
-  //! Every rank waits until all have arrived.
-  void barrier() {
-    ordered("barrier", [&] { barrier_now(); }, [] { return std::string("barrier()"); });
-  }
-
-  //! In-place all-reduce: afterwards every rank's `data` holds the reduction
-  //! of all ranks' `data`.
-  template <MutableBuffer R, ReduceOperation Op, MpiAllReduceAlgorithm Algo = AutoReduce>
-  void all_reduce(R&& data, Op op, Algo algo = {}) {
-    using T = detail::buffer_element_t<R>;
-    T* p = std::ranges::data(data);
-    const std::size_t n = std::ranges::size(data);
-    ordered("all_reduce", [&] { all_reduce_now(p, p, n, n, op, algo); }, what<T>("all_reduce", n));
-  }
-  //! Out-of-place all-reduce: `out` (same size as `in`) receives the result.
-  template <Buffer In, MutableBuffer Out, ReduceOperation Op, MpiAllReduceAlgorithm Algo = AutoReduce>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
-  void all_reduce(In&& in, Out&& out, Op op, Algo algo = {}) {
-    using T = detail::buffer_element_t<Out>;
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered("all_reduce", [&] { all_reduce_now(i, o, n, on, op, algo); }, what<T>("all_reduce", n));
-  }
-
-  //! Copies `root`'s `data` into every rank's `data`.
-  template <MutableBuffer R>
-  void broadcast(R&& data, int root) {
-    using T = detail::buffer_element_t<R>;
-    T* p = std::ranges::data(data);
-    const std::size_t n = std::ranges::size(data);
-    ordered("broadcast", [&] { broadcast_now(p, n, root); }, what<T>("broadcast", n));
-  }
-
-  //! Reduces `in` (same size everywhere) over the ranks and leaves shard
-  //! `rank()` of the result in `out`, which must hold
-  //! `shard_range(in.size(), size(), rank()).size()` elements.
-  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
-  void reduce_scatter(In&& in, Out&& out, Op) {
-    using T = detail::buffer_element_t<Out>;
-    detail::check_op<Op, T>();
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered("reduce_scatter", [&] { reduce_scatter_now<Op>(i, n, o, on); },
-            what<T>("reduce_scatter", n));
-  }
-
-  //! Concatenates every rank's `in` in rank order into each `out`; inputs
-  //! may differ in size (the contract carries them), `out` holds their sum.
-  template <Buffer In, MutableBuffer Out>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
-  void all_gather(In&& in, Out&& out) {
-    using T = detail::buffer_element_t<Out>;
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered("all_gather", [&] { all_gather_now(i, n, o, on); }, what<T>("all_gather", n));
   }
 
   //! Sends `data` to rank `peer` under `tag` (0 or more); the peer's
@@ -343,8 +284,8 @@ class MpiCommunicator : public detail::AsyncForms<MpiCommunicator> {
   static auto what(const char* call, std::size_t n) {
     return detail::Described<T>{call, n};
   }
-  friend class detail::AsyncForms<MpiCommunicator>;
-  //! Queues body(*this) behind this communicator's operations (async_forms.hpp);
+  friend class detail::CollectiveForms<MpiCommunicator>;
+  //! Queues body(*this) behind this communicator's operations (collective_forms.hpp);
   //! the *_now bodies below run on whichever thread runs them (both forms' code).
   template <class What, class Body>
   Work submit_with(const char* name, What desc, Body body) {

@@ -23,7 +23,7 @@
 
 #include <strata/comm/algorithm/direct.hpp>
 #include <strata/comm/algorithm/ring.hpp>
-#include <strata/comm/async_forms.hpp>
+#include <strata/comm/collective_forms.hpp>
 #include <strata/comm/communicator.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/threads/ring_link.hpp>
@@ -40,14 +40,16 @@ concept AllReduceAlgorithm = std::same_as<A, Ring> || std::same_as<A, Direct> ||
 
 //! One replica's handle on its team's collectives. A small handle (team and
 //! rank): copies share the replica's order of operations.
-class ThreadCommunicator : public detail::AsyncForms<ThreadCommunicator> {
+class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
  public:
-  //! The non-blocking forms (all_reduce_async, broadcast_async,
-  //! reduce_scatter_async, all_gather_async, barrier_async: comm/async_forms.hpp)
-  //! queue the collective behind this replica's earlier operations; its
-  //! progress thread runs it with the very code (and so the very bits) of the
-  //! blocking form. Blocking calls made meanwhile (point-to-point included)
-  //! run after the queued ones, in issue order.
+  //! The collectives (barrier, all_reduce, broadcast, reduce_scatter,
+  //! all_gather, and their *_async forms: comm/collective_forms.hpp), each
+  //! bitwise identical on every replica. A non-blocking form queues the
+  //! collective behind this replica's earlier operations; its progress thread
+  //! runs it with the very code (and so the very bits) of the blocking form.
+  //! Blocking calls made meanwhile (point-to-point included) run after the
+  //! queued ones, in issue order.
+  //!   comm.all_reduce(grad, strata::Mean);
   //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
   template <class A>
   static constexpr bool takes_algorithm = AllReduceAlgorithm<A>;
@@ -56,69 +58,6 @@ class ThreadCommunicator : public detail::AsyncForms<ThreadCommunicator> {
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return team_->size(); }
-
-  //! Every replica waits until all have arrived.
-  void barrier() {
-    ordered([&] { barrier_now(); }, [] { return std::string("barrier()"); });
-  }
-
-  //! In-place all-reduce: afterwards every replica's `data` holds the
-  //! reduction of all replicas' `data`, bitwise identical on each.
-  template <MutableBuffer R, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
-  void all_reduce(R&& data, Op op, Algo = {}) {
-    using T = detail::buffer_element_t<R>;
-    detail::check_op<Op, T>();
-    T* p = std::ranges::data(data);
-    const std::size_t n = std::ranges::size(data);
-    ordered([&] { all_reduce_now(p, p, n, n, op, Algo{}); }, what<T>("all_reduce", n));
-  }
-
-  //! Out-of-place all-reduce: `out` (same size as `in`) receives the result.
-  template <Buffer In, MutableBuffer Out, ReduceOperation Op, AllReduceAlgorithm Algo = AutoReduce>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
-  void all_reduce(In&& in, Out&& out, Op op, Algo = {}) {
-    using T = detail::buffer_element_t<Out>;
-    detail::check_op<Op, T>();
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered([&] { all_reduce_now(i, o, n, on, op, Algo{}); }, what<T>("all_reduce", n));
-  }
-
-  //! Copies `root`'s `data` into every replica's `data`.
-  template <MutableBuffer R>
-  void broadcast(R&& data, int root) {
-    using T = detail::buffer_element_t<R>;
-    T* p = std::ranges::data(data);
-    const std::size_t n = std::ranges::size(data);
-    ordered([&] { broadcast_now(p, n, root); }, what<T>("broadcast", n));
-  }
-
-  //! Reduces `in` (same size everywhere) over the replicas and leaves shard
-  //! `rank()` of the result in `out`, which must hold
-  //! `shard_range(in.size(), size(), rank()).size()` elements.
-  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
-  void reduce_scatter(In&& in, Out&& out, Op) {
-    using T = detail::buffer_element_t<Out>;
-    detail::check_op<Op, T>();
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered([&] { reduce_scatter_now<Op>(i, n, o, on); }, what<T>("reduce_scatter", n));
-  }
-
-  //! Concatenates every replica's `in` in replica order into each `out`;
-  //! inputs may differ in size, `out` holds their sum.
-  template <Buffer In, MutableBuffer Out>
-    requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
-  void all_gather(In&& in, Out&& out) {
-    using T = detail::buffer_element_t<Out>;
-    const T* i = std::ranges::data(in);
-    T* o = std::ranges::data(out);
-    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered([&] { all_gather_now(i, n, o, on); }, what<T>("all_gather", n));
-  }
 
   //! Reduces `in` over the replicas into `root`'s `out` only (the central
   //! copy); every replica reduces a slice, so the work is shared. `out` is
@@ -131,7 +70,7 @@ class ThreadCommunicator : public detail::AsyncForms<ThreadCommunicator> {
     const T* i = std::ranges::data(in);
     T* o = std::ranges::data(out);
     const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
-    ordered([&] { reduce_to_one_now<Op>(i, n, o, on, root); }, what<T>("reduce_to_one", n));
+    ordered("reduce_to_one", [&] { reduce_to_one_now<Op>(i, n, o, on, root); }, what<T>("reduce_to_one", n));
   }
 
   //! Sends `data` to replica `peer` with `tag` (>= 0). Returns without
@@ -150,6 +89,7 @@ class ThreadCommunicator : public detail::AsyncForms<ThreadCommunicator> {
     const detail::P2pBuffer b{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T),
                               .in = std::ranges::data(data), .out = nullptr};
     ordered(
+        "send",
         [&] {
           trace::Span span{"send", trace::Category::Collective, {{"bytes", b.bytes}, {"to", peer}, {"tag", tag}}};
           team_->send(rank_, peer, tag, b);
@@ -171,6 +111,7 @@ class ThreadCommunicator : public detail::AsyncForms<ThreadCommunicator> {
     const detail::P2pBuffer b{.dtype = dtype_name<T>(), .count = n, .bytes = n * sizeof(T), .in = nullptr,
                               .out = std::ranges::data(data)};
     ordered(
+        "recv",
         [&] {
           trace::Span span{"recv", trace::Category::Collective, {{"bytes", b.bytes}, {"from", peer}, {"tag", tag}}};
           team_->recv(rank_, peer, tag, b);
@@ -187,7 +128,7 @@ class ThreadCommunicator : public detail::AsyncForms<ThreadCommunicator> {
  private:
   //! Runs `op` now, or after this replica's queued operations (then waited for).
   template <class Op, class What>
-  void ordered(Op&& op, What desc) {
+  void ordered(const char*, Op&& op, What desc) {
     team_->progress(rank_).run(std::forward<Op>(op), desc);
   }
   //! Describes an operation for its Work's messages, only when needed.
@@ -195,7 +136,7 @@ class ThreadCommunicator : public detail::AsyncForms<ThreadCommunicator> {
   static auto what(const char* call, std::size_t n) {
     return [call, n] { return detail::describe_call<T>(call, n); };
   }
-  friend class detail::AsyncForms<ThreadCommunicator>;
+  friend class detail::CollectiveForms<ThreadCommunicator>;
   //! Queues body(a copy of this handle) behind this replica's operations.
   template <class What, class Body>
   Work submit_with(const char*, What desc, Body body) {

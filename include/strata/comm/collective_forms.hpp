@@ -1,17 +1,19 @@
 #pragma once
-//! The buffers a communicator takes, and the non-blocking forms of its
-//! collectives written once for every communicator (the in-process one and
-//! MPI's): each *_async form unpacks its buffers, checks the operation, and
-//! queues the communicator's own blocking body behind its earlier operations,
-//! returning the strata::Work. A communicator derives from AsyncForms<Self>
-//! and supplies only how an operation is queued and its blocking bodies:
+//! The buffers a communicator takes, and the forms of its collectives written
+//! once for every communicator (the in-process one and MPI's): each form
+//! unpacks its buffers, checks the operation, and runs the communicator's own
+//! body in issue order, blocking (ordered) or queued behind its earlier
+//! operations, returning the strata::Work (the *_async forms). A communicator
+//! derives from CollectiveForms<Self> and supplies only how an operation runs
+//! and its bodies (befriending CollectiveForms<Self> when they are private):
+//!   template <class Op, class What> void ordered(const char* name, Op&& op, What what);  // runs op() in order
 //!   template <class What, class Body> Work submit_with(const char* name, What what, Body body);
-//!     // body(self) runs the operation on whichever thread runs it
+//!     // queues body(self), run on whichever thread runs it
 //!   all_reduce_now(in, out, n, out_n, op, algo), broadcast_now(data, n, root),
 //!   reduce_scatter_now<Op>(in, n, out, out_n), all_gather_now(in, n, out, out_n), barrier_now()
-//!   template <class A> static constexpr bool takes_algorithm = ...;  // the algorithms it names
-//! (befriending AsyncForms<Self> when they are private).
-//!   class MyComm : public detail::AsyncForms<MyComm> { ... };
+//!   template <class A> static constexpr bool takes_algorithm = ...;  // the all-reduce algorithms it names
+//!   class MyComm : public detail::CollectiveForms<MyComm> { ... };
+//!   comm.all_reduce(grad, strata::Mean);
 //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
 
 #include <concepts>
@@ -47,17 +49,78 @@ using buffer_element_t = std::remove_cv_t<std::ranges::range_value_t<R>>;
 template <class Comm, class A>
 concept TakesAlgorithm = Comm::template takes_algorithm<A>;
 
-//! The non-blocking forms of `Comm`'s collectives (see the file comment).
-//! Each queues the collective behind the communicator's earlier operations
-//! (of this replica, of this MPI communicator) and returns its Work at once;
-//! the progress thread runs it with the very code of the blocking form (the
-//! same contract, deadline and bits). The buffers belong to the operation
-//! until its Work says it ended (comm/work.hpp): they must be views or
-//! lvalues (borrowed ranges), never temporaries that own their elements.
-//! A failure is the Work's typed error.
+//! The collectives of `Comm` (see the file comment). A blocking form runs
+//! now, or after the operations queued before it (then waited for). A
+//! non-blocking form queues the collective behind the communicator's earlier
+//! operations (of this replica, of this MPI communicator) and returns its
+//! Work at once; the progress thread runs it with the very code of the
+//! blocking form (the same contract, deadline and bits). Its buffers belong
+//! to the operation until its Work says it ended (comm/work.hpp): they must
+//! be views or lvalues (borrowed ranges), never temporaries that own their
+//! elements. A failure is the Work's typed error.
 template <class Comm>
-class AsyncForms {
+class CollectiveForms {
  public:
+  //! Every rank waits until all have arrived.
+  void barrier() {
+    self().ordered("barrier", [&] { self().barrier_now(); }, [] { return std::string("barrier()"); });
+  }
+  //! In-place all-reduce: afterwards every rank's `data` holds the reduction
+  //! of all ranks' `data`.
+  template <MutableBuffer R, ReduceOperation Op, class Algo = AutoReduce>
+    requires TakesAlgorithm<Comm, Algo>
+  void all_reduce(R&& data, Op op, Algo algo = {}) {
+    using T = buffer_element_t<R>;
+    check_op<Op, T>();
+    T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    self().ordered("all_reduce", [&] { self().all_reduce_now(p, p, n, n, op, algo); }, Described<T>{"all_reduce", n});
+  }
+  //! Out-of-place all-reduce: `out` (same size as `in`) receives the result.
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op, class Algo = AutoReduce>
+    requires std::same_as<buffer_element_t<In>, buffer_element_t<Out>> && TakesAlgorithm<Comm, Algo>
+  void all_reduce(In&& in, Out&& out, Op op, Algo algo = {}) {
+    using T = buffer_element_t<Out>;
+    check_op<Op, T>();
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    self().ordered("all_reduce", [&] { self().all_reduce_now(i, o, n, on, op, algo); }, Described<T>{"all_reduce", n});
+  }
+  //! Copies `root`'s `data` into every rank's `data`.
+  template <MutableBuffer R>
+  void broadcast(R&& data, int root) {
+    using T = buffer_element_t<R>;
+    T* p = std::ranges::data(data);
+    const std::size_t n = std::ranges::size(data);
+    self().ordered("broadcast", [&] { self().broadcast_now(p, n, root); }, Described<T>{"broadcast", n});
+  }
+  //! Reduces `in` (same size everywhere) over the ranks and leaves shard
+  //! `rank()` of the result in `out`, which must hold
+  //! `shard_range(in.size(), size(), rank()).size()` elements.
+  template <Buffer In, MutableBuffer Out, ReduceOperation Op>
+    requires std::same_as<buffer_element_t<In>, buffer_element_t<Out>>
+  void reduce_scatter(In&& in, Out&& out, Op) {
+    using T = buffer_element_t<Out>;
+    check_op<Op, T>();
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    self().ordered("reduce_scatter", [&] { self().template reduce_scatter_now<Op>(i, n, o, on); },
+                   Described<T>{"reduce_scatter", n});
+  }
+  //! Concatenates every rank's `in` in rank order into each `out`; inputs
+  //! may differ in size, `out` holds their sum.
+  template <Buffer In, MutableBuffer Out>
+    requires std::same_as<buffer_element_t<In>, buffer_element_t<Out>>
+  void all_gather(In&& in, Out&& out) {
+    using T = buffer_element_t<Out>;
+    const T* i = std::ranges::data(in);
+    T* o = std::ranges::data(out);
+    const std::size_t n = std::ranges::size(in), on = std::ranges::size(out);
+    self().ordered("all_gather", [&] { self().all_gather_now(i, n, o, on); }, Described<T>{"all_gather", n});
+  }
+
   //! In-place non-blocking all-reduce.
   template <MutableBuffer R, ReduceOperation Op, class Algo = AutoReduce>
     requires std::ranges::borrowed_range<R> && TakesAlgorithm<Comm, Algo>
