@@ -73,6 +73,34 @@ inline void check_endpoint(const Exchange& ex, const char* call, int peer, int t
     throw Error(where + "tags must be at most " + std::to_string(top) + " (this MPI library's MPI_TAG_UB, halved)");
 }
 
+//! Checks a send's endpoint, starts its deadline and returns its header.
+template <Element T>
+MessageHeader begin_send(Exchange& ex, std::size_t n, int peer, int tag) {
+  check_endpoint(ex, "send", peer, tag);
+  ex.begin_message(Activity{.kind = Activity::send, .peer = peer, .tag = tag, .count = n, .dtype = dtype_name<T>()});
+  MessageHeader h{.count = n, .dtype = dtype_code<T>()};
+  h.fused = sizeof(h) + n * sizeof(T) <= Exchange::fused_max ? 1 : 0;
+  return h;
+}
+//! Starts sending `box` (the header, with the data when fused) and, when
+//! not fused, the `n` elements at `data` after it, into `sends`.
+template <Element T>
+void post_message(Exchange& ex, const MessageHeader& h, const std::byte* box, const T* data, std::size_t n, int peer,
+                  int tag, Pending& sends) {
+  sends.reqs.assign(h.fused ? 1 : 2, MPI_REQUEST_NULL);
+  const std::size_t box_bytes = sizeof(h) + (h.fused ? n * sizeof(T) : 0);
+  check(MPI_Isend(box, static_cast<int>(box_bytes), MPI_BYTE, peer, header_tag(tag), ex.comm(), &sends.reqs[0]),
+        "MPI_Isend");
+  if (!h.fused)
+    check(MPI_Isend(data, as_count(n, "send"), datatype<T>(), peer, data_tag(tag), ex.comm(), &sends.reqs[1]),
+          "MPI_Isend");
+}
+//! "rank 1 did not take the message (no recv(from rank 0, tag 7) matched it)".
+inline std::string not_taken(const Exchange& ex, int peer, int tag) {
+  return "rank " + std::to_string(peer) + " did not take the message (no recv(from rank " + std::to_string(ex.rank()) +
+         ", tag " + std::to_string(tag) + ") matched it)";
+}
+
 //! Sends `n` elements at `data` to `peer` under `tag`; returns once the
 //! message has left this rank (at once up to 4 KiB, else when the peer's
 //! recv takes it), or raises CollectiveTimeout after the timeout naming the
@@ -80,26 +108,13 @@ inline void check_endpoint(const Exchange& ex, const char* call, int peer, int t
 //! half delivered).
 template <Element T>
 void send_message(Exchange& ex, const T* data, std::size_t n, int peer, int tag) {
-  check_endpoint(ex, "send", peer, tag);
-  ex.begin_message(Activity{.kind = Activity::send, .peer = peer, .tag = tag, .count = n, .dtype = dtype_name<T>()});
-  const std::size_t bytes = n * sizeof(T);
-  MessageHeader h{.count = n, .dtype = dtype_code<T>()};
-  h.fused = sizeof(h) + bytes <= Exchange::fused_max ? 1 : 0;
-  std::array<std::byte, Exchange::fused_max> box;
+  const MessageHeader h = begin_send<T>(ex, n, peer, tag);
+  std::array<std::byte, Exchange::fused_max> box;  // on the stack: a blocking send allocates nothing
   std::memcpy(box.data(), &h, sizeof(h));
-  if (h.fused && bytes) std::memcpy(box.data() + sizeof(h), data, bytes);
+  if (h.fused && n) std::memcpy(box.data() + sizeof(h), data, n * sizeof(T));
   Pending sends;
-  sends.reqs.assign(h.fused ? 1 : 2, MPI_REQUEST_NULL);
-  check(MPI_Isend(box.data(), static_cast<int>(sizeof(h) + (h.fused ? bytes : 0)), MPI_BYTE, peer, header_tag(tag),
-                  ex.comm(), &sends.reqs[0]),
-        "MPI_Isend");
-  if (!h.fused)
-    check(MPI_Isend(data, as_count(n, "send"), datatype<T>(), peer, data_tag(tag), ex.comm(), &sends.reqs[1]),
-          "MPI_Isend");
-  ex.wait_until([&] { return sends.test_all(); }, [&] {
-    return "rank " + std::to_string(peer) + " did not take the message (no recv(from rank " +
-           std::to_string(ex.rank()) + ", tag " + std::to_string(tag) + ") matched it)";
-  });
+  post_message(ex, h, box.data(), data, n, peer, tag, sends);
+  ex.wait_until([&] { return sends.test_all(); }, [&] { return not_taken(ex, peer, tag); });
 }
 
 //! A send in flight (send_message_async): a copy of the message, and its requests.
@@ -117,25 +132,15 @@ struct AsyncSend {
 //! it. Messages of one (peer, tag) still arrive in the order sent.
 template <Element T>
 AsyncSend send_message_async(Exchange& ex, const T* data, std::size_t n, int peer, int tag) {
-  check_endpoint(ex, "send", peer, tag);
-  ex.begin_message(Activity{.kind = Activity::send, .peer = peer, .tag = tag, .count = n, .dtype = dtype_name<T>()});
+  const MessageHeader h = begin_send<T>(ex, n, peer, tag);
   const std::size_t bytes = n * sizeof(T);
-  MessageHeader h{.count = n, .dtype = dtype_code<T>()};
-  h.fused = sizeof(h) + bytes <= Exchange::fused_max ? 1 : 0;
   AsyncSend a;
   a.peer = peer, a.tag = tag, a.count = n, a.dtype = dtype_name<T>();
   a.box.resize(sizeof(h) + (h.fused ? bytes : 0));
   std::memcpy(a.box.data(), &h, sizeof(h));
   if (h.fused && bytes) std::memcpy(a.box.data() + sizeof(h), data, bytes);
   if (!h.fused) a.data.assign(reinterpret_cast<const std::byte*>(data), reinterpret_cast<const std::byte*>(data) + bytes);
-  a.sends.reqs.assign(h.fused ? 1 : 2, MPI_REQUEST_NULL);
-  check(MPI_Isend(a.box.data(), static_cast<int>(a.box.size()), MPI_BYTE, peer, header_tag(tag), ex.comm(),
-                  &a.sends.reqs[0]),
-        "MPI_Isend");
-  if (!h.fused)
-    check(MPI_Isend(a.data.data(), as_count(n, "send"), datatype<T>(), peer, data_tag(tag), ex.comm(),
-                    &a.sends.reqs[1]),
-          "MPI_Isend");
+  post_message(ex, h, a.box.data(), reinterpret_cast<const T*>(a.data.data()), n, peer, tag, a.sends);
   return a;
 }
 
@@ -147,10 +152,7 @@ inline void finish_sends(Exchange& ex, std::vector<AsyncSend>& pending) {
   while (next < pending.size()) {
     const AsyncSend& a = pending[next];
     ex.begin_message(Activity{.kind = Activity::send, .peer = a.peer, .tag = a.tag, .count = a.count, .dtype = a.dtype});
-    ex.wait_until([&] { return pending[next].sends.test_all(); }, [&] {
-      return "rank " + std::to_string(a.peer) + " did not take the message (no recv(from rank " +
-             std::to_string(ex.rank()) + ", tag " + std::to_string(a.tag) + ") matched it)";
-    });
+    ex.wait_until([&] { return pending[next].sends.test_all(); }, [&] { return not_taken(ex, a.peer, a.tag); });
     ++next;
   }
   pending.clear();
