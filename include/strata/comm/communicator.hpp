@@ -34,8 +34,9 @@
 //! - Work::wait() is bounded by the communicator's timeout for each
 //!   operation queued ahead and its own, plus a margin; a failed peer (an
 //!   abort) ends pending work at once with CollectiveAborted.
-//! ThreadCommunicator and MpiCommunicator model it; the device and NCCL
-//! communicators model Communicator only, for now.
+//! ThreadCommunicator, MpiCommunicator, the device team's DeviceCommunicator
+//! and NcclCommunicator model it (the GPU ones: a Work is an event recorded
+//! after the stream's operation, polled under the deadline: cuda/comm/event_work.hpp).
 
 #include <concepts>
 #include <span>
