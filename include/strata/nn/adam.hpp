@@ -29,11 +29,7 @@ class Adam final : public Optimizer {
     return "Adam(" + field("learning_rate", lr_.scheduled(0)) + ", " + field("beta_1", o_.beta_1) + ", " +
            field("beta_2", o_.beta_2) + ", " + field("epsilon", o_.epsilon) + ")";
   }
-  [[nodiscard]] std::unique_ptr<Optimizer> clone() const override {
-    auto c = std::make_unique<Adam>(*this);
-    c->lr_.share_override_of(lr_);  // a rate set at run time reaches every copy
-    return c;
-  }
+  [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return clone_of(*this, lr_); }
   [[nodiscard]] LearningRate* learning_rate() noexcept override { return &lr_; }
 
  protected:

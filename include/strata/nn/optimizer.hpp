@@ -84,6 +84,14 @@ class Optimizer {
     throw Error(name() + " cannot run in a captured step (ExecutorOptions::capture_steps)");
   }
   static float* slot(OptimizerState& s, std::size_t i, std::size_t offset) { return s.slots[i].data() + offset; }
+  //! clone() of an optimizer `self` of type D whose rate is `rate`: the
+  //! copy's rate shares this one's run-time override.
+  template <class D>
+  static std::unique_ptr<Optimizer> clone_of(const D& self, const LearningRate& rate) {
+    auto c = std::make_unique<D>(self);
+    c->learning_rate()->share_override_of(rate);  // a rate set at run time reaches every copy
+    return c;
+  }
   //! "name=value" with the shortest form that reads back as the same float ("0.001", not "0.001000").
   static std::string field(const char* name, float v) {
     char buf[64];

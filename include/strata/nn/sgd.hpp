@@ -25,11 +25,7 @@ class SGD final : public Optimizer {
     return "SGD(" + field("learning_rate", lr_.scheduled(0)) + ", " + field("momentum", o_.momentum) +
            ", nesterov=" + (o_.nesterov ? "1" : "0") + ")";
   }
-  [[nodiscard]] std::unique_ptr<Optimizer> clone() const override {
-    auto c = std::make_unique<SGD>(*this);
-    c->lr_.share_override_of(lr_);  // a rate set at run time reaches every copy
-    return c;
-  }
+  [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return clone_of(*this, lr_); }
   [[nodiscard]] LearningRate* learning_rate() noexcept override { return &lr_; }
 
  protected:
