@@ -7,15 +7,24 @@
 //   strata_test::for_each_strategy({.synchronous = true}, [&](auto& s, const strata::StrategyInfo& info) {
 //     CHECK(train(s) == reference);
 //   });
+// for_each_strategy_and_backend runs it on every backend too: CPU replicas,
+// and, for each row whose replicas may be GPUs (StrategyInfo::gpu()), GPU
+// replicas computing on the host (host_as_gpu.hpp), as a machine without a
+// GPU (CI) runs the GPU executors.
+//   strata_test::for_each_strategy_and_backend({.synchronous = true},
+//       [&](auto& s, const strata::StrategyInfo& info, strata_test::Backend b) { CHECK(train(s) == reference); });
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <strata/strategy/by_name.hpp>
 #include <strata/strategy/catalog.hpp>
+
+#include "host_as_gpu.hpp"
 
 namespace strata_test {
 
@@ -60,6 +69,51 @@ int for_each_strategy(Needs needs, Body&& body, strata::StrategyChoice choice = 
     INFO("under strategy ", std::string(info.name));
     strata::with_strategy(info.name, choice, [&](auto& s) { body(s, info); });
     ++ran;
+  }
+  CHECK_MESSAGE(ran > 0, "no strategy of the catalogue meets the sweep's needs");
+  return ran;
+}
+
+//! Where a sweep runs a strategy's replicas.
+enum class Backend {
+  Cpu,        //!< "cpu": CPU replicas, as the choice says
+  HostAsGpu,  //!< "host-as-gpu": GPU replicas (gpu_choice) computing on the host, collectives staged through it
+};
+
+//! The backend's name in a failure message: "cpu" or "host-as-gpu".
+[[nodiscard]] constexpr std::string_view backend_name(Backend b) noexcept {
+  return b == Backend::Cpu ? "cpu" : "host-as-gpu";
+}
+
+//! `choice` with its replicas on GPUs: device gpu(0), spread over 2 GPUs
+//! (replica r on gpu(r % 2)), as --device gpu builds them on a 2-GPU node.
+inline strata::StrategyChoice gpu_choice(strata::StrategyChoice choice) {
+  choice.device = strata::gpu(0);
+  choice.gpus = 2;
+  return choice;
+}
+
+//! Calls body(strategy, info, backend) under every in-process strategy of
+//! the catalogue that meets `needs`: on CPU replicas (with_strategy(info.name,
+//! choice)), then, where info.gpu(), on GPU replicas computing on the host
+//! (with_strategy(info.name, gpu_choice(choice)) under a HostAsGpu); a
+//! failure names the strategy and the backend. Returns how many runs there were.
+template <class Body>
+int for_each_strategy_and_backend(Needs needs, Body&& body, strata::StrategyChoice choice = small_choice()) {
+  int ran = 0;
+  for (const auto& info : strata::strategy_catalog) {
+    if (!needs.met_by(info)) continue;
+    for (const Backend b : {Backend::Cpu, Backend::HostAsGpu}) {
+      if (b == Backend::HostAsGpu && !info.gpu()) continue;
+      INFO("under strategy ", std::string(info.name), " on ", std::string(backend_name(b)));
+      if (b == Backend::Cpu) {
+        strata::with_strategy(info.name, choice, [&](auto& s) { body(s, info, b); });
+      } else {
+        const HostAsGpu host;
+        strata::with_strategy(info.name, gpu_choice(choice), [&](auto& s) { body(s, info, b); });
+      }
+      ++ran;
+    }
   }
   CHECK_MESSAGE(ran > 0, "no strategy of the catalogue meets the sweep's needs");
   return ran;
