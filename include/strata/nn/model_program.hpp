@@ -70,7 +70,10 @@ class LayerReplica final : public ReplicaProgram {
   //! (into sums_, not zeroed here) and, training, the backward.
   const Act& forward(const StepInfo& info, std::size_t rows);
   void losses_and_backward(const Act& pred, const StepInfo& info, std::size_t rows);
-  void backward(int replicas);
+  //! Every layer's backward, last first; each layer's parameter gradients,
+  //! with their 1 / info.replicas share of the L2 gradient, told to
+  //! info.ready once final.
+  void backward(const StepInfo& info);
   void read_sums(ReplicaResult& out, bool counted);
   void zero_sums();
 
@@ -84,6 +87,7 @@ class LayerReplica final : public ReplicaProgram {
   kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels, non-finite gradient values
   std::vector<double> host_sums_;
   std::vector<const char*> trace_names_;  // each layer's name, for its spans in the trace
+  std::vector<std::size_t> layer_begin_;   // per layer, then the total: where its parameters start
 };
 
 class LayerProgram final : public ModelProgram {
@@ -233,6 +237,7 @@ inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<c
     : m_(m), c_(c), value_(value), grad_(grad), acts_(m.layers.size()) {
   std::size_t off = 0;
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    layer_begin_.push_back(off);
     layers_.push_back(m.layers[l]->clone());
     trace_names_.push_back(trace::intern(m.names[l]));
     std::vector<ParamRef> refs;
@@ -243,6 +248,7 @@ inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<c
     }
     layers_.back()->bind(refs);
   }
+  layer_begin_.push_back(off);
   sums_.resize(c, Shape{m.metrics.size() + 3});
   host_sums_.resize(m.metrics.size() + 3);
 }
@@ -321,7 +327,7 @@ inline void LayerReplica::losses_and_backward(const Act& pred, const StepInfo& i
     m_.loss->accumulate(c_, pred, y_, train ? &d_[0] : nullptr, info.scale, sums, sums + nm + 1);
     for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
   }
-  if (train) backward(info.replicas);
+  if (train) backward(info);
 }
 
 //! out gets the loss and metric sums and, when `counted`, the gradient's
@@ -342,21 +348,32 @@ inline void LayerReplica::read_sums(ReplicaResult& out, bool counted) {
   out.nonfinite = counted ? std::optional<double>(s[nm + 2]) : std::nullopt;
 }
 
-inline void LayerReplica::backward(int replicas) {
+inline void LayerReplica::backward(const StepInfo& info) {
+  // L2: every replica adds its 1/p share of the gradient, so the sum adds it
+  // once; each parameter's share right after its layer's backward (the same
+  // calls as after the loop: the same bits), so the range told is final
+  auto finish_layer = [&](std::size_t l) {
+    const std::size_t begin = layer_begin_[l], end = layer_begin_[l + 1];
+    if (begin == end) return;
+    m_.for_each_l2([&](std::size_t off, std::size_t n, float l2) {
+      if (off < begin || off >= end) return;
+      const float k = 2.f * l2 / static_cast<float>(info.replicas);
+      c_.axpy(k, value_.data() + off, grad_.data() + off, n);
+    });
+    if (info.ready) info.ready->ready(begin, end);
+  };
   int cur = 0;
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const Act& in = l ? acts_[l - 1] : x_;
     const bool need_dx = l > m_.first_trainable;
-    trace::Span span{trace_names_[l], trace::Category::Backward, {{"layer", l}}};
-    layers_[l]->backward(c_, in, acts_[l], d_[cur], need_dx ? &d_[1 - cur] : nullptr);
+    {
+      trace::Span span{trace_names_[l], trace::Category::Backward, {{"layer", l}}};
+      layers_[l]->backward(c_, in, acts_[l], d_[cur], need_dx ? &d_[1 - cur] : nullptr);
+    }
+    finish_layer(l);
     if (!need_dx) break;
     cur = 1 - cur;
   }
-  // L2: every replica adds its 1/p share of the gradient, so the sum adds it once
-  m_.for_each_l2([&](std::size_t off, std::size_t n, float l2) {
-    const float k = 2.f * l2 / static_cast<float>(replicas);
-    c_.axpy(k, value_.data() + off, grad_.data() + off, n);
-  });
 }
 
 }  // namespace strata::nn::detail

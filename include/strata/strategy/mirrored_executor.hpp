@@ -34,6 +34,8 @@
 //! Central (CentralStorageStrategy with CentralVariables::Gpu): only replica
 //! 0 keeps optimizer state and applies the update to its copy, the central
 //! one; the others take its values each step.
+//! Gradient buckets (ExecutorOptions::bucket_bytes, CPU replicas): the
+//! all-reduce above cut into buckets started during backward (buckets.hpp).
 //! On the host's compute substituted for a GPU's (tests/host_as_gpu.hpp)
 //! the GPU replicas run this very code and give the CPU run's bits.
 
@@ -50,6 +52,7 @@
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/host/memory.hpp>
 #include <strata/policy/placement.hpp>
+#include <strata/strategy/buckets.hpp>
 #include <strata/strategy/device_collectives.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/device_executor.hpp>
@@ -221,6 +224,9 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     }
     for (std::size_t r = 0; r < devs_.size(); ++r)
       if (sharded_) devs_[r].shard.resize(*devs_[r].m, Shape{mine(r).size()});
+    plan_.clear();
+    if (opts_.bucket_bytes) plan_ = plan_buckets(this->program_.variable_shapes(), opts_.bucket_bytes);
+    buckets_ = std::vector<GradientBuckets>(local);
     host_.reset();
   }
   //! The local replicas' computes and collectives, and whether the update is sharded.
@@ -285,11 +291,33 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   //! kernels may still touch a failed replica's buffers), then forget the
   //! collectives' state so that the next step starts clean.
   void after_failure() {
+    for (GradientBuckets& B : buckets_) B.drop();
     for (Replica& R : devs_) try {
         R.m->synchronize();
       } catch (...) {  // the failure being reported is the one that counts
       }
     if (colls_) colls_->reset();
+  }
+
+  //! Replica r's buckets for this step, where they apply: CPU replicas
+  //! whose context starts an all-reduce without waiting. Flat instead on
+  //! GPU replicas (their collectives are queued on streams already), with
+  //! the sharded update (its reduce-scatter is cut by replica, not by
+  //! bucket) or central variables, and when a custom loop's hook must see
+  //! the whole gradient before any of it is reduced.
+  template <class Ctx>
+  GradientReady* ready_for(Ctx& ctx, std::size_t r, const Pass& pass) {
+    if constexpr (requires(std::span<float> b) {
+                    { ctx.all_reduce_async(b, Sum) } -> std::same_as<Work>;
+                  }) {
+      if (opts_.bucket_bytes == 0 || colls_ || sharded_ || central_ || pass.gradient_hook || plan_.empty())
+        return nullptr;
+      buckets_[r].begin(&plan_, {devs_[r].grad.data(), this->program_.num_params()},
+                        [&ctx](std::span<float> b) { return ctx.all_reduce_async(b, Sum); });
+      return &buckets_[r];
+    } else {
+      return nullptr;
+    }
   }
 
   template <class Ctx>
@@ -323,7 +351,8 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
         return;
       }
     }
-    coll.all_reduce(g, Sum);
+    if (!buckets_.empty() && buckets_[r].active()) buckets_[r].finish();  // the same sums, bucket by bucket
+    else coll.all_reduce(g, Sum);
     if (!this->finite_gradient(ctx, r, *R.m, R.bad, std::span<const float>(g).subspan(mine(r).begin, mine(r).size())))
       return;
     if (updates(r)) R.updater->apply(w, g, 0, it);
@@ -338,6 +367,8 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   std::unique_ptr<DeviceCollectives> colls_;  // GPU replicas; CPU replicas use their replica context
   std::unique_ptr<WorkerSum> workers_sum_;    // GPU replicas across workers, else null
   std::string choice_;
+  std::vector<Range> plan_;                // the gradient buckets (empty: bucket_bytes 0 or no parameters)
+  std::vector<GradientBuckets> buckets_;   // per local replica
   mutable std::optional<Tensor<float>> host_;
 };
 

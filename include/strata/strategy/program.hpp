@@ -44,6 +44,20 @@ struct Batch {
   float* predictions = nullptr;
 };
 
+//! What a replica's backward tells its executor as it goes (gradient
+//! buckets: strategy/buckets.hpp): the gradient of a contiguous range of the
+//! flat parameters is final for this step (its share of the regularization
+//! gradient included), so its reduction may start while backward goes on.
+//! Parameters are laid out in layer order and backward runs in reverse, so
+//! the ranges come from the end of the flat vector down.
+//!   struct Log : strata::GradientReady { void ready(std::size_t b, std::size_t e) override { ... } };
+class GradientReady {
+ public:
+  virtual ~GradientReady() = default;
+  //! Elements [begin, end) of the bound gradient buffer will not change again this step.
+  virtual void ready(std::size_t begin, std::size_t end) = 0;
+};
+
 //! Where and what one replica computes in a step.
 struct StepInfo {
   Phase phase = Phase::Train;
@@ -56,6 +70,10 @@ struct StepInfo {
   //! sums accumulate there across steps (read by take_sums), and the
   //! gradient's non-finite values are counted into counters->bad.
   kernels::StepCounters* counters = nullptr;
+  //! Training: told each range of the gradient that is final as backward
+  //! produces it (null: nobody asks; a program may also never tell, the
+  //! executor then treats the whole gradient as final after the step).
+  GradientReady* ready = nullptr;
 };
 
 //! The sums a replica's rows contribute to a pass's logs.

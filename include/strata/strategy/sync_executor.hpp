@@ -111,6 +111,12 @@ class SyncExecutor : public Executor {
   //! Derived::make_replica(r): replica r's program, bound to its buffers;
   //! Derived::before_step(r) readies them on replica r's thread.
   void before_step(std::size_t /*r*/) {}
+  //! Derived::ready_for(ctx, r, pass): whom replica r's backward tells the
+  //! ranges of its gradient that are final (gradient buckets), or null.
+  template <class Ctx>
+  GradientReady* ready_for(Ctx& /*ctx*/, std::size_t /*r*/, const Pass& /*pass*/) {
+    return nullptr;
+  }
   //! Replica r failed with `why` (in its step or its update), on its thread:
   //! a Derived with collectives of its own releases the other replicas there.
   void replica_failed(std::size_t /*r*/, const std::string& /*why*/) {}
@@ -182,7 +188,9 @@ class SyncExecutor : public Executor {
       const Range rows = own ? shard_range(b.x->shape()[0], p, r) : shard_range(global, p, static_cast<std::size_t>(g));
       try {
         derived().before_step(r);
-        reps_[r]->step(b, rows, StepInfo{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale}, results_[r]);
+        StepInfo info{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale};
+        if (pass.phase == Phase::Train) info.ready = derived().ready_for(ctx, r, pass);
+        reps_[r]->step(b, rows, info, results_[r]);
         if (pass.phase != Phase::Train) return;
         if (pass.gradient_hook)  // a custom loop's look at this replica's gradient, before the reduction
           derived().with_host_gradient(r, [&](std::span<float> v) {
