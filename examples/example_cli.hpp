@@ -60,6 +60,7 @@ struct Args {
   std::string checkpoint_dir;
   std::size_t train_limit = 0;  // use only the first N training examples (0: all)
   double learning_rate = 1e-3;  // the optimizer's (the program's default)
+  double lr_decay = 1;          // the rate's factor per epoch (1: constant; the program's default)
   double validation_split = 0;  // hold out this last fraction of the training examples (0: none)
   std::string tensorboard;      // TensorBoard event files into this directory ("": none)
   std::string trace;            // the run's timeline, trace-event JSON ("": none)
@@ -141,6 +142,8 @@ inline constexpr OptionInfo option_table[] = {
      "hold out the last fraction F of the training examples (after --train-limit), 0 up to (not including) 1: "
      "evaluated after each epoch as val_loss and val_accuracy (default 0: none)"},
     {"--learning-rate", "X", "the optimizer's learning rate, 0-10 (default {learning_rate})"},
+    {"--lr-decay", "F", "the learning rate's factor per epoch, 0-1 (ExponentialDecay, a step each epoch; 1: constant; "
+                        "default {lr_decay})"},
     {"--early-stopping", "PATIENCE",
      "stop once {monitored} has not improved for PATIENCE epochs, 0-100000 (EarlyStopping); every worker "
      "stops at the same epoch"},
@@ -223,6 +226,7 @@ inline std::string with_defaults(std::string_view help, const Args& d, bool vali
   put("{epochs}", std::to_string(d.epochs));
   put("{seed}", std::to_string(d.seed));
   put("{learning_rate}", shown(d.learning_rate));
+  put("{lr_decay}", shown(d.lr_decay));
   put("{monitored}", validation ? "val_loss (with --validation-split; else the training loss)" : "the training loss");
   put("{min_accuracy}", d.min_accuracy >= 0 ? shown(d.min_accuracy) : std::string("the example's bar"));
   return out;
@@ -391,6 +395,7 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
       a.validation_split = detail::decimal(prog, k, v, 0, 1, false, range);
       if (a.validation_split >= 1) fail(prog, k + " " + detail::quoted(v) + " is out of range: expected " + range);
     } else if (k == "--learning-rate") a.learning_rate = detail::decimal(prog, k, v, 0, 10, false, "a number from 0 to 10");
+    else if (k == "--lr-decay") a.lr_decay = detail::decimal(prog, k, v, 0, 1, true, "a number above 0, at most 1");
     else if (k == "--early-stopping") a.early_stopping = detail::whole(prog, k, v, 0, 100000);
     else if (k == "--csv") a.csv = v;
     else if (k == "--tensorboard") a.tensorboard = v;
@@ -455,6 +460,7 @@ inline std::vector<std::pair<std::string, std::string>> options_that_must_match(
           {"--train-limit", a.train_limit ? std::to_string(a.train_limit) : std::string("(none)")},
           {"--validation-split", detail::exact(a.validation_split)},
           {"--learning-rate", detail::exact(a.learning_rate)},
+          {"--lr-decay", detail::exact(a.lr_decay)},
           {"--early-stopping", a.early_stopping ? std::to_string(*a.early_stopping) : std::string("(none)")},
           {"--checkpoint-dir", or_none(a.checkpoint_dir)},
           {"--min-accuracy", detail::shown(a.min_accuracy)},

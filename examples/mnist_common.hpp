@@ -101,7 +101,13 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
                 const std::function<strata::nn::Sequential()>& make_model, double target) {
   namespace nn = strata::nn;
   auto model = strategy.scope(make_model);
-  model.compile(nn::Adam{a.learning_rate}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+  // --lr-decay: the rate times lr_decay after each epoch's steps (Keras' ExponentialDecay, staircase)
+  const auto epoch_steps = static_cast<std::int64_t>((mnist.train_images.shape()[0] + a.batch - 1) / a.batch);
+  const auto rate = a.lr_decay == 1 ? nn::LearningRate{a.learning_rate}
+                                    : nn::LearningRate{nn::ExponentialDecay{static_cast<float>(a.learning_rate),
+                                                                            std::max<std::int64_t>(1, epoch_steps),
+                                                                            static_cast<float>(a.lr_decay), true}};
+  model.compile(nn::Adam{rate}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
                 {.seed = a.seed});
   const bool chief = strategy.any().worker_index() == 0;  // across workers, one speaks
   // every worker builds here (summary builds the model, which broadcasts the chief's
@@ -201,10 +207,12 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
 
 //! main() of an MNIST example: parse, load, train under the named strategy.
 //! The names it accepts and how it builds them: example::Strategies.
-inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model, double target) {
+inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model, double target,
+                      double lr_decay = 1) {
   constexpr bool mpi = !std::is_same_v<Strategies, strata::InProcessStrategies>;
   Args defaults;
   defaults.min_accuracy = target;  // --help shows the bar
+  defaults.lr_decay = lr_decay;
   Args a = parse(argc, argv, defaults, Program{Strategies::names, mnist_options(mpi), mnist_exit_statuses});
   if (a.min_accuracy < 0) a.min_accuracy = target;
 #if STRATA_HAS_MPI  // (a discarded `if constexpr` of a plain function is still checked: no MpiStrategies without MPI)
