@@ -160,4 +160,38 @@ TEST_CASE("the sweep runs a body under every in-process strategy that meets its 
         strata_test::strategies_meeting({}).size());  // parameter_server is asynchronous
 }
 
+// (Built here, not trained: this test links no BLAS, which the host's
+// compute that HostAsGpu installs needs; custom_loop_test trains under the sweep.)
+TEST_CASE("the backend sweep runs every in-process row on CPUs and exactly the gpu() rows on GPU replicas") {
+  std::vector<std::string> on_cpus, on_gpus;
+  for (const strata_test::SweepRun& run : strata_test::backend_sweep({})) {
+    const strata::StrategyInfo& info = *run.info;
+    const bool gpu = run.backend == strata_test::Backend::HostAsGpu;
+    CAPTURE(std::string(info.name));
+    CAPTURE(std::string(strata_test::backend_name(run.backend)));
+    const strata::StrategyChoice choice =
+        gpu ? strata_test::gpu_choice(strata_test::small_choice()) : strata_test::small_choice();
+    strata::with_strategy(info.name, choice, [&](auto& s) {
+      CHECK(s.any().placement() == info.placement);
+      // the replicas are where the backend says: GPUs 0 and 1 (gpu_choice), or CPUs
+      if constexpr (requires { s.devices(); }) {
+        for (const auto& d : s.devices()) CHECK(d.is_gpu() == gpu);
+        if (gpu && info.takes_replicas) CHECK(s.devices() == std::vector<strata::Device>{strata::gpu(0), strata::gpu(1)});
+      }
+    });
+    (gpu ? on_gpus : on_cpus).emplace_back(info.name);
+  }
+  CHECK(on_cpus == strata_test::strategies_meeting({}));
+  std::vector<std::string> gpu_rows;
+  for (const auto& info : strata::strategy_catalog)
+    if (!info.needs_mpi && info.gpu()) gpu_rows.emplace_back(info.name);
+  CHECK(on_gpus == gpu_rows);
+  CHECK(on_gpus == std::vector<std::string>{"default", "one_device", "mirrored", "central_storage", "pipeline"});
+  // a need leaves a row out on both backends
+  for (const strata_test::SweepRun& run : strata_test::backend_sweep({.synchronous = true}))
+    CHECK(run.info->synchronous);
+  CHECK(strata_test::backend_name(strata_test::Backend::Cpu) == "cpu");
+  CHECK(strata_test::backend_name(strata_test::Backend::HostAsGpu) == "host-as-gpu");
+}
+
 }  // namespace catalog_test

@@ -9,8 +9,9 @@
 //   });
 // for_each_strategy_and_backend runs it on every backend too: CPU replicas,
 // and, for each row whose replicas may be GPUs (StrategyInfo::gpu()), GPU
-// replicas computing on the host (host_as_gpu.hpp), as a machine without a
-// GPU (CI) runs the GPU executors.
+// replicas computing on the host (host_as_gpu.hpp, which a test of strata::nn
+// includes: it needs the BLAS), as a machine without a GPU (CI) runs the
+// GPU executors.
 //   strata_test::for_each_strategy_and_backend({.synchronous = true},
 //       [&](auto& s, const strata::StrategyInfo& info, strata_test::Backend b) { CHECK(train(s) == reference); });
 #pragma once
@@ -24,9 +25,9 @@
 #include <strata/strategy/by_name.hpp>
 #include <strata/strategy/catalog.hpp>
 
-#include "host_as_gpu.hpp"
-
 namespace strata_test {
+
+class HostAsGpu;  // host_as_gpu.hpp (not included here: the host's compute needs the BLAS, this header does not)
 
 //! What a body needs of a strategy (each a property of the catalogue).
 struct Needs {
@@ -93,27 +94,44 @@ inline strata::StrategyChoice gpu_choice(strata::StrategyChoice choice) {
   return choice;
 }
 
-//! Calls body(strategy, info, backend) under every in-process strategy of
-//! the catalogue that meets `needs`: on CPU replicas (with_strategy(info.name,
-//! choice)), then, where info.gpu(), on GPU replicas computing on the host
-//! (with_strategy(info.name, gpu_choice(choice)) under a HostAsGpu); a
-//! failure names the strategy and the backend. Returns how many runs there were.
-template <class Body>
-int for_each_strategy_and_backend(Needs needs, Body&& body, strata::StrategyChoice choice = small_choice()) {
-  int ran = 0;
+//! One run of a backend sweep: a catalogue row on a backend.
+struct SweepRun {
+  const strata::StrategyInfo* info;
+  Backend backend;
+};
+
+//! The runs for_each_strategy_and_backend makes for `needs`, in its order:
+//! each in-process row that meets them on CPUs, then, where its gpu(), on
+//! GPU replicas.
+inline std::vector<SweepRun> backend_sweep(Needs needs) {
+  std::vector<SweepRun> out;
   for (const auto& info : strata::strategy_catalog) {
     if (!needs.met_by(info)) continue;
-    for (const Backend b : {Backend::Cpu, Backend::HostAsGpu}) {
-      if (b == Backend::HostAsGpu && !info.gpu()) continue;
-      INFO("under strategy ", std::string(info.name), " on ", std::string(backend_name(b)));
-      if (b == Backend::Cpu) {
-        strata::with_strategy(info.name, choice, [&](auto& s) { body(s, info, b); });
-      } else {
-        const HostAsGpu host;
-        strata::with_strategy(info.name, gpu_choice(choice), [&](auto& s) { body(s, info, b); });
-      }
-      ++ran;
+    out.push_back({&info, Backend::Cpu});
+    if (info.gpu()) out.push_back({&info, Backend::HostAsGpu});
+  }
+  return out;
+}
+
+//! Calls body(strategy, info, backend) for each run of backend_sweep(needs):
+//! on CPUs the strategy with_strategy(info.name, choice) builds, on GPUs
+//! the one with_strategy(info.name, gpu_choice(choice)) builds, under an
+//! OnGpus (HostAsGpu: include host_as_gpu.hpp); a failure names the strategy
+//! and the backend. Returns how many ran (a sweep that runs none fails).
+template <class Body, class OnGpus = HostAsGpu>
+int for_each_strategy_and_backend(Needs needs, Body&& body, strata::StrategyChoice choice = small_choice()) {
+  int ran = 0;
+  for (const SweepRun& run : backend_sweep(needs)) {
+    const strata::StrategyInfo& info = *run.info;
+    const Backend b = run.backend;
+    INFO("under strategy ", std::string(info.name), " on ", std::string(backend_name(b)));
+    if (b == Backend::Cpu) {
+      strata::with_strategy(info.name, choice, [&](auto& s) { body(s, info, b); });
+    } else {
+      const OnGpus on_gpus;
+      strata::with_strategy(info.name, gpu_choice(choice), [&](auto& s) { body(s, info, b); });
     }
+    ++ran;
   }
   CHECK_MESSAGE(ran > 0, "no strategy of the catalogue meets the sweep's needs");
   return ran;
