@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <ranges>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -28,6 +29,7 @@
 
 #include <strata/comm/gpu_choice.hpp>
 #include <strata/comm/mpi/communicator.hpp>
+#include <strata/comm/progress.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/mirrored_executor.hpp>
 #include <strata/strategy/multi_worker_executor.hpp>
@@ -103,6 +105,15 @@ class MultiWorkerReplicaContext {
     }
   }
   void barrier();
+  //! The all-reduce above without waiting (gradient buckets): queued on this
+  //! replica's own progress thread, which runs the hierarchical all-reduce
+  //! (its local steps and, on the leader, the MPI one) in issue order with
+  //! its other non-blocking calls. Wait for it before any blocking
+  //! collective of this context (they do not queue behind it).
+  //!   strata::Work w = ctx.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
+  template <MutableBuffer R, ReduceOperation Op>
+    requires std::ranges::borrowed_range<R>
+  Work all_reduce_async(R&& data, Op op);
 
  private:
   MultiWorkerMirroredStrategy& s_;
@@ -126,8 +137,15 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
   MultiWorkerMirroredStrategy(MpiCommunicator workers, std::vector<Device> local, CommOptions local_opts = {})
       : comm_(std::move(workers)),
         devices_(check_devices(std::move(local))),
-        pool_(static_cast<int>(devices_.size()), with_leader_slack(local_opts, comm_.options())) {
+        pool_(static_cast<int>(devices_.size()), with_leader_slack(local_opts, comm_.options())),
+        async_(devices_.size()) {
     comm_.set_interrupt(&pool_.team().aborted_flag());
+    for (std::size_t r = 0; r < async_.size(); ++r) {  // each replica's non-blocking all-reduces, in its order
+      async_[r] = std::make_unique<detail::ProgressQueue>();
+      async_[r]->configure("worker " + std::to_string(comm_.rank()) + ", local replica " + std::to_string(r),
+                           pool_.team().options().timeout,
+                           [this, r](const std::string& why) { pool_.team().abort(static_cast<int>(r), why); });
+    }
     std::vector<std::int64_t> mine{static_cast<std::int64_t>(devices_.size())}, all(static_cast<std::size_t>(comm_.size()));
     comm_.all_gather(mine, all);
     for (int w = 0; w < comm_.size(); ++w) {
@@ -167,6 +185,7 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
       return detail::run_replicas<context_type>(
           pool_, [&](int r) { return context_type{*this, ThreadCommunicator(pool_.team(), r)}; }, fn);
     } catch (const ReplicaError& e) {
+      for (auto& q : async_) q->drain();  // a failed replica's non-blocking all-reduces end first (aborted: bounded)
       const std::string what = detail::what_of(e.cause());
       // Every worker saw an MPI-level disagreement at the same call: nobody
       // needs telling. Anything else: tell the others, so they do not wait.
@@ -282,6 +301,8 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
   std::vector<int> firsts_;  // per worker: the global id of its first replica
   bool mpi_mismatch_ = false;
   std::vector<std::byte> stage_;  // the leader's reduction buffer (8-byte aligned by new)
+  // Last declared, so first destroyed (each runs what it holds, then ends its thread): per local replica.
+  std::vector<std::unique_ptr<detail::ProgressQueue>> async_;
 };
 
 template <>
@@ -315,6 +336,17 @@ void MultiWorkerReplicaContext::all_reduce(R&& data, Op) {
     local_.broadcast(mine, 0);
   }
   detail::finalize<Op>(mine.data(), mine.size(), static_cast<std::size_t>(s_.total_));
+}
+
+template <MutableBuffer R, ReduceOperation Op>
+  requires std::ranges::borrowed_range<R>
+Work MultiWorkerReplicaContext::all_reduce_async(R&& data, Op op) {
+  using T = detail::buffer_element_t<R>;
+  detail::check_op<Op, T>();
+  std::span<T> mine(std::ranges::data(data), std::ranges::size(data));
+  return s_.async_[static_cast<std::size_t>(local_.rank())]->submit(
+      detail::Described<T>{"all_reduce", mine.size()},
+      [ctx = *this, mine, op]() mutable { ctx.all_reduce(mine, op); });
 }
 
 template <MutableBuffer R>
