@@ -21,6 +21,7 @@
 
 #include "blobs.hpp"
 #include "host_as_gpu.hpp"
+#include "strategy_sweep.hpp"
 #include "watchdog.hpp"
 
 namespace nonfinite_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
@@ -93,18 +94,26 @@ void check_skips_bad_batch(S& s, std::size_t row, float bad_value) {
 
 }  // namespace
 
-TEST_CASE("fit skips a step whose gradient is not finite: weights as if the batch had not been there") {
-  strata_test::Watchdog dog("skip a bad step", 120s);
-  strata::OneDeviceStrategy one{strata::cpu(0)};
-  check_skips_bad_batch(one, 37, nan_v);
-  check_skips_bad_batch(one, 5, std::numeric_limits<float>::infinity());
+TEST_CASE("fit skips a step whose gradient is not finite, under every strategy and backend: as if the batch had not been there") {
+  strata_test::Watchdog dog("skip a bad step", 300s);
+  strata_test::for_each_strategy_and_backend(
+      {.synchronous = true}, [](auto& s, const strata::StrategyInfo&, strata_test::Backend) {
+        // every replica skips, whichever replica's rows (a pipeline: micro-batch) hold the bad value
+        check_skips_bad_batch(s, 16 + 15, nan_v);  // the last row of batch 1: the last replica's rows only
+        check_skips_bad_batch(s, 32, std::numeric_limits<float>::infinity());  // the first of batch 2: replica 0's
+      });
+  // minus infinity, in the last batch's last row
   check_skips_bad_batch(strata::get_strategy(), 63, -std::numeric_limits<float>::infinity());
 }
 
-TEST_CASE("under MirroredStrategy a NaN in one replica's rows makes every replica skip (2 and 3 replicas, sharded or not)") {
+// What the sweep's 2 replicas do not reach: the sharded update (3 replicas,
+// or asked for with 2), 3 GPU replicas on one GPU, one and 3 replicas
+// computing over central storage.
+TEST_CASE("under MirroredStrategy a NaN in one replica's rows makes every replica skip (sharded, 3 replicas)") {
   strata_test::Watchdog dog("mirrored skip", 300s);
   for (int p : {2, 3}) {
     for (auto mode : {strata::ShardedUpdate::Off, strata::ShardedUpdate::On}) {
+      if (p == 2 && mode == strata::ShardedUpdate::Off) continue;  // the sweep's
       CAPTURE(p);
       CAPTURE(static_cast<int>(mode));
       strata::MirroredStrategy s{strata::cpu_replicas(p)};
@@ -115,14 +124,20 @@ TEST_CASE("under MirroredStrategy a NaN in one replica's rows makes every replic
   }
 }
 
-TEST_CASE("under MirroredStrategy on GPU replicas (their executor, on the host compute) every replica skips too") {
+TEST_CASE("under MirroredStrategy on 3 GPU replicas of one GPU (their executor, on the host compute) every replica skips too") {
   strata_test::Watchdog dog("mirrored gpu skip", 300s);
   strata_test::HostAsGpu host;
-  for (int p : {2, 3}) {
+  strata::MirroredStrategy s{strata::virtual_gpus(0, 3)};
+  check_skips_bad_batch(s, 16 + 15, nan_v);  // the last replica's rows only
+  check_skips_bad_batch(s, 32, std::numeric_limits<float>::infinity());  // replica 0's
+}
+
+TEST_CASE("under CentralStorageStrategy of 1 and 3 replicas every replica skips too") {
+  strata_test::Watchdog dog("central storage skip", 300s);
+  for (int p : {1, 3}) {
     CAPTURE(p);
-    strata::MirroredStrategy s{strata::virtual_gpus(0, p)};
-    check_skips_bad_batch(s, 16 + 15, nan_v);  // the last replica's rows only
-    check_skips_bad_batch(s, 32, std::numeric_limits<float>::infinity());  // replica 0's
+    strata::CentralStorageStrategy s{strata::cpu_replicas(p)};
+    check_skips_bad_batch(s, 16 + 15, nan_v);
   }
 }
 
@@ -201,15 +216,6 @@ TEST_CASE("the running logs read the variables back only for an L2 term (GPU rep
   // the same steps (the host-staged sum reads each gradient back alike); the
   // L2 term needs the values after each of the 4 steps, nothing else does
   CHECK(reads[1] >= reads[0] + 4);
-}
-
-TEST_CASE("under CentralStorageStrategy every replica skips too") {
-  strata_test::Watchdog dog("central storage skip", 300s);
-  for (int p : {1, 3}) {
-    CAPTURE(p);
-    strata::CentralStorageStrategy s{strata::cpu_replicas(p)};
-    check_skips_bad_batch(s, 16 + 15, nan_v);
-  }
 }
 
 TEST_CASE("max_bad_steps consecutive bad steps stop fit with NonFiniteError naming the step") {
@@ -394,34 +400,47 @@ ProbeRun run_probe(strata::AnyStrategy& s, std::vector<bool> bad, bool check = t
   return r;
 }
 
+// The NaN lies in the last replica's rows and slice of the reduced gradient.
+void skips_the_bad_step(strata::AnyStrategy& s) {
+  const ProbeRun ref = run_probe(s, {false, false});
+  const ProbeRun got = run_probe(s, {false, true, false});
+  CHECK(got.skipped == 1);
+  CHECK(got.iteration == 2);                // the skipped step does not advance the optimizer
+  CHECK(got.w == ref.w);                    // bitwise: as if the bad batch had never come
+  CHECK(got.copies_sum == ref.copies_sum);  // every replica's copy: none applied its part alone
+  CHECK(got.applies == ref.applies);        // no updater ran in the skipped step
+  CHECK(std::isfinite(got.w.back()));
+  const ProbeRun off = run_probe(s, {false, true, false}, false);
+  CHECK(off.skipped == 0);
+  CHECK(off.iteration == 3);
+  CHECK(std::isnan(off.w.back()));  // check_finite = false: the NaN reaches the variables
+}
+
 }  // namespace
 
-TEST_CASE("a non-finite reduced gradient is skipped by every replica, decided once per step") {
+TEST_CASE("a non-finite reduced gradient is skipped by every replica, decided once per step, on every strategy and backend") {
   strata_test::Watchdog dog("finiteness policy", 120s);
-  auto check_all = [](strata::AnyStrategy& s, const std::string& what) {
-    INFO(what);
-    const ProbeRun ref = run_probe(s, {false, false});
-    const ProbeRun got = run_probe(s, {false, true, false});  // the NaN is in the last replica's rows and slice
-    CHECK(got.skipped == 1);
-    CHECK(got.iteration == 2);           // the skipped step does not advance the optimizer
-    CHECK(got.w == ref.w);               // bitwise: as if the bad batch had never come
-    CHECK(got.copies_sum == ref.copies_sum);  // every replica's copy: none applied its part alone
-    CHECK(got.applies == ref.applies);   // no updater ran in the skipped step
-    CHECK(std::isfinite(got.w.back()));
-    const ProbeRun off = run_probe(s, {false, true, false}, false);
-    CHECK(off.skipped == 0);
-    CHECK(off.iteration == 3);
-    CHECK(std::isnan(off.w.back()));  // check_finite = false: the NaN reaches the variables
-  };
+  // (a pipeline's stages need a model of layers, which the probe is not)
+  strata_test::for_each_strategy_and_backend(
+      {.synchronous = true, .whole_model = true},
+      [](auto& s, const strata::StrategyInfo&, strata_test::Backend) { skips_the_bad_step(s.any()); },
+      strata_test::small_choice(3));
+}
+
+// The mirrored executor's modes (1 to 3 replicas, the sharded update on and
+// off) and central storage of 1 to 3 replicas, on CPUs.
+TEST_CASE("a non-finite reduced gradient is skipped by every replica, sharded update or not, 1 to 3 replicas") {
+  strata_test::Watchdog dog("finiteness policy", 120s);
   for (int p : {1, 2, 3}) {
     for (auto mode : {strata::ShardedUpdate::Off, strata::ShardedUpdate::On}) {
       strata::MirroredStrategy s{strata::cpu_replicas(p)};
       s.executor_options().sharded_update = mode;
-      check_all(s.any(), "mirrored, " + std::to_string(p) + " replicas" +
-                             (mode == strata::ShardedUpdate::On ? ", sharded update" : ""));
+      INFO("mirrored, ", p, " replicas", mode == strata::ShardedUpdate::On ? ", sharded update" : "");
+      skips_the_bad_step(s.any());
     }
     strata::CentralStorageStrategy c{strata::cpu_replicas(p)};
-    check_all(c.any(), "central storage, " + std::to_string(p) + " replicas");
+    INFO("central storage, ", p, " replicas");
+    skips_the_bad_step(c.any());
   }
 }
 
