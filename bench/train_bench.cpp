@@ -18,6 +18,11 @@
 //                             [--trace-overhead]   (each configuration untraced and traced to a file, interleaved)
 //                             [--capture]          (gpu: one_device again with its steps captured, a CUDA graph
 //                                                   each, interleaved with the eager runs: ExecutorOptions::capture_steps)
+//                             [--bucket-mb 0,1,4]  (gradient buckets of MB MiB, fractional allowed, 0: one flat
+//                                                   all-reduce: ExecutorOptions::bucket_bytes; several sizes run
+//                                                   interleaved, a row each, the first the main row)
+// Models: mlp (784-128-10), cnn, wide (784-2048-2048-10, 5.8M parameters: a
+// model where the gradient's communication matters, issue 25).
 // Compare: ./build/examples/mnist_mlp --strategy mirrored --replicas 2 --quiet
 #include <algorithm>
 #include <cstdio>
@@ -60,7 +65,10 @@ nn::Sequential make(const std::string& model) {
     return nn::Sequential{nn::Input{{28, 28}}, nn::Reshape{{28, 28, 1}}, nn::Conv2D{32, 3}, nn::ReLU{},
                           nn::MaxPool2D{2}, nn::Conv2D{64, 3}, nn::ReLU{}, nn::MaxPool2D{2}, nn::Flatten{},
                           nn::Dense{128, {.activation = nn::Activation::ReLU}}, nn::Dense{10}};
-  throw strata::Error("unknown model " + model + " (mlp, cnn)");
+  if (model == "wide")
+    return nn::Sequential{nn::Input{{28, 28}}, nn::Flatten{}, nn::Dense{2048, {.activation = nn::Activation::ReLU}},
+                          nn::Dense{2048, {.activation = nn::Activation::ReLU}}, nn::Dense{10}};
+  throw strata::Error("unknown model " + model + " (mlp, cnn, wide)");
 }
 
 struct Data {
@@ -99,6 +107,7 @@ struct Setup {
   std::uint64_t seed = 0;
   std::string trace = "none";  // a child's recording: none, file (a trace file in /tmp), totals (for --breakdown)
   bool capture = false;        // a child's one_device steps captured (ExecutorOptions::capture_steps)
+  double bucket_mb = 0;        // a child's gradient buckets (ExecutorOptions::bucket_bytes), MiB
 };
 
 // --breakdown's categories, in its columns' order.
@@ -113,6 +122,8 @@ std::string breakdown_lines;  // a child's --trace-mode totals, printed after it
 template <class S>
 double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
   if constexpr (requires { s.executor_options().capture_steps; }) s.executor_options().capture_steps = u.capture;
+  if constexpr (requires { s.executor_options().bucket_bytes; })
+    s.executor_options().bucket_bytes = static_cast<std::size_t>(u.bucket_mb * 1048576.0);
   auto m = s.scope([&] { return make(model); });
   m.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
             {.seed = u.seed});
@@ -219,6 +230,7 @@ int main(int argc, char** argv) try {
   bool breakdown = false, overhead = false, capture = false;
   std::size_t examples = 0;
   std::string data_dir, device = "cpu";
+  std::vector<std::string> buckets{"0"};  // --bucket-mb: MiB per gradient bucket, one run of each per round
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i], v = i + 1 < argc ? argv[i + 1] : "";
     if (k == "--models") models = bench::split_commas(v);
@@ -233,6 +245,7 @@ int main(int argc, char** argv) try {
     else if (k == "--device") device = v;
     else if (k == "--trace-mode") u.trace = v;
     else if (k == "--capture-steps") u.capture = v == "1";
+    else if (k == "--bucket-mb") buckets = bench::split_commas(v);
     else if (k == "--breakdown" || k == "--trace-overhead" || k == "--capture") {
       (k == "--breakdown" ? breakdown : k == "--capture" ? capture : overhead) = true;
       --i;  // a flag: no value
@@ -245,6 +258,15 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "--runs, --epochs and --batch must be at least 1\n");
     return 2;
   }
+  for (const auto& b : buckets) {
+    char* end = nullptr;
+    const double mb = std::strtod(b.c_str(), &end);
+    if (b.empty() || *end || !(mb >= 0)) {
+      std::fprintf(stderr, "--bucket-mb takes MiB per bucket (0: one flat all-reduce), got %s\n", b.c_str());
+      return 2;
+    }
+  }
+  u.bucket_mb = std::strtod(buckets.at(0).c_str(), nullptr);
   if (device != "cpu" && device != "gpu") {
     std::fprintf(stderr, "--device is cpu or gpu, got %s\n", device.c_str());
     return 2;
@@ -283,6 +305,7 @@ int main(int argc, char** argv) try {
       for (int p : replicas) {
         if (st == "one_device" && p != 1) continue;
         std::vector<double> sps, traced, graphed;
+        std::vector<std::vector<double>> bucketed(buckets.size());  // the other --bucket-mb sizes
         const bool graphs = capture && dev.is_gpu() && st == "one_device";
         std::string args = common;
         args += " --models ";
@@ -291,8 +314,11 @@ int main(int argc, char** argv) try {
         args += shell_quoted(st);
         args += " --replicas ";
         args += std::to_string(p);
+        if (buckets.size() > 1 || buckets[0] != "0") args += " --bucket-mb " + buckets[0];
         for (int r = 0; r < runs; ++r) {
           sps.push_back(run_child(argv[0], args));
+          for (std::size_t k = 1; k < buckets.size(); ++k)  // interleaved: same noise
+            bucketed[k].push_back(run_child(argv[0], args + " --bucket-mb " + buckets[k]));
           if (overhead) traced.push_back(run_child(argv[0], args + " --trace-mode file"));  // interleaved: same noise
           if (graphs) graphed.push_back(run_child(argv[0], args + " --capture-steps 1"));
         }
@@ -310,6 +336,11 @@ int main(int argc, char** argv) try {
           std::printf("%6s %16s %9d %14.0f %10.0f %10.0f   captured steps: %.2fx the eager median\n", model.c_str(),
                       "one_device+graph", p, median(graphed), *std::min_element(graphed.begin(), graphed.end()),
                       *std::max_element(graphed.begin(), graphed.end()), median(graphed) / med);
+        for (std::size_t k = 1; k < buckets.size(); ++k)
+          std::printf("%6s %16s %9d %14.0f %10.0f %10.0f   buckets of %s MiB: %.2fx the %s MiB median\n", "", "", p,
+                      median(bucketed[k]), *std::min_element(bucketed[k].begin(), bucketed[k].end()),
+                      *std::max_element(bucketed[k].begin(), bucketed[k].end()), buckets[k].c_str(),
+                      median(bucketed[k]) / med, buckets[0].c_str());
         if (breakdown) print_breakdown(argv[0], args);
         std::fflush(stdout);
       }
