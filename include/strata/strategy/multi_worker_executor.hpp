@@ -6,7 +6,9 @@
 //! (broadcast), agrees on each global batch when it reads its own share of
 //! the data (sharded by file), and sums the pass's logs and the predictions
 //! of every worker. Gradients cross workers inside the replicas' own
-//! all-reduce (hierarchical: see strategy/multi_worker.hpp). At fit's start
+//! all-reduce (hierarchical: see strategy/multi_worker.hpp; with
+//! ExecutorOptions::bucket_bytes, one per gradient bucket, started during
+//! backward on each replica's progress thread). At fit's start
 //! the workers agree on a run fingerprint (MultiWorkerExecutor::begin_fit):
 //! a worker started with another model, optimizer, batch or seed stops the
 //! run on every worker with a RunMismatch naming it, instead of training
