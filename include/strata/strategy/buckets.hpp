@@ -104,6 +104,7 @@ class GradientBuckets final : public GradientReady {
   //! a failed peer's typed error is thrown, the unwaited Works kept for drop).
   void finish() {
     while (next_ < plan_->size()) start_next();
+    trace::Span span{"gradient buckets", trace::Category::Wait, {{"buckets", works_.size()}}};  // what stays exposed
     for (Work& w : works_) w.wait();
     works_.clear();
     start_ = nullptr;
