@@ -28,6 +28,7 @@
 #include "blobs.hpp"
 #include "checkpoint_files.hpp"
 #include "host_as_gpu.hpp"
+#include "strategy_sweep.hpp"
 
 namespace checkpoint_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 
@@ -217,7 +218,7 @@ TEST_CASE("dataset pass counters: restoring them replays the same shuffled order
   CHECK_THROWS_AS(ds.set_pass_counters(std::vector<std::uint64_t>{1, 2}), strata::Error);
 }
 
-TEST_CASE("checkpoints are logical: written under Mirrored x4 (sharded), loaded under any strategy") {
+TEST_CASE("checkpoints are logical: written under Mirrored x4 (sharded), loaded under every strategy and backend") {
   TempDir d;
   const fs::path p = d.path / "c.strata";
   strata::MirroredStrategy m4{strata::cpu_replicas(4)};
@@ -232,11 +233,7 @@ TEST_CASE("checkpoints are logical: written under Mirrored x4 (sharded), loaded 
   CHECK(strata_test::flat_weights(ref) == strata_test::flat_weights(a));
   CHECK(ref.iterations() == a.iterations());
 
-  strata::OneDeviceStrategy one{strata::cpu(0)};
-  strata::CentralStorageStrategy cs{strata::cpu_replicas(3)};
-  strata::ParameterServerStrategy ps{{.workers = 2, .servers = 3, .staleness = std::uint64_t{0}}};
-  auto check_loads = [&](auto& s, std::string name) {
-    INFO(name);
+  auto check_loads = [&](auto& s) {
     auto m = make_model(s);
     m.build(strata::Shape{6});
     const auto pos = m.load_checkpoint(p);
@@ -253,15 +250,13 @@ TEST_CASE("checkpoints are logical: written under Mirrored x4 (sharded), loaded 
       CHECK(std::memcmp(x.tensors[i].value.data(), y.tensors[i].value.data(), x.tensors[i].value.bytes()) == 0);
     }
   };
-  check_loads(one, "one_device");
-  check_loads(cs, "central_storage_3");
-  check_loads(ps, "parameter_server_3_shards");
-  check_loads(m4, "mirrored_4");
-  strata_test::HostAsGpu host;  // the GPU replicas' executor, on the host's compute
-  strata::MirroredStrategy gpus{strata::virtual_gpus(0, 3)};
-  check_loads(gpus, "mirrored_gpu_3");
-  strata::CentralStorageStrategy central_gpus{strata::virtual_gpus(0, 2)};
-  check_loads(central_gpus, "central_storage_gpu_2");
+  // every strategy on every backend: 3 replicas (sharded), 3 parameter-server shards
+  strata::StrategyChoice three = strata_test::small_choice(3);
+  three.servers = 3;
+  strata_test::for_each_strategy_and_backend(
+      {}, [&](auto& s, const strata::StrategyInfo&, strata_test::Backend) { check_loads(s); }, three);
+  INFO("mirrored_4, the writer");
+  check_loads(m4);
 }
 
 TEST_CASE("checkpoints refuse what would not resume exactly: another optimizer, seed or model") {
@@ -297,44 +292,67 @@ std::vector<float> uninterrupted(S& s, int epochs) {
 }
 }  // namespace
 
-TEST_CASE("BackupAndRestore: a run crashed at any step and started again ends bitwise as one never stopped") {
-  // `settled`: saves every 4 steps; a parameter server saves at epoch ends only (steps in flight)
-  auto check = [](auto& s, std::string name, bool settled = true) {
-    INFO(name);
-    const auto want = uninterrupted(s, 3);  // 9 batches an epoch, 27 steps
-    for (int crash_at : {1, 4, 9, 10, 17, 26}) {
-      INFO("crash after batch ", crash_at);
-      TempDir d;
-      nn::BackupAndRestore backup{d.path / "ck", {.save_every_steps = 4, .keep = 2}};
-      {
-        auto m = make_model(s);
-        Crash crash{crash_at};
-        CHECK_THROWS_AS(m.fit(s.distribute(blob_data()), {.epochs = 3, .verbose = nn::Verbosity::Silent,
-                                                         .callbacks = {&backup, &crash}}),
-                        Crashed);
-        CHECK(backup.checkpoints().size() <= 2);
-      }
-      auto m = make_model(s);  // a fresh process would build exactly this
-      m.fit(s.distribute(blob_data()), {.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&backup}});
-      // resumed from the newest step saved before the crash (every 4 steps and at epoch ends: 9, 18)
-      std::optional<std::int64_t> newest;
-      for (std::int64_t k = 1; k <= crash_at - 1; ++k)
-        if ((settled && k % 4 == 0) || k % 9 == 0) newest = k;
-      CHECK(backup.resumed_from() == newest);
-      CHECK(strata_test::flat_weights(m) == want);
-      CHECK(m.iterations() == 27);
-      CHECK(backup.checkpoints().empty());  // a completed fit cleans up
+// A run crashed after batch `crash_at` (each of `crashes`) and started
+// again ends bitwise as one never stopped, resumed from the newest step saved
+// before the crash: every 4 steps and at epoch ends (9, 18) when `settled`;
+// a parameter server saves at epoch ends only (steps in flight).
+template <class S>
+void resumes_bitwise(S& s, std::initializer_list<int> crashes, bool settled = true) {
+  const auto want = uninterrupted(s, 3);  // 9 batches an epoch, 27 steps
+  for (int crash_at : crashes) {
+    INFO("crash after batch ", crash_at);
+    TempDir d;
+    nn::BackupAndRestore backup{d.path / "ck", {.save_every_steps = 4, .keep = 2}};
+    {
+      auto m = make_model(s);
+      Crash crash{crash_at};
+      CHECK_THROWS_AS(m.fit(s.distribute(blob_data()), {.epochs = 3, .verbose = nn::Verbosity::Silent,
+                                                       .callbacks = {&backup, &crash}}),
+                      Crashed);
+      CHECK(backup.checkpoints().size() <= 2);
     }
-  };
+    auto m = make_model(s);  // a fresh process would build exactly this
+    m.fit(s.distribute(blob_data()), {.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&backup}});
+    std::optional<std::int64_t> newest;
+    for (std::int64_t k = 1; k <= crash_at - 1; ++k)
+      if ((settled && k % 4 == 0) || k % 9 == 0) newest = k;
+    CHECK(backup.resumed_from() == newest);
+    CHECK(strata_test::flat_weights(m) == want);
+    CHECK(m.iterations() == 27);
+    CHECK(backup.checkpoints().empty());  // a completed fit cleans up
+  }
+}
+
+TEST_CASE("BackupAndRestore: a run crashed and started again ends bitwise as one never stopped, under every strategy and backend") {
+  // after batch 17: resumed from a save in the middle of the second epoch
+  // (a parameter server: from the first epoch's end). Staleness 0: the
+  // parameter server's rounds are deterministic too; 3 shards.
+  strata::StrategyChoice choice = strata_test::small_choice();
+  choice.staleness = 0;
+  choice.servers = 3;
+  strata_test::for_each_strategy_and_backend(
+      {}, [](auto& s, const strata::StrategyInfo& info, strata_test::Backend) { resumes_bitwise(s, {17}, info.synchronous); },
+      choice);
+}
+
+// Which checkpoint a restart resumes from, whatever the strategy: before
+// any save, at a save, just after an epoch's end, late in the run; and what
+// the sweep's 2 replicas do not reach: the sharded update's optimizer state.
+TEST_CASE("BackupAndRestore: a run crashed at any step and started again ends bitwise as one never stopped") {
   strata::MirroredStrategy m2{strata::cpu_replicas(2)};
-  check(m2, "mirrored_2");
+  {
+    INFO("mirrored_2");
+    resumes_bitwise(m2, {1, 4, 9, 10, 17, 26});
+  }
   strata::MirroredStrategy m3{strata::cpu_replicas(3)};
-  check(m3, "mirrored_3 (sharded)");
-  strata::CentralStorageStrategy cs{strata::cpu_replicas(2)};
-  check(cs, "central_storage_2");
-  // staleness 0: the parameter server's rounds are deterministic too
+  {
+    INFO("mirrored_3 (sharded)");
+    resumes_bitwise(m3, {10, 26});
+  }
+  // saves at epoch ends only: nothing before the first, the second's late in the run
   strata::ParameterServerStrategy ps{{.workers = 2, .servers = 3, .staleness = std::uint64_t{0}}};
-  check(ps, "parameter_server_k0_3_shards", false);
+  INFO("parameter_server_k0_3_shards");
+  resumes_bitwise(ps, {1, 26}, false);
 }
 
 TEST_CASE("BackupAndRestore under a parameter server: SIGTERM stops scheduling, the steps in flight land, then it saves") {
