@@ -102,6 +102,13 @@ TEST_CASE("executor_options() changed after a model was made in scope() raises, 
   c.executor_options().matmul = strata::MatmulPrecision::TF32;
   CHECK_THROWS_WITH_AS(central.build(strata::Shape{4}), doctest::Contains("executor_options() changed (matmul)"),
                        strata::Error);
+  // every field is named: the buckets and the captured steps' too
+  strata::MirroredStrategy m{strata::cpu_replicas(2)};
+  auto bucketed = m.scope([] { return mlp(); });
+  m.executor_options().bucket_bytes = 1 << 20;
+  m.executor_options().read_every = 10;
+  CHECK_THROWS_WITH_AS(bucketed.build(strata::Shape{4}),
+                       doctest::Contains("executor_options() changed (read_every, bucket_bytes)"), strata::Error);
 }
 
 TEST_CASE("a summary names workers, servers, stages and replicas") {

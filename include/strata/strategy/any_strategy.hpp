@@ -124,13 +124,17 @@ struct MadeOptions {
 };
 
 //! The fields of `now` that differ from `then` ("stages, micro_batches").
-inline std::string changed_fields(const PipelineOptions& then, const PipelineOptions& now) {
+//! The names of the fields that differ, "a, b", in the order they are looked at.
+struct ChangedFields {
   std::string out;
-  auto add = [&](bool differs, const char* name) {
+  void operator()(bool differs, const char* name) {
     if (!differs) return;
     if (!out.empty()) out += ", ";
     out += name;
-  };
+  }
+};
+inline std::string changed_fields(const PipelineOptions& then, const PipelineOptions& now) {
+  ChangedFields add;
   add(then.stages != now.stages, "stages");
   add(then.micro_batches != now.micro_batches, "micro_batches");
   add(then.schedule != now.schedule, "schedule");
@@ -138,19 +142,17 @@ inline std::string changed_fields(const PipelineOptions& then, const PipelineOpt
   add(then.balance != now.balance, "balance");
   add(then.profile_steps != now.profile_steps, "profile_steps");
   add(then.data_parallel != now.data_parallel, "data_parallel");
-  return out;
+  return add.out;
 }
 inline std::string changed_fields(const ExecutorOptions& then, const ExecutorOptions& now) {
-  std::string out;
-  auto add = [&](bool differs, const char* name) {
-    if (!differs) return;
-    if (!out.empty()) out += ", ";
-    out += name;
-  };
+  ChangedFields add;
   add(then.sharded_update != now.sharded_update, "sharded_update");
   add(then.central_variables != now.central_variables, "central_variables");
   add(then.matmul != now.matmul, "matmul");
-  return out;
+  add(then.capture_steps != now.capture_steps, "capture_steps");
+  add(then.read_every != now.read_every, "read_every");
+  add(then.bucket_bytes != now.bucket_bytes, "bucket_bytes");
+  return add.out;
 }
 
 //! An executor that hands every call to `inner_`. Every virtual function
