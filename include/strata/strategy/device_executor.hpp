@@ -17,10 +17,12 @@
 //! the device before the update (counted for finiteness after the hook).
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
 
+#include <strata/core/error.hpp>
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/memory.hpp>
 #include <strata/kernels/recording_compute.hpp>
@@ -145,7 +147,11 @@ class DeviceExecutor final : public Executor {
       if (pass.gradient_hook) {  // a custom loop's look at the gradient, on the host
         with_host_copy(*c_, grad_.data(), n, host_grad_, [&](std::span<float> v) {
           ReplicaGradient g{v, 0, n, 0, 1, rows, rows, it};
-          pass.gradient_hook(g);
+          try {
+            pass.gradient_hook(g);
+          } catch (const std::exception& e) {  // named as a CPU replica's hook failure is (ReplicaError)
+            throw ReplicaError(0, 1, std::current_exception(), e.what());
+          }
         });
         result_.nonfinite.reset();  // counted before the hook: count what it left
       }
