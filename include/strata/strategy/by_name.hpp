@@ -49,7 +49,7 @@ struct StrategyChoice {
   //! default / one_device: the device of the one replica; mirrored, central_storage, pipeline: with a GPU
   //! here, `replicas` GPU replicas (1 when 0) on it, or spread over the first `gpus` GPUs (replica r
   //! on GPU r % gpus).
-  //! The other strategies run on CPUs so far.
+  //! parameter_server runs on CPUs so far.
   Device device = cpu(0);
   int gpus = 0;  //!< GPU replicas (or stages): spread over GPUs 0 to gpus - 1 (0: all on `device`)
   std::string cluster = {};  //!< parameter_server under mpirun (by_name_mpi.hpp): a ClusterSpec ("": chief 0, `servers` servers, workers)
