@@ -108,6 +108,7 @@ TEST_CASE("a replica failing with buckets in flight is named on every worker") {
               {.epochs = 1, .verbose = nn::Verbosity::Silent});
     FAIL("fit should have thrown");
   } catch (const strata::ReplicaError& e) {
+    INFO("the error: ", std::string(e.what()));
     CHECK(std::string(e.what()).find("probe: replica 3 fails") != std::string::npos);
     if (s.worker_index() == 1) CHECK(e.replica() == 3);
   }

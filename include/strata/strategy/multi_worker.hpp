@@ -345,8 +345,17 @@ Work MultiWorkerReplicaContext::all_reduce_async(R&& data, Op op) {
   detail::check_op<Op, T>();
   std::span<T> mine(std::ranges::data(data), std::ranges::size(data));
   return s_.async_[static_cast<std::size_t>(local_.rank())]->submit(
-      detail::Described<T>{"all_reduce", mine.size()},
-      [ctx = *this, mine, op]() mutable { ctx.all_reduce(mine, op); });
+      detail::Described<T>{"all_reduce", mine.size()}, [ctx = *this, mine, op]() mutable {
+        try {
+          ctx.all_reduce(mine, op);
+        } catch (const std::exception& e) {
+          // as a failed blocking step does (the executor aborts the team): the other local
+          // replicas, maybe waiting in this all-reduce's broadcast, end with this cause at
+          // once, and this replica's later queued all-reduces issue no local collective
+          ctx.s_.pool_.team().abort(ctx.local_.rank(), e.what());
+          throw;
+        }
+      });
 }
 
 template <MutableBuffer R>
