@@ -79,6 +79,7 @@ class CapturedSteps {
     since_ = rows_since_ = 0;
     bool started = false;
     ReplicaProgram* last = nullptr;
+    std::size_t last_index = 0;
     PassTotals t = run_batches(pass, metrics, [&](const Batch& b, std::size_t index, PassTotals& totals) {
       const std::size_t rows = b.x->shape()[0];
       if (rows == 0) return;
@@ -94,6 +95,7 @@ class CapturedSteps {
       ReplicaProgram& rep = p.rep;
       Updater& up = p.up;
       last = &rep;
+      last_index = index;
       const auto value = p.value, grad = p.grad;
       const std::size_t n = p.n;
       rep.load(b, Range{0, rows});
@@ -103,7 +105,7 @@ class CapturedSteps {
       rows_since_ += rows;
       if (++since_ == every_) read(pass, rep, up, totals, index);
     });
-    if (since_ && last) read(pass, *last, parts().up, t, 0);
+    if (since_ && last) read(pass, *last, parts().up, t, last_index);
     return t;
   }
 
@@ -149,12 +151,12 @@ class CapturedSteps {
   void read(Pass& pass, ReplicaProgram& rep, Updater& up, PassTotals& t, std::size_t step) {
     kernels::StepCounters got;
     c_.download(&got, counters_, sizeof got);
+    *pass.iteration = static_cast<std::int64_t>(got.iteration);  // the updates the device applied
     ReplicaResult r;
     const std::size_t rows = rows_since_;
     since_ = rows_since_ = 0;
     rep.take_sums(rows, r);  // throws for labels that are not class indices
     t.add(r.loss, r.rows, r.metrics);
-    *pass.iteration = static_cast<std::int64_t>(got.iteration);
     if (pass.finite) {
       pass.finite->skipped += got.skipped;
       pass.finite->in_a_row = got.in_a_row;
