@@ -304,41 +304,29 @@ class NcclCommunicator {
   //!   auto w = comm.reduce_scatter_async(grad, shard, strata::Sum);  w.wait();
   template <MutableBuffer R, ReduceOperation Op>
   Work all_reduce_async(R&& data, Op op) {
-    const auto before = s_.enqueued();
-    all_reduce(data, op);
-    return s_.work("all_reduce_async", before);
+    return async("all_reduce_async", [&] { all_reduce(data, op); });
   }
   template <Buffer In, MutableBuffer Out, ReduceOperation Op>
     requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
   Work all_reduce_async(In&& in, Out&& out, Op op) {
-    const auto before = s_.enqueued();
-    all_reduce(in, out, op);
-    return s_.work("all_reduce_async", before);
+    return async("all_reduce_async", [&] { all_reduce(in, out, op); });
   }
   template <MutableBuffer R>
   Work broadcast_async(R&& data, int root) {
-    const auto before = s_.enqueued();
-    broadcast(data, root);
-    return s_.work("broadcast_async", before);
+    return async("broadcast_async", [&] { broadcast(data, root); });
   }
   template <Buffer In, MutableBuffer Out, ReduceOperation Op>
     requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
   Work reduce_scatter_async(In&& in, Out&& out, Op op) {
-    const auto before = s_.enqueued();
-    reduce_scatter(in, out, op);
-    return s_.work("reduce_scatter_async", before);
+    return async("reduce_scatter_async", [&] { reduce_scatter(in, out, op); });
   }
   template <Buffer In, MutableBuffer Out>
     requires std::same_as<detail::buffer_element_t<In>, detail::buffer_element_t<Out>>
   Work all_gather_async(In&& in, Out&& out) {
-    const auto before = s_.enqueued();
-    all_gather(in, out);
-    return s_.work("all_gather_async", before);
+    return async("all_gather_async", [&] { all_gather(in, out); });
   }
   Work barrier_async() {
-    const auto before = s_.enqueued();
-    barrier();
-    return s_.work("barrier_async", before);
+    return async("barrier_async", [&] { barrier(); });
   }
 
   //! Waits until the last operation enqueued by this communicator has
@@ -351,6 +339,15 @@ class NcclCommunicator {
   void synchronize() { s_.synchronize(); }
 
  private:
+  //! The blocking call `enqueue` (agreement, then its work queued on the
+  //! stream), and the Work over what it enqueued (session.hpp's work()).
+  template <class F>
+  Work async(const char* call, F&& enqueue) {
+    const auto before = s_.enqueued();
+    enqueue();
+    return s_.work(call, before);
+  }
+
   friend class NcclTeam;
 
   NcclCommunicator(detail::nccl::Rank* rank, std::unique_ptr<detail::nccl::Rank> owned,
