@@ -179,11 +179,6 @@ class RecordingCompute final : public Compute {
       throw Error(name() + ": the captured step freed memory (a CUDA graph's replay would use it after its free)");
     return std::make_unique<Recording>(std::move(calls_));
   }
-  //! Ends an open capture, dropping what it recorded (after a failed step).
-  void abandon_capture() noexcept {
-    capturing_ = false;
-    calls_.reset();
-  }
 
  private:
   using Calls = std::shared_ptr<std::vector<std::function<void()>>>;
