@@ -152,6 +152,7 @@ inline std::string changed_fields(const ExecutorOptions& then, const ExecutorOpt
   add(then.capture_steps != now.capture_steps, "capture_steps");
   add(then.read_every != now.read_every, "read_every");
   add(then.bucket_bytes != now.bucket_bytes, "bucket_bytes");
+  add(then.compression != now.compression, "compression");
   return add.out;
 }
 

@@ -6,6 +6,7 @@
 //!   s.executor_options().sharded_update = strata::ShardedUpdate::Off;
 
 #include <cstddef>
+#include <optional>
 
 #include <strata/strategy/device_compute.hpp>  // MatmulPrecision
 
@@ -18,15 +19,42 @@ enum class ShardedUpdate {
   //! (0.91-0.96x: two collectives instead of one cost more than half the
   //! update saves; docs/performance.md).
   Auto,
-  On,    //!< sharded wherever the replicas' collectives allow it (one process)
-  Off,   //!< every replica updates its whole copy
+  On,    //!< ZeRO stage 1: the optimizer state sharded wherever the replicas' collectives allow it (one process)
+  Off,   //!< ZeRO stage 0: every replica updates its whole copy
+  //! ZeRO stage 2: the summed gradient sharded too (each bucket, or each
+  //! layer, reduce-scattered as backward finishes it; a replica keeps its
+  //! shard of the gradient and of the optimizer state).
+  Gradients,
+  //! ZeRO stage 3, fully sharded: the parameters too; a layer's are
+  //! all-gathered before its forward and again before its backward, and
+  //! freed after (strategy/fully_sharded.hpp).
+  Parameters,
 };
+
+//! The ZeRO stage a mode names (Auto: the stage it picks for `local` replicas).
+[[nodiscard]] constexpr int zero_stage(ShardedUpdate mode, std::size_t local) noexcept {
+  switch (mode) {
+    case ShardedUpdate::Off: return 0;
+    case ShardedUpdate::On: return local > 1 ? 1 : 0;
+    case ShardedUpdate::Gradients: return local > 1 ? 2 : 0;
+    case ShardedUpdate::Parameters: return local > 1 ? 3 : 0;
+    case ShardedUpdate::Auto: break;
+  }
+  return local >= 3 ? 1 : 0;
+}
+//! The mode of ZeRO stage `stage` (0-3; the examples' --zero), else nullopt.
+[[nodiscard]] constexpr std::optional<ShardedUpdate> sharded_update_for_stage(int stage) noexcept {
+  constexpr ShardedUpdate modes[] = {ShardedUpdate::Off, ShardedUpdate::On, ShardedUpdate::Gradients,
+                                     ShardedUpdate::Parameters};
+  if (stage < 0 || stage > 3) return std::nullopt;
+  return modes[stage];
+}
 
 //! Whether `local` replicas in one process shard their update under `mode`
 //! (Auto: from 3 replicas); the executors add what else they need (collectives
 //! that reduce-scatter and all-gather, one worker).
 [[nodiscard]] constexpr bool shards_update(ShardedUpdate mode, std::size_t local) noexcept {
-  return local > 1 && (mode == ShardedUpdate::On || (mode == ShardedUpdate::Auto && local >= 3));
+  return zero_stage(mode, local) >= 1;
 }
 
 //! Where CentralStorageStrategy keeps its one copy of the variables, and
@@ -41,6 +69,17 @@ enum class CentralVariables {
   //! run once, with the one optimizer state, and its values broadcast to the
   //! other replicas' devices each step.
   Gpu,
+};
+
+//! Gradient compression on the wire (issue 25, as DDP's fp16/bf16
+//! communication hooks): each replica's gradient (plus the residual it kept
+//! from the last step: error feedback) rounded to 16 bits, reduced in 16
+//! bits (bytes on the wire halved), expanded to FP32 for the update, which
+//! stays FP32 on FP32 master weights (strategy/compression.hpp).
+enum class Compression {
+  None,
+  BF16,  //!< bfloat16: FP32's range, 8 bits of mantissa
+  FP16,  //!< IEEE half: 11 bits of mantissa, range to 65504
 };
 
 //! What a strategy tells its executor.
@@ -69,6 +108,8 @@ struct ExecutorOptions {
   //! Off to bucket there), a custom loop's gradient hook.
   //!   s.executor_options().bucket_bytes = 4 << 20;   // before making the model
   std::size_t bucket_bytes = 0;
+  //! Gradient compression (Compression); None: FP32 on the wire.
+  Compression compression = Compression::None;
   friend bool operator==(const ExecutorOptions&, const ExecutorOptions&) = default;
 };
 
