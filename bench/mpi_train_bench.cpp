@@ -1,0 +1,148 @@
+// Training throughput across workers (issue 25): MultiWorkerMirroredStrategy,
+// one CPU replica per rank (one thread computing: OpenBLAS runs single-threaded
+// in strata), the flat gradient all-reduce or gradient buckets
+// (ExecutorOptions::bucket_bytes), on MNIST-shaped synthetic data (the same on
+// every rank, deterministic: every worker iterates the same global batches and
+// each replica takes its rows, as MultiWorkerMirroredStrategy::distribute does).
+// The model and optimizer are bench/ddp_mlp.py's, so the two print comparable rows:
+// wide = 784-2048-2048-10 (5.8M parameters, a 23 MB gradient), mlp = 784-128-10,
+// ReLU, softmax cross-entropy from logits, SGD (lr 0.01) or Adam (1e-3).
+// fit()'s finite-gradient check is off (PyTorch DDP has none).
+//
+// How the columns are measured: --warmup steps first (one fit: AutoReduce's
+// algorithm choice measures the first 6 calls of each size class there, so
+// keep --warmup at 6 or more), then one
+// fit of --steps steps under a trace session that records totals only
+// (core/trace_session.hpp, as train_bench --breakdown). On rank 0:
+//   step     = the timed fit's wall time / steps
+//   compute  = the replica thread's own time in forward, backward, loss and
+//              update spans, per step
+//   exposed  = the replica thread's own time in collective and wait spans, per
+//              step: the flat all-reduce (and the MPI exchange's waits inside
+//              it), or with buckets the "gradient buckets" wait at the step's
+//              end (what the buckets' reduction on the progress thread did not
+//              hide); the small per-pass collectives are in it too
+//   other    = step - compute - exposed (taking the batch, dispatch)
+// Each rank's compute is its own; the row is rank 0's. Its comment names the
+// all-reduce algorithm AutoReduce chose for each bucket (MiB/algorithm).
+// Compute happens on one thread; the buckets' reductions on a progress thread.
+//   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|mlp] [--batch 64] [--steps 30] [--warmup 8]
+//                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME]
+//   bench/shaped_link.sh --rate 1gbit -- ./build-bench/bench/mpi_train_bench --bucket-mb 4   # over a shaped link
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <strata/core/trace_session.hpp>
+#include <strata/data/dataset.hpp>
+#include <strata/nn.hpp>
+#include <strata/strategy/buckets.hpp>
+#include <strata/strategy/multi_worker.hpp>
+
+#include "bench_util.hpp"
+
+namespace nn = strata::nn;
+
+namespace {
+
+nn::Sequential make(const std::string& model) {
+  if (model == "mlp")
+    return nn::Sequential{nn::Input{{28, 28}}, nn::Flatten{}, nn::Dense{128, {.activation = nn::Activation::ReLU}},
+                          nn::Dense{10}};
+  if (model == "wide")
+    return nn::Sequential{nn::Input{{28, 28}}, nn::Flatten{}, nn::Dense{2048, {.activation = nn::Activation::ReLU}},
+                          nn::Dense{2048, {.activation = nn::Activation::ReLU}}, nn::Dense{10}};
+  throw strata::Error("unknown model " + model + " (wide, mlp)");
+}
+
+// `steps` global batches of `global` MNIST-shaped rows (standardized uniform pixels, uniform labels).
+auto synthetic(std::size_t steps, std::size_t global, std::uint64_t seed) {
+  const std::size_t n = steps * global;
+  strata::Tensor<float> x{{n, 28, 28}};
+  strata::Tensor<std::int32_t> y{{n}};
+  strata::Rng rng{seed};
+  for (auto& v : x) v = (rng.uniform() - 0.1307f) / 0.3081f;
+  for (auto& v : y) v = static_cast<std::int32_t>(rng.below(10));
+  return strata::data::from_tensor_slices(x, y).batch(global);
+}
+
+struct Args {
+  std::string model = "wide", optimizer = "sgd", label;
+  std::size_t batch = 64;
+  int steps = 30, warmup = 8;
+  double bucket_mb = 0;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model") a.model = v;
+    else if (k == "--optimizer") a.optimizer = v;
+    else if (k == "--label") a.label = v;
+    else if (k == "--batch") a.batch = static_cast<std::size_t>(std::max(1, std::atoi(v.c_str())));
+    else if (k == "--steps") a.steps = std::max(1, std::atoi(v.c_str()));
+    else if (k == "--warmup") a.warmup = std::max(1, std::atoi(v.c_str()));
+    else if (k == "--bucket-mb") a.bucket_mb = std::max(0.0, std::atof(v.c_str()));
+    else throw strata::Error("mpi_train_bench: unknown option " + k);
+  }
+  if (a.optimizer != "sgd" && a.optimizer != "adam")
+    throw strata::Error("mpi_train_bench: --optimizer is sgd or adam, not " + a.optimizer);
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::detail::mpi::runtime();
+  const Args a = parse(argc, argv);
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1)};
+  s.executor_options().bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
+  const int ranks = s.num_workers();
+  const std::size_t global = a.batch * static_cast<std::size_t>(ranks);
+
+  auto model = s.scope([&] { return make(a.model); });
+  auto loss = nn::SparseCategoricalCrossentropy{{.from_logits = true}};
+  if (a.optimizer == "adam") model.compile(nn::Adam{1e-3}, loss, {}, {.seed = 1});
+  else model.compile(nn::SGD{0.01}, loss, {}, {.seed = 1});
+  const nn::FitOptions fit{.epochs = 1, .verbose = nn::Verbosity::Silent, .check_finite = false};
+
+  model.fit(s.distribute(synthetic(static_cast<std::size_t>(a.warmup), global, 2)), fit);
+  auto timed = synthetic(static_cast<std::size_t>(a.steps), global, 3);
+  strata::trace::Session trace{strata::trace::Options{}};  // totals only
+  const double t0 = bench::now_s();
+  model.fit(s.distribute(std::move(timed)), fit);
+  const double seconds = bench::now_s() - t0;
+  trace.finish();
+
+  using C = strata::trace::Category;
+  auto own = [](const strata::trace::TrackTotals& t, C c) { return 1e-9 * static_cast<double>(t.self_ns[static_cast<int>(c)]); };
+  double compute = 0, exposed = 0;
+  for (const auto& t : trace.totals()) {
+    if (t.name != "replica 0") continue;
+    compute = own(t, C::Forward) + own(t, C::Backward) + own(t, C::Loss) + own(t, C::Update);
+    exposed = own(t, C::Collective) + own(t, C::Wait);
+  }
+  std::vector<std::size_t> sizes;  // the gradient's layout: each variable's elements
+  for (const auto& w : model.get_weights()) sizes.push_back(w.value.size());
+  std::vector<strata::Range> plan{{0, model.count_params()}};
+  if (const std::size_t bytes = s.executor_options().bucket_bytes) plan = strata::detail::plan_buckets(sizes, bytes);
+  std::string algos;  // each bucket's (or the flat gradient's) MiB and algorithm
+  for (const auto& r : plan) {
+    const std::size_t bytes = (r.end - r.begin) * sizeof(float);
+    char b[48];
+    std::snprintf(b, sizeof b, " %.1f/%s", static_cast<double>(bytes) / 1048576.0,
+                  std::string(s.communicator().choose(bytes)).c_str());
+    algos += b;
+  }
+  if (!s.is_chief()) return 0;
+  const double steps = a.steps, step_ms = 1e3 * seconds / steps;
+  const double compute_ms = 1e3 * compute / steps, exposed_ms = 1e3 * exposed / steps;
+  std::printf("%-16s %5d %7.1f %11.0f %9.1f %10.1f %10.1f %8.1f   # %s, %s, batch %zu/rank, %d steps;%s\n",
+              a.label.empty() ? "strata" : a.label.c_str(), ranks, a.bucket_mb,
+              static_cast<double>(global) * steps / seconds, step_ms, compute_ms, exposed_ms,
+              step_ms - compute_ms - exposed_ms, a.model.c_str(), a.optimizer.c_str(), a.batch, a.steps, algos.c_str());
+  return 0;
+}
