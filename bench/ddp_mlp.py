@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch DDP (gloo backend) next to bench/mpi_train_bench.cpp (issue 25).
 
-The same model (wide: 784-2048-2048-10, mlp: 784-128-10; ReLU; softmax
+The same model (wide: 784-2048-2048-10, deep: 784-1024x4-10, mlp: 784-128-10; ReLU; softmax
 cross-entropy from logits), optimizer (SGD lr 0.01, or Adam 1e-3), per-rank
 batch, synthetic MNIST-shaped data (every rank builds the same global batches
 and takes its rows) and bucket size (bucket_cap_mb; --bucket-mb 0 means one
@@ -41,7 +41,10 @@ def make(model):
     if model == "wide":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
                              nn.Linear(2048, 10))
-    raise SystemExit(f"unknown model {model} (wide, mlp)")
+    if model == "deep":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                             nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+    raise SystemExit(f"unknown model {model} (wide, deep, mlp)")
 
 
 def synthetic(steps, global_batch, rank, batch, seed):
@@ -109,7 +112,7 @@ def main():
 
     if rank == 0:
         step_ms, compute_ms = 1e3 * seconds / a.steps, 1e3 * compute / a.steps
-        print(f"{a.label:<16} {world:5d} {a.bucket_mb:7.1f} {global_batch * a.steps / seconds:11.0f} {step_ms:9.1f} "
+        print(f"{a.label:<18} {world:5d} {a.bucket_mb:7.1f} {global_batch * a.steps / seconds:11.0f} {step_ms:9.1f} "
               f"{compute_ms:10.1f} {step_ms - compute_ms:10.1f} {'-':>8}   # {a.model}, {a.optimizer}, batch "
               f"{a.batch}/rank, {a.steps} steps, torch {torch.__version__}, {a.threads} thread(s)", flush=True)
     dist.destroy_process_group()

@@ -5,7 +5,9 @@
 // every rank, deterministic: every worker iterates the same global batches and
 // each replica takes its rows, as MultiWorkerMirroredStrategy::distribute does).
 // The model and optimizer are bench/ddp_mlp.py's, so the two print comparable rows:
-// wide = 784-2048-2048-10 (5.8M parameters, a 23 MB gradient), mlp = 784-128-10,
+// wide = 784-2048-2048-10 (5.8M parameters, a 23 MB gradient: 72% of it one
+// variable, final only when backward is ~90% done), deep = 784-1024x4-10 (4.0M,
+// 16 MB, in four near-equal variables: a model buckets can overlap), mlp = 784-128-10,
 // ReLU, softmax cross-entropy from logits, SGD (lr 0.01) or Adam (1e-3).
 // fit()'s finite-gradient check is off (PyTorch DDP has none).
 //
@@ -26,7 +28,7 @@
 // Each rank's compute is its own; the row is rank 0's. Its comment names the
 // all-reduce algorithm AutoReduce chose for each bucket (MiB/algorithm).
 // Compute happens on one thread; the buckets' reductions on a progress thread.
-//   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|mlp] [--batch 64] [--steps 30] [--warmup 8]
+//   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp] [--batch 64] [--steps 30] [--warmup 8]
 //                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME]
 //   bench/shaped_link.sh --rate 1gbit -- ./build-bench/bench/mpi_train_bench --bucket-mb 4   # over a shaped link
 #include <algorithm>
@@ -54,7 +56,12 @@ nn::Sequential make(const std::string& model) {
   if (model == "wide")
     return nn::Sequential{nn::Input{{28, 28}}, nn::Flatten{}, nn::Dense{2048, {.activation = nn::Activation::ReLU}},
                           nn::Dense{2048, {.activation = nn::Activation::ReLU}}, nn::Dense{10}};
-  throw strata::Error("unknown model " + model + " (wide, mlp)");
+  if (model == "deep")
+    return nn::Sequential{nn::Input{{28, 28}}, nn::Flatten{}, nn::Dense{1024, {.activation = nn::Activation::ReLU}},
+                          nn::Dense{1024, {.activation = nn::Activation::ReLU}},
+                          nn::Dense{1024, {.activation = nn::Activation::ReLU}},
+                          nn::Dense{1024, {.activation = nn::Activation::ReLU}}, nn::Dense{10}};
+  throw strata::Error("unknown model " + model + " (wide, deep, mlp)");
 }
 
 // `steps` global batches of `global` MNIST-shaped rows (standardized uniform pixels, uniform labels).
@@ -140,7 +147,7 @@ int main(int argc, char** argv) {
   if (!s.is_chief()) return 0;
   const double steps = a.steps, step_ms = 1e3 * seconds / steps;
   const double compute_ms = 1e3 * compute / steps, exposed_ms = 1e3 * exposed / steps;
-  std::printf("%-16s %5d %7.1f %11.0f %9.1f %10.1f %10.1f %8.1f   # %s, %s, batch %zu/rank, %d steps;%s\n",
+  std::printf("%-18s %5d %7.1f %11.0f %9.1f %10.1f %10.1f %8.1f   # %s, %s, batch %zu/rank, %d steps;%s\n",
               a.label.empty() ? "strata" : a.label.c_str(), ranks, a.bucket_mb,
               static_cast<double>(global) * steps / seconds, step_ms, compute_ms, exposed_ms,
               step_ms - compute_ms - exposed_ms, a.model.c_str(), a.optimizer.c_str(), a.batch, a.steps, algos.c_str());
