@@ -76,6 +76,8 @@ class LayerReplica final : public ReplicaProgram {
   void backward(const StepInfo& info);
   void read_sums(ReplicaResult& out, bool counted);
   void zero_sums();
+  //! Layer l's parameters as `w` (through StepInfo::windows) tells: it is bound to them.
+  void bind_layer(std::size_t l, const ParameterWindows::View& w);
 
   const LayerProgram& m_;
   Compute& c_;
@@ -88,6 +90,7 @@ class LayerReplica final : public ReplicaProgram {
   std::vector<double> host_sums_;
   std::vector<const char*> trace_names_;  // each layer's name, for its spans in the trace
   std::vector<std::size_t> layer_begin_;   // per layer, then the total: where its parameters start
+  bool windowed_ = false;  // made with no gradient buffer: layers bound per call (ZeRO 2 and 3)
 };
 
 class LayerProgram final : public ModelProgram {
@@ -232,150 +235,7 @@ class LayerProgram final : public ModelProgram {
   }
 };
 
-inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<const float> value,
-                                  std::span<float> grad)
-    : m_(m), c_(c), value_(value), grad_(grad), acts_(m.layers.size()) {
-  std::size_t off = 0;
-  for (std::size_t l = 0; l < m.layers.size(); ++l) {
-    layer_begin_.push_back(off);
-    layers_.push_back(m.layers[l]->clone());
-    trace_names_.push_back(trace::intern(m.names[l]));
-    std::vector<ParamRef> refs;
-    for (const auto& p : m.specs[l]) {
-      const std::size_t n = p.shape.elements();
-      refs.push_back({value.subspan(off, n), grad.subspan(off, n)});
-      off += n;
-    }
-    layers_.back()->bind(refs);
-  }
-  layer_begin_.push_back(off);
-  sums_.resize(c, Shape{m.metrics.size() + 3});
-  host_sums_.resize(m.metrics.size() + 3);
-}
-
-inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) {
-  out.rows = rows.size();
-  load(b, rows);
-  const Act& pred = forward(info, rows.size());
-  if (info.phase == Phase::Predict) {
-    const std::size_t w = pred.shape()[0] ? pred.size() / pred.shape()[0] : 0;
-    if (pred.size()) c_.download(b.predictions + rows.begin * w, pred.data(), pred.size() * sizeof(float));
-    return;
-  }
-  zero_sums();  // the sums start at zero in the replica's space; the ops add in place
-  losses_and_backward(pred, info, rows.size());
-  // On a device, the gradient's NaN and infinite values are counted with the
-  // sums, for the executor's finiteness check without another read-back (a
-  // host executor checks the reduced gradient itself).
-  const bool count = info.phase == Phase::Train && c_.where() != kernels::Where::Host;
-  if (count) c_.count_nonfinite(grad_.data(), grad_.size(), sums_.data() + m_.metrics.size() + 2);
-  read_sums(out, count);
-}
-
-inline void LayerReplica::load(const Batch& b, Range rows) {
-  copy_rows(c_, *b.x, rows, x_);
-  if (b.y) copy_rows(c_, *b.y, rows, y_);
-}
-
-inline void LayerReplica::run_loaded(const StepInfo& info) {
-  if (info.phase != Phase::Train || !info.counters)
-    throw Error("LayerReplica::run_loaded: a captured step trains, with counters in the replica's memory");
-  const std::size_t rows = x_.shape().rank() ? x_.shape()[0] : 0;
-  losses_and_backward(forward(info, rows), info, rows);
-  c_.count_nonfinite(grad_.data(), grad_.size(), &info.counters->bad);
-}
-
-inline void LayerReplica::take_sums(std::size_t rows, ReplicaResult& out) {
-  out.rows = rows;
-  try {
-    read_sums(out, false);
-  } catch (...) {
-    zero_sums();  // the next read starts afresh
-    throw;
-  }
-  zero_sums();
-}
-
-inline void LayerReplica::zero_sums() {
-  const std::size_t nm = m_.metrics.size();
-  if (c_.where() == kernels::Where::Host) {
-    std::fill_n(sums_.data(), nm + 3, 0.0);
-  } else {
-    host_sums_.assign(nm + 3, 0.0);
-    c_.upload(sums_.data(), host_sums_.data(), (nm + 3) * sizeof(double));
-  }
-}
-
-inline const Act& LayerReplica::forward(const StepInfo& info, std::size_t rows) {
-  const Act* in = &x_;
-  RunInfo run{info.phase == Phase::Train, info.replica, m_.seed, info.iteration, 0, info.counters};
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    run.layer = l;
-    trace::Span span{trace_names_[l], trace::Category::Forward, {{"layer", l}, {"rows", rows}}};
-    layers_[l]->forward(c_, *in, acts_[l], run);
-    in = &acts_[l];
-  }
-  return *in;
-}
-
-inline void LayerReplica::losses_and_backward(const Act& pred, const StepInfo& info, std::size_t rows) {
-  double* sums = sums_.data();
-  const std::size_t nm = m_.metrics.size();
-  const bool train = info.phase == Phase::Train;
-  {
-    trace::Span span{"loss", trace::Category::Loss, {{"rows", rows}}};
-    m_.loss->accumulate(c_, pred, y_, train ? &d_[0] : nullptr, info.scale, sums, sums + nm + 1);
-    for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
-  }
-  if (train) backward(info);
-}
-
-//! out gets the loss and metric sums and, when `counted`, the gradient's
-//! non-finite count (DeviceExecutor's finiteness check reads it).
-inline void LayerReplica::read_sums(ReplicaResult& out, bool counted) {
-  const std::size_t nm = m_.metrics.size();
-  const double* s = sums_.data();
-  if (c_.where() != kernels::Where::Host) {
-    c_.download(host_sums_.data(), sums_.data(), (nm + 3) * sizeof(double));
-    s = host_sums_.data();
-  }
-  if (s[nm + 1] != 0)
-    throw Error(m_.loss->name() + ": " + std::to_string(static_cast<long long>(s[nm + 1])) + " of " +
-                std::to_string(out.rows) + " labels of the batch are not class indices in [0, " +
-                std::to_string(m_.output_width()) + ") (counted on " + c_.name() + ")");
-  out.loss = s[0];
-  out.metrics.assign(s + 1, s + 1 + nm);
-  out.nonfinite = counted ? std::optional<double>(s[nm + 2]) : std::nullopt;
-}
-
-inline void LayerReplica::backward(const StepInfo& info) {
-  // L2: every replica adds its 1/p share of the gradient, so the sum adds it
-  // once; each parameter's share right after its layer's backward (the same
-  // calls as after the loop: the same bits), so the range told is final
-  auto finish_layer = [&](std::size_t l) {
-    const std::size_t begin = layer_begin_[l], end = layer_begin_[l + 1];
-    if (begin == end) return;
-    m_.for_each_l2([&](std::size_t off, std::size_t n, float l2) {
-      if (off < begin || off >= end) return;
-      const float k = 2.f * l2 / static_cast<float>(info.replicas);
-      c_.axpy(k, value_.data() + off, grad_.data() + off, n);
-    });
-    if (info.ready) info.ready->ready(begin, end);
-  };
-  int cur = 0;
-  for (std::size_t l = layers_.size(); l-- > 0;) {
-    const Act& in = l ? acts_[l - 1] : x_;
-    const bool need_dx = l > m_.first_trainable;
-    {
-      trace::Span span{trace_names_[l], trace::Category::Backward, {{"layer", l}}};
-      layers_[l]->backward(c_, in, acts_[l], d_[cur], need_dx ? &d_[1 - cur] : nullptr);
-    }
-    finish_layer(l);
-    if (!need_dx) break;
-    cur = 1 - cur;
-  }
-}
-
 }  // namespace strata::nn::detail
 
+#include <strata/nn/layer_replica.hpp>  // LayerReplica's definitions
 #include <strata/nn/stage_program.hpp>  // LayerProgram::make_stage

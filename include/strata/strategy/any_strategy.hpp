@@ -153,6 +153,7 @@ inline std::string changed_fields(const ExecutorOptions& then, const ExecutorOpt
   add(then.read_every != now.read_every, "read_every");
   add(then.bucket_bytes != now.bucket_bytes, "bucket_bytes");
   add(then.compression != now.compression, "compression");
+  add(then.memory_budget_bytes != now.memory_budget_bytes, "memory_budget_bytes");
   return add.out;
 }
 

@@ -57,40 +57,13 @@
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/device_executor.hpp>
 #include <strata/strategy/executor_options.hpp>
+#include <strata/strategy/fully_sharded_executor.hpp>
 #include <strata/strategy/sync_executor.hpp>
 #include <strata/strategy/worker_sum.hpp>
 
 namespace strata {
 
 namespace detail {
-
-//! One replica's share of the sharded update, over its collectives `coll`
-//! (a replica context, or anything with its reduce_scatter and all_gather):
-//! reduce-scatter `grad` into `shard` (this replica's slice `mine` of the
-//! sum), `update(values slice, shard)` (a bool result: false skips the
-//! rest, on every replica alike), all-gather every replica's updated slice
-//! into `values`. Spans of memory `m`; `shard` holds mine.size().
-//!   sharded_update(ctx, w, g, shard, shard_range(n, p, r), [&](auto w, auto g) { adam.apply(w, g, st, 0, it); });
-template <class Coll, class Update>
-void sharded_update(Coll& coll, kernels::Memory& m, std::span<float> values, std::span<const float> grad,
-                    std::span<float> shard, Range mine, Update&& update) {
-  coll.reduce_scatter(grad, shard, Sum);
-  const std::span<float> part = values.subspan(mine.begin, mine.size());
-  if constexpr (std::is_same_v<decltype(update(part, std::span<const float>(shard))), bool>) {
-    if (!update(part, std::span<const float>(shard))) return;
-  } else {
-    update(part, std::span<const float>(shard));
-  }
-  // all-gather from a buffer no one writes meanwhile (not from the copies being written)
-  if (mine.size()) m.copy(shard.data(), part.data(), mine.size() * sizeof(float));
-  coll.all_gather(std::span<const float>(shard), values);
-}
-//! The same on host memory.
-template <class Coll, class Update>
-void sharded_update(Coll& coll, std::span<float> values, std::span<const float> grad, std::span<float> shard,
-                    Range mine, Update&& update) {
-  sharded_update(coll, kernels::host_memory(), values, grad, shard, mine, std::forward<Update>(update));
-}
 
 template <class S>
 class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
@@ -224,6 +197,8 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     }
     for (std::size_t r = 0; r < devs_.size(); ++r)
       if (sharded_) devs_[r].shard.resize(*devs_[r].m, Shape{mine(r).size()});
+    if (!on_gpus())
+      check_model_state_budget(opts_.memory_budget_bytes, sharded_ ? 1 : 0, init.size(), local, this->program_);
     plan_.clear();
     if (opts_.bucket_bytes) plan_ = plan_buckets(this->program_.variable_shapes(), opts_.bucket_bytes);
     buckets_ = std::vector<GradientBuckets>(local);
@@ -377,6 +352,7 @@ template <>
 struct ExecutorFor<Mirrored> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
+    if (auto ex = make_fully_sharded(s, program)) return ex;  // ZeRO 2 and 3 (strategy/fully_sharded_executor.hpp)
     return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options());
   }
 };

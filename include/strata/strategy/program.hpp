@@ -28,6 +28,7 @@
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/kernels/compute.hpp>
+#include <strata/strategy/step_hooks.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -42,20 +43,6 @@ struct Batch {
   const Tensor<float>* x = nullptr;
   const Tensor<float>* y = nullptr;
   float* predictions = nullptr;
-};
-
-//! What a replica's backward tells its executor as it goes (gradient
-//! buckets: strategy/buckets.hpp): the gradient of a contiguous range of the
-//! flat parameters is final for this step (its share of the regularization
-//! gradient included), so its reduction may start while backward goes on.
-//! Parameters are laid out in layer order and backward runs in reverse, so
-//! the ranges come from the end of the flat vector down.
-//!   struct Log : strata::GradientReady { void ready(std::size_t b, std::size_t e) override { ... } };
-class GradientReady {
- public:
-  virtual ~GradientReady() = default;
-  //! Elements [begin, end) of the bound gradient buffer will not change again this step.
-  virtual void ready(std::size_t begin, std::size_t end) = 0;
 };
 
 //! Where and what one replica computes in a step.
@@ -74,6 +61,9 @@ struct StepInfo {
   //! produces it (null: nobody asks; a program may also never tell, the
   //! executor then treats the whole gradient as final after the step).
   GradientReady* ready = nullptr;
+  //! Sharded parameters or gradients (ZeRO 2 and 3): where each layer's are,
+  //! acquired before and released after each of its calls (null: the bound buffers).
+  ParameterWindows* windows = nullptr;
 };
 
 //! The sums a replica's rows contribute to a pass's logs.
@@ -200,7 +190,9 @@ class ModelProgram {
   //! Elements of one prediction row.
   [[nodiscard]] virtual std::size_t output_width() const = 0;
   [[nodiscard]] virtual std::size_t num_metrics() const = 0;
-  //! A replica bound to `value` (read) and `grad` (written), num_params() each.
+  //! A replica bound to `value` (read) and `grad` (written), num_params() each
+  //! (both empty: its layers are bound per call through StepInfo::windows;
+  //! `grad` alone empty: the values bound, the gradients through the windows).
   [[nodiscard]] virtual std::unique_ptr<ReplicaProgram> make_replica(std::span<const float> value,
                                                                       std::span<float> grad) = 0;
   //! A replica running on `c` (a GPU's compute: `value` and `grad` in its

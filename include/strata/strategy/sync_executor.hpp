@@ -117,6 +117,12 @@ class SyncExecutor : public Executor {
   GradientReady* ready_for(Ctx& /*ctx*/, std::size_t /*r*/, const Pass& /*pass*/) {
     return nullptr;
   }
+  //! Derived::windows_for(ctx, r, pass): where replica r's layers find
+  //! their parameters in this step when they are sharded (ZeRO 2 and 3), or null.
+  template <class Ctx>
+  ParameterWindows* windows_for(Ctx& /*ctx*/, std::size_t /*r*/, const Pass& /*pass*/) {
+    return nullptr;
+  }
   //! Replica r failed with `why` (in its step or its update), on its thread:
   //! a Derived with collectives of its own releases the other replicas there.
   void replica_failed(std::size_t /*r*/, const std::string& /*why*/) {}
@@ -190,6 +196,7 @@ class SyncExecutor : public Executor {
         derived().before_step(r);
         StepInfo info{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale};
         if (pass.phase == Phase::Train) info.ready = derived().ready_for(ctx, r, pass);
+        info.windows = derived().windows_for(ctx, r, pass);
         reps_[r]->step(b, rows, info, results_[r]);
         if (pass.phase != Phase::Train) return;
         if (pass.gradient_hook)  // a custom loop's look at this replica's gradient, before the reduction

@@ -1,0 +1,343 @@
+#pragma once
+//! Sharded data parallelism: ZeRO stage 1's step (sharded_update, which
+//! the mirrored executor runs on CPU and GPU replicas), and beyond the
+//! optimizer state (ZeRO stages 2 and
+//! 3, as DeepSpeed's and PyTorch FSDP's), for a mirrored executor's CPU
+//! replicas (strategy/mirrored_executor.hpp; ShardedUpdate::Gradients and
+//! ::Parameters). The flat parameters are cut into units, one per layer
+//! with parameters (its parameters are contiguous); replica r of p owns
+//! slice shard_range(unit size, p, r) of every unit: of its summed gradient
+//! and of its optimizer state (stage 2) and of its values (stage 3). Its
+//! owned elements, unit after unit, make one contiguous vector, which its
+//! optimizer updates as one slice of the state.
+//!
+//! A step, through the replica's ParameterWindows (StepInfo::windows):
+//! - stage 3, before a layer's forward and again before its backward: the
+//!   unit's values all-gathered from every replica's slice into a window
+//!   (two windows: the next unit's gather is started, non-blocking, while
+//!   this one computes: forward the next layer, backward the previous);
+//!   stage 2 keeps every value and gathers nothing;
+//! - after a layer's backward: its gradient, in a window of the layer's
+//!   size, reduce-scattered into the replica's owned slice (non-blocking:
+//!   the reduction runs while backward goes on; two gradient windows);
+//! - the update: each replica updates its owned slice with its owned
+//!   gradient and state; stage 2 then all-gathers the updated slices into
+//!   every replica's values (stage 3 keeps them sharded).
+//! Per replica, the model state is thus (values n, or n/p plus two windows)
+//! + (gradient n/p plus two windows) + (optimizer state n/p): the largest
+//! layer twice instead of the whole model (model_state_bytes). The sums are
+//! the reduce-scatter's, each element summed in replica order with the
+//! direct reduction, as the all-reduce's: the weights are bitwise those of
+//! stages 0 and 1.
+//!   strata::detail::ShardLayout layout{unit_sizes, p};
+//!   shards[r].begin_step(gather_async, scatter_async);  info.windows = &shards[r];  ...;  shards[r].finish_step();
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/comm/work.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/partition.hpp>
+#include <strata/core/trace.hpp>
+#include <strata/kernels/host/memory.hpp>
+#include <strata/kernels/memory.hpp>
+#include <strata/comm/reduce_op.hpp>
+#include <strata/strategy/program.hpp>
+#include <strata/strategy/step_hooks.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata::detail {
+
+//! One replica's share of the sharded update, over its collectives `coll`
+//! (a replica context, or anything with its reduce_scatter and all_gather):
+//! reduce-scatter `grad` into `shard` (this replica's slice `mine` of the
+//! sum), `update(values slice, shard)` (a bool result: false skips the
+//! rest, on every replica alike), all-gather every replica's updated slice
+//! into `values`. Spans of memory `m`; `shard` holds mine.size().
+//!   sharded_update(ctx, w, g, shard, shard_range(n, p, r), [&](auto w, auto g) { adam.apply(w, g, st, 0, it); });
+template <class Coll, class Update>
+void sharded_update(Coll& coll, kernels::Memory& m, std::span<float> values, std::span<const float> grad,
+                    std::span<float> shard, Range mine, Update&& update) {
+  coll.reduce_scatter(grad, shard, Sum);
+  const std::span<float> part = values.subspan(mine.begin, mine.size());
+  if constexpr (std::is_same_v<decltype(update(part, std::span<const float>(shard))), bool>) {
+    if (!update(part, std::span<const float>(shard))) return;
+  } else {
+    update(part, std::span<const float>(shard));
+  }
+  // all-gather from a buffer no one writes meanwhile (not from the copies being written)
+  if (mine.size()) m.copy(shard.data(), part.data(), mine.size() * sizeof(float));
+  coll.all_gather(std::span<const float>(shard), values);
+}
+//! The same on host memory.
+template <class Coll, class Update>
+void sharded_update(Coll& coll, std::span<float> values, std::span<const float> grad, std::span<float> shard,
+                    Range mine, Update&& update) {
+  sharded_update(coll, kernels::host_memory(), values, grad, shard, mine, std::forward<Update>(update));
+}
+
+//! Where every replica's shards lie: the units (contiguous ranges of the
+//! flat parameters, in order, together covering them) and the p owners.
+class ShardLayout {
+ public:
+  ShardLayout() = default;
+  //! Units of `sizes` elements each (zero sizes dropped), over `p` replicas.
+  ShardLayout(const std::vector<std::size_t>& sizes, std::size_t p) : p_(p) {
+    std::size_t at = 0;
+    for (std::size_t n : sizes) {
+      if (n) units_.push_back({at, at + n});
+      at += n;
+      largest_ = std::max(largest_, n);
+    }
+    n_ = at;
+    own_.assign(p, {});
+    owned_.assign(p, 0);
+    for (std::size_t r = 0; r < p; ++r)
+      for (const Range& u : units_) {
+        own_[r].push_back(owned_[r]);
+        owned_[r] += shard_range(u.size(), p, r).size();
+      }
+  }
+  [[nodiscard]] std::size_t params() const noexcept { return n_; }
+  [[nodiscard]] std::size_t replicas() const noexcept { return p_; }
+  [[nodiscard]] const std::vector<Range>& units() const noexcept { return units_; }
+  [[nodiscard]] std::size_t largest() const noexcept { return largest_; }
+  //! Elements replica r owns (its slice of every unit).
+  [[nodiscard]] std::size_t owned(std::size_t r) const { return owned_[r]; }
+  //! Replica r's slice of unit u, within the unit.
+  [[nodiscard]] Range slice(std::size_t u, std::size_t r) const { return shard_range(units_[u].size(), p_, r); }
+  //! Where that slice starts in replica r's owned vector.
+  [[nodiscard]] std::size_t owned_at(std::size_t u, std::size_t r) const { return own_[r][u]; }
+  //! The unit that starts at `begin` of the flat layout, else an Error.
+  [[nodiscard]] std::size_t unit_at(std::size_t begin, std::size_t end) const {
+    const auto it = std::lower_bound(units_.begin(), units_.end(), begin,
+                                     [](const Range& u, std::size_t b) { return u.begin < b; });
+    if (it == units_.end() || it->begin != begin || it->end != end)
+      throw Error("sharded parameters: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  ") is not one layer's range of the shard layout");
+    return static_cast<std::size_t>(it - units_.begin());
+  }
+  //! fn(flat range, owned offset) for each of replica r's slices, unit by unit.
+  template <class F>
+  void for_each_slice(std::size_t r, F&& fn) const {
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      const Range s = slice(u, r);
+      fn(Range{units_[u].begin + s.begin, units_[u].begin + s.end}, own_[r][u]);
+    }
+  }
+
+ private:
+  std::size_t p_ = 1, n_ = 0, largest_ = 0;
+  std::vector<Range> units_;
+  std::vector<std::vector<std::size_t>> own_;  // per replica, per unit: the slice's start in its owned vector
+  std::vector<std::size_t> owned_;
+};
+
+//! Whole slots of a flat layout from each replica's owned slots (`part(r)`:
+//! its slots, each layout.owned(r) elements), or the reverse (owned_part).
+template <class Part>
+std::vector<Tensor<float>> join_owned(const ShardLayout& layout, Part&& part) {
+  std::vector<Tensor<float>> out;
+  for (std::size_t r = 0; r < layout.replicas(); ++r) {
+    const std::vector<Tensor<float>> mine = part(r);
+    if (out.empty())
+      for (std::size_t k = 0; k < mine.size(); ++k) out.emplace_back(Shape{layout.params()});
+    for (std::size_t k = 0; k < mine.size(); ++k)
+      layout.for_each_slice(r, [&](Range flat, std::size_t at) {
+        std::copy_n(mine[k].data() + at, flat.size(), out[k].data() + flat.begin);
+      });
+  }
+  return out;
+}
+//! Replica r's owned part of each whole slot.
+inline std::vector<Tensor<float>> owned_part(const ShardLayout& layout, std::size_t r,
+                                             std::span<const Tensor<float>> whole) {
+  std::vector<Tensor<float>> out;
+  for (const Tensor<float>& t : whole) {
+    Tensor<float> mine{Shape{layout.owned(r)}};
+    layout.for_each_slice(r, [&](Range flat, std::size_t at) {
+      std::copy_n(t.data() + flat.begin, flat.size(), mine.data() + at);
+    });
+    out.push_back(std::move(mine));
+  }
+  return out;
+}
+
+//! Bytes of model state one replica holds at ZeRO stage `stage` over `p`
+//! replicas (values, gradient, `slots` optimizer slots; stage 1's reduced
+//! slice, stages 2 and 3's two windows of the largest layer), the formula
+//! ExecutorOptions::memory_budget_bytes is checked against.
+[[nodiscard]] inline std::size_t model_state_bytes(int stage, std::size_t n, std::size_t p, std::size_t slots,
+                                                   std::size_t largest) {
+  const std::size_t owned = (n + p - 1) / p, windows = 2 * largest;
+  std::size_t floats = 0;
+  switch (stage) {
+    case 0: floats = n + n + slots * n; break;
+    case 1: floats = n + n + owned + slots * owned; break;
+    case 2: floats = n + owned + windows + slots * owned; break;
+    default: floats = (owned + windows) + (owned + windows) + slots * owned; break;
+  }
+  return floats * sizeof(float);
+}
+
+//! Fails fast when one replica's model state at `stage` (model_state_bytes;
+//! the optimizer's slots counted from `program` once compiled) exceeds
+//! `budget` bytes (0: no budget), naming what it needs and what would fit.
+inline void check_model_state_budget(std::size_t budget, int stage, std::size_t n, std::size_t p,
+                                     const ModelProgram& program) {
+  if (!budget) return;
+  std::size_t largest = 0;  // the largest unit: a layer's parameters (a variable's where there are no layers)
+  try {
+    for (std::size_t k : program.layer_param_counts()) largest = std::max(largest, k);
+  } catch (const Error&) {
+    for (const Shape& v : program.variable_shapes()) largest = std::max(largest, v.elements());
+  }
+  const std::size_t slots = program.compiled() ? program.make_updater(1)->state().size() : 0;
+  const std::size_t need = model_state_bytes(stage, n, p, slots, largest);
+  if (need <= budget) return;
+  std::string fits;
+  for (int st = stage + 1; st <= 3 && fits.empty() && p > 1; ++st)
+    if (model_state_bytes(st, n, p, slots, largest) <= budget) fits = "ZeRO stage " + std::to_string(st) + " would fit";
+  throw Error("the model state of one replica at ZeRO stage " + std::to_string(stage) + " over " + std::to_string(p) +
+              " replicas is " + std::to_string(need) + " bytes (" + std::to_string(n) + " parameters: values, gradient, " +
+              std::to_string(slots) + " optimizer slots) but ExecutorOptions::memory_budget_bytes is " +
+              std::to_string(budget) + (fits.empty() ? ": add replicas or raise the budget" : ": " + fits +
+              " (ExecutorOptions::sharded_update)"));
+}
+
+//! Stage 3's gathers over the process: those whose unit a prefetch had
+//! started, and those started when their layer asked (a test sees the
+//! next layer's gather started while this one computes).
+struct GatherCounts {
+  std::atomic<std::uint64_t> prefetched{0}, on_demand{0};
+};
+inline GatherCounts& gather_counts() noexcept {
+  static GatherCounts c;
+  return c;
+}
+
+//! One replica's shards and windows (stage 2 or 3), and its step's
+//! gathers and reductions (see the top of the file).
+class ShardedReplica final : public ParameterWindows {
+ public:
+  //! Starts `in` (this replica's slice) gathered into `out` (the unit), or
+  //! `in` (the unit's gradient) reduce-scattered (summed) into `out` (its slice).
+  using Collective = std::function<Work(std::span<const float> in, std::span<float> out)>;
+
+  //! Replica r of `layout` at `stage`; stage 2 reads the values from
+  //! `values` (the replica's whole copy), stage 3 keeps its own slice.
+  ShardedReplica(const ShardLayout& layout, std::size_t r, int stage, std::span<const float> values)
+      : layout_(&layout), r_(r), stage_(stage), values_(values),
+        owned_value_(Shape{stage == 3 ? layout.owned(r) : 0}), owned_grad_(Shape{layout.owned(r)}) {
+    for (auto& w : value_win_) w = Tensor<float>(Shape{stage == 3 ? layout.largest() : 0});
+    for (auto& w : grad_win_) w = Tensor<float>(Shape{layout.largest()});
+  }
+
+  [[nodiscard]] int stage() const noexcept { return stage_; }
+  //! Stage 3: its slice of the values (owned layout). Stage 2: empty.
+  [[nodiscard]] std::span<float> owned_values() noexcept { return owned_value_.span(); }
+  //! Its slice of the step's summed gradient (valid after finish_step).
+  [[nodiscard]] std::span<float> owned_gradient() noexcept { return owned_grad_.span(); }
+
+  //! Before the step: how this step's collectives start (over the replica's context).
+  void begin_step(Collective gather, Collective scatter) {
+    gather_ = std::move(gather);
+    scatter_ = std::move(scatter);
+  }
+  //! After the step's backward: every reduction waited for (its typed error
+  //! thrown), so that owned_gradient() holds the sums.
+  void finish_step() {
+    trace::Span span{"sharded gradient", trace::Category::Wait, {{"units", layout_->units().size()}}};
+    for (Work& w : scatter_work_) w.wait();
+    gathered_.wait();
+    prefetched_ = npos;
+  }
+  //! After a failed step, once no replica runs: pending work settles (bounded) and is forgotten.
+  void drop() noexcept {
+    for (Work& w : scatter_work_) w = Work{};
+    gathered_ = Work{};
+    prefetched_ = npos;
+  }
+
+  View acquire(std::size_t begin, std::size_t end, bool backward) override {
+    const std::size_t u = layout_->unit_at(begin, end);
+    View v;
+    if (stage_ == 3) {
+      v.value = gather(u, backward);
+    } else {
+      v.value = values_.subspan(begin, end - begin);
+    }
+    if (backward) {
+      Work& pending = scatter_work_[next_grad_];
+      pending.wait();  // the reduction that last used this window (two layers ago) has ended
+      v.grad = grad_win_[next_grad_].span().first(end - begin);
+    }
+    return v;
+  }
+  void release(std::size_t begin, std::size_t end, bool backward) override {
+    if (!backward) return;  // a forward's window is overwritten by the gather after next: nothing to do
+    const std::size_t u = layout_->unit_at(begin, end);
+    const Range s = layout_->slice(u, r_);
+    trace::instant("sharded gradient", trace::Category::Collective, {{"begin", begin}, {"end", end}});
+    scatter_work_[next_grad_] = scatter_(std::span<const float>(grad_win_[next_grad_].data(), end - begin),
+                                         owned_grad_.span().subspan(layout_->owned_at(u, r_), s.size()));
+    next_grad_ = 1 - next_grad_;
+  }
+
+ private:
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  //! Unit u's values in a window: the prefetched one, else gathered now;
+  //! then the next unit in this direction's order prefetched into the other.
+  std::span<const float> gather(std::size_t u, bool backward) {
+    int win = pf_win_;
+    (prefetched_ == u ? gather_counts().prefetched : gather_counts().on_demand).fetch_add(1, std::memory_order_relaxed);
+    if (prefetched_ != u) {  // not prefetched: gathered now (a prefetch of another unit ends first)
+      gathered_.wait();
+      win = 1 - last_win_;
+      start_gather(u, win);
+    }
+    {
+      trace::Span span{"parameter gather", trace::Category::Wait, {{"unit", u}}};
+      gathered_.wait();
+    }
+    last_win_ = win;
+    prefetched_ = npos;
+    const std::size_t units = layout_->units().size();
+    const std::size_t next = backward ? (u == 0 ? npos : u - 1) : (u + 1 < units ? u + 1 : npos);
+    if (next != npos) {  // into the other window, which the last layer released
+      pf_win_ = 1 - win;
+      start_gather(next, pf_win_);
+      prefetched_ = next;
+    }
+    return {value_win_[win].data(), layout_->units()[u].size()};
+  }
+  void start_gather(std::size_t u, int win) {
+    const Range s = layout_->slice(u, r_);
+    gathered_ = gather_(std::span<const float>(owned_value_.data() + layout_->owned_at(u, r_), s.size()),
+                        value_win_[win].span().first(layout_->units()[u].size()));
+  }
+
+  const ShardLayout* layout_;
+  std::size_t r_;
+  int stage_;
+  std::span<const float> values_;        // stage 2: the replica's whole copy
+  Tensor<float> owned_value_, owned_grad_;
+  Tensor<float> value_win_[2], grad_win_[2];
+  Collective gather_, scatter_;
+  Work gathered_;                        // the gather in flight (or done, not waited)
+  std::size_t prefetched_ = npos;        // the unit it gathers, when a prefetch
+  int pf_win_ = 0;                       // that prefetch's window
+  int last_win_ = 0;                     // the window of the unit last acquired
+  Work scatter_work_[2];                 // each gradient window's reduction
+  int next_grad_ = 0;
+};
+
+}  // namespace strata::detail

@@ -1,0 +1,231 @@
+#pragma once
+//! The executor of Mirrored placement at ZeRO stage 2 (ShardedUpdate::
+//! Gradients) and stage 3 (ShardedUpdate::Parameters, fully sharded), for
+//! CPU replicas whose replica context gathers and reduce-scatters without
+//! waiting (one process: MirroredStrategy). The shard layout, the windows
+//! and what a step does are strategy/fully_sharded.hpp's; this executor
+//! places the shards, hands each replica's step its windows, updates each
+//! replica's owned slice, and reads and writes the variables and the
+//! optimizer state as the logical whole, so checkpoints load across stages
+//! and replica counts (a logical checkpoint, as everywhere).
+//!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
+//!   s.executor_options().sharded_update = strata::ShardedUpdate::Parameters;   // before making the model
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/comm/reduce_op.hpp>
+#include <strata/kernels/buffer.hpp>
+#include <strata/kernels/host/memory.hpp>
+#include <strata/strategy/executor_options.hpp>
+#include <strata/strategy/fully_sharded.hpp>
+#include <strata/strategy/sync_executor.hpp>
+
+namespace strata::detail {
+
+//! What a strategy's Mirrored executor is at ExecutorOptions' ZeRO stage:
+//! this one at stages 2 and 3 (CPU replicas in one process), else null.
+template <class S>
+std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program);
+
+//! Whether a replica context `Ctx` starts all-gathers and reduce-scatters without waiting.
+template <class Ctx>
+concept ShardingContext = requires(Ctx& c, std::span<const float> in, std::span<float> out) {
+  { c.all_gather_async(in, out) } -> std::same_as<Work>;
+  { c.reduce_scatter_async(in, out, Sum) } -> std::same_as<Work>;
+};
+
+//! The unit sizes of a program's shard layout: each layer's parameters.
+inline std::vector<std::size_t> shard_units(const ModelProgram& program) {
+  try {
+    return program.layer_param_counts();
+  } catch (const Error&) {
+    throw Error("sharded gradients or parameters (ZeRO 2 and 3) bind a model's layers one by one, and this model "
+                "program describes no layers: use ShardedUpdate::On (ZeRO 1) or Off");
+  }
+}
+
+template <class S>
+class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S>> {
+  using Base = SyncExecutor<S, FullyShardedExecutor<S>>;
+  friend Base;
+
+ public:
+  //! `stage`: 2 or 3.
+  FullyShardedExecutor(S& s, ModelProgram& program, ExecutorOptions opts, int stage)
+      : Base(s, program), opts_(opts), stage_(stage) {}
+  ~FullyShardedExecutor() override { this->reps_.clear(); }
+
+  [[nodiscard]] std::string collectives_choice() const override {
+    const std::string p = std::to_string(layout_.replicas());
+    if (stage_ == 2)
+      return "ZeRO stage 2: each layer's gradient reduce-scattered as backward finishes it; each replica keeps "
+             "1/" + p + " of the summed gradient and of the optimizer state, updates its slice, and the slices are "
+             "all-gathered into every copy";
+    return "ZeRO stage 3 (fully sharded): each replica keeps 1/" + p +
+           " of the values, the gradient and the optimizer state; a layer's values all-gathered before its forward "
+           "and its backward (the next layer's gather started meanwhile), its gradient reduce-scattered after its "
+           "backward";
+  }
+
+  void reset_optimizer() override {
+    for (std::size_t r = 0; r < updaters_.size(); ++r) {
+      updaters_[r].reset();
+      if (this->program_.compiled()) updaters_[r] = this->program_.make_updater(layout_.owned(r));
+    }
+  }
+  std::vector<Tensor<float>> optimizer_state() override {
+    if (updaters_.empty() || !updaters_.front()) return {};
+    return join_owned(layout_, [&](std::size_t r) { return updaters_[r]->state(); });
+  }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override {
+    if (updaters_.empty() || !updaters_.front())
+      throw Error("set_optimizer_state: the model is not compiled and placed yet");
+    check_state_slots(slots, this->program_.num_params());
+    for (std::size_t r = 0; r < updaters_.size(); ++r) updaters_[r]->set_state(owned_part(layout_, r, slots));
+  }
+
+  //! The whole variables: replica 0's copy (stage 2), or every replica's slices joined (stage 3).
+  [[nodiscard]] const Tensor<float>& value() const override {
+    if (host_) return *host_;
+    host_.emplace(Shape{this->program_.num_params()});
+    if (stage_ == 2) {
+      if (!values_.empty()) std::copy_n(values_.front().data(), host_->size(), host_->data());
+      return *host_;
+    }
+    for (std::size_t r = 0; r < shards_.size(); ++r) {
+      const std::span<float> mine = shards_[r]->owned_values();
+      layout_.for_each_slice(r, [&](Range flat, std::size_t at) {
+        std::copy_n(mine.data() + at, flat.size(), host_->data() + flat.begin);
+      });
+    }
+    return *host_;
+  }
+  void assign(const Tensor<float>& v) override {
+    if (v.size() != this->program_.num_params())
+      throw ShapeError("assign: " + std::to_string(v.size()) + " values for " +
+                       std::to_string(this->program_.num_params()) + " parameters");
+    host_.reset();
+    if (stage_ == 2) {
+      for (Tensor<float>& w : values_) std::copy_n(v.data(), v.size(), w.data());
+      return;
+    }
+    for (std::size_t r = 0; r < shards_.size(); ++r) {
+      const std::span<float> mine = shards_[r]->owned_values();
+      layout_.for_each_slice(r, [&](Range flat, std::size_t at) {
+        std::copy_n(v.data() + flat.begin, flat.size(), mine.data() + at);
+      });
+    }
+  }
+
+ private:
+  // -- SyncExecutor's hooks -------------------------------------------------
+  void place_values(const Tensor<float>& init, std::size_t local) {
+    this->reps_.clear();  // bound to the buffers below
+    const std::size_t n = init.size();
+    layout_ = ShardLayout(shard_units(this->program_), local);
+    check_budget(n, local);
+    shards_.clear();
+    values_.clear();
+    if (stage_ == 2) values_.assign(local, init);
+    for (std::size_t r = 0; r < local; ++r)
+      shards_.push_back(std::make_unique<ShardedReplica>(
+          layout_, r, stage_, stage_ == 2 ? std::span<const float>(values_[r].span()) : std::span<const float>{}));
+    bad_.resize(local);
+    staged_.assign(local, Tensor<float>{});
+    updaters_.resize(local);
+    assign(init);
+  }
+  void check_budget(std::size_t n, std::size_t local) {
+    check_model_state_budget(opts_.memory_budget_bytes, stage_, n, local, this->program_);
+  }
+  std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
+    if (stage_ == 2) return this->program_.make_replica(values_[r].span(), {});
+    return this->program_.make_replica({}, {});
+  }
+  template <class F>
+  void with_host_gradient(std::size_t, F&&) {
+    throw Error("a custom loop's gradient hook sees a replica's whole gradient, which ZeRO stages 2 and 3 never "
+                "hold (each layer's is reduce-scattered as backward ends): use ShardedUpdate::On or Off");
+  }
+  void before_step(std::size_t r) {
+    if (r == 0) host_.reset();
+  }
+
+  template <class Ctx>
+  ParameterWindows* windows_for(Ctx& ctx, std::size_t r, const Pass& pass) {
+    if (pass.gradient_hook) with_host_gradient(r, [](std::span<float>) {});  // refused before the step, not after it
+    if constexpr (ShardingContext<Ctx>) {
+      shards_[r]->begin_step(
+          [&ctx](std::span<const float> in, std::span<float> out) { return ctx.all_gather_async(in, out); },
+          [&ctx](std::span<const float> in, std::span<float> out) { return ctx.reduce_scatter_async(in, out, Sum); });
+      return shards_[r].get();
+    } else {
+      throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather and reduce-scatter without waiting "
+                  "(MirroredStrategy's CPU replicas)");
+    }
+  }
+
+  void after_failure() {
+    for (auto& sh : shards_) sh->drop();
+  }
+
+  template <class Ctx>
+  void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
+    ShardedReplica& sh = *shards_[r];
+    sh.finish_step();
+    const std::span<float> g = sh.owned_gradient();
+    if (!this->finite_gradient(ctx, r, kernels::host_memory(), bad_[r], std::span<const float>(g))) return;
+    if (stage_ == 3) return updaters_[r]->apply(sh.owned_values(), g, 0, it);
+    // stage 2: its slice of each layer updated in its whole copy, then every copy gets every slice
+    Tensor<float>& staged = staged_[r];
+    if (staged.size() != g.size()) staged = Tensor<float>(Shape{g.size()});
+    const std::span<float> w = values_[r].span();
+    layout_.for_each_slice(r, [&](Range flat, std::size_t at) {
+      updaters_[r]->apply(w.subspan(flat.begin, flat.size()), g.subspan(at, flat.size()), at, it);
+      std::copy_n(w.data() + flat.begin, flat.size(), staged.data() + at);
+    });
+    if constexpr (ShardingContext<Ctx>) {
+      std::vector<Work> gathers;
+      for (std::size_t u = 0; u < layout_.units().size(); ++u) {
+        const Range unit = layout_.units()[u];
+        gathers.push_back(ctx.all_gather_async(
+            std::span<const float>(staged.data() + layout_.owned_at(u, r), layout_.slice(u, r).size()),
+            w.subspan(unit.begin, unit.size())));
+      }
+      for (Work& x : gathers) x.wait();
+    }
+  }
+
+  ExecutorOptions opts_;
+  int stage_;
+  ShardLayout layout_;
+  std::vector<std::unique_ptr<ShardedReplica>> shards_;
+  std::vector<Tensor<float>> values_;   // stage 2: each replica's whole copy
+  std::vector<Tensor<float>> staged_;   // stage 2: each replica's updated slices, gathered from
+  std::vector<std::unique_ptr<Updater>> updaters_;
+  std::vector<kernels::Buffer<double>> bad_;  // each replica's finiteness count
+  mutable std::optional<Tensor<float>> host_;
+};
+
+template <class S>
+std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program) {
+  const ExecutorOptions& o = s.executor_options();
+  const int stage = zero_stage(o.sharded_update, static_cast<std::size_t>(s.num_local_replicas()));
+  if (stage < 2) return nullptr;
+  const char* why = nullptr;
+  if (s.devices().front().is_gpu()) why = "GPU replicas shard the optimizer state only (ZeRO 1) so far";
+  else if (!ShardingContext<typename S::context_type>)
+    why = "its replica contexts cannot all-gather and reduce-scatter over every replica without waiting "
+          "(MultiWorkerMirroredStrategy: ZeRO 2 and 3 run within one process so far)";
+  if (why)
+    throw Error("ZeRO stage " + std::to_string(stage) + " (ShardedUpdate::" +
+                (stage == 2 ? "Gradients" : "Parameters") + ") is not available here: " + why + "; use ShardedUpdate::On or Off");
+  return std::make_unique<FullyShardedExecutor<S>>(s, program, o, stage);
+}
+
+}  // namespace strata::detail

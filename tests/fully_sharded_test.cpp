@@ -1,0 +1,269 @@
+// ZeRO stages 2 and 3 (issue 25; strategy/fully_sharded.hpp): the shard
+// layout, the weights and optimizer state bitwise those of stages 0 and 1,
+// evaluation and prediction through gathered layers, checkpoints across
+// stages and replica counts, the per-replica memory formula and its budget,
+// a replica failing during a parameter gather named within the deadline,
+// and what is refused.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <strata/strata.hpp>
+#include <strata/strategy/fully_sharded.hpp>
+
+#include "blobs.hpp"
+#include "watchdog.hpp"
+
+namespace fully_sharded_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
+using namespace std::chrono_literals;
+namespace nn = strata::nn;
+using strata::Range;
+using strata::ShardedUpdate;
+
+namespace {
+
+//! The identity; throws in forward on replica `fails` from training step `after`.
+class FailsOn final : public nn::detail::LayerBase<FailsOn> {
+ public:
+  FailsOn(int fails, int after) : fails_(fails), after_(after) {}
+  [[nodiscard]] std::string kind() const override { return "FailsOn"; }
+  strata::Shape build(const strata::Shape& input) override { return input; }
+  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
+    if (info.training && info.replica == fails_ && info.step >= static_cast<std::uint64_t>(after_))
+      throw strata::Error("replica " + std::to_string(fails_) + " fails in forward");
+    y.resize(c, x.shape());
+    if (x.size()) c.copy(y.data(), x.data(), x.size() * sizeof(float));
+  }
+  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
+    if (!dx) return;
+    dx->resize(c, dy.shape());
+    if (dy.size()) c.copy(dx->data(), dy.data(), dy.size() * sizeof(float));
+  }
+
+ private:
+  int fails_, after_;
+};
+
+//! Four layers with parameters, L2 on two, dropout between: 112 | 136 | 99 | 33 floats.
+nn::Sequential model() {
+  return nn::Sequential{nn::Input{{6}},
+                        nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
+                        nn::Dense{8, {.l2 = 2e-3f}},
+                        nn::ReLU{},
+                        nn::Dropout{0.25f},
+                        nn::Dense{11, {.activation = nn::Activation::Tanh}},
+                        nn::Dense{3}};
+}
+
+struct Trained {
+  std::vector<float> weights;
+  std::vector<strata::Tensor<float>> state;
+  double eval_loss = 0;
+  std::vector<float> predictions;
+  std::string choice;
+};
+
+//! `epochs` of Adam on blobs (batches of 10 over p replicas: rows not divisible) at `mode`.
+Trained train(int p, ShardedUpdate mode, int epochs = 3) {
+  strata::MirroredStrategy s{strata::cpu_replicas(p)};
+  s.executor_options().sharded_update = mode;
+  const auto data = strata_test::blobs(90, 11);
+  auto m = s.scope(model);
+  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 7});
+  m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(10)),
+        {.epochs = epochs, .verbose = nn::Verbosity::Silent});
+  Trained t;
+  t.weights = strata_test::flat_weights(m);
+  t.eval_loss = m.evaluate(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16))).at("loss");
+  const auto pred = m.predict(data.x, 7);
+  t.predictions.assign(pred.data(), pred.data() + pred.size());
+  t.choice = m.gradient_reduction();
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("strata_fully_sharded_" + std::to_string(::getpid()) + ".ckpt");
+  m.save_checkpoint(path);
+  strata::io::TensorFile f = strata::io::read_tensor_file(path, "test");
+  std::filesystem::remove(path);
+  for (const auto& e : f.tensors)
+    if (e.name.rfind("optimizer/", 0) == 0) t.state.push_back(e.value);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("the shard layout: each unit cut over the replicas, a replica's slices end to end") {
+  const strata::detail::ShardLayout L({5, 0, 3, 4}, 3);  // units [0,5) [5,8) [8,12); the empty one dropped
+  REQUIRE(L.units() == std::vector<Range>{{0, 5}, {5, 8}, {8, 12}});
+  CHECK(L.params() == 12);
+  CHECK(L.largest() == 5);
+  CHECK(L.slice(0, 0) == Range{0, 2});
+  CHECK(L.slice(0, 2) == Range{4, 5});
+  CHECK(L.owned(0) == 2 + 1 + 2);
+  CHECK(L.owned(1) == 2 + 1 + 1);
+  CHECK(L.owned(2) == 1 + 1 + 1);
+  CHECK(L.owned_at(2, 1) == 3);
+  CHECK(L.unit_at(5, 8) == 1);
+  CHECK_THROWS_WITH_AS((void)L.unit_at(5, 9), doctest::Contains("not one layer's range"), strata::Error);
+  // the owned parts of whole slots and back
+  strata::Tensor<float> whole{strata::Shape{12}};
+  for (std::size_t i = 0; i < 12; ++i) whole[i] = static_cast<float>(i);
+  std::vector<std::vector<strata::Tensor<float>>> parts;
+  for (std::size_t r = 0; r < 3; ++r) parts.push_back(strata::detail::owned_part(L, r, {&whole, 1}));
+  CHECK(std::vector<float>(parts[1][0].data(), parts[1][0].data() + 4) == std::vector<float>{2, 3, 6, 10});
+  const auto back = strata::detail::join_owned(L, [&](std::size_t r) { return parts[r]; });
+  REQUIRE(back.size() == 1);
+  CHECK(std::vector<float>(back[0].data(), back[0].data() + 12) == std::vector<float>(whole.data(), whole.data() + 12));
+  // more replicas than a unit's elements: some own nothing of it
+  const strata::detail::ShardLayout M({2}, 4);
+  CHECK(M.owned(0) + M.owned(1) + M.owned(2) + M.owned(3) == 2);
+}
+
+TEST_CASE("ZeRO 2 and 3 give stage 0's weights, optimizer state, evaluation and predictions bit for bit") {
+  strata_test::Watchdog dog("fully sharded bitwise", 120s);
+  for (int p : {2, 3, 5}) {  // 5 replicas: more than the cores, and than some slices' elements
+    CAPTURE(p);
+    const Trained zero0 = train(p, ShardedUpdate::Off);
+    REQUIRE(zero0.state.size() == 2);  // Adam's moments
+    for (ShardedUpdate mode : {ShardedUpdate::On, ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
+      CAPTURE(static_cast<int>(mode));
+      const Trained t = train(p, mode);
+      CHECK(t.weights == zero0.weights);
+      REQUIRE(t.state.size() == zero0.state.size());
+      for (std::size_t k = 0; k < t.state.size(); ++k)
+        CHECK(std::vector<float>(t.state[k].data(), t.state[k].data() + t.state[k].size()) ==
+              std::vector<float>(zero0.state[k].data(), zero0.state[k].data() + zero0.state[k].size()));
+      CHECK(t.eval_loss == zero0.eval_loss);
+      CHECK(t.predictions == zero0.predictions);
+    }
+  }
+  CHECK(train(2, ShardedUpdate::Parameters, 1).choice.find("ZeRO stage 3") != std::string::npos);
+  CHECK(train(2, ShardedUpdate::Gradients, 1).choice.find("ZeRO stage 2") != std::string::npos);
+  // one replica: nothing to shard, the plain executor
+  CHECK(train(1, ShardedUpdate::Parameters, 1).weights == train(1, ShardedUpdate::Off, 1).weights);
+}
+
+TEST_CASE("ZeRO 3 gathers each layer's values while the layer before it (forward) or after it (backward) computes") {
+  strata_test::Watchdog dog("fully sharded prefetch", 60s);
+  auto& counts = strata::detail::gather_counts();
+  counts.prefetched = 0;
+  counts.on_demand = 0;
+  // 90 rows in batches of 10: 9 steps over 3 replicas; four layers with parameters: per step and replica, the
+  // first forward and the first backward gather on demand, the other three of each were prefetched
+  train(3, ShardedUpdate::Parameters, 1);
+  const std::uint64_t steps = 9 * 3;
+  const std::uint64_t evaluated = 6 * 3, predicted = 13 * 3;  // 90 rows in 16s, then in 7s: forward only
+  CHECK(counts.on_demand.load() == 2 * steps + evaluated + predicted);
+  CHECK(counts.prefetched.load() == 6 * steps + 3 * (evaluated + predicted));
+}
+
+TEST_CASE("a checkpoint of ZeRO 3 resumes at ZeRO 0 and other replica counts, bit for bit") {
+  strata_test::Watchdog dog("fully sharded checkpoint", 60s);
+  const auto data = strata_test::blobs(60, 5);
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("strata_fully_sharded_resume_" + std::to_string(::getpid()) + ".ckpt");
+  auto run = [&](int p, ShardedUpdate mode, bool save, bool load) {
+    strata::MirroredStrategy s{strata::cpu_replicas(p)};
+    s.executor_options().sharded_update = mode;
+    auto m = s.scope(model);
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    auto ds = s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12));
+    if (load) {
+      m.build(strata::Shape{6});
+      m.load_checkpoint(path);
+    }
+    else m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    if (save) m.save_checkpoint(path);
+    m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    return strata_test::flat_weights(m);
+  };
+  const auto straight = run(3, ShardedUpdate::Parameters, true, false);  // epoch 1, saved, epoch 2
+  CHECK(run(3, ShardedUpdate::Off, false, true) == straight);
+  CHECK(run(3, ShardedUpdate::Gradients, false, true) == straight);
+  // 2 replicas split the batches' rows otherwise: not the same sums' order, but the state loads and trains
+  const auto two = run(2, ShardedUpdate::Parameters, false, true);
+  CHECK(two.size() == straight.size());
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("the model state per replica: ZeRO 3 at most 1/p of ZeRO 0's plus the largest layer's") {
+  using strata::detail::model_state_bytes;
+  const std::size_t slots = 2;  // Adam's
+  for (std::size_t p : {2, 4}) {
+    CAPTURE(p);
+    // the wide MLP (784-2048-2048-10): one layer holds 70% of it
+    const std::size_t n = 5'824'522, largest = 2048 * 2048 + 2048;
+    const std::size_t z0 = model_state_bytes(0, n, p, slots, largest), z3 = model_state_bytes(3, n, p, slots, largest);
+    CHECK(z0 == 4 * n * 4);  // values, gradient, two slots
+    // 1/p (rounded up), plus two value and two gradient windows: the largest layer's values, gradient and two slots
+    CHECK(z3 <= z0 / p + (2 + slots) * largest * 4 + (2 + slots) * 4);
+    // twenty equal layers: each stage holds less than the one before
+    const std::size_t m = 20 * 50'000, one = 50'000;
+    CHECK(model_state_bytes(1, m, p, slots, one) < model_state_bytes(0, m, p, slots, one));
+    CHECK(model_state_bytes(2, m, p, slots, one) < model_state_bytes(1, m, p, slots, one));
+    CHECK(model_state_bytes(3, m, p, slots, one) < model_state_bytes(2, m, p, slots, one));
+  }
+}
+
+TEST_CASE("a memory budget the unsharded state exceeds: stage 0 fails fast naming the stage that fits; stage 3 trains") {
+  strata_test::Watchdog dog("fully sharded budget", 60s);
+  // the model's 383 parameters (its largest layer 136) under Adam at 4 replicas: per replica, stage 0
+  // holds 6128 bytes, stage 1 4216, stage 2 3772 (two gradient windows of 136), stage 3 3712
+  const auto data = strata_test::blobs(40, 2);
+  auto fit = [&](ShardedUpdate mode) {
+    strata::MirroredStrategy s{strata::cpu_replicas(4)};
+    s.executor_options().sharded_update = mode;
+    s.executor_options().memory_budget_bytes = 3750;
+    auto m = s.scope(model);
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    return m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(8)),
+                 {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  };
+  CHECK_THROWS_WITH_AS(fit(ShardedUpdate::Off), doctest::Contains("ZeRO stage 3 would fit"), strata::Error);
+  CHECK_THROWS_WITH_AS(fit(ShardedUpdate::On), doctest::Contains("memory_budget_bytes is 3750"), strata::Error);
+  CHECK(fit(ShardedUpdate::Parameters).at("loss").size() == 1);
+}
+
+TEST_CASE("a replica failing while the others wait in a parameter gather is named within the deadline") {
+  strata_test::Watchdog dog("fully sharded failure", 60s);
+  strata::CommOptions opts;
+  opts.timeout = 5s;
+  strata::MirroredStrategy s{strata::cpu_replicas(3), opts};
+  s.executor_options().sharded_update = ShardedUpdate::Parameters;
+  const auto data = strata_test::blobs(48, 3);
+  auto m = s.scope([] {
+    return nn::Sequential{nn::Input{{6}}, nn::Dense{16}, FailsOn{1, 2}, nn::Dense{8}, nn::Dense{3}};
+  });
+  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12)),
+                             {.epochs = 1, .verbose = nn::Verbosity::Silent}),
+                       doctest::Contains("replica 1 fails in forward"), strata::ReplicaError);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // released by the abort, not by the timeout
+  // the executor starts clean afterwards: evaluation gathers every layer again
+  CHECK(m.evaluate(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12))).contains("loss"));
+}
+
+TEST_CASE("what ZeRO 2 and 3 refuse, with the reason") {
+  const auto data = strata_test::blobs(20, 2);
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  s.executor_options().sharded_update = ShardedUpdate::Gradients;
+  auto m = s.scope(model);
+  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  // a custom loop's gradient hook: the whole gradient never exists
+  nn::GradientHook clip = [](strata::ReplicaGradient&) {};
+  bool refused = false;
+  for (const auto& b : s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(10))) {
+    CHECK_THROWS_WITH_AS(m.train_step(b, clip), doctest::Contains("never hold"), strata::Error);
+    refused = true;
+    break;
+  }
+  CHECK(refused);
+}
+
+}  // namespace fully_sharded_test
