@@ -31,10 +31,11 @@
 
 namespace strata {
 
-//! A contiguous buffer of collective-capable elements.
+//! A contiguous buffer of collective-capable elements (strata::WireElement:
+//! a tensor's element types, and bf16 / fp16 for Sum).
 template <class R>
 concept Buffer = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
-                 Element<std::remove_cv_t<std::ranges::range_value_t<R>>>;
+                 WireElement<std::remove_cv_t<std::ranges::range_value_t<R>>>;
 
 //! A buffer whose elements may be written.
 template <class R>

@@ -87,11 +87,14 @@ inline constexpr std::string_view op_name(OpKind k) noexcept {
 }
 
 //! The compile-time check each collective makes on its operation and type.
-template <ReduceOperation Op, Element T>
+template <ReduceOperation Op, WireElement T>
 constexpr void check_op() {
   static_assert(!(std::same_as<Op, MeanOp> && std::integral<T>),
                 "strata: MEAN over integer elements is ambiguous (integer division truncates); "
                 "reduce with strata::Sum and divide as you intend, or use float or double elements");
+  static_assert(!Half16<T> || std::same_as<Op, SumOp>,
+                "strata: 16-bit elements (strata::bf16, strata::fp16) reduce with strata::Sum only (summed in "
+                "FP32, rounded once per step of the algorithm); expand them to float for other operations");
 }
 
 //! acc[i] = combine(acc[i], src[i]) for i < n.
@@ -120,21 +123,37 @@ inline void finalize(T* data, std::size_t n, std::size_t contributors) noexcept 
 //! the `nout` outputs. Works through a small block on the stack so that
 //! in-place calls (outputs that alias inputs) are safe and each input and
 //! output line is touched exactly once.
+//! 16-bit elements (Sum only) add in FP32 in replica order, rounded once.
 template <ReduceOperation Op, class T>
 void reduce_range(const T* const* in, std::size_t p, T* const* out, std::size_t nout, std::size_t begin,
                   std::size_t end, std::size_t contributors) noexcept {
-  constexpr std::size_t block = 4096 / sizeof(T);
-  alignas(64) T acc[block];
-  for (std::size_t b = begin; b < end; b += block) {
-    const std::size_t n = std::min(block, end - b);
-    if (p == 1) {
-      std::copy_n(in[0] + b, n, acc);
-    } else {
-      combine_to<Op>(acc, in[0] + b, in[1] + b, n);
-      for (std::size_t s = 2; s < p; ++s) combine_into<Op>(acc, in[s] + b, n);
+  if constexpr (Half16<T>) {
+    (void)contributors;  // no MEAN over them
+    constexpr std::size_t block = 1024;
+    alignas(64) float acc[block];
+    alignas(64) T rounded[block];
+    for (std::size_t b = begin; b < end; b += block) {
+      const std::size_t n = std::min(block, end - b);
+      for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<float>(in[0][b + i]);
+      for (std::size_t s = 1; s < p; ++s)
+        for (std::size_t i = 0; i < n; ++i) acc[i] += static_cast<float>(in[s][b + i]);
+      for (std::size_t i = 0; i < n; ++i) rounded[i] = T(acc[i]);
+      for (std::size_t o = 0; o < nout; ++o) std::copy_n(rounded, n, out[o] + b);
     }
-    finalize<Op>(acc, n, contributors);
-    for (std::size_t o = 0; o < nout; ++o) std::copy_n(acc, n, out[o] + b);
+  } else {
+    constexpr std::size_t block = 4096 / sizeof(T);
+    alignas(64) T acc[block];
+    for (std::size_t b = begin; b < end; b += block) {
+      const std::size_t n = std::min(block, end - b);
+      if (p == 1) {
+        std::copy_n(in[0] + b, n, acc);
+      } else {
+        combine_to<Op>(acc, in[0] + b, in[1] + b, n);
+        for (std::size_t s = 2; s < p; ++s) combine_into<Op>(acc, in[s] + b, n);
+      }
+      finalize<Op>(acc, n, contributors);
+      for (std::size_t o = 0; o < nout; ++o) std::copy_n(acc, n, out[o] + b);
+    }
   }
 }
 

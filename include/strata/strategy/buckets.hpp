@@ -71,13 +71,17 @@ class GradientBuckets final : public GradientReady {
  public:
   //! Starts one bucket's all-reduce (a view of the gradient) and returns its Work.
   using Start = std::function<Work(std::span<float>)>;
+  //! What finish does with a bucket once its Work ended (gradient
+  //! compression expands it there: strategy/compression.hpp); may be empty.
+  using Done = std::function<void(std::span<float>)>;
 
   //! Before the step: the plan (kept by the caller), the replica's gradient
-  //! buffer, and how a bucket's reduction starts.
-  void begin(const std::vector<Range>* plan, std::span<float> grad, Start start) {
+  //! buffer, how a bucket's reduction starts, and what follows its end.
+  void begin(const std::vector<Range>* plan, std::span<float> grad, Start start, Done done = {}) {
     plan_ = plan;
     grad_ = grad;
     start_ = std::move(start);
+    done_ = std::move(done);
     next_ = 0;
     final_from_ = grad.size();
     in_order_ = true;
@@ -101,13 +105,18 @@ class GradientBuckets final : public GradientReady {
 
   //! After the step: starts the buckets not started yet, then waits for
   //! every one in issue order (each bounded by the communicator's deadlines;
-  //! a failed peer's typed error is thrown, the unwaited Works kept for drop).
+  //! a failed peer's typed error is thrown, the unwaited Works kept for drop),
+  //! each followed by its Done.
   void finish() {
     while (next_ < plan_->size()) start_next();
     trace::Span span{"gradient buckets", trace::Category::Wait, {{"buckets", works_.size()}}};  // what stays exposed
-    for (Work& w : works_) w.wait();
+    for (std::size_t i = 0; i < works_.size(); ++i) {  // works_[i] reduces bucket i of the plan
+      works_[i].wait();
+      if (done_) done_(grad_.subspan((*plan_)[i].begin, (*plan_)[i].size()));
+    }
     works_.clear();
     start_ = nullptr;
+    done_ = nullptr;
   }
 
   //! After a failed step, once no replica runs (the team aborted, so what
@@ -115,6 +124,7 @@ class GradientBuckets final : public GradientReady {
   void drop() noexcept {
     works_.clear();
     start_ = nullptr;
+    done_ = nullptr;
   }
 
  private:
@@ -128,6 +138,7 @@ class GradientBuckets final : public GradientReady {
   const std::vector<Range>* plan_ = nullptr;
   std::span<float> grad_;
   Start start_;
+  Done done_;
   std::size_t next_ = 0;        // the next bucket of the plan to start
   std::size_t final_from_ = 0;  // [final_from_, end) of the gradient is final
   bool in_order_ = true;

@@ -34,8 +34,8 @@
 //! Central (CentralStorageStrategy with CentralVariables::Gpu): only replica
 //! 0 keeps optimizer state and applies the update to its copy, the central
 //! one; the others take its values each step.
-//! Gradient buckets (ExecutorOptions::bucket_bytes, CPU replicas): the
-//! all-reduce above cut into buckets started during backward (buckets.hpp).
+//! CPU replicas: gradient buckets (ExecutorOptions::bucket_bytes, buckets.hpp) cut the all-reduce
+//! above; compression (ExecutorOptions::compression, compression.hpp) sends it in 16 bits.
 //! On the host's compute substituted for a GPU's (tests/host_as_gpu.hpp)
 //! the GPU replicas run this very code and give the CPU run's bits.
 
@@ -53,6 +53,7 @@
 #include <strata/kernels/host/memory.hpp>
 #include <strata/policy/placement.hpp>
 #include <strata/strategy/buckets.hpp>
+#include <strata/strategy/compression.hpp>
 #include <strata/strategy/device_collectives.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/device_executor.hpp>
@@ -90,6 +91,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     for (std::size_t r = 0; r < devs_.size(); ++r) {
       Replica& R = devs_[r];
       R.updater.reset();
+      R.comp.reset();  // the residual goes with the optimizer's state
       if (!this->program_.compiled() || !updates(r)) continue;
       const std::size_t n = sharded_ ? mine(r).size() : this->program_.num_params();
       R.updater = R.c ? this->program_.make_updater_on(*R.c, n) : this->program_.make_updater(n);
@@ -107,6 +109,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
       throw Error("set_optimizer_state: the model is not compiled and placed yet");
     check_state_slots(slots, this->program_.num_params());
     for (std::size_t r = 0; r < devs_.size(); ++r) {
+      devs_[r].comp.reset();  // not in checkpoints: a resumed run's residual starts at zero
       if (!devs_[r].updater) continue;
       if (sharded_) devs_[r].updater->set_state(state_slice(slots, mine(r)));
       else devs_[r].updater->set_state(slots);
@@ -141,6 +144,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     kernels::Buffer<float> shard;  // sharded update: its slice of the summed gradient, then of the updated values
     kernels::Buffer<double> bad;   // its finiteness count
     Tensor<float> host_grad;       // a GPU's gradient on the host, for a custom loop's hook
+    GradientCompression comp;      // ExecutorOptions::compression: its residual and 16-bit gradient
     std::unique_ptr<Updater> updater;
   };
 
@@ -189,7 +193,9 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     this->reps_.clear();  // bound to the buffers below
     if (devs_.size() != local) make_replicas(local);
     if (colls_) colls_->reset();
+    check_compression(opts_.compression, on_gpus(), sharded_, central_);
     for (Replica& R : devs_) {
+      R.comp.place(opts_.compression, init.size());
       R.value.resize(*R.m, Shape{init.size()});
       R.grad.resize(*R.m, Shape{init.size()});
       if (init.size()) R.m->upload(R.value.data(), init.data(), init.bytes());
@@ -222,7 +228,8 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     }
     // sharded in one process, from 3 replicas unless told; CPU replicas across workers where their context can
     sharded_ = !central_ && (gpus ? this->workers_.size() == 1 : context_shards) &&
-               shards_update(opts_.sharded_update, local);
+               shards_update(opts_.sharded_update, local) &&
+               (opts_.compression == Compression::None || opts_.sharded_update != ShardedUpdate::Auto);
     if (!gpus) return;
     colls_ = make_device_collectives(devices, this->s_.options());
     choice_ = colls_->choice();
@@ -274,12 +281,11 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     if (colls_) colls_->reset();
   }
 
-  //! Replica r's buckets for this step, where they apply: CPU replicas
-  //! whose context starts an all-reduce without waiting. Flat instead on
-  //! GPU replicas (their collectives are queued on streams already), with
-  //! the sharded update (its reduce-scatter is cut by replica, not by
-  //! bucket) or central variables, and when a custom loop's hook must see
-  //! the whole gradient before any of it is reduced.
+  //! Replica r's buckets for this step (compressed with its gradient), where they apply: CPU
+  //! replicas whose context starts an all-reduce without waiting. Flat instead on GPU replicas
+  //! (their collectives are queued on streams already), with the sharded update (its reduce-scatter
+  //! is cut by replica, not by bucket) or central variables, and when a custom loop's hook must
+  //! see the whole gradient before any of it is reduced.
   template <class Ctx>
   GradientReady* ready_for(Ctx& ctx, std::size_t r, const Pass& pass) {
     if constexpr (requires(std::span<float> b) {
@@ -287,12 +293,11 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
                   }) {
       if (opts_.bucket_bytes == 0 || colls_ || sharded_ || central_ || pass.gradient_hook || plan_.empty())
         return nullptr;
-      buckets_[r].begin(&plan_, {devs_[r].grad.data(), this->program_.num_params()},
-                        [&ctx](std::span<float> b) { return ctx.all_reduce_async(b, Sum); });
+      const std::span<float> g{devs_[r].grad.data(), this->program_.num_params()};
+      buckets_[r].begin(&plan_, g, devs_[r].comp.bucket_start(ctx, g), devs_[r].comp.bucket_done(g));
       return &buckets_[r];
-    } else {
-      return nullptr;
     }
+    return nullptr;
   }
 
   template <class Ctx>
@@ -327,9 +332,10 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
       }
     }
     if (!buckets_.empty() && buckets_[r].active()) buckets_[r].finish();  // the same sums, bucket by bucket
-    else coll.all_reduce(g, Sum);
+    else R.comp.all_reduce(coll, g);  // FP32, or compressed (16 bits on the wire)
     if (!this->finite_gradient(ctx, r, *R.m, R.bad, std::span<const float>(g).subspan(mine(r).begin, mine(r).size())))
-      return;
+      return;  // a skipped step keeps the residual it had
+    R.comp.commit();
     if (updates(r)) R.updater->apply(w, g, 0, it);
     if constexpr (requires { coll.broadcast(w, 0); })
       if (central_ && devs_.size() > 1) coll.broadcast(w, 0);

@@ -62,7 +62,7 @@ void reduce_scatter_work(Exchange& ex, const T* src, std::size_t n, T* dst, std:
           as_count(shard_range(n, static_cast<std::size_t>(p), static_cast<std::size_t>(r)).size(), "reduce_scatter");
     if (overlaps(src, n, dst, out_n)) src = staged_copy(ex, src, n);
     MPI_Request req = MPI_REQUEST_NULL;
-    check(MPI_Ireduce_scatter(src, dst, counts.data(), datatype<T>(), op_of<Op>(), ex.comm(), &req),
+    check(MPI_Ireduce_scatter(src, dst, counts.data(), datatype<T>(), op_of<Op, T>(), ex.comm(), &req),
           "MPI_Ireduce_scatter");
     ex.wait_collective(req, "MPI_Ireduce_scatter");
     finalize<Op>(dst, out_n, static_cast<std::size_t>(p));

@@ -86,7 +86,7 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
   //! Moving waits for the source's pending work first.
   MpiCommunicator(MpiCommunicator&& o) noexcept
       : ex_((o.work_.drain(), std::move(o.ex_))), auto_(std::move(o.auto_)), async_(std::move(o.async_)),
-        work_(std::move(o.work_)) {}
+        payload_(o.payload_), work_(std::move(o.work_)) {}
   MpiCommunicator& operator=(MpiCommunicator&& o) noexcept {
     if (this != &o) {
       work_.stop();  // ours ends before our MPI state goes
@@ -95,6 +95,7 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
       ex_ = std::move(o.ex_);
       auto_ = std::move(o.auto_);
       async_ = std::move(o.async_);
+      payload_ = o.payload_;
       work_ = std::move(o.work_);
     }
     return *this;
@@ -142,6 +143,10 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
   [[nodiscard]] int rank_on_node() const noexcept { return ex_.node_rank(); }
   //! Collectives this rank has completed on this communicator (its pending work first).
   [[nodiscard]] std::uint64_t completed() const noexcept { return work_.drain(), ex_.completed(); }
+  //! Bytes of element data this rank has handed to collectives on this
+  //! communicator (each one's input: elements x element size; its pending
+  //! work first): halved when gradients travel as bf16 or fp16.
+  [[nodiscard]] std::uint64_t payload_bytes() const noexcept { return work_.drain(), payload_; }
   //! Empty while usable; after a timeout or an abort, why it is not (its pending work first).
   [[nodiscard]] const std::string& poisoned() const noexcept { return work_.drain(), ex_.poisoned(); }
 
@@ -295,19 +300,23 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
   void barrier_now() { detail::mpi::barrier_work(ex_); }
   template <class T>
   void broadcast_now(T* p, std::size_t n, int root) {
+    payload_ += n * sizeof(T);
     detail::mpi::broadcast_work(ex_, p, n, root);
   }
   template <ReduceOperation Op, class T>
   void reduce_scatter_now(const T* in, std::size_t n, T* out, std::size_t out_n) {
+    payload_ += n * sizeof(T);
     detail::mpi::reduce_scatter_work<Op>(ex_, in, n, out, out_n);
   }
   template <class T>
   void all_gather_now(const T* in, std::size_t n, T* out, std::size_t out_n) {
+    payload_ += n * sizeof(T);
     detail::mpi::all_gather_work(ex_, in, n, out, out_n);
   }
   template <class T, ReduceOperation Op, class Algo>
   void all_reduce_now(const T* in, T* out, std::size_t n, std::size_t out_n, Op, Algo) {
     detail::check_op<Op, T>();
+    payload_ += n * sizeof(T);
     if constexpr (std::same_as<Algo, AutoReduce>) {
       const std::size_t bytes = n * sizeof(T);
       const auto a = auto_.choose(ex_, bytes);  // the same decision as auto_choice, without building its reason
@@ -333,6 +342,7 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
   detail::mpi::Exchange ex_;
   detail::mpi::AutoSelector auto_;
   std::vector<detail::mpi::AsyncSend> async_;  // send_async's messages in flight (cancelled first if still there)
+  std::uint64_t payload_ = 0;  // payload_bytes(): written by whichever thread runs the collectives, in order
   detail::mpi::Progress work_;  // last: its thread ends before anything it uses goes
 };
 

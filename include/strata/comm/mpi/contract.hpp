@@ -32,18 +32,21 @@ struct WireCall {
 };
 static_assert(sizeof(WireCall) == 40);
 
-inline constexpr std::string_view dtype_names[] = {"float32", "float64", "int32", "int64"};
+inline constexpr std::string_view dtype_names[] = {"float32", "float64", "int32", "int64", "bfloat16", "float16"};
+inline constexpr std::uint8_t dtype_count = 6;
 inline constexpr std::string_view algorithm_names[] = {"", "ring", "direct", "native"};
 
-template <Element T>
+template <WireElement T>
 constexpr std::uint8_t dtype_code() noexcept {
-  for (std::uint8_t i = 0; i < 4; ++i)
+  for (std::uint8_t i = 0; i < dtype_count; ++i)
     if (dtype_names[i] == dtype_name<T>()) return i;
   return 0;
 }
+//! The name of a dtype code as it travelled ("?" for one no strata sends).
+inline std::string_view dtype_name_of(std::uint8_t code) noexcept { return code < dtype_count ? dtype_names[code] : "?"; }
 inline std::size_t dtype_bytes(std::uint8_t code) noexcept {
-  constexpr std::size_t bytes[] = {4, 8, 4, 8};
-  return bytes[code & 3];
+  constexpr std::size_t bytes[] = {4, 8, 4, 8, 2, 2};
+  return code < dtype_count ? bytes[code] : 0;
 }
 inline std::uint8_t algorithm_code(std::string_view a) noexcept {
   for (std::uint8_t i = 0; i < 4; ++i)
@@ -61,7 +64,7 @@ inline WireCall to_wire(std::uint64_t seq, const CallDesc& d) {
   w.op = static_cast<std::uint8_t>(d.op);
   w.has_op = d.has_op;
   w.algorithm = algorithm_code(d.algorithm);
-  for (std::uint8_t i = 0; i < 4; ++i)
+  for (std::uint8_t i = 0; i < dtype_count; ++i)
     if (dtype_names[i] == d.dtype) w.dtype = i;
   return w;
 }
@@ -71,7 +74,7 @@ inline CallDesc from_wire(const WireCall& w) {
   d.kind = static_cast<CallKind>(w.kind);
   d.op = static_cast<OpKind>(w.op);
   d.has_op = w.has_op != 0;
-  d.dtype = d.kind == CallKind::barrier ? std::string_view{} : dtype_names[w.dtype & 3];
+  d.dtype = d.kind == CallKind::barrier ? std::string_view{} : dtype_name_of(w.dtype);
   d.algorithm = algorithm_names[w.algorithm & 3];
   d.in_count = static_cast<std::size_t>(w.in_count);
   d.out_count = static_cast<std::size_t>(w.out_count);

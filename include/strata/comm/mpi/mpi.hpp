@@ -25,13 +25,15 @@
 
 namespace strata::detail::mpi {
 
-//! The MPI datatype of a strata element type.
-template <Element T>
+//! The MPI datatype of a strata element type (bf16 and fp16 travel as
+//! MPI_UINT16_T, reduced by strata's own operation: all_reduce.hpp).
+template <WireElement T>
 MPI_Datatype datatype() noexcept {
   if constexpr (std::same_as<T, float>) return MPI_FLOAT;
   else if constexpr (std::same_as<T, double>) return MPI_DOUBLE;
   else if constexpr (std::same_as<T, std::int32_t>) return MPI_INT32_T;
-  else return MPI_INT64_T;
+  else if constexpr (std::same_as<T, std::int64_t>) return MPI_INT64_T;
+  else return MPI_UINT16_T;
 }
 
 //! Throws strata::Error naming the MPI call when `rc` is not MPI_SUCCESS.

@@ -74,7 +74,7 @@ inline void check_endpoint(const Exchange& ex, const char* call, int peer, int t
 }
 
 //! Checks a send's endpoint, starts its deadline and returns its header.
-template <Element T>
+template <WireElement T>
 MessageHeader begin_send(Exchange& ex, std::size_t n, int peer, int tag) {
   check_endpoint(ex, "send", peer, tag);
   ex.begin_message(Activity{.kind = Activity::send, .peer = peer, .tag = tag, .count = n, .dtype = dtype_name<T>()});
@@ -84,7 +84,7 @@ MessageHeader begin_send(Exchange& ex, std::size_t n, int peer, int tag) {
 }
 //! Starts sending `box` (the header, with the data when fused) and, when
 //! not fused, the `n` elements at `data` after it, into `sends`.
-template <Element T>
+template <WireElement T>
 void post_message(Exchange& ex, const MessageHeader& h, const std::byte* box, const T* data, std::size_t n, int peer,
                   int tag, Pending& sends) {
   sends.reqs.assign(h.fused ? 1 : 2, MPI_REQUEST_NULL);
@@ -106,7 +106,7 @@ inline std::string not_taken(const Exchange& ex, int peer, int tag) {
 //! recv takes it), or raises CollectiveTimeout after the timeout naming the
 //! peer and the tag (the communicator is then unusable: the message may be
 //! half delivered).
-template <Element T>
+template <WireElement T>
 void send_message(Exchange& ex, const T* data, std::size_t n, int peer, int tag) {
   const MessageHeader h = begin_send<T>(ex, n, peer, tag);
   std::array<std::byte, Exchange::fused_max> box;  // on the stack: a blocking send allocates nothing
@@ -130,7 +130,7 @@ struct AsyncSend {
 //! Starts sending a copy of `n` elements at `data` to `peer` under `tag`
 //! and returns at once: the caller may reuse `data`. finish_sends waits for
 //! it. Messages of one (peer, tag) still arrive in the order sent.
-template <Element T>
+template <WireElement T>
 AsyncSend send_message_async(Exchange& ex, const T* data, std::size_t n, int peer, int tag) {
   const MessageHeader h = begin_send<T>(ex, n, peer, tag);
   const std::size_t bytes = n * sizeof(T);
@@ -164,7 +164,7 @@ inline void finish_sends(Exchange& ex, std::vector<AsyncSend>& pending) {
 //! CollectiveTimeout when none arrives within the timeout (nothing was taken:
 //! the communicator stays usable, and a message sent later goes to the next
 //! recv of that peer and tag).
-template <Element T>
+template <WireElement T>
 void recv_message(Exchange& ex, T* data, std::size_t n, int peer, int tag) {
   check_endpoint(ex, "recv", peer, tag);
   ex.begin_message(Activity{.kind = Activity::recv, .peer = peer, .tag = tag, .count = n, .dtype = dtype_name<T>()});
@@ -210,7 +210,7 @@ void recv_message(Exchange& ex, T* data, std::size_t n, int peer, int tag) {
     }
     throw CollectiveMismatch("strata: recv(from rank " + std::to_string(peer) + ", tag " + std::to_string(tag) +
                              ") on rank " + std::to_string(ex.rank()) + ": rank " + std::to_string(peer) + " sent " +
-                             std::to_string(h.count) + " " + std::string(dtype_names[h.dtype & 3]) +
+                             std::to_string(h.count) + " " + std::string(dtype_name_of(h.dtype)) +
                              " but this recv expects " + std::to_string(n) + " " + std::string(mine) +
                              " (a matching send and recv must agree on element count and type)");
   }
@@ -228,7 +228,7 @@ void recv_message(Exchange& ex, T* data, std::size_t n, int peer, int tag) {
 
 //! The element types of headerless messages: strata's, and bytes (char).
 template <class T>
-concept Framed = Element<T> || std::same_as<T, char>;
+concept Framed = WireElement<T> || std::same_as<T, char>;
 template <Framed T>
 MPI_Datatype framed_type() noexcept {
   if constexpr (std::same_as<T, char>) return MPI_BYTE;

@@ -9,11 +9,14 @@
 //! It also moves tagged point-to-point messages (send / recv), and models
 //! strata::AsyncCommunicator (comm/communicator.hpp): the collectives have
 //! non-blocking forms returning a strata::Work, run in issue order by the
-//! replica's progress thread.
+//! replica's progress thread. Buffers of strata::bf16 or fp16 reduce with
+//! Sum in FP32, rounded to 16 bits once per element (direct) or per step (ring).
 //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <ranges>
 #include <span>
@@ -119,6 +122,15 @@ class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
         what<T>("recv", n));
   }
 
+  //! Bytes of element data this replica has handed to its collectives since
+  //! the team was made: each one's input, elements x element size (the
+  //! gradient an all-reduce carries; halved when it travels as bf16 or fp16).
+  //! Read it between collectives (its queued ones count once they ran).
+  //!   const auto before = comm.payload_bytes();  comm.all_reduce(g, strata::Sum);  // + g.size() * 4
+  [[nodiscard]] std::uint64_t payload_bytes() noexcept {
+    return team_->slot(rank_).payload.load(std::memory_order_relaxed);
+  }
+
   //! The algorithm AutoReduce picks for `bytes` per replica.
   [[nodiscard]] std::string_view auto_choice(std::size_t bytes) const noexcept {
     const std::size_t t = team_->options().auto_ring_min_bytes;
@@ -161,6 +173,8 @@ class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
     return v;
   }
 
+  void count(std::size_t bytes) noexcept { team_->slot(rank_).payload.fetch_add(bytes, std::memory_order_relaxed); }
+
   // The collectives themselves, on whichever thread runs them (the caller's
   // or the replica's progress thread): one code path for both forms.
   void barrier_now() {
@@ -172,6 +186,7 @@ class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
   template <class T>
   void broadcast_now(T* p, std::size_t n, int root) {
     trace::Span span{"broadcast", trace::Category::Collective, {{"bytes", n * sizeof(T)}, {"root", root}, {"peers", size()}}};
+    count(n * sizeof(T));
     const detail::CallDesc d{.kind = detail::CallKind::broadcast, .dtype = dtype_name<T>(), .in_count = n,
                              .out_count = n, .root = root, .has_op = false, .algorithm = {}};
     const auto seq = team_->enter(rank_, d, p, p);
@@ -182,6 +197,7 @@ class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
   template <ReduceOperation Op, class T>
   void reduce_scatter_now(const T* in, std::size_t n, T* o, std::size_t out_n) {
     trace::Span span{"reduce_scatter", trace::Category::Collective, {{"bytes", n * sizeof(T)}, {"peers", size()}}};
+    count(n * sizeof(T));
     const detail::CallDesc d{.kind = detail::CallKind::reduce_scatter, .op = Op::kind, .dtype = dtype_name<T>(),
                              .in_count = n, .out_count = out_n, .root = 0, .has_op = true, .algorithm = {}};
     const auto seq = team_->enter(rank_, d, in, o);
@@ -194,6 +210,7 @@ class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
   template <class T>
   void all_gather_now(const T* in, std::size_t n, T* o, std::size_t out_n) {
     trace::Span span{"all_gather", trace::Category::Collective, {{"bytes", out_n * sizeof(T)}, {"peers", size()}}};
+    count(n * sizeof(T));
     const detail::CallDesc d{.kind = detail::CallKind::all_gather, .dtype = dtype_name<T>(), .in_count = n,
                              .out_count = out_n, .root = 0, .has_op = false, .algorithm = {}};
     const auto seq = team_->enter(rank_, d, in, o);
@@ -209,6 +226,7 @@ class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
   void reduce_to_one_now(const T* in, std::size_t n, T* out, std::size_t out_n, int root) {
     trace::Span span{"reduce_to_one", trace::Category::Collective,
                      {{"bytes", n * sizeof(T)}, {"root", root}, {"peers", size()}}};
+    count(n * sizeof(T));
     const detail::CallDesc d{.kind = detail::CallKind::reduce_to_one, .op = Op::kind, .dtype = dtype_name<T>(),
                              .in_count = n, .out_count = out_n, .root = root, .has_op = true, .algorithm = {}};
     const auto seq = team_->enter(rank_, d, in, out);
@@ -229,6 +247,7 @@ class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
     } else {
       trace::Span span{"all_reduce", trace::Category::Collective,
                        {{"bytes", n * sizeof(T)}, {"algorithm", Algo::name.data()}, {"peers", size()}}};
+      count(n * sizeof(T));
       const detail::CallDesc d{.kind = detail::CallKind::all_reduce, .op = Op::kind, .dtype = dtype_name<T>(),
                                .in_count = n, .out_count = out_n, .root = 0, .has_op = true, .algorithm = Algo::name};
       if constexpr (std::same_as<Algo, Ring>) {

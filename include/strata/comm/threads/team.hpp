@@ -67,6 +67,7 @@ struct alignas(64) Slot {
   // `left` or `quit` reaches it, it reads (and writes) the others' buffers.
   std::atomic<std::uint64_t> committed{0};
   std::atomic<std::uint64_t> quit{0};  // a collective it gave up on after committing or arriving
+  std::atomic<std::uint64_t> payload{0};  // bytes of element data it handed to collectives (never reset)
   // Written by the owner before `arrived` is released, read by the others
   // until they have left the same collective.
   CallDesc desc;

@@ -1,0 +1,183 @@
+#pragma once
+//! Gradient compression on the wire (ExecutorOptions::compression, issue
+//! 25; as DDP's bf16/fp16 compression hooks, with error feedback): before
+//! the reduction, each replica adds the residual it kept from its last
+//! applied step to its gradient, rounds that to 16 bits (bf16 or fp16, to
+//! nearest even: core/half.hpp) and keeps what the rounding lost as its next
+//! residual; the 16-bit values are all-reduced with Sum (summed in FP32 per
+//! element, rounded to 16 bits: half the bytes of an FP32 all-reduce on the
+//! wire), and the sum is expanded into the FP32 gradient buffer, where the
+//! update reads it as before. Over many steps the expanded gradients add up
+//! to the true ones within one rounding step: the residual carries what
+//! each step dropped into the next.
+//! - The residual is per replica, zeroed when the variables are placed and
+//!   when the optimizer is reset or its state set (a resumed run: it is not
+//!   in checkpoints, so a resume is not bitwise the uninterrupted run).
+//! - A step that is skipped (a non-finite sum: an fp16 overflow is an
+//!   infinity, which Pass::finite catches) keeps the residual as it was.
+//! - Deterministic: the sums are in replica order (the direct algorithm), so
+//!   two runs give the same bits; they are not FP32's bits.
+//! - Both the flat reduction and the gradient buckets use it (a bucket is
+//!   compressed when it starts and expanded when finish waits for it).
+//!   detail::GradientCompression c;  c.place(Compression::BF16, n);
+//!   c.all_reduce(ctx, grad);  if (finite) { c.commit(); update(); }
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <strata/comm/reduce_op.hpp>
+#include <strata/comm/work.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/half.hpp>
+#include <strata/strategy/executor_options.hpp>
+
+namespace strata {
+
+//! "none", "bf16", "fp16" (the examples' --compression values).
+[[nodiscard]] constexpr std::string_view to_string(Compression c) noexcept {
+  switch (c) {
+    case Compression::BF16: return "bf16";
+    case Compression::FP16: return "fp16";
+    case Compression::None: break;
+  }
+  return "none";
+}
+
+namespace detail {
+
+//! Refuses compression where a placement cannot apply it, at place time:
+//! GPU replicas (their sums run on the devices in FP32), the sharded update
+//! (its reduce-scatter carries FP32 shards), central variables on a GPU.
+inline void check_compression(Compression c, bool gpus, bool sharded, bool central) {
+  if (c == Compression::None) return;
+  const std::string what = "strata: gradient compression (ExecutorOptions::compression = " + std::string(to_string(c)) +
+                           ") ";
+  if (gpus)
+    throw Error(what + "runs on CPU replicas (Mirrored, MultiWorkerMirrored); these replicas are GPUs, whose "
+                       "sums run on the devices in FP32: set compression = Compression::None there");
+  if (central)
+    throw Error(what + "does not apply to central variables (CentralStorageStrategy on GPUs takes each replica's "
+                       "FP32 gradient): set compression = Compression::None, or use MirroredStrategy");
+  if (sharded)
+    throw Error(what + "does not apply to the sharded update (ShardedUpdate On, Gradients, Parameters: its "
+                       "reduce-scatter carries FP32 shards): set sharded_update = ShardedUpdate::Off to compress "
+                       "(Auto does not shard under compression), or compression = Compression::None");
+}
+
+//! One replica's compression state: its residual (error feedback), the one
+//! about to replace it, and the 16-bit copy of its gradient that travels.
+class GradientCompression {
+  // (first: members defined below call them, and their return types are deduced)
+  //! f(the 16-bit buffer, as a span of its type).
+  template <class F>
+  decltype(auto) with_wire(F&& f) {
+    if (c_ == Compression::BF16) return f(std::span<bf16>(bf_));
+    return f(std::span<fp16>(fp_));
+  }
+  template <class F>
+  decltype(auto) with_wire(F&& f) const {
+    if (c_ == Compression::BF16) return f(std::span<const bf16>(bf_));
+    return f(std::span<const fp16>(fp_));
+  }
+
+ public:
+  //! At place time: the format and the gradient's length; residual zero.
+  void place(Compression c, std::size_t n) {
+    c_ = c;
+    const std::size_t m = on() ? n : 0;
+    residual_.assign(m, 0.f);
+    next_.assign(m, 0.f);
+    bf_.assign(c_ == Compression::BF16 ? m : 0, bf16{});
+    fp_.assign(c_ == Compression::FP16 ? m : 0, fp16{});
+  }
+  //! The residual back to zero (optimizer reset, state set).
+  void reset() noexcept {
+    std::fill(residual_.begin(), residual_.end(), 0.f);
+    std::fill(next_.begin(), next_.end(), 0.f);
+  }
+  [[nodiscard]] bool on() const noexcept { return c_ != Compression::None; }
+  //! This replica's residual (what its last applied step's rounding dropped).
+  [[nodiscard]] std::span<const float> residual() const noexcept { return residual_; }
+
+  //! Elements [at, at + g.size()) of the gradient `g` are: v = g + residual,
+  //! sent as round(v), the next residual v - round(v) (0 where round(v) is
+  //! not finite: an overflow or a NaN, whose step the finiteness check skips).
+  void compress(std::span<const float> g, std::size_t at) {
+    with_wire([&](auto w) {
+      using T = typename decltype(w)::element_type;
+      const float* res = residual_.data() + at;
+      float* next = next_.data() + at;
+      T* out = w.data() + at;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const float v = g[i] + res[i];
+        const T h(v);
+        const float lost = v - static_cast<float>(h);
+        out[i] = h;
+        next[i] = std::isfinite(lost) ? lost : 0.f;
+      }
+    });
+  }
+  //! g = the reduced 16-bit values of [at, at + g.size()), in FP32.
+  void expand(std::span<float> g, std::size_t at) const {
+    with_wire([&](auto w) {
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(w[at + i]);
+    });
+  }
+  //! The step is applied: its residual becomes the one the next step adds.
+  void commit() noexcept {
+    if (on()) std::swap(residual_, next_);
+  }
+
+  //! The flat reduction of `g` over `coll` with Sum: in 16 bits when on
+  //! (and `coll` takes them: CPU replicas' contexts), else as it is.
+  template <class Coll>
+  void all_reduce(Coll& coll, std::span<float> g) {
+    if constexpr (requires(std::span<bf16> b, std::span<fp16> f) {
+                    coll.all_reduce(b, Sum);
+                    coll.all_reduce(f, Sum);
+                  }) {
+      if (on()) {
+        compress(g, 0);
+        with_wire([&](auto w) { coll.all_reduce(w, Sum); });
+        expand(g, 0);
+        return;
+      }
+    }
+    coll.all_reduce(g, Sum);
+  }
+
+  //! How a gradient bucket (a view of `grad`) starts its all-reduce through
+  //! `ctx` (GradientBuckets::begin's Start): compressed, then its 16-bit copy
+  //! all-reduced without waiting; off, the bucket itself.
+  template <class Ctx>
+  std::function<Work(std::span<float>)> bucket_start(Ctx& ctx, std::span<float> grad) {
+    if (!on()) return [&ctx](std::span<float> b) { return ctx.all_reduce_async(b, Sum); };
+    return [this, &ctx, base = grad.data()](std::span<float> b) {
+      const auto at = static_cast<std::size_t>(b.data() - base);
+      compress(b, at);
+      return with_wire([&](auto w) { return ctx.all_reduce_async(w.subspan(at, b.size()), Sum); });
+    };
+  }
+  //! What finish does with a bucket once its all-reduce ended: expands it
+  //! (none when off).
+  std::function<void(std::span<float>)> bucket_done(std::span<float> grad) {
+    if (!on()) return {};
+    return [this, base = grad.data()](std::span<float> b) { expand(b, static_cast<std::size_t>(b.data() - base)); };
+  }
+
+ private:
+  Compression c_ = Compression::None;
+  std::vector<float> residual_, next_;
+  std::vector<bf16> bf_;
+  std::vector<fp16> fp_;
+};
+
+}  // namespace detail
+}  // namespace strata

@@ -1,0 +1,285 @@
+// Gradient compression on the wire (issue 25): bf16 and fp16 round to
+// nearest even (ties, NaN, infinity, fp16 overflow and subnormals against
+// bit patterns worked out by hand); collectives sum them in FP32, rounded
+// once, with half the bytes of float; the residual (error feedback) keeps the
+// sum of the sent gradients within one rounding step of the true sum, which
+// rounding alone does not; Mirrored training in bf16 (flat and bucketed)
+// reaches the FP32 run's loss, bitwise the same run to run; what cannot
+// compress is refused at place time.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/core/half.hpp>
+#include <strata/strata.hpp>
+#include <strata/strategy/compression.hpp>
+
+#include "blobs.hpp"
+#include "host_as_gpu.hpp"
+
+namespace compression_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
+
+namespace nn = strata::nn;
+using strata::bf16;
+using strata::fp16;
+
+namespace {
+
+float bits_f(std::uint32_t u) { return std::bit_cast<float>(u); }
+std::uint16_t b16(float f) { return bf16(f).bits; }
+std::uint16_t h16(float f) { return fp16(f).bits; }
+
+//! A reduction over one replica: what the compression sends comes back as it is.
+struct Alone {
+  template <class T>
+  void all_reduce(std::span<T>, strata::SumOp) {}
+};
+
+struct Run {
+  std::vector<float> weights;
+  double loss = 0;
+};
+
+//! blobs_mlp under Mirrored with `p` replicas, `c` compression and buckets of `bytes` (0: flat).
+Run train(int p, strata::Compression c, std::size_t bytes = 0, int epochs = 4,
+          strata::ShardedUpdate sharded = strata::ShardedUpdate::Auto) {
+  strata::MirroredStrategy s{strata::cpu_replicas(p)};
+  s.executor_options().compression = c;
+  s.executor_options().bucket_bytes = bytes;
+  s.executor_options().sharded_update = sharded;
+  nn::History h;
+  auto model = strata_test::fit_blobs(s, strata_test::blobs(160, 11), 32, epochs, &h);
+  return {strata_test::flat_weights(model), h.at("loss").back()};
+}
+
+//! Bytes each replica handed to collectives during one epoch of blobs_mlp
+//! in batches of 32 (160 rows: 5 steps), finiteness check off (no other collective).
+std::uint64_t bytes_of_an_epoch(strata::Compression c, std::size_t bucket_bytes) {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  s.executor_options().compression = c;
+  s.executor_options().bucket_bytes = bucket_bytes;
+  const auto data = strata_test::blobs(160, 11);
+  auto model = s.scope(strata_test::blobs_mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+  const auto at = [&] { return s.run([](auto& ctx) { return ctx.communicator().payload_bytes(); }); };
+  const auto before = at();
+  model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32)),
+            {.epochs = 1, .verbose = nn::Verbosity::Silent, .check_finite = false});
+  const auto after = at();
+  CHECK(after[1] - before[1] == after[0] - before[0]);  // both replicas send alike
+  return after[0] - before[0];
+}
+
+}  // namespace
+
+TEST_CASE("bf16 rounds to nearest even, keeps NaN a NaN and reaches infinity by rounding") {
+  CHECK(b16(1.f) == 0x3f80);
+  CHECK(b16(-2.f) == 0xc000);
+  CHECK(b16(-0.f) == 0x8000);
+  CHECK(b16(bits_f(0x3f808000)) == 0x3f80);  // 1 + 2^-8: the tie goes to the even 1
+  CHECK(b16(bits_f(0x3f818000)) == 0x3f82);  // 1 + 3 * 2^-8: the tie goes up, to even
+  CHECK(b16(bits_f(0x3f808001)) == 0x3f81);  // just above the tie: up
+  CHECK(b16(bits_f(0x3f80ffff)) == 0x3f81);
+  CHECK(b16(3.14159265f) == 0x4049);
+  CHECK(static_cast<float>(bf16::from_bits(0x4049)) == 3.140625f);
+  CHECK(b16(std::numeric_limits<float>::infinity()) == 0x7f80);
+  CHECK(b16(-std::numeric_limits<float>::infinity()) == 0xff80);
+  CHECK(b16(std::numeric_limits<float>::max()) == 0x7f80);  // above the largest bf16 by more than half a step
+  CHECK(b16(bits_f(0x7f7f7fff)) == 0x7f7f);                  // below the tie: the largest finite bf16
+  CHECK(b16(bits_f(0x7fc00000)) == 0x7fc0);                  // quiet NaN
+  CHECK(b16(bits_f(0xffc00000)) == 0xffc0);                  // its sign kept
+  CHECK(b16(bits_f(0x7f800001)) == 0x7fc0);                  // a NaN whose payload is below the 16 bits: still NaN
+  CHECK(std::isnan(static_cast<float>(bf16(std::nanf("")))));
+  CHECK(b16(bits_f(0x00010000)) == 0x0001);  // float subnormals: the same rule
+  CHECK(b16(bits_f(0x00008000)) == 0x0000);
+  CHECK(b16(bits_f(0x00018000)) == 0x0002);
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {  // every non-NaN bf16 survives the trip through float
+    const bf16 h = bf16::from_bits(static_cast<std::uint16_t>(b));
+    if (std::isnan(static_cast<float>(h))) continue;
+    REQUIRE(bf16(static_cast<float>(h)).bits == b);
+  }
+}
+
+TEST_CASE("fp16 rounds to nearest even, overflows to infinity and keeps subnormals") {
+  CHECK(h16(1.f) == 0x3c00);
+  CHECK(h16(-2.f) == 0xc000);
+  CHECK(h16(-0.f) == 0x8000);
+  CHECK(h16(bits_f(0x3f801000)) == 0x3c00);  // 1 + 2^-11: the tie goes to the even 1
+  CHECK(h16(bits_f(0x3f803000)) == 0x3c02);  // 1 + 3 * 2^-11: up, to even
+  CHECK(h16(bits_f(0x3f801001)) == 0x3c01);
+  CHECK(h16(65504.f) == 0x7bff);             // the largest half
+  CHECK(h16(65519.99f) == 0x7bff);           // below the tie with 65536
+  CHECK(h16(65520.f) == 0x7c00);             // the tie rounds to even: infinity
+  CHECK(h16(1e6f) == 0x7c00);
+  CHECK(h16(-1e6f) == 0xfc00);
+  CHECK(h16(std::numeric_limits<float>::infinity()) == 0x7c00);
+  CHECK(h16(bits_f(0x7fc00000)) == 0x7e00);  // quiet NaN
+  CHECK(h16(bits_f(0x7f800001)) == 0x7e00);  // payload below the kept bits: still NaN
+  CHECK(std::isnan(static_cast<float>(fp16::from_bits(0x7e00))));
+  CHECK(std::isinf(static_cast<float>(fp16::from_bits(0xfc00))));
+  CHECK(h16(std::ldexp(1.f, -14)) == 0x0400);          // the smallest normal
+  CHECK(h16(std::ldexp(1023.5f, -24)) == 0x0400);      // the largest subnormal's tie: up, to even
+  CHECK(h16(std::ldexp(1023.f, -24)) == 0x03ff);       // the largest subnormal
+  CHECK(h16(std::ldexp(1.f, -24)) == 0x0001);          // the smallest subnormal
+  CHECK(h16(std::ldexp(1.f, -25)) == 0x0000);          // its half: the tie goes to the even 0
+  CHECK(h16(std::ldexp(1.5f, -25)) == 0x0001);
+  CHECK(h16(std::ldexp(3.f, -25)) == 0x0002);          // 1.5 units: the tie goes up, to even
+  CHECK(h16(-std::ldexp(1.f, -26)) == 0x8000);         // underflow keeps the sign
+  CHECK(static_cast<float>(fp16::from_bits(0x0001)) == std::ldexp(1.f, -24));
+  CHECK(static_cast<float>(fp16::from_bits(0x3555)) == 0.333251953125f);
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {  // every non-NaN half survives the trip through float
+    const fp16 h = fp16::from_bits(static_cast<std::uint16_t>(b));
+    if (std::isnan(static_cast<float>(h))) continue;
+    REQUIRE(fp16(static_cast<float>(h)).bits == b);
+  }
+}
+
+TEST_CASE("collectives sum 16-bit elements in FP32, rounded once, with half the bytes") {
+  strata::MirroredStrategy s{strata::cpu_replicas(3)};
+  // 1 + 2^-8 + 2^-8: in FP32 1 + 2^-7, a bf16; rounding each partial sum would stay at 1
+  const auto got = s.run([](auto& ctx) {
+    const int r = ctx.replica_id_in_sync_group();
+    auto& comm = ctx.communicator();
+    std::vector<bf16> v(100, bf16(r == 0 ? 1.f : 1.f / 256));
+    std::vector<fp16> h(100, fp16(r == 0 ? 30000.f : 20000.f));  // 70000: over the largest half
+    std::vector<float> f(100, 1.f);
+    const auto b0 = comm.payload_bytes();
+    comm.all_reduce(f, strata::Sum, strata::Direct{});
+    const auto b1 = comm.payload_bytes();
+    comm.all_reduce(v, strata::Sum, strata::Direct{});
+    const auto b2 = comm.payload_bytes();
+    comm.all_reduce(h, strata::Sum, strata::Direct{});
+    std::vector<bf16> ring(5000, bf16(0.1f * static_cast<float>(r + 1)));
+    comm.all_reduce(ring, strata::Sum, strata::Ring{});
+    const bool same = ring.front().bits == ring.back().bits;
+    return std::vector<double>{static_cast<float>(v[0]), static_cast<float>(v[99]), static_cast<float>(h[0]),
+                               static_cast<double>(b1 - b0), static_cast<double>(b2 - b1),
+                               static_cast<float>(ring[0]), same ? 1.0 : 0.0};
+  });
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    const auto& g = got[static_cast<std::size_t>(r)];
+    CHECK(g[0] == 1.0078125);
+    CHECK(g[1] == 1.0078125);
+    CHECK(std::isinf(g[2]));         // fp16 overflow: infinity, for the finiteness check
+    CHECK(g[3] == 400);              // 100 float32
+    CHECK(g[4] == 200);              // 100 bfloat16: half
+    CHECK(g[5] == doctest::Approx(0.6).epsilon(0.01));
+    CHECK(g[5] == got[0][5]);        // the ring's bits are every replica's
+    CHECK(g[6] == 1.0);
+  }
+}
+
+TEST_CASE("error feedback: the sent gradients add up to the true ones within one rounding step") {
+  // 1 + 2^-9 is no bf16: rounding alone sends 1 every step, losing 2^-9 each time
+  const std::size_t n = 4, steps = 1000;
+  const std::vector<float> g{1.f + 1.f / 512, -3.f - 1.f / 1024, 1e-3f, 100.f + 1.f / 8};
+  strata::detail::GradientCompression c;
+  c.place(strata::Compression::BF16, n);
+  Alone alone;
+  std::vector<double> sent(n, 0.0), rounded(n, 0.0), truth(n, 0.0);
+  for (std::size_t t = 0; t < steps; ++t) {
+    std::vector<float> x = g;
+    c.all_reduce(alone, std::span<float>(x));
+    c.commit();
+    for (std::size_t i = 0; i < n; ++i) {
+      sent[i] += x[i];
+      rounded[i] += static_cast<float>(bf16(g[i]));
+      truth[i] += g[i];
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    CAPTURE(i);
+    const double step = std::ldexp(1.0, std::ilogb(g[i]) - 7);  // one bf16 step at |g[i]|
+    CHECK(std::abs(sent[i] - truth[i]) <= step);                // what is left over is the last residual
+    CHECK(std::abs(sent[i] - truth[i]) == doctest::Approx(std::abs(c.residual()[i])).epsilon(1e-6));
+  }
+  CHECK(std::abs(rounded[0] - truth[0]) > 1.9);   // 1000 * 2^-9 lost without the residual
+  CHECK(std::abs(rounded[1] - truth[1]) > 0.9);
+
+  SUBCASE("a step not committed (skipped) leaves the residual as it was") {
+    const std::vector<float> before(c.residual().begin(), c.residual().end());
+    std::vector<float> x = g, y = g;
+    c.all_reduce(alone, std::span<float>(x));  // skipped: no commit
+    c.all_reduce(alone, std::span<float>(y));
+    CHECK(x == y);
+    CHECK(std::vector<float>(c.residual().begin(), c.residual().end()) == before);
+    c.reset();
+    for (float r : c.residual()) CHECK(r == 0.f);
+  }
+  SUBCASE("fp16: an overflow sends infinity and leaves no residual behind") {
+    strata::detail::GradientCompression h;
+    h.place(strata::Compression::FP16, 2);
+    std::vector<float> x{1e5f, 1.f / 3};
+    h.all_reduce(alone, std::span<float>(x));
+    h.commit();
+    CHECK(std::isinf(x[0]));
+    CHECK(x[1] == 0.333251953125f);
+    CHECK(h.residual()[0] == 0.f);
+    CHECK(h.residual()[1] == doctest::Approx(1.f / 3 - 0.333251953125f));
+  }
+}
+
+TEST_CASE("Mirrored training in bf16 and fp16 reaches the FP32 loss, the same bits run to run, flat or bucketed") {
+  const Run fp32 = train(2, strata::Compression::None);
+  const Run bf = train(2, strata::Compression::BF16);
+  CHECK(bf.loss == doctest::Approx(fp32.loss).epsilon(0.05));
+  CHECK(bf.weights != fp32.weights);                                 // the rounding did something
+  CHECK(train(2, strata::Compression::BF16).weights == bf.weights);  // deterministic
+  // buckets (1 byte: one a variable; 128: several): each element rounded and summed as in the flat run
+  CHECK(train(2, strata::Compression::BF16, 1).weights == bf.weights);
+  CHECK(train(2, strata::Compression::BF16, 128).weights == bf.weights);
+  const Run fp = train(2, strata::Compression::FP16, 128);
+  CHECK(fp.loss == doctest::Approx(fp32.loss).epsilon(0.05));
+  CHECK(train(2, strata::Compression::FP16).weights == fp.weights);
+  // Auto does not shard under compression (3 replicas would): it trains
+  CHECK(train(3, strata::Compression::BF16).loss == doctest::Approx(fp32.loss).epsilon(0.1));
+  // None is the default: the FP32 bits (tests/pinned_test.cpp pins them)
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  CHECK(strata_test::flat_weights(strata_test::fit_blobs(s, strata_test::blobs(160, 11), 32, 4)) == fp32.weights);
+}
+
+TEST_CASE("bf16 halves the bytes a training step's gradient puts on the wire") {
+  const std::size_t params = 6 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3;  // blobs_mlp
+  const std::uint64_t fp32 = bytes_of_an_epoch(strata::Compression::None, 0);
+  CHECK(fp32 == 5 * params * 4);  // 5 steps, the whole gradient in float: nothing else reduced
+  CHECK(bytes_of_an_epoch(strata::Compression::BF16, 0) == fp32 / 2);
+  CHECK(bytes_of_an_epoch(strata::Compression::FP16, 0) == fp32 / 2);
+  CHECK(bytes_of_an_epoch(strata::Compression::BF16, 128) == fp32 / 2);  // bucketed
+}
+
+TEST_CASE("compression is refused where it cannot apply, saying why and what to use instead") {
+  const auto fails = [](auto& s) {
+    s.executor_options().compression = strata::Compression::BF16;
+    const auto data = strata_test::blobs(32, 1);
+    auto model = s.scope(strata_test::blobs_mlp);
+    model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+    model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)),
+              {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  };
+  SUBCASE("the sharded update") {
+    strata::MirroredStrategy s{strata::cpu_replicas(2)};
+    s.executor_options().sharded_update = strata::ShardedUpdate::On;
+    CHECK_THROWS_WITH_AS(fails(s),
+                         doctest::Contains("does not apply to the sharded update (ShardedUpdate On, Gradients, "
+                                           "Parameters: its reduce-scatter carries FP32 shards): set sharded_update = "
+                                           "ShardedUpdate::Off"),
+                         strata::Error);
+  }
+  SUBCASE("GPU replicas") {
+    strata_test::HostAsGpu host;
+    strata::MirroredStrategy s{strata::virtual_gpus(0, 2)};
+    CHECK_THROWS_WITH_AS(fails(s),
+                         doctest::Contains("gradient compression (ExecutorOptions::compression = bf16) runs on CPU "
+                                           "replicas (Mirrored, MultiWorkerMirrored); these replicas are GPUs"),
+                         strata::Error);
+  }
+}
+
+}  // namespace compression_test

@@ -1,0 +1,117 @@
+// Gradient compression across workers (issue 25), under mpirun -np 2: the
+// MPI communicator carries bf16 and fp16 (MPI_UINT16_T, summed in FP32 by
+// strata's reduction or its MPI operation) with half the bytes of float,
+// every algorithm giving the same bits; MultiWorkerMirroredStrategy's
+// hierarchical all-reduce compresses its gradients across workers, flat or
+// bucketed, bitwise an in-process Mirrored run of as many replicas (one a
+// worker), and halves the bytes its leader sends.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <strata/data/dataset.hpp>
+#include <strata/nn.hpp>
+#include <strata/strategy/multi_worker.hpp>
+
+#include "../blobs.hpp"
+#include "../quick_workers.hpp"
+
+namespace mpi_compression_test {  // each test file in its own namespace: a unity build joins them
+
+using namespace std::chrono_literals;
+namespace nn = strata::nn;
+using strata::bf16;
+using strata::fp16;
+
+namespace {
+
+//! The weights after 2 epochs of Adam on blobs under `s`, compressed by `c`, buckets of `bytes`.
+template <class S>
+std::vector<float> train(S& s, strata::Compression c, std::size_t bytes, bool check_finite = true) {
+  s.executor_options().compression = c;
+  s.executor_options().bucket_bytes = bytes;
+  const auto data = strata_test::blobs(160, 11);
+  auto model = s.scope(strata_test::blobs_mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+  model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32)),
+            {.epochs = 2, .verbose = nn::Verbosity::Silent, .check_finite = check_finite});
+  return strata_test::flat_weights(model);
+}
+
+//! The same across workers, `local` replicas each; `sent`: the bytes this worker's MPI communicator
+//! carried (the finiteness check off: no collective a step but the gradient's).
+std::vector<float> across_workers(int local, strata::Compression c, std::size_t bytes, std::uint64_t* sent = nullptr) {
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers(20s)};
+  const std::uint64_t before = s.communicator().payload_bytes();
+  auto w = train(s, c, bytes, /*check_finite=*/sent == nullptr);
+  if (sent) *sent = s.communicator().payload_bytes() - before;
+  return w;
+}
+
+template <class T, class Algo>
+std::vector<float> reduced(strata::MpiCommunicator& comm, std::size_t n, Algo algo, std::uint64_t& bytes) {
+  std::vector<T> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = T(comm.rank() == 0 ? 1.f + static_cast<float>(i % 7) : 3.f / 512 * static_cast<float>(i % 5));
+  const auto b0 = comm.payload_bytes();
+  comm.all_reduce(v, strata::Sum, algo);
+  bytes = comm.payload_bytes() - b0;
+  std::vector<float> out;
+  for (const T& x : v) out.push_back(static_cast<float>(x));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the MPI communicator sums bf16 and fp16 in FP32 with every algorithm, half the bytes of float") {
+  auto comm = strata::MpiCommunicator::world();
+  REQUIRE(comm.size() == 2);
+  for (std::size_t n : {std::size_t{100}, std::size_t{100000}}) {  // in the contract's message, and chunked
+    CAPTURE(n);
+    std::vector<float> want(n);
+    for (std::size_t i = 0; i < n; ++i)  // two addends: one rounding, whatever the algorithm
+      want[i] = static_cast<float>(bf16(static_cast<float>(bf16(1.f + static_cast<float>(i % 7))) +
+                                        static_cast<float>(bf16(3.f / 512 * static_cast<float>(i % 5)))));
+    std::uint64_t b16 = 0, b32 = 0;
+    CHECK(reduced<bf16>(comm, n, strata::Direct{}, b16) == want);
+    CHECK(reduced<bf16>(comm, n, strata::Ring{}, b16) == want);
+    CHECK(reduced<bf16>(comm, n, strata::Native{}, b16) == want);
+    CHECK(reduced<bf16>(comm, n, strata::AutoReduce{}, b16) == want);
+    reduced<float>(comm, n, strata::Native{}, b32);
+    CHECK(b16 * 2 == b32);
+    std::uint64_t h = 0;
+    const auto fp = reduced<fp16>(comm, n, strata::Native{}, h);
+    CHECK(reduced<fp16>(comm, n, strata::Ring{}, h) == fp);
+    CHECK(h == b16);
+  }
+  std::vector<fp16> big(10, fp16(comm.rank() == 0 ? 40000.f : 30000.f));
+  comm.all_reduce(big, strata::Sum, strata::Native{});
+  CHECK(big[3].bits == 0x7c00);  // 70000: infinity, for the finiteness check
+}
+
+TEST_CASE("compressed gradients cross workers: bitwise an in-process run, flat or bucketed, half the bytes") {
+  strata::MirroredStrategy one_process{strata::cpu_replicas(2)};
+  const auto want = train(one_process, strata::Compression::BF16, 0);
+  const auto fp32 = across_workers(1, strata::Compression::None, 0);
+  CHECK(fp32 != want);
+  CHECK(across_workers(1, strata::Compression::BF16, 0) == want);  // one replica a worker: one rounding, as in-process
+  CHECK(across_workers(1, strata::Compression::BF16, 128) == want);
+  const auto two = across_workers(2, strata::Compression::BF16, 0);  // local sum rounded, then across workers
+  CHECK(across_workers(2, strata::Compression::BF16, 1) == two);
+  CHECK(across_workers(2, strata::Compression::BF16, 0) == two);
+  std::uint64_t none = 0, bf = 0, fp = 0;
+  across_workers(2, strata::Compression::None, 0, &none);
+  across_workers(2, strata::Compression::BF16, 0, &bf);
+  across_workers(2, strata::Compression::FP16, 128, &fp);
+  const std::size_t params = 6 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3;  // blobs_mlp
+  // the gradients of 2 epochs of 5 steps, and what else crosses workers alike (the start, the epochs' logs)
+  const std::uint64_t grads = 2 * 5 * params * 4, other = none - grads;
+  REQUIRE(none > grads);
+  CHECK(bf - other == grads / 2);
+  CHECK(fp - other == grads / 2);
+}
+
+}  // namespace mpi_compression_test
