@@ -19,10 +19,16 @@
 //                             [--capture]          (gpu: one_device again with its steps captured, a CUDA graph
 //                                                   each, interleaved with the eager runs: ExecutorOptions::capture_steps)
 //                             [--bucket-mb 0,1,4]  (gradient buckets of MB MiB, fractional allowed, 0: one flat
-//                                                   all-reduce: ExecutorOptions::bucket_bytes; several sizes run
-//                                                   interleaved, a row each, the first the main row)
+//                                                   all-reduce: ExecutorOptions::bucket_bytes)
+//                             [--zero 0,1,2,3]     (ZeRO stage: ExecutorOptions::sharded_update; default: the
+//                                                   strategy's choice)
+//                             [--compression none,bf16,fp16]  (ExecutorOptions::compression)
+//                             (every combination of the last three lists runs interleaved, a row each, the first
+//                             the main row; each row also gives the run's peak resident memory, VmHWM)
 // Models: mlp (784-128-10), cnn, wide (784-2048-2048-10, 5.8M parameters: a
-// model where the gradient's communication matters, issue 25).
+// model where the gradient's communication matters, issue 25), deep
+// (784-1024x4-10, 3.9M parameters in four near-equal layers: where ZeRO 3's
+// windows of the largest layer are a small part of the model).
 // Compare: ./build/examples/mnist_mlp --strategy mirrored --replicas 2 --quiet
 #include <algorithm>
 #include <cstdio>
@@ -42,6 +48,7 @@
 #include <strata/nn/max_pool2d.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
+#include <strata/strategy/fully_sharded.hpp>
 
 #if STRATA_HAS_NCCL  // bench/meson.build links strata-nccl whenever NCCL is built, else strata-cuda
 #include <strata/nccl.hpp>
@@ -68,7 +75,12 @@ nn::Sequential make(const std::string& model) {
   if (model == "wide")
     return nn::Sequential{nn::Input{{28, 28}}, nn::Flatten{}, nn::Dense{2048, {.activation = nn::Activation::ReLU}},
                           nn::Dense{2048, {.activation = nn::Activation::ReLU}}, nn::Dense{10}};
-  throw strata::Error("unknown model " + model + " (mlp, cnn, wide)");
+  if (model == "deep")
+    return nn::Sequential{nn::Input{{28, 28}}, nn::Flatten{}, nn::Dense{1024, {.activation = nn::Activation::ReLU}},
+                          nn::Dense{1024, {.activation = nn::Activation::ReLU}},
+                          nn::Dense{1024, {.activation = nn::Activation::ReLU}},
+                          nn::Dense{1024, {.activation = nn::Activation::ReLU}}, nn::Dense{10}};
+  throw strata::Error("unknown model " + model + " (mlp, cnn, wide, deep)");
 }
 
 struct Data {
@@ -108,7 +120,20 @@ struct Setup {
   std::string trace = "none";  // a child's recording: none, file (a trace file in /tmp), totals (for --breakdown)
   bool capture = false;        // a child's one_device steps captured (ExecutorOptions::capture_steps)
   double bucket_mb = 0;        // a child's gradient buckets (ExecutorOptions::bucket_bytes), MiB
+  int zero = -1;               // a child's ZeRO stage (ExecutorOptions::sharded_update); -1: the default
+  std::string compression = "none";  // a child's ExecutorOptions::compression
 };
+
+// This process's peak resident memory (VmHWM), MiB.
+double peak_rss_mib() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  double kib = 0;
+  for (char line[256]; std::fgets(line, sizeof line, f);)
+    if (std::sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib / 1024.0;
+}
 
 // --breakdown's categories, in its columns' order.
 constexpr strata::trace::Category kShown[] = {
@@ -117,6 +142,7 @@ constexpr strata::trace::Category kShown[] = {
     strata::trace::Category::Update,     strata::trace::Category::Callback, strata::trace::Category::Step};
 
 std::string breakdown_lines;  // a child's --trace-mode totals, printed after its samples/s
+double state_mib = 0;         // a child's model state per replica at its ZeRO stage (fully_sharded.hpp's formula), MiB
 
 // samples/s of one run: what mnist_mlp prints (examples/mnist_common.hpp).
 template <class S>
@@ -124,6 +150,12 @@ double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
   if constexpr (requires { s.executor_options().capture_steps; }) s.executor_options().capture_steps = u.capture;
   if constexpr (requires { s.executor_options().bucket_bytes; })
     s.executor_options().bucket_bytes = static_cast<std::size_t>(u.bucket_mb * 1048576.0);
+  if constexpr (requires { s.executor_options().sharded_update; }) {
+    if (u.zero >= 0) s.executor_options().sharded_update = *strata::sharded_update_for_stage(u.zero);
+    s.executor_options().compression = u.compression == "bf16"   ? strata::Compression::BF16
+                                       : u.compression == "fp16" ? strata::Compression::FP16
+                                                                 : strata::Compression::None;
+  }
   auto m = s.scope([&] { return make(model); });
   m.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
             {.seed = u.seed});
@@ -137,6 +169,18 @@ double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
   m.fit(s.distribute(train), {.epochs = u.epochs, .verbose = nn::Verbosity::Silent});
   const double seconds = bench::now_s() - t0;
   if (trace) trace->finish();
+  if constexpr (requires { s.executor_options().sharded_update; s.devices(); s.num_local_replicas(); }) {
+    const auto p = static_cast<std::size_t>(s.num_local_replicas());
+    std::size_t largest = 0, n = 0;
+    for (const auto& w : m.get_weights()) n += w.value.size();
+    for (std::size_t l = 0; l < m.layers().size(); ++l) {  // each layer's parameters
+      std::size_t k = 0;
+      for (const auto& spec : m.layers()[l]->params()) k += spec.shape.elements();
+      largest = std::max(largest, k);
+    }
+    const int stage = s.devices().front().is_gpu() ? -1 : strata::zero_stage(s.executor_options().sharded_update, p);
+    if (stage >= 0) state_mib = static_cast<double>(strata::detail::model_state_bytes(stage, n, p, 2, largest)) / 1048576.0;
+  }
   if (u.trace == "file") std::filesystem::remove(file);
   if (u.trace == "totals") {  // printed after the samples/s: "TRACK|steps|wall_ms|ms per step of each shown category"
     const double steps = static_cast<double>(u.epochs) * static_cast<double>((n + u.batch - 1) / u.batch);
@@ -162,14 +206,17 @@ std::string shell_quoted(const std::string& s) {
   return q + "'";
 }
 
-// Runs `self --child 1 <args>` and returns the samples/s it prints (the
-// breakdown's lines after it into `rest`).
-double run_child(const std::string& self, const std::string& args, std::string* rest = nullptr) {
+// Runs `self --child 1 <args>` and returns the samples/s it prints (its
+// peak resident memory into `peak`, the breakdown's lines after it into `rest`).
+double run_child(const std::string& self, const std::string& args, std::string* rest = nullptr,
+                 std::vector<double>* peak = nullptr, double* state = nullptr) {
   const std::string cmd = shell_quoted(self) + " --child 1" + args;
   FILE* f = popen(cmd.c_str(), "r");
   if (!f) throw strata::Error("train_bench: cannot start " + cmd);
-  double sps = -1;
-  const int got = std::fscanf(f, "%lf", &sps);
+  double sps = -1, mib = 0, st = 0;
+  const int got = std::fscanf(f, "%lf %lf %lf", &sps, &mib, &st) >= 1 ? 1 : 0;
+  if (peak) peak->push_back(mib);
+  if (state) *state = st;
   for (char buf[512]; std::fgets(buf, sizeof buf, f);)
     if (rest) *rest += buf;
   const int status = pclose(f);
@@ -231,6 +278,7 @@ int main(int argc, char** argv) try {
   std::size_t examples = 0;
   std::string data_dir, device = "cpu";
   std::vector<std::string> buckets{"0"};  // --bucket-mb: MiB per gradient bucket, one run of each per round
+  std::vector<std::string> zeros{""}, compressions{"none"};  // --zero ("": the default), --compression
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i], v = i + 1 < argc ? argv[i + 1] : "";
     if (k == "--models") models = bench::split_commas(v);
@@ -246,6 +294,9 @@ int main(int argc, char** argv) try {
     else if (k == "--trace-mode") u.trace = v;
     else if (k == "--capture-steps") u.capture = v == "1";
     else if (k == "--bucket-mb") buckets = bench::split_commas(v);
+    else if (k == "--zero") zeros = bench::split_commas(v);
+    else if (k == "--zero-stage") u.zero = std::stoi(v);
+    else if (k == "--compression") compressions = bench::split_commas(v);
     else if (k == "--breakdown" || k == "--trace-overhead" || k == "--capture") {
       (k == "--breakdown" ? breakdown : k == "--capture" ? capture : overhead) = true;
       --i;  // a flag: no value
@@ -266,7 +317,32 @@ int main(int argc, char** argv) try {
       return 2;
     }
   }
+  for (const auto& z : zeros)
+    if (!z.empty() && (z.size() != 1 || z[0] < '0' || z[0] > '3')) {
+      std::fprintf(stderr, "--zero takes ZeRO stages 0-3, got %s\n", z.c_str());
+      return 2;
+    }
+  for (const auto& c : compressions)
+    if (c != "none" && c != "bf16" && c != "fp16") {
+      std::fprintf(stderr, "--compression is none, bf16 or fp16, got %s\n", c.c_str());
+      return 2;
+    }
   u.bucket_mb = std::strtod(buckets.at(0).c_str(), nullptr);
+  u.compression = compressions.at(0);
+  // the rows: every (bucket size, stage, compression), the first the main one
+  struct Variant {
+    std::string args, label;
+  };
+  std::vector<Variant> variants;
+  for (const auto& b : buckets)
+    for (const auto& z : zeros)
+      for (const auto& c : compressions) {
+        Variant v;
+        if (buckets.size() > 1 || b != "0") v.args += " --bucket-mb " + b, v.label += "buckets " + b + " MiB ";
+        if (!z.empty()) v.args += " --zero-stage " + z, v.label += "ZeRO " + z + " ";
+        if (compressions.size() > 1 || c != "none") v.args += " --compression " + c, v.label += c + " ";
+        variants.push_back(v);
+      }
   if (device != "cpu" && device != "gpu") {
     std::fprintf(stderr, "--device is cpu or gpu, got %s\n", device.c_str());
     return 2;
@@ -287,7 +363,7 @@ int main(int argc, char** argv) try {
     const double sps = strata::with_strategy(strategies.at(0), strata::StrategyChoice{.replicas = replicas.at(0), .device = dev,
                                                                     .gpus = dev.is_gpu() ? strata::gpu_count() : 0},
                                              [&](auto& s) { return run_once(s, models.at(0), d, u); });
-    std::printf("%.1f\n%s", sps, breakdown_lines.c_str());
+    std::printf("%.1f %.1f %.2f\n%s", sps, peak_rss_mib(), state_mib, breakdown_lines.c_str());
     return 0;
   }
   std::string common = " --device " + device + " --batch " + std::to_string(u.batch) + " --epochs " + std::to_string(u.epochs) +
@@ -297,15 +373,18 @@ int main(int argc, char** argv) try {
               "# shuffle + batch %zu + prefetch 2, Adam; median of %d runs (each in a fresh process); %u cores; device %s\n",
               u.epochs, d.x.shape()[0], d.source.c_str(), u.batch, runs, std::thread::hardware_concurrency(),
               strata::describe(dev).c_str());
-  std::printf("%6s %16s %9s %14s %10s %10s %9s %11s\n", "model", "strategy", "replicas", "median/s", "min/s", "max/s",
-              "speedup", "efficiency");
+  std::printf("# peak MiB: the process's VmHWM (all its replicas, the data, the model); state MiB: one replica's\n"
+              "# values, gradient and Adam's two slots at its ZeRO stage (strategy/fully_sharded.hpp's formula)\n");
+  std::printf("%6s %16s %9s %14s %10s %10s %9s %11s %9s %10s\n", "model", "strategy", "replicas", "median/s", "min/s",
+              "max/s", "speedup", "efficiency", "peak MiB", "state MiB");
   for (const auto& model : models) {
     double base = 0;  // the first one-replica row's median: speedups are against it
     for (const auto& st : strategies)
       for (int p : replicas) {
         if (st == "one_device" && p != 1) continue;
         std::vector<double> sps, traced, graphed;
-        std::vector<std::vector<double>> bucketed(buckets.size());  // the other --bucket-mb sizes
+        std::vector<std::vector<double>> varied(variants.size()), peaks(variants.size());  // per row
+        std::vector<double> states(variants.size());
         const bool graphs = capture && dev.is_gpu() && st == "one_device";
         std::string args = common;
         args += " --models ";
@@ -314,11 +393,12 @@ int main(int argc, char** argv) try {
         args += shell_quoted(st);
         args += " --replicas ";
         args += std::to_string(p);
-        if (buckets.size() > 1 || buckets[0] != "0") args += " --bucket-mb " + buckets[0];
+        const std::string common_args = args;
+        args += variants[0].args;
         for (int r = 0; r < runs; ++r) {
-          sps.push_back(run_child(argv[0], args));
-          for (std::size_t k = 1; k < buckets.size(); ++k)  // interleaved: same noise
-            bucketed[k].push_back(run_child(argv[0], args + " --bucket-mb " + buckets[k]));
+          sps.push_back(run_child(argv[0], args, nullptr, &peaks[0], &states[0]));
+          for (std::size_t k = 1; k < variants.size(); ++k)  // interleaved: same noise
+            varied[k].push_back(run_child(argv[0], common_args + variants[k].args, nullptr, &peaks[k], &states[k]));
           if (overhead) traced.push_back(run_child(argv[0], args + " --trace-mode file"));  // interleaved: same noise
           if (graphs) graphed.push_back(run_child(argv[0], args + " --capture-steps 1"));
         }
@@ -326,8 +406,10 @@ int main(int argc, char** argv) try {
         if (base == 0 && p == 1) base = med;
         std::printf("%6s %16s %9d %14.0f %10.0f %10.0f", model.c_str(), st.c_str(), p, med,
                     *std::min_element(sps.begin(), sps.end()), *std::max_element(sps.begin(), sps.end()));
-        if (base > 0) std::printf(" %8.2fx %10.0f%%\n", med / base, 100.0 * med / base / p);
-        else std::printf(" %9s %11s\n", "-", "-");  // no one-replica row to compare with
+        if (base > 0) std::printf(" %8.2fx %10.0f%%", med / base, 100.0 * med / base / p);
+        else std::printf(" %9s %11s", "-", "-");  // no one-replica row to compare with
+        std::printf(" %9.0f %10.1f%s%s\n", median(peaks[0]), states[0], variants[0].label.empty() ? "" : "   ",
+                    variants[0].label.c_str());
         if (overhead)
           std::printf("%6s %16s %9s %14.0f %10.0f %10.0f   traced to a file: %+.1f%% time per sample\n", "", "", "",
                       median(traced), *std::min_element(traced.begin(), traced.end()),
@@ -336,11 +418,11 @@ int main(int argc, char** argv) try {
           std::printf("%6s %16s %9d %14.0f %10.0f %10.0f   captured steps: %.2fx the eager median\n", model.c_str(),
                       "one_device+graph", p, median(graphed), *std::min_element(graphed.begin(), graphed.end()),
                       *std::max_element(graphed.begin(), graphed.end()), median(graphed) / med);
-        for (std::size_t k = 1; k < buckets.size(); ++k)
-          std::printf("%6s %16s %9d %14.0f %10.0f %10.0f   buckets of %s MiB: %.2fx the %s MiB median\n", "", "", p,
-                      median(bucketed[k]), *std::min_element(bucketed[k].begin(), bucketed[k].end()),
-                      *std::max_element(bucketed[k].begin(), bucketed[k].end()), buckets[k].c_str(),
-                      median(bucketed[k]) / med, buckets[0].c_str());
+        for (std::size_t k = 1; k < variants.size(); ++k)
+          std::printf("%6s %16s %9d %14.0f %10.0f %10.0f %9s %11s %9.0f %10.1f   %s: %.2fx the first row's median\n", "",
+                      "", p, median(varied[k]), *std::min_element(varied[k].begin(), varied[k].end()),
+                      *std::max_element(varied[k].begin(), varied[k].end()), "", "", median(peaks[k]), states[k],
+                      variants[k].label.c_str(), median(varied[k]) / med);
         if (breakdown) print_breakdown(argv[0], args);
         std::fflush(stdout);
       }
