@@ -61,6 +61,9 @@ struct Args {
   std::size_t train_limit = 0;  // use only the first N training examples (0: all)
   double learning_rate = 1e-3;  // the optimizer's (the program's default)
   double lr_decay = 1;          // the rate's factor per epoch (1: constant; the program's default)
+  std::optional<int> zero;      // the ZeRO stage (none: the strategy's default)
+  double bucket_mb = 0;         // MiB per gradient bucket (0: one all-reduce after backward)
+  strata::Compression compression = strata::Compression::None;
   double validation_split = 0;  // hold out this last fraction of the training examples (0: none)
   std::string tensorboard;      // TensorBoard event files into this directory ("": none)
   std::string trace;            // the run's timeline, trace-event JSON ("": none)
@@ -88,6 +91,7 @@ struct OptionInfo {
 inline constexpr auto replica_strategies = &strata::StrategyInfo::takes_replicas;
 inline constexpr auto ps_strategies = &strata::StrategyInfo::takes_ps_options;
 inline constexpr auto pipeline_strategies = &strata::StrategyInfo::takes_pipeline_options;
+inline constexpr auto gradient_strategies = &strata::StrategyInfo::takes_gradient_options;
 
 //! The catalogue's names whose `keep` holds, in its order.
 template <class Keep>
@@ -125,6 +129,15 @@ inline constexpr OptionInfo option_table[] = {
      pipeline_strategies},
     {"--data-parallel", "D", "pipeline: D copies of it, each on its share of every batch, 1-64 (default 1)",
      pipeline_strategies},
+    {"--zero", "0|1|2|3", "ZeRO stage of {gradient_strategies}' CPU replicas: 0 every replica holds everything, 1 the "
+                          "optimizer state sharded, 2 the gradient too, 3 the values too (a layer's gathered before "
+                          "its forward and backward); default: 1 from 3 replicas, else 0",
+     gradient_strategies},
+    {"--bucket-mb", "MB", "gradient buckets of MB MiB (fractions allowed, 0-1024), each reduced as soon as backward "
+                          "has finished it (default 0: one all-reduce after backward)",
+     gradient_strategies},
+    {"--compression", "none|bf16|fp16", "send the gradient in 16 bits, with error feedback (default none)",
+     gradient_strategies},
     {"--epochs", "N", "passes over the training set, 1-100000 (default {epochs})"},
     {"--batch", "N", "global batch, 1-1048576 (default 128)"},
     {"--data", "DIR", "the MNIST directory (default: the cache of scripts/fetch-mnist.sh)"},
@@ -223,6 +236,8 @@ inline std::string with_defaults(std::string_view help, const Args& d, bool vali
   put("{gpu_strategies}", strata::detail::join_names(gpu_strategies(), " or "));
   put("{replica_strategies}",
       join(catalog_names([](const strata::StrategyInfo& s) { return s.takes_replicas; }), ", "));
+  put("{gradient_strategies}",
+      join(catalog_names([](const strata::StrategyInfo& s) { return s.takes_gradient_options; }), " and "));
   put("{epochs}", std::to_string(d.epochs));
   put("{seed}", std::to_string(d.seed));
   put("{learning_rate}", shown(d.learning_rate));
@@ -383,6 +398,14 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
       else if (v == "1f1b") a.schedule = strata::Schedule::OneFOneB;
       else fail(prog, "--schedule " + detail::quoted(v) + " is not a schedule: expected naive, gpipe or 1f1b");
     }
+    else if (k == "--zero") a.zero = detail::whole(prog, k, v, 0, 3);
+    else if (k == "--bucket-mb") a.bucket_mb = detail::decimal(prog, k, v, 0, 1024, false, "a number from 0 to 1024");
+    else if (k == "--compression") {
+      if (v == "none") a.compression = strata::Compression::None;
+      else if (v == "bf16") a.compression = strata::Compression::BF16;
+      else if (v == "fp16") a.compression = strata::Compression::FP16;
+      else fail(prog, "--compression " + detail::quoted(v) + " is not a format: expected none, bf16 or fp16");
+    }
     else if (k == "--epochs") a.epochs = detail::whole(prog, k, v, 1, 100000);
     else if (k == "--batch") a.batch = detail::whole<std::size_t>(prog, k, v, 1, std::size_t{1} << 20);
     else if (k == "--data") a.data = v;
@@ -461,6 +484,11 @@ inline std::vector<std::pair<std::string, std::string>> options_that_must_match(
           {"--validation-split", detail::exact(a.validation_split)},
           {"--learning-rate", detail::exact(a.learning_rate)},
           {"--lr-decay", detail::exact(a.lr_decay)},
+          {"--zero", a.zero ? std::to_string(*a.zero) : std::string("(default)")},
+          {"--bucket-mb", detail::exact(a.bucket_mb)},
+          {"--compression", a.compression == strata::Compression::None   ? "none"
+                            : a.compression == strata::Compression::BF16 ? "bf16"
+                                                                          : "fp16"},
           {"--early-stopping", a.early_stopping ? std::to_string(*a.early_stopping) : std::string("(none)")},
           {"--checkpoint-dir", or_none(a.checkpoint_dir)},
           {"--min-accuracy", detail::shown(a.min_accuracy)},
@@ -489,6 +517,14 @@ inline strata::Device device_of(Args& a) {
   else if (a.device.rfind("gpu:", 0) == 0) d = strata::gpu(std::atoi(a.device.c_str() + 4));  // checked by parse
   if (d.is_gpu() && !a.strategy_named) a.strategy = a.has("--replicas") ? "mirrored" : "one_device";
   return d;
+}
+
+//! --zero, --bucket-mb and --compression into the executor options `o`
+//! (set before the model is made).
+inline void apply_gradient_options(const Args& a, strata::ExecutorOptions& o) {
+  if (a.zero) o.sharded_update = *strata::sharded_update_for_stage(*a.zero);
+  o.bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
+  o.compression = a.compression;
 }
 
 //! What strata::with_strategy needs from the command line.

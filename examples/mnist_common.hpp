@@ -100,6 +100,9 @@ template <class S>
 int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, const std::optional<Validation>& validation,
                 const std::function<strata::nn::Sequential()>& make_model, double target) {
   namespace nn = strata::nn;
+  if constexpr (requires { strategy.executor_options(); })  // --zero, --bucket-mb, --compression
+    if (const auto* info = strata::find_strategy(a.strategy); info && info->takes_gradient_options)
+      apply_gradient_options(a, strategy.executor_options());
   auto model = strategy.scope(make_model);
   // --lr-decay: the rate times lr_decay after each epoch's steps (Keras' ExponentialDecay, staircase)
   const auto epoch_steps = static_cast<std::int64_t>((mnist.train_images.shape()[0] + a.batch - 1) / a.batch);
@@ -115,7 +118,14 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
   const std::string summary = model.summary();
   if (!a.quiet && chief) std::printf("%s", summary.c_str());
   if (const std::string how = model.gradient_reduction(); !a.quiet && chief && !how.empty())
-    std::printf("gradients: %s\n", how.c_str());  // GPU replicas: which all-reduce, and why
+    std::printf("gradients: %s\n", how.c_str());  // GPU replicas: which all-reduce, and why; ZeRO 2 and 3
+  else if constexpr (requires { strategy.executor_options(); strategy.devices(); })
+    if (const auto* info = strata::find_strategy(a.strategy);
+        !a.quiet && chief && info && info->takes_gradient_options && !strategy.devices().front().is_gpu())
+      std::printf("gradients: %s\n",
+                  strata::describe_gradient(strategy.executor_options(), strategy.devices().size(),
+                                            strategy.any().num_workers())
+                      .c_str());
   const std::size_t n = mnist.train_images.shape()[0];
   auto train = strata::data::from_tensor_slices(mnist.train_images, mnist.train_labels)
                    .shuffle(n, a.seed)

@@ -264,6 +264,17 @@ TEST_CASE("what ZeRO 2 and 3 refuse, with the reason") {
     break;
   }
   CHECK(refused);
+  // compression (16 bits on the all-reduce, ZeRO 0), GPU replicas: said when the executor is made
+  strata::MirroredStrategy c{strata::cpu_replicas(2)};
+  c.executor_options().sharded_update = ShardedUpdate::Parameters;
+  c.executor_options().compression = strata::Compression::BF16;
+  CHECK_THROWS_WITH_AS(
+      [&] {
+        auto mc = c.scope(model);
+        mc.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+        mc.build(strata::Shape{6});
+      }(),
+      doctest::Contains("is not available here: compression"), strata::Error);
 }
 
 }  // namespace fully_sharded_test

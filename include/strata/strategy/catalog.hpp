@@ -38,6 +38,8 @@ struct StrategyInfo {
   bool takes_replicas = false;          //!< reads StrategyChoice::replicas (--replicas)
   bool takes_ps_options = false;        //!< reads workers, servers, staleness, cluster (--workers ...)
   bool takes_pipeline_options = false;  //!< reads stages, micro_batches, data_parallel, schedule (--stages ...)
+  //! Its executor options shard, bucket and compress the gradient (--zero, --bucket-mb, --compression).
+  bool takes_gradient_options = false;
   std::string_view help = {};           //!< one line for --help
 
   //! Its replicas may be GPUs (StrategyChoice::device, --device gpu): a
@@ -56,6 +58,7 @@ inline constexpr std::array strategy_catalog{
     StrategyInfo{.name = "mirrored",
                  .placement = PlacementKind::Mirrored,
                  .takes_replicas = true,
+                 .takes_gradient_options = true,
                  .help = "replicas in this process, each with a copy of every variable; gradients all-reduced"},
     StrategyInfo{.name = "central_storage",
                  .placement = PlacementKind::CentralStorage,
@@ -77,6 +80,7 @@ inline constexpr std::array strategy_catalog{
                  .placement = PlacementKind::Mirrored,
                  .needs_mpi = true,
                  .takes_replicas = true,
+                 .takes_gradient_options = true,
                  .help = "mirrored across the processes of an mpirun job, each a worker with its own replicas"},
 };
 

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 
 #include <strata/strategy/device_compute.hpp>  // MatmulPrecision
 
@@ -117,5 +118,30 @@ struct ExecutorOptions {
   std::size_t memory_budget_bytes = 0;
   friend bool operator==(const ExecutorOptions&, const ExecutorOptions&) = default;
 };
+
+//! What `o` does to the gradient of `local` CPU replicas per worker over
+//! `workers` workers, in words (the examples' summary), by the mirrored
+//! executors' rules: ZeRO 1 within one process (Auto: from 3 replicas, not
+//! under compression), stages 2 and 3 in one process, buckets at stage 0.
+//!   std::puts(strata::describe_gradient(s.executor_options(), 4, 1).c_str());
+inline std::string describe_gradient(const ExecutorOptions& o, std::size_t local, int workers) {
+  int stage = zero_stage(o.sharded_update, local);
+  const bool automatic = o.sharded_update == ShardedUpdate::Auto;
+  if (stage == 1 && (workers > 1 || (automatic && o.compression != Compression::None))) stage = 0;
+  static constexpr const char* sharded[] = {"every replica holds the whole model (ZeRO 0)",
+                                            "the optimizer state sharded over the replicas (ZeRO 1)",
+                                            "gradient and optimizer state sharded over the replicas (ZeRO 2)",
+                                            "values, gradient and optimizer state sharded over the replicas (ZeRO 3)"};
+  std::string out = sharded[stage];
+  if (automatic) out += " (the default at " + std::to_string(local) + (local == 1 ? " replica)" : " replicas)");
+  if (stage >= 2) out += "; each layer's gradient reduce-scattered as backward ends it";
+  else if (stage == 1) out += "; one reduce-scatter after backward";
+  else if (o.bucket_bytes)
+    out += "; buckets of " + std::to_string((o.bucket_bytes + 1023) >> 10) + " KiB all-reduced as backward ends them";
+  else out += "; one all-reduce after backward";
+  if (o.compression != Compression::None)
+    out += o.compression == Compression::BF16 ? "; bf16 on the wire (error feedback)" : "; fp16 on the wire (error feedback)";
+  return out;
+}
 
 }  // namespace strata

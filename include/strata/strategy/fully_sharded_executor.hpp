@@ -218,13 +218,21 @@ std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program) {
   const int stage = zero_stage(o.sharded_update, static_cast<std::size_t>(s.num_local_replicas()));
   if (stage < 2) return nullptr;
   const char* why = nullptr;
-  if (s.devices().front().is_gpu()) why = "GPU replicas shard the optimizer state only (ZeRO 1) so far";
-  else if (!ShardingContext<typename S::context_type>)
+  const char* instead = "use ShardedUpdate::On or Off";
+  if (s.devices().front().is_gpu()) {
+    why = "GPU replicas shard the optimizer state only (ZeRO 1) so far";
+  } else if (o.compression != Compression::None) {
+    why = "compression sends the all-reduced gradient in 16 bits (ZeRO 0); stages 2 and 3 reduce-scatter each layer "
+          "in FP32";
+    instead = "use ShardedUpdate::Off, or no compression";
+  } else if (!ShardingContext<typename S::context_type>) {
     why = "its replica contexts cannot all-gather and reduce-scatter over every replica without waiting "
           "(MultiWorkerMirroredStrategy: ZeRO 2 and 3 run within one process so far)";
+    instead = "use ShardedUpdate::Off";
+  }
   if (why)
     throw Error("ZeRO stage " + std::to_string(stage) + " (ShardedUpdate::" +
-                (stage == 2 ? "Gradients" : "Parameters") + ") is not available here: " + why + "; use ShardedUpdate::On or Off");
+                (stage == 2 ? "Gradients" : "Parameters") + ") is not available here: " + why + "; " + instead);
   return std::make_unique<FullyShardedExecutor<S>>(s, program, o, stage);
 }
 

@@ -230,6 +230,10 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     sharded_ = !central_ && (gpus ? this->workers_.size() == 1 : context_shards) &&
                shards_update(opts_.sharded_update, local) &&
                (opts_.compression == Compression::None || opts_.sharded_update != ShardedUpdate::Auto);
+    if (!sharded_ && !central_ && !gpus && local > 1 && opts_.sharded_update == ShardedUpdate::On)
+      throw Error("ShardedUpdate::On (ZeRO 1): these CPU replicas' contexts cannot reduce-scatter and all-gather over "
+                  "every replica (MultiWorkerMirroredStrategy: the sharded update runs within one process so far); "
+                  "use ShardedUpdate::Off or Auto");
     if (!gpus) return;
     colls_ = make_device_collectives(devices, this->s_.options());
     choice_ = colls_->choice();
