@@ -95,7 +95,7 @@ void reset_seen() {
 
 }  // namespace
 
-TEST_CASE("the bucket plan: whole variables from the end down, the first bucket what remains") {
+TEST_CASE("the bucket plan: whole variables from the end down, the first small, the last what remains") {
   using V = std::vector<std::size_t>;
   using P = std::vector<Range>;
   CHECK(strata::detail::plan_buckets(V{6, 2, 4}, 8) == P{{8, 12}, {6, 8}, {0, 6}});
@@ -104,6 +104,9 @@ TEST_CASE("the bucket plan: whole variables from the end down, the first bucket 
   CHECK(strata::detail::plan_buckets(V{6, 2, 4}, 1 << 20) == P{{0, 12}});               // larger than the model
   CHECK(strata::detail::plan_buckets(V{3, 0, 1}, 4) == P{{3, 4}, {0, 3}});              // empty variables join one
   CHECK(strata::detail::plan_buckets(V{}, 4).empty());
+  // DDP's small first bucket: the last variables' reduction starts once 1 MiB of them is final, the rest in 2 MiB
+  // buckets (without it: {300000, 900000}, {0, 300000})
+  CHECK(strata::detail::plan_buckets(V{300000, 300000, 300000}, 2 << 20) == P{{600000, 900000}, {0, 600000}});
 }
 
 TEST_CASE("buckets start as backward finishes them, in the plan's order whatever it tells") {

@@ -15,6 +15,7 @@
 //!   buckets.begin(&plan, grad, [&](std::span<float> b) { return ctx.all_reduce_async(b, strata::Sum); });
 //!   info.ready = &buckets;  rep.step(batch, rows, info, out);  buckets.finish();
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,10 +39,15 @@ inline std::uint64_t& buckets_started_here() noexcept {
   return n;
 }
 
+//! The first bucket's size at most (as DDP's: its reduction starts after
+//! the last layers' backward, not after a whole bucket's worth of them).
+inline constexpr std::size_t first_bucket_bytes = std::size_t{1} << 20;
+
 //! The buckets of a flat gradient of variables of `sizes` elements (in
 //! layout order), in backward order: from the end down, each the fewest
-//! whole variables holding at least `bytes` bytes (the last, at the front
-//! of the vector, what remains). Empty for no parameters.
+//! whole variables holding at least `bytes` bytes (the first, of the last
+//! variables, at least min(bytes, first_bucket_bytes); the last, at the
+//! front of the vector, what remains). Empty for no parameters.
 //!   plan_buckets({6, 2, 4}, 8) == {{8, 12}, {6, 8}, {0, 6}}
 [[nodiscard]] inline std::vector<Range> plan_buckets(const std::vector<std::size_t>& sizes, std::size_t bytes) {
   std::size_t total = 0;
@@ -50,7 +56,8 @@ inline std::uint64_t& buckets_started_here() noexcept {
   std::size_t end = total, lo = total;
   for (std::size_t i = sizes.size(); i-- > 0;) {
     lo -= sizes[i];
-    if ((end - lo) * sizeof(float) >= bytes && end > lo) {
+    const std::size_t want = out.empty() ? std::min(bytes, first_bucket_bytes) : bytes;
+    if ((end - lo) * sizeof(float) >= want && end > lo) {
       out.push_back({lo, end});
       end = lo;
     }

@@ -99,7 +99,8 @@ struct ExecutorOptions {
   std::size_t read_every = 100;
   //! Gradient buckets (strategy/buckets.hpp; issue 25), CPU replicas of
   //! Mirrored and MultiWorkerMirrored: the gradient is cut into contiguous
-  //! buckets of whole variables of at least this many bytes, in backward
+  //! buckets of whole variables of at least this many bytes (the first, of
+  //! the last layers, closed at min(this, 1 MiB), as DDP's), in backward
   //! order, each all-reduced (non-blocking) as soon as backward has finished
   //! it, while backward goes on; the update waits for every bucket. 0: one
   //! flat all-reduce after backward. With the direct reduction (the default
