@@ -8,6 +8,7 @@
 // compress is refused at place time.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -34,6 +35,27 @@ namespace {
 float bits_f(std::uint32_t u) { return std::bit_cast<float>(u); }
 std::uint16_t b16(float f) { return bf16(f).bits; }
 std::uint16_t h16(float f) { return fp16(f).bits; }
+
+//! Round to nearest even written another way (in double, std::nearbyint): the
+//! 16-bit pattern of `f` with `mant` stored mantissa bits, exponents from
+//! `emin` (subnormals below) to `emax` (infinity above), `bias` the exponent's.
+std::uint16_t reference(float f, int mant, int emin, int emax, int bias, std::uint16_t quiet) {
+  const auto u = std::bit_cast<std::uint32_t>(f);
+  const auto sign = static_cast<std::uint16_t>(u & 0x80000000u ? 0x8000u : 0u);
+  const std::uint16_t inf = static_cast<std::uint16_t>(((1u << (15 - mant)) - 1u) << mant);
+  if (std::isnan(f)) return static_cast<std::uint16_t>(sign | inf | quiet | ((u & 0x7fffffu) >> (23 - mant)));
+  const double a = std::fabs(static_cast<double>(f));
+  if (a == 0) return sign;
+  if (std::isinf(a)) return sign | inf;
+  int e = std::max(std::ilogb(a), emin);
+  double m = std::nearbyint(std::ldexp(a, mant - e));  // the current rounding mode: to nearest even
+  const double one = std::ldexp(1.0, mant);
+  if (m >= 2 * one) m = one, ++e;
+  if (e > emax) return sign | inf;
+  const auto bits = m < one ? static_cast<std::uint32_t>(m)
+                            : (static_cast<std::uint32_t>(e + bias) << mant) + static_cast<std::uint32_t>(m - one);
+  return static_cast<std::uint16_t>(sign | bits);
+}
 
 //! A reduction over one replica: what the compression sends comes back as it is.
 struct Alone {
@@ -138,6 +160,23 @@ TEST_CASE("fp16 rounds to nearest even, overflows to infinity and keeps subnorma
     if (std::isnan(static_cast<float>(h))) continue;
     REQUIRE(fp16(static_cast<float>(h)).bits == b);
   }
+}
+
+TEST_CASE("bf16 and fp16 agree with rounding done another way, over a million floats and their ties") {
+  std::size_t checked = 0, bad = 0;
+  std::uint32_t first = 0;
+  for (std::uint64_t v = 0; v < (std::uint64_t{1} << 32); v += 4093) {
+    const auto u = static_cast<std::uint32_t>(v);
+    for (std::uint32_t w : {u, (u & ~0xffffu) | 0x8000u, (u & ~0x1fffu) | 0x1000u, (u & ~0x1fffu) | 0x0fffu}) {
+      const float f = bits_f(w);
+      ++checked;
+      if (b16(f) == reference(f, 7, -126, 127, 127, 0x40) && h16(f) == reference(f, 10, -14, 15, 15, 0x200)) continue;
+      if (!bad++) first = w;
+    }
+  }
+  INFO("first float that differs: 0x", std::hex, first);
+  CHECK(checked > 4000000);
+  CHECK(bad == 0);
 }
 
 TEST_CASE("collectives sum 16-bit elements in FP32, rounded once, with half the bytes") {

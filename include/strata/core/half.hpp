@@ -18,47 +18,44 @@ namespace strata {
 
 namespace detail {
 
+// The conversions are branch-free (selects), so that the loops that call
+// them over a gradient vectorize.
+
 //! float -> bfloat16 bits: round to nearest even on the 16 bits dropped.
 [[nodiscard]] constexpr std::uint16_t bf16_bits(float f) noexcept {
   const auto u = std::bit_cast<std::uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // NaN, quiet
-  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // a carry may reach infinity
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // a carry may reach infinity
+  const std::uint32_t nan = (u >> 16) | 0x0040u;                          // NaN, made quiet, sign kept
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 //! float -> IEEE half bits: round to nearest even, overflow to infinity,
 //! subnormal halves below 2^-14, zero below half of 2^-24.
 [[nodiscard]] constexpr std::uint16_t fp16_bits(float f) noexcept {
   const auto u = std::bit_cast<std::uint32_t>(f);
-  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
-  const std::uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN, quiet
-  if (a >= 0x47800000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // 65536 and up (infinity too)
-  // the half's bits before rounding, and the float's mantissa bits it drops (`shift` of them)
-  std::uint32_t h = 0, m = 0, shift = 13;
-  if (a >= 0x38800000u) {  // a normal half: exponent rebiased, 13 mantissa bits dropped
-    m = a & 0x7fffffu;
-    h = ((((a >> 23) - 112u) << 10) | (m >> 13));
-  } else {  // a subnormal half: the mantissa (with its leading 1) in units of 2^-24
-    const std::uint32_t e = a >> 23;
-    shift = 126u - e;  // 14 and up
-    if (shift > 24u) return sign;  // below 2^-25 (half of the smallest subnormal): zero
-    m = (a & 0x7fffffu) | 0x800000u;
-    h = m >> shift;
-  }
-  const std::uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-  if (rem > half || (rem == half && (h & 1u))) ++h;  // a carry moves into the exponent (65520 -> infinity)
+  const std::uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  // a normal half: the exponent rebiased (127 -> 15), 13 mantissa bits dropped, rounded to nearest
+  // even (a carry moves into the exponent: 65520 becomes infinity)
+  const std::uint32_t normal = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  // below 2^-14: adding 0.5 (whose last bit is 2^-24) rounds to nearest even in units of 2^-24
+  const std::uint32_t sub = std::bit_cast<std::uint32_t>(std::bit_cast<float>(a) + 0.5f) - 0x3f000000u;
+  const std::uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);  // NaN, made quiet
+  std::uint32_t h = a < 0x38800000u ? sub : normal;
+  h = a >= 0x47800000u ? 0x7c00u : h;  // 65536 and up, infinity too
+  h = a > 0x7f800000u ? nan : h;
   return static_cast<std::uint16_t>(sign | h);
 }
 
 //! IEEE half bits -> float (exact).
 [[nodiscard]] constexpr float fp16_to_float(std::uint16_t b) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(b & 0x8000u) << 16, e = (b >> 10) & 0x1fu, m = b & 0x3ffu;
-  if (e == 0x1fu) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));  // infinity, NaN
-  if (e == 0) {  // zero or subnormal: m * 2^-24, exact in float
-    const float v = static_cast<float>(m) * 0x1p-24f;
-    return std::bit_cast<float>(sign | std::bit_cast<std::uint32_t>(v));
-  }
-  return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
+  const std::uint32_t sign = static_cast<std::uint32_t>(b & 0x8000u) << 16;
+  const std::uint32_t em = static_cast<std::uint32_t>(b & 0x7fffu) << 13, e = em & 0x0f800000u;
+  const std::uint32_t normal = em + (112u << 23);  // the exponent rebiased (15 -> 127)
+  const std::uint32_t special = em + (224u << 23);  // infinity, NaN: the exponent all ones
+  // zero or subnormal: (1 + m / 1024) 2^-14 - 2^-14 = m 2^-24, exact
+  const std::uint32_t sub = std::bit_cast<std::uint32_t>(std::bit_cast<float>(em + (113u << 23)) -
+                                                         std::bit_cast<float>(113u << 23));
+  return std::bit_cast<float>(sign | (e == 0x0f800000u ? special : e == 0 ? sub : normal));
 }
 
 }  // namespace detail

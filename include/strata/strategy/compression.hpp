@@ -23,7 +23,6 @@
 //!   c.all_reduce(ctx, grad);  if (finite) { c.commit(); update(); }
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <functional>
 #include <span>
@@ -115,12 +114,12 @@ class GradientCompression {
       const float* res = residual_.data() + at;
       float* next = next_.data() + at;
       T* out = w.data() + at;
-      for (std::size_t i = 0; i < g.size(); ++i) {
+      for (std::size_t i = 0; i < g.size(); ++i) {  // (written so that it vectorizes)
         const float v = g[i] + res[i];
         const T h(v);
         const float lost = v - static_cast<float>(h);
-        out[i] = h;
-        next[i] = std::isfinite(lost) ? lost : 0.f;
+        out[i].bits = h.bits;
+        next[i] = lost - lost == 0.f ? lost : 0.f;  // finite (infinity and NaN give NaN)
       }
     });
   }
