@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -291,6 +292,24 @@ TEST_CASE("bf16 halves the bytes a training step's gradient puts on the wire") {
   CHECK(bytes_of_an_epoch(strata::Compression::BF16, 0) == fp32 / 2);
   CHECK(bytes_of_an_epoch(strata::Compression::FP16, 0) == fp32 / 2);
   CHECK(bytes_of_an_epoch(strata::Compression::BF16, 128) == fp32 / 2);  // bucketed
+}
+
+TEST_CASE("a custom loop's hook sees the FP32 gradient; the step then compresses it as fit's does") {
+  const auto data = strata_test::blobs(160, 11);
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  s.executor_options().compression = strata::Compression::BF16;
+  s.executor_options().bucket_bytes = 128;  // fit buckets; a hook's step is flat: the same sums
+  const auto fitted = strata_test::flat_weights(strata_test::fit_blobs(s, data, 32, 1));
+  auto model = s.scope(strata_test::blobs_mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 7});
+  std::atomic<bool> wider{false};  // a value no bf16 holds: the hook runs before the rounding
+  for (const auto& b : s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32)))
+    model.train_step(b, [&](strata::ReplicaGradient& g) {
+      for (float v : g.values)
+        if (static_cast<float>(bf16(v)) != v) wider = true;
+    });
+  CHECK(wider.load());
+  CHECK(strata_test::flat_weights(model) == fitted);
 }
 
 TEST_CASE("compression is refused where it cannot apply, saying why and what to use instead") {
