@@ -275,6 +275,14 @@ TEST_CASE("what ZeRO 2 and 3 refuse, with the reason") {
         mc.build(strata::Shape{6});
       }(),
       doctest::Contains("is not available here: compression"), strata::Error);
+  // what only the mirrored executors read, set on another strategy: said, not ignored
+  strata::CentralStorageStrategy central{strata::cpu_replicas(2)};
+  central.executor_options().sharded_update = ShardedUpdate::Parameters;
+  CHECK_THROWS_WITH_AS((void)central.scope(model), doctest::Contains("ZeRO stages 2 and 3 shard MirroredStrategy"),
+                       strata::Error);
+  central.executor_options().sharded_update = ShardedUpdate::Auto;
+  central.executor_options().compression = strata::Compression::FP16;
+  CHECK_THROWS_WITH_AS((void)central.scope(model), doctest::Contains("leave compression at None"), strata::Error);
 }
 
 }  // namespace fully_sharded_test

@@ -20,6 +20,7 @@
 
 #include <strata/core/concepts.hpp>
 #include <strata/policy/placement.hpp>
+#include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/program.hpp>
 
 namespace strata {
@@ -117,6 +118,18 @@ std::unique_ptr<Executor> make_executor(S& s, ModelProgram& program) {
     if (s.executor_options().capture_steps && !(one_device && s.devices().front().is_gpu()))
       throw Error("ExecutorOptions::capture_steps: captured steps run under OneDeviceStrategy on a GPU "
                   "(strata::gpu(i)); this strategy runs its replicas' steps eagerly: leave capture_steps off");
+  }
+  if constexpr (requires { s.executor_options().compression; }) {
+    // what only the mirrored executors read: said, not ignored, elsewhere
+    constexpr bool mirrored = std::same_as<typename S::placement_policy, Mirrored>;
+    const ExecutorOptions& o = s.executor_options();
+    if (o.compression != Compression::None && !mirrored)
+      throw Error("ExecutorOptions::compression: the gradient is sent in 16 bits by the mirrored strategies' "
+                  "all-reduce (MirroredStrategy, MultiWorkerMirroredStrategy); this strategy does not reduce it "
+                  "that way: leave compression at None");
+    if ((o.sharded_update == ShardedUpdate::Gradients || o.sharded_update == ShardedUpdate::Parameters) && !mirrored)
+      throw Error("ExecutorOptions::sharded_update: ZeRO stages 2 and 3 shard MirroredStrategy's replicas; this "
+                  "strategy places its variables otherwise: leave sharded_update at Auto, On or Off");
   }
   return ExecutorFor<typename S::placement_policy>::make(s, program);
 }
