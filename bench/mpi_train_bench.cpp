@@ -30,6 +30,7 @@
 // Compute happens on one thread; the buckets' reductions on a progress thread.
 //   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp] [--batch 64] [--steps 30] [--warmup 8]
 //                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME]
+//                                              [--ring-chunk-mb MB]  (MpiOptions::ring_chunk_bytes; 0: its default)
 //   bench/shaped_link.sh --rate 1gbit -- ./build-bench/bench/mpi_train_bench --bucket-mb 4   # over a shaped link
 #include <algorithm>
 #include <cstdio>
@@ -79,7 +80,7 @@ struct Args {
   std::string model = "wide", optimizer = "sgd", label;
   std::size_t batch = 64;
   int steps = 30, warmup = 8;
-  double bucket_mb = 0;
+  double bucket_mb = 0, ring_chunk_mb = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -93,6 +94,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--steps") a.steps = std::max(1, std::atoi(v.c_str()));
     else if (k == "--warmup") a.warmup = std::max(1, std::atoi(v.c_str()));
     else if (k == "--bucket-mb") a.bucket_mb = std::max(0.0, std::atof(v.c_str()));
+    else if (k == "--ring-chunk-mb") a.ring_chunk_mb = std::max(0.0, std::atof(v.c_str()));
     else throw strata::Error("mpi_train_bench: unknown option " + k);
   }
   if (a.optimizer != "sgd" && a.optimizer != "adam")
@@ -105,7 +107,9 @@ Args parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   strata::detail::mpi::runtime();
   const Args a = parse(argc, argv);
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1)};
+  strata::MultiWorkerOptions opts;
+  if (a.ring_chunk_mb > 0) opts.mpi.ring_chunk_bytes = static_cast<std::size_t>(a.ring_chunk_mb * 1048576.0);
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), opts};
   s.executor_options().bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
   const int ranks = s.num_workers();
   const std::size_t global = a.batch * static_cast<std::size_t>(ranks);
