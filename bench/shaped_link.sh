@@ -43,7 +43,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $# -ge 1 ]] || usage
-[[ $hosts =~ ^[0-9]+$ ]] && ((hosts >= 2 && hosts <= 8)) || { echo "shaped_link.sh: --hosts is 2..8, not $hosts" >&2; exit 2; }
+if ! [[ $hosts =~ ^[0-9]+$ ]] || ((hosts < 2 || hosts > 8)); then echo "shaped_link.sh: --hosts is 2..8, not $hosts" >&2; exit 2; fi
 [[ $rate == 0 || $rate =~ ^[0-9]+(k|m|g)bit$ ]] || { echo "shaped_link.sh: --rate is like 1gbit, 500mbit or 0, not $rate" >&2; exit 2; }
 [[ $delay_ms =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "shaped_link.sh: bad --delay-ms $delay_ms" >&2; exit 2; }
 [[ $timeout_s =~ ^[0-9]+$ ]] || { echo "shaped_link.sh: bad --timeout $timeout_s" >&2; exit 2; }
@@ -52,7 +52,8 @@ prog=$(command -v -- "$1") || { echo "shaped_link.sh: not an executable: $1" >&2
 shift
 
 command -v mpirun >/dev/null || skip "mpirun not found in PATH"
-command -v ip >/dev/null && command -v tc >/dev/null || skip "'ip' and 'tc' (iproute2) are needed"
+command -v ip >/dev/null || skip "'ip' (iproute2) not found"
+command -v tc >/dev/null || skip "'tc' (iproute2) not found"
 command -v unshare >/dev/null || skip "'unshare' not found"
 
 P=strata-sl-$$
@@ -138,6 +139,7 @@ echo "# shaped_link.sh: $link" >&2
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/shaped_link.XXXXXX")
 : >"$tmp/hostfile"
+# shellcheck disable=SC2016 # the agent's own $1, $h and $* are meant literally
 {
   echo '#!/bin/sh'
   echo '# Open MPI plm_rsh_agent: `rsh HOST ORTED-COMMAND...` -> run it in that host'"'"'s namespace'
