@@ -171,15 +171,16 @@ double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
   if (trace) trace->finish();
   if constexpr (requires { s.executor_options().sharded_update; s.devices(); s.num_local_replicas(); }) {
     const auto p = static_cast<std::size_t>(s.num_local_replicas());
-    std::size_t largest = 0, n = 0;
-    for (const auto& w : m.get_weights()) n += w.value.size();
-    for (std::size_t l = 0; l < m.layers().size(); ++l) {  // each layer's parameters
+    std::vector<std::size_t> units;  // each layer's parameters
+    for (std::size_t l = 0; l < m.layers().size(); ++l) {
       std::size_t k = 0;
       for (const auto& spec : m.layers()[l]->params()) k += spec.shape.elements();
-      largest = std::max(largest, k);
+      units.push_back(k);
     }
+    const strata::detail::ShardLayout layout(units, p);
+    const std::size_t n = layout.params(), pair = layout.window_pair();
     const int stage = s.devices().front().is_gpu() ? -1 : strata::zero_stage(s.executor_options().sharded_update, p);
-    if (stage >= 0) state_mib = static_cast<double>(strata::detail::model_state_bytes(stage, n, p, 2, largest)) / 1048576.0;
+    if (stage >= 0) state_mib = static_cast<double>(strata::detail::model_state_bytes(stage, n, p, 2, pair)) / 1048576.0;
   }
   if (u.trace == "file") std::filesystem::remove(file);
   if (u.trace == "totals") {  // printed after the samples/s: "TRACK|steps|wall_ms|ms per step of each shown category"

@@ -102,6 +102,7 @@ TEST_CASE("the shard layout: each unit cut over the replicas, a replica's slices
   REQUIRE(L.units() == std::vector<Range>{{0, 5}, {5, 8}, {8, 12}});
   CHECK(L.params() == 12);
   CHECK(L.largest() == 5);
+  CHECK(L.window_pair() == 5 + 4);  // two adjacent units' windows: the largest and the second largest
   CHECK(L.slice(0, 0) == Range{0, 2});
   CHECK(L.slice(0, 2) == Range{4, 5});
   CHECK(L.owned(0) == 2 + 1 + 2);
@@ -194,38 +195,43 @@ TEST_CASE("a checkpoint of ZeRO 3 resumes at ZeRO 0 and other replica counts, bi
 TEST_CASE("the model state per replica: ZeRO 3 at most 1/p of ZeRO 0's plus the largest layer's") {
   using strata::detail::model_state_bytes;
   const std::size_t slots = 2;  // Adam's
-  for (std::size_t p : {2, 4}) {
+  // the wide MLP (784-2048-2048-10): one layer holds 72% of it; a window pair holds it and the next largest
+  const strata::detail::ShardLayout wide({784 * 2048 + 2048, 2048 * 2048 + 2048, 2048 * 10 + 10}, 4);
+  const std::size_t n = wide.params(), largest = wide.largest(), pair = wide.window_pair();
+  CHECK(n == 5'824'522);
+  CHECK(pair == 2048 * 2048 + 2048 + 784 * 2048 + 2048);
+  for (std::size_t p : {2, 4, 8}) {
     CAPTURE(p);
-    // the wide MLP (784-2048-2048-10): one layer holds 70% of it
-    const std::size_t n = 5'824'522, largest = 2048 * 2048 + 2048;
-    const std::size_t z0 = model_state_bytes(0, n, p, slots, largest), z3 = model_state_bytes(3, n, p, slots, largest);
+    const std::size_t z0 = model_state_bytes(0, n, p, slots, pair), z3 = model_state_bytes(3, n, p, slots, pair);
     CHECK(z0 == 4 * n * 4);  // values, gradient, two slots
-    // 1/p (rounded up), plus two value and two gradient windows: the largest layer's values, gradient and two slots
+    // 1/p (rounded up), plus a value and a gradient window pair: within the largest layer's values, gradient and
+    // two slots
     CHECK(z3 <= z0 / p + (2 + slots) * largest * 4 + (2 + slots) * 4);
+    if (p >= 4) CHECK(z3 < z0);
     // twenty equal layers: each stage holds less than the one before
-    const std::size_t m = 20 * 50'000, one = 50'000;
-    CHECK(model_state_bytes(1, m, p, slots, one) < model_state_bytes(0, m, p, slots, one));
-    CHECK(model_state_bytes(2, m, p, slots, one) < model_state_bytes(1, m, p, slots, one));
-    CHECK(model_state_bytes(3, m, p, slots, one) < model_state_bytes(2, m, p, slots, one));
+    const std::size_t m = 20 * 50'000, two = 2 * 50'000;
+    CHECK(model_state_bytes(1, m, p, slots, two) < model_state_bytes(0, m, p, slots, two));
+    CHECK(model_state_bytes(2, m, p, slots, two) < model_state_bytes(1, m, p, slots, two));
+    CHECK(model_state_bytes(3, m, p, slots, two) < model_state_bytes(2, m, p, slots, two));
   }
 }
 
 TEST_CASE("a memory budget the unsharded state exceeds: stage 0 fails fast naming the stage that fits; stage 3 trains") {
   strata_test::Watchdog dog("fully sharded budget", 60s);
-  // the model's 383 parameters (its largest layer 136) under Adam at 4 replicas: per replica, stage 0
-  // holds 6128 bytes, stage 1 4216, stage 2 3772 (two gradient windows of 136), stage 3 3712
+  // the model's 383 parameters (its largest layers 136 and 112: a window pair of 248) under Adam at 4 replicas:
+  // per replica, stage 0 holds 6128 bytes, stage 1 4216, stage 2 3676, stage 3 3520
   const auto data = strata_test::blobs(40, 2);
   auto fit = [&](ShardedUpdate mode) {
     strata::MirroredStrategy s{strata::cpu_replicas(4)};
     s.executor_options().sharded_update = mode;
-    s.executor_options().memory_budget_bytes = 3750;
+    s.executor_options().memory_budget_bytes = 3600;
     auto m = s.scope(model);
     m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
     return m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(8)),
                  {.epochs = 1, .verbose = nn::Verbosity::Silent});
   };
   CHECK_THROWS_WITH_AS(fit(ShardedUpdate::Off), doctest::Contains("ZeRO stage 3 would fit"), strata::Error);
-  CHECK_THROWS_WITH_AS(fit(ShardedUpdate::On), doctest::Contains("memory_budget_bytes is 3750"), strata::Error);
+  CHECK_THROWS_WITH_AS(fit(ShardedUpdate::On), doctest::Contains("memory_budget_bytes is 3600"), strata::Error);
   CHECK(fit(ShardedUpdate::Parameters).at("loss").size() == 1);
 }
 

@@ -23,9 +23,10 @@
 //! - the update: each replica updates its owned slice with its owned
 //!   gradient and state; stage 2 then all-gathers the updated slices into
 //!   every replica's values (stage 3 keeps them sharded).
-//! Per replica, the model state is thus (values n, or n/p plus two windows)
-//! + (gradient n/p plus two windows) + (optimizer state n/p): the largest
-//! layer twice instead of the whole model (model_state_bytes). The sums are
+//! Per replica, the model state is thus (values n, or n/p plus a window
+//! pair) + (gradient n/p plus a window pair) + (optimizer state n/p); a
+//! pair holds two adjacent layers, so it takes the largest and the second
+//! largest layer's floats, not the whole model's (model_state_bytes). The sums are
 //! the reduce-scatter's, each element summed in replica order with the
 //! direct reduction, as the all-reduce's: the weights are bitwise those of
 //! stages 0 and 1.
@@ -94,7 +95,8 @@ class ShardLayout {
     for (std::size_t n : sizes) {
       if (n) units_.push_back({at, at + n});
       at += n;
-      largest_ = std::max(largest_, n);
+      if (n > largest_) second_ = largest_, largest_ = n;
+      else second_ = std::max(second_, n);
     }
     n_ = at;
     own_.assign(p, {});
@@ -109,6 +111,10 @@ class ShardLayout {
   [[nodiscard]] std::size_t replicas() const noexcept { return p_; }
   [[nodiscard]] const std::vector<Range>& units() const noexcept { return units_; }
   [[nodiscard]] std::size_t largest() const noexcept { return largest_; }
+  //! Floats two adjacent units' windows take at most (the largest and the
+  //! second largest): a window pair lives in one buffer of this size, one
+  //! window from its front, the other from its back.
+  [[nodiscard]] std::size_t window_pair() const noexcept { return largest_ + second_; }
   //! Elements replica r owns (its slice of every unit).
   [[nodiscard]] std::size_t owned(std::size_t r) const { return owned_[r]; }
   //! Replica r's slice of unit u, within the unit.
@@ -134,7 +140,7 @@ class ShardLayout {
   }
 
  private:
-  std::size_t p_ = 1, n_ = 0, largest_ = 0;
+  std::size_t p_ = 1, n_ = 0, largest_ = 0, second_ = 0;
   std::vector<Range> units_;
   std::vector<std::vector<std::size_t>> own_;  // per replica, per unit: the slice's start in its owned vector
   std::vector<std::size_t> owned_;
@@ -172,11 +178,12 @@ inline std::vector<Tensor<float>> owned_part(const ShardLayout& layout, std::siz
 
 //! Bytes of model state one replica holds at ZeRO stage `stage` over `p`
 //! replicas (values, gradient, `slots` optimizer slots; stage 1's reduced
-//! slice, stages 2 and 3's two windows of the largest layer), the formula
-//! ExecutorOptions::memory_budget_bytes is checked against.
+//! slice, stages 2 and 3's window pairs of `pair` floats each: the largest
+//! and second largest layer), the formula ExecutorOptions::
+//! memory_budget_bytes is checked against.
 [[nodiscard]] inline std::size_t model_state_bytes(int stage, std::size_t n, std::size_t p, std::size_t slots,
-                                                   std::size_t largest) {
-  const std::size_t owned = (n + p - 1) / p, windows = 2 * largest;
+                                                   std::size_t pair) {
+  const std::size_t owned = (n + p - 1) / p, windows = pair;
   std::size_t floats = 0;
   switch (stage) {
     case 0: floats = n + n + slots * n; break;
@@ -193,18 +200,19 @@ inline std::vector<Tensor<float>> owned_part(const ShardLayout& layout, std::siz
 inline void check_model_state_budget(std::size_t budget, int stage, std::size_t n, std::size_t p,
                                      const ModelProgram& program) {
   if (!budget) return;
-  std::size_t largest = 0;  // the largest unit: a layer's parameters (a variable's where there are no layers)
+  std::vector<std::size_t> units;  // a layer's parameters each (a variable's where there are no layers)
   try {
-    for (std::size_t k : program.layer_param_counts()) largest = std::max(largest, k);
+    units = program.layer_param_counts();
   } catch (const Error&) {
-    for (const Shape& v : program.variable_shapes()) largest = std::max(largest, v.elements());
+    for (const Shape& v : program.variable_shapes()) units.push_back(v.elements());
   }
+  const std::size_t pair = ShardLayout(units, p).window_pair();
   const std::size_t slots = program.compiled() ? program.make_updater(1)->state().size() : 0;
-  const std::size_t need = model_state_bytes(stage, n, p, slots, largest);
+  const std::size_t need = model_state_bytes(stage, n, p, slots, pair);
   if (need <= budget) return;
   std::string fits;
   for (int st = stage + 1; st <= 3 && fits.empty() && p > 1; ++st)
-    if (model_state_bytes(st, n, p, slots, largest) <= budget) fits = "ZeRO stage " + std::to_string(st) + " would fit";
+    if (model_state_bytes(st, n, p, slots, pair) <= budget) fits = "ZeRO stage " + std::to_string(st) + " would fit";
   throw Error("the model state of one replica at ZeRO stage " + std::to_string(stage) + " over " + std::to_string(p) +
               " replicas is " + std::to_string(need) + " bytes (" + std::to_string(n) + " parameters: values, gradient, " +
               std::to_string(slots) + " optimizer slots) but ExecutorOptions::memory_budget_bytes is " +
@@ -236,8 +244,8 @@ class ShardedReplica final : public ParameterWindows {
   ShardedReplica(const ShardLayout& layout, std::size_t r, int stage, std::span<const float> values)
       : layout_(&layout), r_(r), stage_(stage), values_(values),
         owned_value_(Shape{stage == 3 ? layout.owned(r) : 0}), owned_grad_(Shape{layout.owned(r)}) {
-    for (auto& w : value_win_) w = Tensor<float>(Shape{stage == 3 ? layout.largest() : 0});
-    for (auto& w : grad_win_) w = Tensor<float>(Shape{layout.largest()});
+    value_pool_ = Tensor<float>(Shape{stage == 3 ? layout.window_pair() : 0});
+    grad_pool_ = Tensor<float>(Shape{layout.window_pair()});
   }
 
   [[nodiscard]] int stage() const noexcept { return stage_; }
@@ -277,7 +285,7 @@ class ShardedReplica final : public ParameterWindows {
     if (backward) {
       Work& pending = scatter_work_[next_grad_];
       pending.wait();  // the reduction that last used this window (two layers ago) has ended
-      v.grad = grad_win_[next_grad_].span().first(end - begin);
+      v.grad = window(grad_pool_, next_grad_, end - begin);
     }
     return v;
   }
@@ -286,13 +294,19 @@ class ShardedReplica final : public ParameterWindows {
     const std::size_t u = layout_->unit_at(begin, end);
     const Range s = layout_->slice(u, r_);
     trace::instant("sharded gradient", trace::Category::Collective, {{"begin", begin}, {"end", end}});
-    scatter_work_[next_grad_] = scatter_(std::span<const float>(grad_win_[next_grad_].data(), end - begin),
+    scatter_work_[next_grad_] = scatter_(std::span<const float>(window(grad_pool_, next_grad_, end - begin)),
                                          owned_grad_.span().subspan(layout_->owned_at(u, r_), s.size()));
     next_grad_ = 1 - next_grad_;
   }
 
  private:
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  //! Window `win` of `pool` for a unit of `n` floats: the front, or the back
+  //! (the two hold adjacent units, whose sizes sum to at most the pool's).
+  static std::span<float> window(Tensor<float>& pool, int win, std::size_t n) {
+    return {pool.data() + (win == 0 ? 0 : pool.size() - n), n};
+  }
 
   //! Unit u's values in a window: the prefetched one, else gathered now;
   //! then the next unit in this direction's order prefetched into the other.
@@ -317,12 +331,12 @@ class ShardedReplica final : public ParameterWindows {
       start_gather(next, pf_win_);
       prefetched_ = next;
     }
-    return {value_win_[win].data(), layout_->units()[u].size()};
+    return window(value_pool_, win, layout_->units()[u].size());
   }
   void start_gather(std::size_t u, int win) {
     const Range s = layout_->slice(u, r_);
     gathered_ = gather_(std::span<const float>(owned_value_.data() + layout_->owned_at(u, r_), s.size()),
-                        value_win_[win].span().first(layout_->units()[u].size()));
+                        window(value_pool_, win, layout_->units()[u].size()));
   }
 
   const ShardLayout* layout_;
@@ -330,7 +344,7 @@ class ShardedReplica final : public ParameterWindows {
   int stage_;
   std::span<const float> values_;        // stage 2: the replica's whole copy
   Tensor<float> owned_value_, owned_grad_;
-  Tensor<float> value_win_[2], grad_win_[2];
+  Tensor<float> value_pool_, grad_pool_;  // each a pair of windows: 0 from the front, 1 from the back
   Collective gather_, scatter_;
   Work gathered_;                        // the gather in flight (or done, not waited)
   std::size_t prefetched_ = npos;        // the unit it gathers, when a prefetch
