@@ -221,10 +221,13 @@ TEST_CASE("auto_choice measured: a size class's first calls try each algorithm, 
 TEST_CASE("auto_choice measured: every rank keeps the same algorithm, from the same agreed times, per size class") {
   auto c = strata::MpiCommunicator::world();  // default tune_rounds
   const int p = c.size();
-  // three candidates (64 KiB, 1 MiB) and two (4 MiB: no direct above 1 MiB)
+  // three candidates (64 KiB, 1 MiB) and two (4 MiB: no direct above 1 MiB), but three at any size between
+  // two ranks over a network
   for (const std::size_t n : {std::size_t{16} << 10, std::size_t{256} << 10, std::size_t{1} << 20}) {
     const std::size_t bytes = n * sizeof(float);
     CAPTURE(bytes);
+    const bool network = c.auto_choice(bytes).reason.find("over a network") != std::string::npos;
+    const std::size_t candidates = bytes <= (std::size_t{1} << 20) || (network && p == 2) ? 3 : 2;
     std::vector<float> v(n);
     int calls = 0;
     for (; calls < 200 && c.auto_choice(bytes).reason.find("not measured yet") != std::string::npos; ++calls) {
@@ -233,7 +236,8 @@ TEST_CASE("auto_choice measured: every rank keeps the same algorithm, from the s
       REQUIRE(v[n / 2] == static_cast<float>(p * (p + 1) / 2));
     }
     CHECK(calls < 200);
-    CHECK(calls % (bytes <= (std::size_t{1} << 20) ? 3 : 2) == 0);  // whole rounds of every candidate
+    CHECK(static_cast<std::size_t>(calls) % candidates == 0);  // whole rounds of every candidate
+    CHECK((c.auto_choice(bytes).reason.find("direct") != std::string::npos) == (candidates == 3));  // its time shown
     const auto choice = c.auto_choice(bytes);
     CAPTURE(choice.reason);
     // the whole sentence, medians and rounds won included, is the same on every rank

@@ -188,8 +188,8 @@ void all_reduce_with(Exchange& ex, const T* in, T* out, std::size_t n, std::size
 //!   since one exchange then carries the contract and the data, fewer
 //!   messages than any other algorithm needs;
 //! - with MpiOptions::auto_tune (the default), a measurement: the first calls
-//!   of each size class (powers of two) run native, ring and (up to 1 MiB)
-//!   direct interleaved, round after round (native, ring, direct, native,
+//!   of each size class (powers of two) run native, ring and (up to 1 MiB,
+//!   or at any size between two ranks over a network) direct interleaved, round after round (native, ring, direct, native,
 //!   ...), `tune_rounds` rounds (more below 256 KiB, up to 32, where a trial
 //!   is cheap and noisy). After the last trial every rank's times are agreed
 //!   (one small extra collective, MIN over ranks trial by trial: the rank that
@@ -227,7 +227,7 @@ class AutoSelector {
     if (ex.size() == 1 || bytes <= direct_rule(ex)) return Direct::name;
     if (ex.options().auto_tune) {
       const Bucket& b = buckets_[bucket_of(bytes)];
-      return b.chosen ? candidates[b.chosen - 1] : candidates[b.times.size() % candidates_for(bytes)];
+      return b.chosen ? candidates[b.chosen - 1] : candidates[b.times.size() % candidates_for(ex, bytes)];
     }
     if (ring_min(ex) != 0 && bytes >= ring_min(ex)) return Ring::name;
     return Native::name;
@@ -244,7 +244,7 @@ class AutoSelector {
   //! collective: every rank gets here at the same call) and decides.
   void record(Exchange& ex, std::size_t bytes, double seconds) {
     Bucket& b = buckets_[bucket_of(bytes)];
-    const std::size_t k = candidates_for(bytes), total = k * rounds_for(ex, bytes);
+    const std::size_t k = candidates_for(ex, bytes), total = k * rounds_for(ex, bytes);
     if (b.times.empty()) b.times.reserve(total);
     b.times.push_back(seconds);  // round times.size() / k, candidate times.size() % k
     if (b.times.size() < total) return;
@@ -266,7 +266,7 @@ class AutoSelector {
                      std::to_string(direct_rule(ex)) + ", ranks talk " + where +
                      ": one exchange carries the contract and the data"};
     if (ex.options().auto_tune) {
-      const std::size_t i = bucket_of(bytes), k = candidates_for(bytes);
+      const std::size_t i = bucket_of(bytes), k = candidates_for(ex, bytes);
       const Bucket& b = buckets_[i];
       const std::string cls = "(" + std::to_string(i ? (std::size_t{1} << (i - 1)) : 0) + ", " +
                               std::to_string(std::size_t{1} << i) + "] B";
@@ -300,7 +300,14 @@ class AutoSelector {
   //! What a size class may try, native first (the default when none is faster).
   static constexpr std::string_view candidates[3] = {Native::name, Ring::name, Direct::name};
   //! Direct sends every rank's data to every rank: tried only up to 1 MiB.
-  static std::size_t candidates_for(std::size_t bytes) noexcept { return bytes <= (std::size_t{1} << 20) ? 3 : 2; }
+  //! Direct up to 1 MiB, and at any size between two ranks over a network,
+  //! where it moves what the ring moves in one step instead of two (on a
+  //! shaped 1 Gbit/s link it took 227-265 ms for 22 MiB against 402-418 ms
+  //! native and ring: docs/performance.md); above that its traffic grows
+  //! with the ranks. The same on every rank (their transport agrees).
+  static std::size_t candidates_for(const Exchange& ex, std::size_t bytes) noexcept {
+    return bytes <= (std::size_t{1} << 20) || (ex.network() && ex.size() == 2) ? 3 : 2;
+  }
   //! Trials of each algorithm: tune_rounds, more for small sizes (up to 32
   //! under 8 KiB), where one trial takes microseconds and one descheduled
   //! rank would decide alone. A function of the size: the same on every rank.
