@@ -18,7 +18,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-hosts_list="2" rates="1gbit 10gbit" delay_ms=0.2 buckets="4 25" runs=3 steps=20 warmup=8 batch=64
+hosts_list="2" rates="1gbit 10gbit" delay_ms=0.2 buckets="4 25" runs=3 steps=20 warmup=12 batch=64
 model=wide optimizer=sgd algos=auto bench="$here/../build-bench/bench/mpi_train_bench"
 while [[ $# -gt 0 ]]; do
   case $1 in

@@ -12,8 +12,8 @@
 // fit()'s finite-gradient check is off (PyTorch DDP has none).
 //
 // How the columns are measured: --warmup steps first (one fit: AutoReduce's
-// algorithm choice measures the first 6 calls of each size class there, so
-// keep --warmup at 6 or more), then one
+// algorithm choice measures the first 6 calls of each size class there, 9
+// between two ranks over a network, so keep --warmup at 9 or more), then one
 // fit of --steps steps under a trace session that records totals only
 // (core/trace_session.hpp, as train_bench --breakdown). On rank 0:
 //   step     = the timed fit's wall time / steps
@@ -28,7 +28,7 @@
 // Each rank's compute is its own; the row is rank 0's. Its comment names the
 // all-reduce algorithm AutoReduce chose for each bucket (MiB/algorithm).
 // Compute happens on one thread; the buckets' reductions on a progress thread.
-//   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp] [--batch 64] [--steps 30] [--warmup 8]
+//   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp] [--batch 64] [--steps 30] [--warmup 12]
 //                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME]
 //                                              [--ring-chunk-mb MB]  (MpiOptions::ring_chunk_bytes; 0: its default)
 //   bench/shaped_link.sh --rate 1gbit -- ./build-bench/bench/mpi_train_bench --bucket-mb 4   # over a shaped link
@@ -79,7 +79,7 @@ auto synthetic(std::size_t steps, std::size_t global, std::uint64_t seed) {
 struct Args {
   std::string model = "wide", optimizer = "sgd", label;
   std::size_t batch = 64;
-  int steps = 30, warmup = 8;
+  int steps = 30, warmup = 12;
   double bucket_mb = 0, ring_chunk_mb = 0;
 };
 
