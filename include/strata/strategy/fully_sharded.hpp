@@ -248,7 +248,6 @@ class ShardedReplica final : public ParameterWindows {
     grad_pool_ = Tensor<float>(Shape{layout.window_pair()});
   }
 
-  [[nodiscard]] int stage() const noexcept { return stage_; }
   //! Stage 3: its slice of the values (owned layout). Stage 2: empty.
   [[nodiscard]] std::span<float> owned_values() noexcept { return owned_value_.span(); }
   //! Its slice of the step's summed gradient (valid after finish_step).
