@@ -96,7 +96,9 @@ TEST_CASE("softmax rows sum to one and survive huge inputs; ReLU/Sigmoid/Tanh va
 }
 
 TEST_CASE("shape errors name the layer and what it expected") {
-  CHECK_THROWS_WITH_AS(nn::Dense{4}.build({2, 2}), doctest::Contains("put a Flatten before it"), strata::ShapeError);
+  CHECK(nn::Dense{4}.build({2, 3}) == strata::Shape{2, 4});  // on the last axis, as Keras
+  CHECK_THROWS_WITH_AS(nn::Dense{4}.build(strata::Shape{}), doctest::Contains("got a scalar per sample"),
+                       strata::ShapeError);
   CHECK_THROWS_WITH_AS(nn::Dense(3, 4).build({5}), doctest::Contains("declared with input size 3"), strata::ShapeError);
   CHECK_THROWS_AS(nn::Dense{0}, strata::Error);
   CHECK_THROWS_WITH_AS(nn::Reshape({5}).build({2, 3}), doctest::Contains("cannot reshape"), strata::ShapeError);

@@ -1,11 +1,16 @@
 #pragma once
 //! Dense (fully connected) layer: y = act(x · kernel + bias), kernel
-//! [in, units] glorot-uniform, bias zero, optional L2 on the kernel.
+//! [in, units] glorot-uniform, bias zero, optional L2 on the kernel. As
+//! Keras' Dense it acts on the last axis: a per-sample input [..., in]
+//! gives [..., units], every leading position a row of the product (rows =
+//! batch x the leading extents), with the same kernel.
 //!   strata::nn::Dense{128, {.activation = strata::nn::Activation::ReLU}}   // input size inferred
 //!   strata::nn::Dense{784, 128}                                            // input size stated
+//!   strata::nn::Dense{64}.build({16, 32});                                  // [16, 32] -> [16, 64]
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <strata/nn/activation.hpp>
 #include <strata/nn/layer.hpp>
@@ -28,14 +33,19 @@ class Dense final : public detail::LayerBase<Dense> {
   [[nodiscard]] std::size_t units() const noexcept { return units_; }
 
   Shape build(const Shape& input) override {
-    if (input.rank() != 1)
-      throw ShapeError("Dense: expects a per-sample vector, got per-sample shape " + input.str() +
-                       "; put a Flatten before it");
-    if (input_dim_ && *input_dim_ != input[0])
+    if (input.rank() == 0)
+      throw ShapeError("Dense: acts on the last axis of its input and got a scalar per sample (per-sample shape " +
+                       input.str() + "); give it at least a vector");
+    if (input_dim_ && *input_dim_ != input.dims().back())
       throw ShapeError("Dense: was declared with input size " + std::to_string(*input_dim_) + " but receives " +
                        input.str());
-    in_ = input[0];
-    return Shape{units_};
+    if (input.dims().back() == 0) throw ShapeError("Dense: got an empty last axis (per-sample shape " + input.str() + ")");
+    in_shape_ = input;
+    in_ = input.dims().back();
+    std::vector<std::size_t> out = input.dims();
+    out.back() = units_;
+    out_shape_ = Shape(std::move(out));
+    return out_shape_;
   }
   [[nodiscard]] std::vector<ParamSpec> params() const override {
     std::vector<ParamSpec> p{{"kernel", Shape{in_, units_}, Init::GlorotUniform, in_, units_, opts_.l2}};
@@ -51,9 +61,10 @@ class Dense final : public detail::LayerBase<Dense> {
   using Layer::forward;
 
   void forward(Compute& c, const Act& x, Act& y, const RunInfo&) override {
-    detail::check_input("Dense", Shape{in_}, x);
-    const std::size_t b = x.shape()[0];
-    detail::resize(c, y, b, Shape{units_});
+    if (in_ == 0) throw Error("Dense: forward before build(); build the layer for its input shape first");
+    detail::check_input("Dense", in_shape_, x);
+    const std::size_t b = x.size() / in_;  // rows: the batch times the leading extents
+    detail::resize(c, y, x.shape()[0], out_shape_);
     if (b == 0) return;
     const float* bias = opts_.use_bias ? bias_.value.data() : nullptr;
     if (!kernels::activation_needs_input(opts_.activation)) {
@@ -67,7 +78,8 @@ class Dense final : public detail::LayerBase<Dense> {
   }
 
   void backward(Compute& c, const Act& x, const Act& y, const Act& dy, Act* dx) override {
-    const std::size_t b = x.shape()[0];
+    if (in_ == 0) throw Error("Dense: backward before build(); build the layer for its input shape first");
+    const std::size_t b = x.size() / in_;
     const float* dz = dy.data();
     if (opts_.activation != Activation::Linear) {
       dz_.resize(c, dy.shape());
@@ -79,7 +91,7 @@ class Dense final : public detail::LayerBase<Dense> {
     c.gemm(true, false, in_, units_, b, 1.f, x.data(), in_, dz, units_, 0.f, kernel_.grad.data(), units_);
     if (opts_.use_bias) c.column_sums(dz, bias_.grad.data(), b, units_);
     if (dx) {
-      detail::resize(c, *dx, b, Shape{in_});
+      detail::resize(c, *dx, x.shape()[0], in_shape_);
       if (b) c.gemm(false, true, b, in_, units_, 1.f, dz, units_, kernel_.value.data(), units_, 0.f, dx->data(), in_);
     }
   }
@@ -94,6 +106,7 @@ class Dense final : public detail::LayerBase<Dense> {
   std::optional<std::size_t> input_dim_;
   DenseOptions opts_;
   std::size_t in_ = 0;
+  Shape in_shape_, out_shape_;  // per sample: [..., in] and [..., units]
   ParamRef kernel_, bias_;
   kernels::Scratch<float> dz_;  // dL/d(pre-activation), in the replica's space
   kernels::Scratch<float> z_;   // the pre-activation, kept for activations whose gradient needs it
