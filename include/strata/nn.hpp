@@ -5,6 +5,7 @@
 //!   strata::nn::Sequential model{strata::nn::Input{{28, 28}}, strata::nn::Flatten{}, strata::nn::Dense{10}};
 
 #include <strata/nn/adam.hpp>
+#include <strata/nn/adam_w.hpp>
 #include <strata/nn/callbacks.hpp>
 #include <strata/nn/conv2d.hpp>
 #include <strata/nn/dense.hpp>

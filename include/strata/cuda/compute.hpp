@@ -353,6 +353,18 @@ class CudaCompute final : public kernels::Compute {
     DeviceGuard g{device_};
     detail::launch_adam(stream_.get(), w, grad, m, v, n, s);
   }
+  void adamw(float* w, const float* grad, float* m, float* v, std::size_t n, const kernels::AdamWStep& s) override {
+    DeviceGuard g{device_};
+    detail::launch_adamw(stream_.get(), w, grad, m, v, n, s);
+  }
+  void square_sum(const float* x, std::size_t n, double* out) override {
+    DeviceGuard g{device_};
+    detail::launch_square_sum(stream_.get(), x, n, out);
+  }
+  void clip_by_norm(float* x, std::size_t n, float clipnorm, const double* sumsq) override {
+    DeviceGuard g{device_};
+    detail::launch_clip_by_norm(stream_.get(), x, n, clipnorm, sumsq);
+  }
   // -- a capturable step (kernels/step_state.hpp) ------------------------------
   void sgd_at(float* w, const float* g, float* v, std::size_t n, const kernels::SgdStep& s,
               const kernels::DeviceStep& d) override {
@@ -363,6 +375,11 @@ class CudaCompute final : public kernels::Compute {
                const kernels::DeviceStep& d) override {
     DeviceGuard guard{device_};
     detail::launch_adam_at(stream_.get(), w, g, m, v, n, s, d);
+  }
+  void adamw_at(float* w, const float* g, float* m, float* v, std::size_t n, const kernels::AdamWStep& s,
+                const kernels::DeviceStep& d) override {
+    DeviceGuard guard{device_};
+    detail::launch_adamw_at(stream_.get(), w, g, m, v, n, s, d);
   }
   void dropout_at(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base, std::uint64_t layer,
                   std::uint64_t salt, const kernels::StepCounters* c, float rate) override {

@@ -19,6 +19,7 @@ namespace strata::cuda::detail {
 
 using kernels::Activation;
 using kernels::AdamStep;
+using kernels::AdamWStep;
 using kernels::SgdStep;
 using kernels::Window2D;
 
@@ -75,6 +76,11 @@ void launch_sgd_at(cudaStream_t s, float* w, const float* g, float* v, std::size
                    const kernels::DeviceStep& d);
 void launch_adam_at(cudaStream_t s, float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& step,
                     const kernels::DeviceStep& d);
+void launch_adamw(cudaStream_t s, float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& step);
+void launch_adamw_at(cudaStream_t s, float* w, const float* g, float* m, float* v, std::size_t n,
+                     const AdamWStep& step, const kernels::DeviceStep& d);
+void launch_square_sum(cudaStream_t s, const float* x, std::size_t n, double* out);
+void launch_clip_by_norm(cudaStream_t s, float* x, std::size_t n, float clipnorm, const double* sumsq);
 void launch_end_step(cudaStream_t s, kernels::StepCounters* c, bool gated);
 
 }  // namespace strata::cuda::detail

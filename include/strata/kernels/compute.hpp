@@ -51,6 +51,12 @@ struct AdamStep {
   float lr_t = 0.f;  //!< the step size with Adam's bias correction folded in
   float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-7f;
 };
+//! AdamW's (nn/adam_w.hpp): w *= decay, then Adam's update.
+struct AdamWStep {
+  AdamStep adam;
+  float decay = 1.f;                  //!< 1 - lr * weight_decay: this step's decoupled decay (1: Adam's bits)
+  const RateTable* decays = nullptr;  //!< adamw_at: the decay of each iteration, in the compute's memory
+};
 
 //! The operations on a space's memory (Memory: allocation, copies, fill,
 //! synchronize, bind_thread, count_nonfinite) and every operation below on it.
@@ -149,6 +155,16 @@ class Compute : public Memory {
   virtual void sgd(float* w, const float* g, float* v, std::size_t n, const SgdStep& s) = 0;
   //! Adam in one pass: m, v updated, w -= lr_t * m / (sqrt(v) + epsilon).
   virtual void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) = 0;
+  //! AdamW in one pass: w *= s.decay, then adam's update with s.adam (s.decay = 1: adam's bits).
+  virtual void adamw(float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& s) = 0;
+  //! Clipping by the global norm (the executors, strategy/sync_executor.hpp):
+  //! *out = the sum of x_i^2 in double, in bodies::square_sum_lanes' fixed
+  //! order (the same bits in every space and run; overwritten, 0 for n = 0).
+  virtual void square_sum(const float* x, std::size_t n, double* out) = 0;
+  //! x *= bodies::clip_factor(*sumsq, clipnorm), *sumsq in this space (read
+  //! when the op runs: a captured step's replay reads the new sum); x is
+  //! left as it is when that norm is not above clipnorm or not finite.
+  virtual void clip_by_norm(float* x, std::size_t n, float clipnorm, const double* sumsq) = 0;
 
   // -- a capturable step (kernels/step_state.hpp) ----------------------------
   // What varies from step to step is read in this space, where a replayed
@@ -159,6 +175,9 @@ class Compute : public Memory {
   //! adam with s.lr_t replaced by rate_at(*d.rates, d.counters->iteration), gated as sgd_at.
   virtual void adam_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s,
                        const DeviceStep& d) = 0;
+  //! adamw with s.adam.lr_t from d.rates and s.decay from *s.decays at the iteration, gated as sgd_at.
+  virtual void adamw_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& s,
+                        const DeviceStep& d) = 0;
   //! dropout with key mix(key_base, c->iteration, layer, salt) (Dropout's
   //! key is mix(seed, replica, iteration, layer, salt) = that, key_base = mix(seed, replica)).
   virtual void dropout_at(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base,

@@ -149,12 +149,25 @@ class RecordingCompute final : public Compute {
   void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) override {
     run([=, this] { in_.adam(w, g, m, v, n, s); });
   }
+  void adamw(float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& s) override {
+    run([=, this] { in_.adamw(w, g, m, v, n, s); });
+  }
+  void square_sum(const float* x, std::size_t n, double* out) override {
+    run([=, this] { in_.square_sum(x, n, out); });
+  }
+  void clip_by_norm(float* x, std::size_t n, float clipnorm, const double* sumsq) override {
+    run([=, this] { in_.clip_by_norm(x, n, clipnorm, sumsq); });
+  }
   void sgd_at(float* w, const float* g, float* v, std::size_t n, const SgdStep& s, const DeviceStep& d) override {
     run([=, this] { in_.sgd_at(w, g, v, n, s, d); });
   }
   void adam_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s,
                const DeviceStep& d) override {
     run([=, this] { in_.adam_at(w, g, m, v, n, s, d); });
+  }
+  void adamw_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& s,
+                const DeviceStep& d) override {
+    run([=, this] { in_.adamw_at(w, g, m, v, n, s, d); });
   }
   void dropout_at(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base, std::uint64_t layer,
                   std::uint64_t salt, const StepCounters* c, float rate) override {

@@ -3,9 +3,9 @@
 //! step size, epsilon added to sqrt(v). The whole update is one pass of the
 //! compute vocabulary (Compute::adam): one kernel over all parameters on a GPU.
 //!   strata::nn::Adam{1e-3};   strata::nn::Adam{1e-3, {.beta_1 = 0.9f, .beta_2 = 0.999f, .epsilon = 1e-7f}};
+//!   strata::nn::Adam{1e-3, {.global_clipnorm = 1.f}};   // clipped by the global norm
 
 #include <cmath>
-
 
 #include <strata/nn/optimizer.hpp>
 
@@ -15,6 +15,7 @@ struct AdamOptions {
   float beta_1 = 0.9f;
   float beta_2 = 0.999f;
   float epsilon = 1e-7f;
+  float global_clipnorm = 0.f;  //!< clip each step's gradient to this global norm (0: off; Optimizer::global_clipnorm)
 };
 
 class Adam final : public Optimizer {
@@ -22,12 +23,13 @@ class Adam final : public Optimizer {
   explicit Adam(LearningRate lr = 1e-3, AdamOptions o = {}) : lr_(std::move(lr)), o_(o) {
     if (!(o_.beta_1 >= 0.f && o_.beta_1 < 1.f && o_.beta_2 >= 0.f && o_.beta_2 < 1.f))
       throw Error("Adam: beta_1 and beta_2 must be in [0, 1)");
+    set_global_clipnorm(o_.global_clipnorm);
   }
   [[nodiscard]] std::string name() const override { return "Adam"; }
   [[nodiscard]] std::size_t slot_count() const noexcept override { return 2; }
   [[nodiscard]] std::string describe() const override {
     return "Adam(" + field("learning_rate", lr_.scheduled(0)) + ", " + field("beta_1", o_.beta_1) + ", " +
-           field("beta_2", o_.beta_2) + ", " + field("epsilon", o_.epsilon) + ")";
+           field("beta_2", o_.beta_2) + ", " + field("epsilon", o_.epsilon) + clip_field() + ")";
   }
   [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return clone_of(*this, lr_); }
   [[nodiscard]] LearningRate* learning_rate() noexcept override { return &lr_; }

@@ -7,7 +7,9 @@
 //! through share_override_of; a plain copy gets a state of its own).
 //!   strata::nn::Adam{1e-3};
 //!   strata::nn::SGD{strata::nn::ExponentialDecay{0.1f, 1000, 0.96f}};
+//!   strata::nn::AdamW{strata::nn::CosineDecay{.initial = 0.f, .decay_steps = 900, .warmup_target = 1e-3f, .warmup_steps = 100}};
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <concepts>
@@ -16,6 +18,7 @@
 #include <optional>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <strata/core/error.hpp>
@@ -93,6 +96,38 @@ struct PiecewiseConstantDecay {
     std::size_t i = 0;
     while (i < boundaries.size() && step > boundaries[i]) ++i;
     return values[i];
+  }
+};
+
+//! Cosine decay with an optional linear warm-up, as Keras' CosineDecay:
+//! without warm-up, initial * f(step / decay_steps); with one
+//! (warmup_target set), the rate goes linearly from `initial` at step 0 to
+//! warmup_target at step warmup_steps, then warmup_target * f((step -
+//! warmup_steps) / decay_steps); f(x) = (1 - alpha) * (1 + cos(pi * x)) / 2
+//! + alpha, so the rate ends at alpha times its peak and stays there past
+//! the end. Computed in double, rounded once. Step 0 is the first update.
+//!   strata::nn::AdamW{strata::nn::CosineDecay{.initial = 0.f, .decay_steps = 900, .alpha = 0.1f,
+//!                                             .warmup_target = 1e-3f, .warmup_steps = 100}};
+struct CosineDecay {
+  float initial;
+  std::int64_t decay_steps;
+  float alpha = 0.f;                  //!< the floor, a fraction of the peak rate
+  std::optional<float> warmup_target = std::nullopt;  //!< the peak rate the warm-up reaches (none: no warm-up, the peak is `initial`)
+  std::int64_t warmup_steps = 0;
+  float operator()(std::int64_t step) const {
+    if (decay_steps <= 0) throw Error("CosineDecay: decay_steps must be positive, got " + std::to_string(decay_steps));
+    if (warmup_steps < 0) throw Error("CosineDecay: warmup_steps must be >= 0, got " + std::to_string(warmup_steps));
+    if (warmup_steps > 0 && !warmup_target)
+      throw Error("CosineDecay: warmup_steps = " + std::to_string(warmup_steps) +
+                  " needs a warmup_target (the rate the warm-up reaches)");
+    const double s = static_cast<double>(std::min(step < 0 ? 0 : step, decay_steps + warmup_steps));
+    const double w = static_cast<double>(warmup_steps);
+    const double start = initial, peak = warmup_target ? *warmup_target : initial;
+    if (s < w) return static_cast<float>((peak - start) * (s / w) + start);
+    constexpr double pi = 3.14159265358979323846;
+    const double cosine = 0.5 * (1.0 + std::cos(pi * (s - w) / static_cast<double>(decay_steps)));
+    const double a = alpha;
+    return static_cast<float>(peak * ((1.0 - a) * cosine + a));
   }
 };
 

@@ -6,9 +6,12 @@
 //! copy of the state. Optimizer state follows the placement of its variables:
 //! it lives in the space of the Compute it was made for (a GPU replica's
 //! moments stay on its GPU), and updates run there (kernels/compute.hpp).
+//! Every optimizer takes global_clipnorm in its options (clipping by the
+//! global norm, applied by the executors).
 //!   strata::nn::OptimizerState st = opt.make_state(n);
 //!   opt.apply(w, g, st, /*offset=*/0, /*step=*/0);
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +33,10 @@ namespace strata::nn {
 struct OptimizerState {
   kernels::Compute* compute = nullptr;
   std::vector<kernels::Buffer<float>> slots;
+  //! A second scalar per iteration for a captured step, in the compute's
+  //! memory (AdamW's decay; the step size is in the executor's table):
+  //! written by Optimizer::prepare_steps, null until then.
+  std::shared_ptr<kernels::RateTable> table;
 };
 
 class Optimizer {
@@ -43,7 +50,7 @@ class Optimizer {
   [[nodiscard]] virtual std::string describe() const { return name(); }
   //! Zeroed state for `n` elements in `c`'s space.
   [[nodiscard]] OptimizerState make_state(std::size_t n, kernels::Compute& c = kernels::host_compute()) const {
-    OptimizerState s{&c, {}};
+    OptimizerState s{&c, {}, nullptr};
     for (std::size_t i = 0; i < slot_count(); ++i) {
       s.slots.emplace_back(c, Shape{n});
       c.fill(s.slots.back().data(), 0.f, n);
@@ -64,6 +71,19 @@ class Optimizer {
                 const kernels::DeviceStep& d) const {
     update_at(s.compute ? *s.compute : kernels::host_compute(), w, g, s, offset, d);
   }
+  //! Before captured steps of iterations `step` to `step + count - 1`
+  //! (strategy/captured_steps.hpp, each time it fills its rate table): what
+  //! apply_at reads besides the step size, written to the state's memory.
+  void prepare_steps(OptimizerState& s, std::int64_t step, std::size_t count) const {
+    prepare_at(s.compute ? *s.compute : kernels::host_compute(), s, step, count);
+  }
+  //! Clipping by the global norm (Keras' global_clipnorm, PyTorch's
+  //! clip_grad_norm_): 0 when off, else c > 0, and the executors scale each
+  //! step's reduced gradient by min(1, c / ||g||) before the update, the
+  //! norm taken over every parameter of the model (reduced across the
+  //! replicas, shards, stages or workers that update parts of it:
+  //! strategy/sync_executor.hpp). apply() alone, which sees a slice, does not clip.
+  [[nodiscard]] float global_clipnorm() const noexcept { return clipnorm_; }
   //! The scalar of step `step`'s update that varies by step (Adam: the
   //! rate with its bias correction folded in; SGD: the rate), as apply_at reads it.
   [[nodiscard]] virtual float step_rate(std::int64_t /*step*/) const {
@@ -83,7 +103,17 @@ class Optimizer {
                          OptimizerState& /*s*/, std::size_t /*offset*/, const kernels::DeviceStep& /*d*/) const {
     throw Error(name() + " cannot run in a captured step (ExecutorOptions::capture_steps)");
   }
+  virtual void prepare_at(kernels::Compute& /*c*/, OptimizerState& /*s*/, std::int64_t /*step*/,
+                          std::size_t /*count*/) const {}
   static float* slot(OptimizerState& s, std::size_t i, std::size_t offset) { return s.slots[i].data() + offset; }
+  //! Sets global_clipnorm() (a derived constructor, from its options): 0 (off) or finite and > 0.
+  void set_global_clipnorm(float c) {
+    if (!(std::isfinite(c) && c >= 0.f))
+      throw Error(name() + ": global_clipnorm must be finite and > 0 (or 0: no clipping), got " + std::to_string(c));
+    clipnorm_ = c;
+  }
+  //! ", global_clipnorm=c" for describe() when clipping, else nothing (the fingerprints of runs without it stay).
+  [[nodiscard]] std::string clip_field() const { return clipnorm_ > 0.f ? ", " + field("global_clipnorm", clipnorm_) : ""; }
   //! clone() of an optimizer `self` of type D whose rate is `rate`: the
   //! copy's rate shares this one's run-time override.
   template <class D>
@@ -101,6 +131,9 @@ class Optimizer {
     }
     return buf;
   }
+
+ private:
+  float clipnorm_ = 0.f;
 };
 
 }  // namespace strata::nn

@@ -35,6 +35,8 @@ class OptimizerUpdater final : public Updater {
     opt_->apply_at(w, g, state_, offset, d);
   }
   [[nodiscard]] float step_rate(std::int64_t step) const override { return opt_->step_rate(step); }
+  void prepare_at(std::int64_t step, std::size_t count) override { opt_->prepare_steps(state_, step, count); }
+  [[nodiscard]] float global_clipnorm() const override { return opt_->global_clipnorm(); }
   std::vector<Tensor<float>> state() override {
     std::vector<Tensor<float>> out;
     for (auto& slot : state_.slots) {

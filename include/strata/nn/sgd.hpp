@@ -11,6 +11,7 @@ namespace strata::nn {
 struct SGDOptions {
   float momentum = 0.f;
   bool nesterov = false;
+  float global_clipnorm = 0.f;  //!< clip each step's gradient to this global norm (0: off; Optimizer::global_clipnorm)
 };
 
 class SGD final : public Optimizer {
@@ -18,12 +19,13 @@ class SGD final : public Optimizer {
   explicit SGD(LearningRate lr = 0.01, SGDOptions o = {}) : lr_(std::move(lr)), o_(o) {
     if (o_.momentum < 0.f || o_.momentum >= 1.f) throw Error("SGD: momentum must be in [0, 1)");
     if (o_.nesterov && o_.momentum == 0.f) throw Error("SGD: Nesterov needs a momentum > 0");
+    set_global_clipnorm(o_.global_clipnorm);
   }
   [[nodiscard]] std::string name() const override { return "SGD"; }
   [[nodiscard]] std::size_t slot_count() const noexcept override { return o_.momentum > 0.f ? 1 : 0; }
   [[nodiscard]] std::string describe() const override {
     return "SGD(" + field("learning_rate", lr_.scheduled(0)) + ", " + field("momentum", o_.momentum) +
-           ", nesterov=" + (o_.nesterov ? "1" : "0") + ")";
+           ", nesterov=" + (o_.nesterov ? "1" : "0") + clip_field() + ")";
   }
   [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return clone_of(*this, lr_); }
   [[nodiscard]] LearningRate* learning_rate() noexcept override { return &lr_; }

@@ -11,6 +11,8 @@
 //!   fills once per read (kernels::RateTable; 1 / rows is fixed per graph);
 //! - the finiteness check gates the update on the device: a step whose
 //!   gradient holds a NaN or infinity changes nothing, its iteration included;
+//! - clipping by the global norm adds its squares on the device and scales
+//!   the gradient there (Compute::square_sum, clip_by_norm);
 //! - the loss and metric sums, the count of labels that are not class
 //!   indices and the skipped steps accumulate on the device and are read
 //!   every `read_every` steps and at the pass's end, where a bad label or a
@@ -43,11 +45,13 @@ class CapturedSteps {
                   std::to_string(kernels::RateTable::capacity - 1) + " steps");
     counters_ = static_cast<kernels::StepCounters*>(c_.allocate(sizeof(kernels::StepCounters)));
     rates_ = static_cast<kernels::RateTable*>(c_.allocate(sizeof(kernels::RateTable)));
+    norm_ = static_cast<double*>(c_.allocate(sizeof(double)));
   }
   CapturedSteps(const CapturedSteps&) = delete;
   CapturedSteps& operator=(const CapturedSteps&) = delete;
   ~CapturedSteps() {
     graph_.reset();
+    c_.deallocate(norm_, sizeof(double));
     c_.deallocate(rates_, sizeof(kernels::RateTable));
     c_.deallocate(counters_, sizeof(kernels::StepCounters));
   }
@@ -115,6 +119,10 @@ class CapturedSteps {
     const kernels::DeviceStep d{counters_, rates_, gated_};
     auto body = [&] {
       rep.run_loaded(info);
+      if (const float clip = up.global_clipnorm(); clip > 0.f) {  // the norm read where the replay finds it
+        c_.square_sum(grad, n, norm_);
+        c_.clip_by_norm(grad, n, clip, norm_);
+      }
       up.apply_at({value, n}, {grad, n}, 0, d);
       c_.end_step(counters_, gated_);
     };
@@ -146,6 +154,7 @@ class CapturedSteps {
     table_.count = every_ + 1;
     for (std::size_t k = 0; k < table_.count; ++k) table_.rate[k] = up.step_rate(it + static_cast<std::int64_t>(k));
     c_.upload(rates_, &table_, sizeof table_);
+    up.prepare_at(it, table_.count);  // what else its update reads by iteration (AdamW's decay)
   }
 
   void read(Pass& pass, ReplicaProgram& rep, Updater& up, PassTotals& t, std::size_t step) {
@@ -182,6 +191,7 @@ class CapturedSteps {
   std::size_t every_;
   kernels::StepCounters* counters_ = nullptr;  // in c_'s memory
   kernels::RateTable* rates_ = nullptr;        // in c_'s memory
+  double* norm_ = nullptr;                     // in c_'s memory: the gradient's squared norm (clipping)
   kernels::RateTable table_;                   // the host's copy being filled
   std::unique_ptr<kernels::StepGraph> graph_;
   std::size_t graph_rows_ = 0, warm_rows_ = 0;

@@ -100,7 +100,12 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
       devs_[r].c->download(grads_[r].data(), devs_[r].grad.data(), grads_[r].bytes());
     var_->apply_gradient(ctx, grads_[r], [&](std::span<float> w, std::span<const float> g, std::size_t off) {
       // g: this replica's slice of the sum
-      if (this->finite_gradient(ctx, r, kernels::host_memory(), counts_[r], g)) updater_->apply(w, g, off, it);
+      if (!this->finite_gradient(ctx, r, kernels::host_memory(), counts_[r], g)) return;
+      // clipping: the norm over every replica's slice; each scales its slice of the variable's own
+      // (non-const) sum buffer, which g views
+      this->clip_gradient(ctx, nullptr, counts_[r], g, {const_cast<float*>(g.data()), g.size()},
+                          updater_->global_clipnorm());
+      updater_->apply(w, g, off, it);
     });
   }
 

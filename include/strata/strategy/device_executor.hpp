@@ -15,6 +15,8 @@
 //! A custom loop's gradient hook (Pass::gradient_hook) sees the gradient
 //! copied to the host after the backward, and what it leaves goes back to
 //! the device before the update (counted for finiteness after the hook).
+//! Clipping by the global norm (the optimizer's global_clipnorm) runs on the
+//! device too (Compute::square_sum, clip_by_norm): no read-back.
 
 #include <algorithm>
 #include <exception>
@@ -160,6 +162,11 @@ class DeviceExecutor final : public Executor {
         if (bad > 0) return pass.skip_step(index, it, bad);  // nothing changes, the iteration included
         pass.applied_step();
       }
+      if (const float clip = updater_->global_clipnorm(); clip > 0.f) {  // on the device: no read-back
+        norm_.resize(*c_, Shape{1});
+        c_->square_sum(grad_.data(), n, norm_.data());
+        c_->clip_by_norm(grad_.data(), n, clip, norm_.data());
+      }
       updater_->apply({value_.data(), n}, {grad_.data(), n}, 0, it);
       host_.reset();
       ++*pass.iteration;
@@ -190,6 +197,7 @@ class DeviceExecutor final : public Executor {
   std::unique_ptr<kernels::RecordingCompute> recorder_;  // the host's capture, around c_
   kernels::Buffer<float> value_, grad_;
   kernels::Buffer<double> bad_;  // the count, for a program that does not report it
+  kernels::Buffer<double> norm_;  // the gradient's squared norm, when clipping by it
   std::unique_ptr<ReplicaProgram> rep_;
   std::unique_ptr<Updater> updater_;
   ReplicaResult result_;

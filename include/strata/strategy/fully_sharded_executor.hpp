@@ -180,6 +180,8 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     sh.finish_step();
     const std::span<float> g = sh.owned_gradient();
     if (!this->finite_gradient(ctx, r, kernels::host_memory(), bad_[r], std::span<const float>(g))) return;
+    // clipping: the norm over every replica's owned slice, each scaling its own
+    if (updaters_[r]) this->clip_gradient(ctx, nullptr, bad_[r], g, g, updaters_[r]->global_clipnorm());
     if (stage_ == 3) return updaters_[r]->apply(sh.owned_values(), g, 0, it);
     // stage 2: its slice of each layer updated in its whole copy, then every copy gets every slice
     Tensor<float>& staged = staged_[r];

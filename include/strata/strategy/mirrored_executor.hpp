@@ -24,7 +24,9 @@
 //!   sums across workers, the others take its result).
 //! The finiteness decision (Pass::finite) counts each replica's 1/p slice
 //! of the sum on its compute and one host all-reduce of a float decides for
-//! every replica of every worker (SyncExecutor::finite_gradient).
+//! every replica of every worker (SyncExecutor::finite_gradient); clipping
+//! by the global norm sums the squares of the same slices in one more
+//! all-reduce (SyncExecutor::clip_gradient; sharded, each replica scales its slice).
 //! Sharded update (ZeRO stage 1, which TensorFlow's MirroredStrategy does
 //! not have; ShardedUpdate, Auto from 3 replicas in one process): the
 //! gradients are reduce-scattered, each replica updates its 1/p slice with
@@ -143,6 +145,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     kernels::Buffer<float> value, grad;
     kernels::Buffer<float> shard;  // sharded update: its slice of the summed gradient, then of the updated values
     kernels::Buffer<double> bad;   // its finiteness count
+    kernels::Buffer<double> norm;  // its squared norm for clipping (a GPU's, in its memory)
     Tensor<float> host_grad;       // a GPU's gradient on the host, for a custom loop's hook
     GradientCompression comp;      // ExecutorOptions::compression: its residual and 16-bit gradient
     std::unique_ptr<Updater> updater;
@@ -187,6 +190,10 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   //! Replica r's slice of the parameters (the sharded update's, the finiteness count's).
   [[nodiscard]] Range mine(std::size_t r) const { return shard_range(this->program_.num_params(), devs_.size(), r); }
   [[nodiscard]] bool on_gpus() const { return this->s_.devices().front().is_gpu(); }
+  //! The optimizer's global_clipnorm (replica 0 always updates; 0: none).
+  [[nodiscard]] float clipnorm() const {
+    return devs_.empty() || !devs_.front().updater ? 0.f : devs_.front().updater->global_clipnorm();
+  }
 
   // -- SyncExecutor's hooks -------------------------------------------------
   void place_values(const Tensor<float>& init, std::size_t local) {
@@ -329,6 +336,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
         sharded_update(coll, *R.m, w, g, {R.shard.data(), mine(r).size()}, mine(r),
                        [&](std::span<float> ws, std::span<const float> gs) {
                          if (!this->finite_gradient(ctx, r, *R.m, R.bad, gs)) return false;
+                         this->clip_gradient(ctx, R.c, R.norm, gs, {R.shard.data(), gs.size()}, clipnorm());
                          R.updater->apply(ws, gs, 0, it);
                          return true;
                        });
@@ -337,9 +345,10 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     }
     if (!buckets_.empty() && buckets_[r].active()) buckets_[r].finish();  // the same sums, bucket by bucket
     else R.comp.all_reduce(coll, g);  // FP32, or compressed (16 bits on the wire)
-    if (!this->finite_gradient(ctx, r, *R.m, R.bad, std::span<const float>(g).subspan(mine(r).begin, mine(r).size())))
-      return;  // a skipped step keeps the residual it had
+    const std::span<const float> part = std::span<const float>(g).subspan(mine(r).begin, mine(r).size());
+    if (!this->finite_gradient(ctx, r, *R.m, R.bad, part)) return;  // a skipped step keeps the residual it had
     R.comp.commit();
+    this->clip_gradient(ctx, R.c, R.norm, part, updates(r) ? g : std::span<float>{}, clipnorm());
     if (updates(r)) R.updater->apply(w, g, 0, it);
     if constexpr (requires { coll.broadcast(w, 0); })
       if (central_ && devs_.size() > 1) coll.broadcast(w, 0);

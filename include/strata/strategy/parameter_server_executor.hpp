@@ -9,6 +9,13 @@
 //!   strata::ParameterServerStrategy s{{.workers = 4, .servers = 2}};
 //!   auto model = s.scope([] { return strata::nn::Sequential{...}; });   // trains through this executor
 //! Not deterministic unless staleness is 0.
+//! Clipping by the global norm (the optimizer's global_clipnorm) clips each
+//! pushed gradient by its own norm, on the worker, over every variable of
+//! every server (the worker holds the whole gradient before the push cuts it
+//! into shards, so the servers need not agree on anything): each push is one
+//! update applied asynchronously, and its norm is the norm of that update's
+//! gradient. In a synchronous round (staleness 0), where the servers
+//! average the round's pushes, each push is clipped before the average.
 
 #include <algorithm>
 #include <cstddef>
@@ -19,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include <strata/kernels/host/optim.hpp>
 #include <strata/policy/placement.hpp>
 #include <strata/ps/cluster_spec.hpp>
 #include <strata/ps/runtime.hpp>
@@ -203,6 +211,11 @@ class ParameterServerExecutor final : public Executor {
                    StepInfo{Phase::Train, 0, 1, static_cast<std::uint64_t>(in.iteration),
                             rows ? 1.f / static_cast<float>(rows) : 0.f},
                    res);
+    if (const float clip = updater_ ? updater_->global_clipnorm() : 0.f; clip > 0.f) {
+      // clipping by the global norm: this worker's whole gradient, before it is cut into the servers' shards
+      const std::span<float> g = grads_[r].span();
+      kernels::host::scale(g.data(), g.size(), kernels::bodies::clip_factor(kernels::host::square_sum(g.data(), g.size()), clip));
+    }
     rt_.push(w, grads_[r].span());
     return StepOutput{res.loss, std::move(res.metrics), res.rows};
   }

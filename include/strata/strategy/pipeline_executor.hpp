@@ -15,6 +15,10 @@
 //! side by side (lane d * S + s: copy d, stage s), each on its share of the
 //! batch's rows, with its own activations and gradient; the copies of a
 //! stage sum their gradients in copy order and apply the update once.
+//! Clipping by the global norm (the optimizer's global_clipnorm): after the
+//! copies' sum, copy 0 of each stage adds its squares, one all-reduce of a
+//! double over every lane (Stages::sum_squares) gives each stage the whole
+//! model's norm, and each scales its gradient before its update.
 //!
 //! What differs by transport is a Stages model (the Transport parameter):
 //! ThreadStages (pipeline_threads.hpp: every lane in this process, one
@@ -23,7 +27,8 @@
 //! runs them (run: lane(ctx, d, s), ctx with send/recv), joins them after
 //! the backward (agree: the finiteness count, the results and predictions
 //! of the lanes elsewhere), sums a stage's copies held elsewhere
-//! (sum_copies) and shares the other stages' state at a pass's end
+//! (sum_copies), sums the stages' squared norms for clipping (sum_squares)
+//! and shares the other stages' state at a pass's end
 //! (end_pass); and size(), words, check(options), place, prepare, is_chief,
 //! settled, and device(d, s) and matmul() (where lane (d, s) runs). Within a
 //! process, the lowest copy of each stage here sums the copies here and
@@ -51,6 +56,7 @@
 #include <strata/kernels/host/maps.hpp>
 #include <strata/kernels/host/memory.hpp>
 #include <strata/policy/placement.hpp>
+#include <strata/strategy/clip_norm.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/pipeline_options.hpp>
@@ -127,6 +133,11 @@ class PipelineExecutor final : public Executor {
     layout();
     placed_ = true;
     reset_optimizer();
+  }
+
+  //! The optimizer's global_clipnorm (0: none).
+  [[nodiscard]] float clipnorm() const {
+    return updaters_.size() > here_.begin && updaters_[here_.begin] ? updaters_[here_.begin]->global_clipnorm() : 0.f;
   }
 
   void reset_optimizer() override {
@@ -347,6 +358,7 @@ class PipelineExecutor final : public Executor {
       });
     const double bad = tr_.agree(ctx, pb, d, s, count);
     if (d == copies_.begin && s == here_.begin) bad_ = bad;
+    const float clip = train && bad == 0 ? clipnorm() : 0.f;
     if (train && bad == 0 && d == copies_.begin)
       timed([&] {
         if (D > 1) {  // on the host (a GPU stage's staged there)
@@ -357,6 +369,13 @@ class PipelineExecutor final : public Executor {
           tr_.sum_copies(s, hg);  // the copies elsewhere
           if (gpu_ && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
+        if (r.size() && clip == 0.f) updaters_[s]->apply(L.values(), g, 0, it);
+      });
+    if (clip > 0.f)  // clipping by the global norm: over every stage's layers (L.bad: the scratch of a GPU stage)
+      timed([&] {
+        const double sq = tr_.sum_squares(ctx, d == 0 ? square_sum_in(L.c, g, L.bad) : 0.0);  // copy 0 counts
+        if (d != copies_.begin) return;
+        clip_in(L.c, g, sq, clip, L.bad);
         if (r.size()) updaters_[s]->apply(L.values(), g, 0, it);
       });
     if (stat) {

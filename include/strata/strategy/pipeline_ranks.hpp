@@ -125,6 +125,13 @@ class RankStages {
       }
     return v[0];
   }
+  //! Every rank's: the sum of the ranks' `local` (clipping's squared norms), one all-reduce over the job.
+  template <class Ctx>
+  double sum_squares(Ctx& /*ctx*/, double local) {
+    double v[1] = {local};
+    comm_->all_reduce(std::span<double>(v), Sum);
+    return v[0];
+  }
   //! The D copies of stage s sum its gradient.
   void sum_copies(std::size_t /*s*/, std::span<float> g) {
     if (copies_comm_) copies_comm_->all_reduce(g, Sum);

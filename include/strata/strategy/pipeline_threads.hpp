@@ -72,6 +72,13 @@ class ThreadStages {
     ctx.all_reduce(std::span<float>(bad), Sum);  // with copies, also: every copy's gradient is final
     return bad[0];
   }
+  //! Every lane's: the sum of the lanes' `local` (clipping's squared norms), one all-reduce of a double.
+  template <class Ctx>
+  double sum_squares(Ctx& ctx, double local) {
+    double v[1] = {local};
+    ctx.all_reduce(std::span<double>(v), Sum);
+    return v[0];
+  }
   //! The copies' gradients of stage s are all here: nothing to add.
   void sum_copies(std::size_t /*s*/, std::span<float> /*g*/) {}
   void end_pass(Tensor<float>& /*value*/, std::vector<Tensor<float>>& /*state*/, const std::vector<Range>& /*slices*/,

@@ -124,6 +124,14 @@ class Updater {
   [[nodiscard]] virtual float step_rate(std::int64_t /*step*/) const {
     throw Error("this optimizer cannot run in a captured step");
   }
+  //! Before captured steps of iterations `step` to `step + count - 1` (each
+  //! time the executor fills its rate table): what apply_at reads besides
+  //! the step size (AdamW's decay), written to the updater's memory.
+  virtual void prepare_at(std::int64_t /*step*/, std::size_t /*count*/) {}
+  //! Clipping by the global norm (nn::Optimizer::global_clipnorm): 0 when
+  //! off, else c, and the executor scales each step's reduced gradient by
+  //! min(1, c / ||g||), the norm over every parameter of the model, before apply.
+  [[nodiscard]] virtual float global_clipnorm() const { return 0.f; }
   //! The optimizer state, slot by slot (e.g. Adam's m, then v), each the
   //! `n` elements the updater was made for, copied to the host.
   [[nodiscard]] virtual std::vector<Tensor<float>> state() { return {}; }

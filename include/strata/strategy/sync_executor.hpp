@@ -8,7 +8,9 @@
 //! batch. Deterministic: per-replica sums are added in replica order.
 //! With the gradient finiteness policy (Pass::finite) Derived::apply asks
 //! finite_gradient between the reduction and the update: a step whose
-//! reduced gradient holds a NaN or an infinity is skipped on every replica.
+//! reduced gradient holds a NaN or an infinity is skipped on every replica;
+//! with the optimizer's global_clipnorm, clip_gradient then scales the
+//! reduced gradient by the norm over every replica's part of it.
 //! A custom loop's hook (Pass::gradient_hook) sees each replica's gradient
 //! between its backward and Derived::apply: the one step fit takes, with a
 //! look in between.
@@ -28,6 +30,7 @@
 #include <strata/core/partition.hpp>
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/memory.hpp>
+#include <strata/strategy/clip_norm.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/state_slices.hpp>
 #include <strata/strategy/variable.hpp>
@@ -155,6 +158,24 @@ class SyncExecutor : public Executor {
     // every worker's local slices cover the (same) reduced gradient: the sum counts it once per worker
     if (r == 0) bad_ = static_cast<double>(bad[0]) / workers_.size();
     return bad[0] == 0.f;
+  }
+
+  //! Derived::apply's clipping by the global norm, after finite_gradient
+  //! let the step through (every replica calls it: one collective):
+  //! `clipnorm` the updater's (0: off, no work). Replica r adds the squares
+  //! of `part`, its slice of the reduced gradient (finite_gradient's: the
+  //! local replicas' slices cover it once; workers other than the first add
+  //! 0, their slices covering the same sum), in the memory of `c` (null:
+  //! the host's); one all-reduce of a double gives every replica of every
+  //! worker the squared norm, and replica r scales `mine` (what it updates
+  //! with: its slice, or its whole copy) by clip_factor (strategy/clip_norm.hpp).
+  template <class Ctx>
+  void clip_gradient(Ctx& ctx, kernels::Compute* c, kernels::Buffer<double>& scratch, std::span<const float> part,
+                     std::span<float> mine, float clipnorm) {
+    if (!(clipnorm > 0.f)) return;
+    double sq[1] = {workers_.index() == 0 ? square_sum_in(c, part, scratch) : 0.0};
+    ctx.all_reduce(std::span<double>(sq), Sum);
+    clip_in(c, mine, sq[0], clipnorm, scratch);
   }
 
   //! One global batch of `global` rows (`own`: b is this worker's share of

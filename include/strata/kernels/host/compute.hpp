@@ -107,6 +107,13 @@ class HostCompute : public HostMemoryOps<Compute> {
   void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) override {
     host::adam(w, g, m, v, n, s);
   }
+  void adamw(float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& s) override {
+    host::adamw(w, g, m, v, n, s);
+  }
+  void square_sum(const float* x, std::size_t n, double* out) override { *out = host::square_sum(x, n); }
+  void clip_by_norm(float* x, std::size_t n, float clipnorm, const double* sumsq) override {
+    host::scale(x, n, bodies::clip_factor(*sumsq, clipnorm));
+  }
 
   void sgd_at(float* w, const float* g, float* v, std::size_t n, const SgdStep& s, const DeviceStep& d) override {
     if (!update_runs(d)) return;
@@ -120,6 +127,14 @@ class HostCompute : public HostMemoryOps<Compute> {
     AdamStep at = s;
     at.lr_t = rate_at(*d.rates, d.counters->iteration);
     host::adam(w, g, m, v, n, at);
+  }
+  void adamw_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& s,
+                const DeviceStep& d) override {
+    if (!update_runs(d)) return;
+    AdamWStep at = s;
+    at.adam.lr_t = rate_at(*d.rates, d.counters->iteration);
+    at.decay = rate_at(*s.decays, d.counters->iteration);
+    host::adamw(w, g, m, v, n, at);
   }
   void dropout_at(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base, std::uint64_t layer,
                   std::uint64_t salt, const StepCounters* c, float rate) override {
