@@ -76,6 +76,14 @@ struct Args {
   std::optional<std::chrono::milliseconds> timeout;
   bool if_present = false;   // for the test suite: exit 77 ("skipped") when MNIST is not there
   std::vector<std::string> given;  // the options on the command line, in order
+  // examples/char_lm: the corpus and the transformer's shape
+  std::string corpus;         // the text ("": the cache of scripts/fetch-corpus.sh)
+  std::size_t context = 128;  // characters per window
+  int layers = 4;             // transformer blocks
+  std::size_t width = 128;    // the model's width
+  std::size_t heads = 4;      // attention heads per block
+  std::size_t sample = 400;   // characters generated after training (0: none)
+  double temperature = 0.8;   // the sampling temperature
 
   [[nodiscard]] bool has(std::string_view opt) const { return std::find(given.begin(), given.end(), opt) != given.end(); }
 };
@@ -174,8 +182,17 @@ inline constexpr OptionInfo option_table[] = {
     {"--min-accuracy", "X", "exit 3 below this test accuracy, 0-1 (default {min_accuracy})"},
     {"--timeout", "SECONDS", "the collective deadline, > 0 up to 604800, fractions allowed (default 120; "
                              "parameter_server: 60; default runs one replica on this thread: nothing to wait for)"},
+    {"--corpus", "FILE", "the UTF-8 text to train on (default: Debian's fortunes, fetched by scripts/fetch-corpus.sh); "
+                         "its last 10% is held out for validation"},
+    {"--context", "N", "characters the model sees at once, 2-4096 (default 128)"},
+    {"--layers", "N", "transformer blocks, 1-64 (default 4)"},
+    {"--width", "N", "the model's width, 1-8192, divisible by --heads (default 128)"},
+    {"--heads", "N", "attention heads per block, 1-256 (default 4)"},
+    {"--sample", "N", "characters to generate after training, 0-100000 (default 400)"},
+    {"--temperature", "X", "the sampling temperature, above 0 up to 10 (default 0.8)"},
     {"--quiet", "", "no summary, no progress bar"},
-    {"--if-present", "", "exit 77 (skipped) when MNIST or the GPU is not there (for the test suite)"},
+    {"--if-present", "", "exit 77 (skipped) when the data (MNIST; char_lm: its corpus) or the GPU is not there (for the "
+                        "test suite)"},
     {"--help", "", "print this and exit 0 (also -h)"},
 };
 
@@ -194,10 +211,30 @@ inline constexpr std::string_view mnist_exit_statuses =
     "resume); 77 skipped (--if-present: no MNIST or no GPU)";
 
 //! The options of the MNIST examples; with `mpi`, --cluster too.
+//! The options only examples/char_lm takes.
+inline constexpr std::string_view char_lm_only[] = {"--corpus", "--context", "--layers", "--width",
+                                                    "--heads",  "--sample",  "--temperature"};
+
 inline std::vector<std::string_view> mnist_options(bool mpi) {
   std::vector<std::string_view> o;
   for (const auto& info : option_table)
-    if (mpi || info.name != "--cluster") o.push_back(info.name);
+    if ((mpi || info.name != "--cluster") &&
+        std::find(std::begin(char_lm_only), std::end(char_lm_only), info.name) == std::end(char_lm_only))
+      o.push_back(info.name);
+  return o;
+}
+
+//! The options of examples/char_lm: the MNIST examples' (less those about
+//! MNIST, the device and accuracy) and its own; with `mpi`, --cluster too.
+inline std::vector<std::string_view> char_lm_options(bool mpi) {
+  std::vector<std::string_view> o;
+  constexpr std::string_view not_here[] = {"--device", "--data", "--validation-split", "--lr-decay",
+                                           "--min-accuracy", "--early-stopping", "--csv",
+                                           "--tensorboard", "--trace"};
+  for (const auto& info : option_table)
+    if ((mpi || info.name != "--cluster") &&
+        std::find(std::begin(not_here), std::end(not_here), info.name) == std::end(not_here))
+      o.push_back(info.name);
   return o;
 }
 
@@ -420,6 +457,14 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
     } else if (k == "--learning-rate") a.learning_rate = detail::decimal(prog, k, v, 0, 10, false, "a number from 0 to 10");
     else if (k == "--lr-decay") a.lr_decay = detail::decimal(prog, k, v, 0, 1, true, "a number above 0, at most 1");
     else if (k == "--early-stopping") a.early_stopping = detail::whole(prog, k, v, 0, 100000);
+    else if (k == "--corpus") a.corpus = v;
+    else if (k == "--context") a.context = detail::whole<std::size_t>(prog, k, v, 2, 4096);
+    else if (k == "--layers") a.layers = detail::whole(prog, k, v, 1, 64);
+    else if (k == "--width") a.width = detail::whole<std::size_t>(prog, k, v, 1, 8192);
+    else if (k == "--heads") a.heads = detail::whole<std::size_t>(prog, k, v, 1, 256);
+    else if (k == "--sample") a.sample = detail::whole<std::size_t>(prog, k, v, 0, 100000);
+    else if (k == "--temperature")
+      a.temperature = detail::decimal(prog, k, v, 0, 10, true, "a number above 0, at most 10");
     else if (k == "--csv") a.csv = v;
     else if (k == "--tensorboard") a.tensorboard = v;
     else if (k == "--trace") a.trace = v;
@@ -464,6 +509,9 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
       fail(prog, "--trace '" + a.trace + "' and " + k + " '" + *other + "' name the same file: give each its own");
   if (a.has("--csv") && a.has("--save") && same_file(a.csv, a.save))
     fail(prog, "--csv '" + a.csv + "' and --save '" + a.save + "' name the same file: give each its own");
+  if (a.width % a.heads != 0)
+    fail(prog, "--width " + std::to_string(a.width) + " is not divisible by --heads " + std::to_string(a.heads) +
+                   ": each head takes an equal share of the width");
   if (a.start_over && a.checkpoint_dir.empty())
     fail(prog, "--start-over applies only with --checkpoint-dir (it begins afresh in that directory)");
   return a;

@@ -22,8 +22,10 @@
 //! run except the loss and metric accumulators (atomic adds of doubles
 //! across blocks). Against HostCompute: im2col, col2im, max_pool,
 //! max_pool_backward, dropout, multiply, sgd, adam, layer_norm and its
-//! backward are bitwise equal (the element and row bodies are the host's,
-//! kernels/bodies/);
+//! backward, embedding and its backward are bitwise equal (the element and
+//! row bodies are the host's, kernels/bodies/); attention_softmax and
+//! sequence_crossentropy run the host's row bodies too, equal up to exp and
+//! log's rounding;
 //! gemm, sums and transcendental functions agree to FP32 rounding.
 //!
 //! CUDA graphs: begin_capture(), then any calls but upload, download and
@@ -49,6 +51,18 @@ namespace strata::cuda {
 namespace detail {
 //! *acc += the NaN and infinite values of x[0, n) (cuda/kernels/reductions.cuh).
 void launch_count_nonfinite(cudaStream_t s, const float* x, std::size_t n, double* acc);
+// cuda/kernels/attention.cuh and sequence_losses.cuh: kernels::Compute's members of the same names
+void launch_attention_softmax(cudaStream_t s, const float* x, float* y, std::size_t rows, std::size_t cols,
+                              bool causal);
+void launch_embedding(cudaStream_t s, const float* table, const float* ids, float* y, std::size_t n,
+                      std::size_t vocab, std::size_t width);
+void launch_embedding_backward(cudaStream_t s, const float* ids, const float* dy, float* dtable, std::size_t n,
+                               std::size_t vocab, std::size_t width);
+void launch_sequence_crossentropy(cudaStream_t s, const float* pred, const float* labels, float* d, float scale,
+                                  const kernels::SequenceLabels& labels_shape, bool from_logits, double* acc,
+                                  double* invalid);
+void launch_sequence_hits(cudaStream_t s, const float* pred, const float* labels,
+                          const kernels::SequenceLabels& labels_shape, double* acc, double* invalid);
 
 struct CublasDestroy {
   void operator()(cublasHandle_t h) const noexcept { (void)cublasDestroy(h); }
@@ -246,6 +260,36 @@ class CudaCompute final : public kernels::Compute {
       check(cublasSgemm(blas_.get(), tb, ta, in, im, ik, &alpha, b, ib, a, ia, &beta, c, ic), "cublasSgemm");
   }
 
+  //! The per-head products of attention in one cuBLAS call (cublasSgemmStridedBatched,
+  //! or its Ex form in BF16), each product as gemm computes it.
+  void gemm_strided_batched(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                            const float* a, std::size_t lda, std::size_t stride_a, const float* b, std::size_t ldb,
+                            std::size_t stride_b, float beta, float* c, std::size_t ldc, std::size_t stride_c,
+                            std::size_t batch) override {
+    if (m == 0 || n == 0 || batch == 0) return;
+    if (k == 0) {
+      for (std::size_t i = 0; i < batch; ++i) gemm(trans_a, trans_b, m, n, 0, alpha, a, lda, b, ldb, beta,
+                                                   c + i * stride_c, ldc);
+      return;
+    }
+    DeviceGuard g{device_};
+    const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int im = detail::as_int(m, "m"), in = detail::as_int(n, "n"), ik = detail::as_int(k, "k");
+    const int ia = detail::as_int(lda, "lda"), ib = detail::as_int(ldb, "ldb"), ic = detail::as_int(ldc, "ldc");
+    const int count = detail::as_int(batch, "batch");
+    const auto sa = static_cast<long long>(stride_a), sb = static_cast<long long>(stride_b),
+               sc = static_cast<long long>(stride_c);
+    if (math_ == MathMode::BF16)
+      check(cublasGemmStridedBatchedEx(blas_.get(), tb, ta, in, im, ik, &alpha, b, CUDA_R_32F, ib, sb, a, CUDA_R_32F,
+                                       ia, sa, &beta, c, CUDA_R_32F, ic, sc, count, CUBLAS_COMPUTE_32F_FAST_16BF,
+                                       CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx(CUBLAS_COMPUTE_32F_FAST_16BF)");
+    else
+      check(cublasSgemmStridedBatched(blas_.get(), tb, ta, in, im, ik, &alpha, b, ib, sb, a, ia, sa, &beta, c, ic, sc,
+                                      count),
+            "cublasSgemmStridedBatched");
+  }
+
   // -- maps and reductions ---------------------------------------------------
   void bias_activate(kernels::Activation a, const float* x, const float* bias, float* y, std::size_t rows,
                      std::size_t cols) override {
@@ -267,6 +311,20 @@ class CudaCompute final : public kernels::Compute {
                            float* dgamma_rows, std::size_t rows, std::size_t cols) override {
     DeviceGuard g{device_};
     detail::launch_layer_norm_backward(stream_.get(), dy, xhat, rstd, gamma, dx, dgamma_rows, rows, cols);
+  }
+  void attention_softmax(const float* x, float* y, std::size_t rows, std::size_t cols, bool causal) override {
+    DeviceGuard g{device_};
+    detail::launch_attention_softmax(stream_.get(), x, y, rows, cols, causal);
+  }
+  void embedding(const float* table, const float* ids, float* y, std::size_t examples, std::size_t steps,
+                 std::size_t vocab, std::size_t width) override {
+    DeviceGuard g{device_};
+    detail::launch_embedding(stream_.get(), table, ids, y, examples * steps, vocab, width);
+  }
+  void embedding_backward(const float* ids, const float* dy, float* dtable, std::size_t n, std::size_t vocab,
+                          std::size_t width) override {
+    DeviceGuard g{device_};
+    detail::launch_embedding_backward(stream_.get(), ids, dy, dtable, n, vocab, width);
   }
   void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) override {
     DeviceGuard g{device_};
@@ -300,6 +358,16 @@ class CudaCompute final : public kernels::Compute {
                                 std::size_t classes, bool from_logits, double* acc) override {
     DeviceGuard g{device_};
     detail::launch_categorical_crossentropy(stream_.get(), pred, labels, d, scale, rows, classes, from_logits, acc);
+  }
+  void sequence_crossentropy(const float* pred, const float* labels, float* d, float scale,
+                             const kernels::SequenceLabels& s, bool from_logits, double* acc, double* invalid) override {
+    DeviceGuard g{device_};
+    detail::launch_sequence_crossentropy(stream_.get(), pred, labels, d, scale, s, from_logits, acc, invalid);
+  }
+  void sequence_hits(const float* pred, const float* labels, const kernels::SequenceLabels& s, double* acc,
+                     double* invalid) override {
+    DeviceGuard g{device_};
+    detail::launch_sequence_hits(stream_.get(), pred, labels, s, acc, invalid);
   }
   void mean_squared_error(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                           std::size_t width, double* acc) override {

@@ -5,6 +5,7 @@
 //!        -c include/strata/cuda/strata_cuda.cu -o strata_cuda.o
 
 #include <strata/cuda/compute.hpp>
+#include <strata/cuda/kernels/attention.cuh>
 #include <strata/cuda/kernels/collectives.cuh>
 #include <strata/cuda/kernels/conv.cuh>
 #include <strata/cuda/kernels/layer_norm.cuh>
@@ -12,6 +13,7 @@
 #include <strata/cuda/kernels/maps.cuh>
 #include <strata/cuda/kernels/optim.cuh>
 #include <strata/cuda/kernels/reductions.cuh>
+#include <strata/cuda/kernels/sequence_losses.cuh>
 
 namespace strata::cuda {
 

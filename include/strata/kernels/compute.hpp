@@ -42,6 +42,15 @@ struct Window2D {
   std::size_t kh = 0, kw = 0, sh = 1, sw = 1, pad_top = 0, pad_left = 0, oh = 0, ow = 0;
 };
 
+//! The labels of a per-position (sequence) loss: `batch` examples of `steps`
+//! positions, each position a row of `classes` predictions and one label.
+//! When `masked`, a label equal to ignore_class leaves its position out.
+struct SequenceLabels {
+  std::size_t batch = 0, steps = 0, classes = 0;
+  bool masked = false;
+  float ignore_class = -1.f;
+};
+
 //! The optimizer updates the vocabulary knows.
 struct SgdStep {
   float lr = 0.f, momentum = 0.f;
@@ -68,6 +77,17 @@ class Compute : public Memory {
   virtual void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha,
                     const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
                     std::size_t ldc) = 0;
+
+  //! `batch` products of gemm's form, the i-th reading a + i * stride_a and
+  //! b + i * stride_b and writing c + i * stride_c (cuBLAS' strided-batched
+  //! gemm; attention's per-head products). By default one gemm per product, in order.
+  virtual void gemm_strided_batched(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k,
+                                    float alpha, const float* a, std::size_t lda, std::size_t stride_a, const float* b,
+                                    std::size_t ldb, std::size_t stride_b, float beta, float* c, std::size_t ldc,
+                                    std::size_t stride_c, std::size_t batch) {
+    for (std::size_t i = 0; i < batch; ++i)
+      gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c, ldc);
+  }
 
   //! A dense layer's forward: y[rows x out] = act(x[rows x in] * w[in x out]
   //! + bias) (bias may be null). By default a product, then bias_activate; a
@@ -102,6 +122,24 @@ class Compute : public Memory {
   //! (column_sums of it give dL/dgamma; those of dy give dL/dbeta).
   virtual void layer_norm_backward(const float* dy, const float* xhat, const float* rstd, const float* gamma,
                                    float* dx, float* dgamma_rows, std::size_t rows, std::size_t cols) = 0;
+  //! Attention weights: a stable softmax over each row of `cols` scores (y
+  //! may be x). When `causal`, the rows are stacked cols x cols score
+  //! matrices and row r (the query at position r % cols) sees only the keys
+  //! j <= r % cols; the others get weight 0 (so activation_backward's softmax
+  //! gives them gradient 0). Host and GPU agree to the rounding of exp.
+  virtual void attention_softmax(const float* x, float* y, std::size_t rows, std::size_t cols, bool causal) = 0;
+  //! Embedding lookup: y[i, :] = table[ids[i], :] for the examples x steps
+  //! ids (floats naming rows of the vocab x width table). An id that is not
+  //! an integer in [0, vocab): the host throws an Error naming its example
+  //! and position; a GPU writes a row of NaN (the loss is then NaN, which
+  //! fit's non-finite check reports).
+  virtual void embedding(const float* table, const float* ids, float* y, std::size_t examples, std::size_t steps,
+                         std::size_t vocab, std::size_t width) = 0;
+  //! Its gradient: dtable[v, :] = the sum of dy[i, :] over the n positions
+  //! whose id is v, added in position order (overwritten; the same bits in
+  //! every space and run: no atomics). Ids that name no row add nothing.
+  virtual void embedding_backward(const float* ids, const float* dy, float* dtable, std::size_t n, std::size_t vocab,
+                                  std::size_t width) = 0;
   //! out[j] = sum over r of x[r, j] (overwritten; zeros for no rows).
   virtual void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) = 0;
   //! y += a * x.
@@ -125,6 +163,17 @@ class Compute : public Memory {
                                    std::size_t classes, bool from_logits, double* acc, double* invalid) = 0;
   virtual void categorical_crossentropy(const float* pred, const float* labels, float* d, float scale,
                                         std::size_t rows, std::size_t classes, bool from_logits, double* acc) = 0;
+  //! Per-position sparse cross-entropy: an example's loss is the mean over
+  //! its unmasked positions of the position's cross-entropy (0 for an
+  //! example with every position masked, which also gets no gradient); a
+  //! position's gradient is scale / (its example's unmasked positions) times
+  //! d(loss)/d(pred); masked positions get 0. Labels: s.batch x s.steps.
+  virtual void sequence_crossentropy(const float* pred, const float* labels, float* d, float scale,
+                                     const SequenceLabels& s, bool from_logits, double* acc, double* invalid) = 0;
+  //! Per example: the fraction of its unmasked positions whose argmax is the
+  //! label (0 for an example with every position masked).
+  virtual void sequence_hits(const float* pred, const float* labels, const SequenceLabels& s, double* acc,
+                             double* invalid) = 0;
   //! Per example: the mean over its `width` elements of (pred - label)^2.
   virtual void mean_squared_error(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                                   std::size_t width, double* acc) = 0;

@@ -32,6 +32,15 @@ class Memory {
   //! host dst <- src (this space); the bytes are on the host when this returns.
   virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  //! `rows` blocks of `width` bytes within this space: block r from src + r
+  //! * src_pitch to dst + r * dst_pitch (a column block of a row-major matrix:
+  //! Concatenate's). By default one copy per row; a GPU does it in one call.
+  virtual void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+                       std::size_t rows) {
+    auto* d = static_cast<char*>(dst);
+    const auto* s = static_cast<const char*>(src);
+    for (std::size_t r = 0; r < rows; ++r) copy(d + r * dst_pitch, s + r * src_pitch, width);
+  }
   virtual void fill(float* x, float value, std::size_t n) = 0;
   //! Returns when every call issued before it has finished (a no-op on the host).
   virtual void synchronize() = 0;

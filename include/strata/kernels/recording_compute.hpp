@@ -72,6 +72,12 @@ class RecordingCompute final : public Compute {
             std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) override {
     run([=, this] { in_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
   }
+  void gemm_strided_batched(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                            const float* a, std::size_t lda, std::size_t sa, const float* b, std::size_t ldb,
+                            std::size_t sb, float beta, float* c, std::size_t ldc, std::size_t sc,
+                            std::size_t batch) override {
+    run([=, this] { in_.gemm_strided_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch); });
+  }
   void dense_forward(Activation a, const float* x, const float* w, const float* bias, float* y, std::size_t rows,
                      std::size_t in, std::size_t out) override {
     run([=, this] { in_.dense_forward(a, x, w, bias, y, rows, in, out); });
@@ -93,6 +99,17 @@ class RecordingCompute final : public Compute {
                            float* dgamma_rows, std::size_t rows, std::size_t cols) override {
     run([=, this] { in_.layer_norm_backward(dy, xhat, rstd, gamma, dx, dgamma_rows, rows, cols); });
   }
+  void attention_softmax(const float* x, float* y, std::size_t rows, std::size_t cols, bool causal) override {
+    run([=, this] { in_.attention_softmax(x, y, rows, cols, causal); });
+  }
+  void embedding(const float* table, const float* ids, float* y, std::size_t examples, std::size_t steps,
+                 std::size_t vocab, std::size_t width) override {
+    run([=, this] { in_.embedding(table, ids, y, examples, steps, vocab, width); });
+  }
+  void embedding_backward(const float* ids, const float* dy, float* dtable, std::size_t n, std::size_t vocab,
+                          std::size_t width) override {
+    run([=, this] { in_.embedding_backward(ids, dy, dtable, n, vocab, width); });
+  }
   void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) override {
     run([=, this] { in_.column_sums(x, out, rows, cols); });
   }
@@ -112,6 +129,14 @@ class RecordingCompute final : public Compute {
   void categorical_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                                 std::size_t classes, bool from_logits, double* acc) override {
     run([=, this] { in_.categorical_crossentropy(pred, labels, d, scale, rows, classes, from_logits, acc); });
+  }
+  void sequence_crossentropy(const float* pred, const float* labels, float* d, float scale, const SequenceLabels& s,
+                             bool from_logits, double* acc, double* invalid) override {
+    run([=, this] { in_.sequence_crossentropy(pred, labels, d, scale, s, from_logits, acc, invalid); });
+  }
+  void sequence_hits(const float* pred, const float* labels, const SequenceLabels& s, double* acc,
+                     double* invalid) override {
+    run([=, this] { in_.sequence_hits(pred, labels, s, acc, invalid); });
   }
   void mean_squared_error(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                           std::size_t width, double* acc) override {

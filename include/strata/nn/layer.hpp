@@ -12,11 +12,13 @@
 //! got no samples of a short last batch). On host tensors, the non-virtual
 //! forward/backward overloads run a layer on the host compute.
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <strata/core/error.hpp>
@@ -26,6 +28,8 @@
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::nn {
+
+class Node;  // nn/node.hpp: a functional model's graph
 
 using kernels::Compute;
 //! What layers pass between them: a float buffer in the replica's space.
@@ -110,6 +114,16 @@ class Layer {
   }
   //! A copy of this built layer with its own caches (bindings are not copied meaningfully: rebind).
   [[nodiscard]] virtual std::unique_ptr<Layer> clone() const = 0;
+
+  //! This layer applied to nodes of a functional model (nn/node.hpp, which
+  //! must be included): a new node whose layer is a copy of this one.
+  //!   strata::nn::Node h = strata::nn::Dense{64}(x);
+  template <class... N>
+    requires(sizeof...(N) > 0 && (std::same_as<N, Node> && ...))
+  auto operator()(const N&... inputs) const {
+    using First = std::tuple_element_t<0, std::tuple<N...>>;  // Node, named through the pack: complete by now
+    return First::apply(*this, {&inputs...});
+  }
 
 };
 

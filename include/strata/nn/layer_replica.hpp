@@ -102,6 +102,20 @@ inline const Act& LayerReplica::forward(const StepInfo& info, std::size_t rows) 
   RunInfo run{info.phase == Phase::Train, info.replica, m_.seed, info.iteration, 0, info.counters};
   if (windowed_ && !info.windows)
     throw Error("LayerReplica: made without a gradient buffer (sharded: ZeRO 2 or 3), its steps need StepInfo::windows");
+  if (!m_.chain) {  // a functional model: each node from the outputs it takes
+    NodeRun<LayerProgram>(m_, c_, {0, layers_.size()})
+        .forward(layers_, x_, acts_, run, [&](std::size_t l, auto&& call) {
+          const std::size_t begin = layer_begin_[l], end = layer_begin_[l + 1];
+          const bool window = windowed_ && begin < end;
+          if (window) bind_layer(l, info.windows->acquire(begin, end, false));
+          {
+            trace::Span span{trace_names_[l], trace::Category::Forward, {{"layer", l}, {"rows", rows}}};
+            call();
+          }
+          if (window) info.windows->release(begin, end, false);
+        });
+    return acts_.back();
+  }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     run.layer = l;
     const std::size_t begin = layer_begin_[l], end = layer_begin_[l + 1];
@@ -165,6 +179,21 @@ inline void LayerReplica::backward(const StepInfo& info) {
     if (windowed_) info.windows->release(begin, end, true);
     else if (info.ready) info.ready->ready(begin, end);
   };
+  if (!m_.chain) {  // a functional model: each output's gradient summed over its consumers
+    NodeRun<LayerProgram>(m_, c_, {0, layers_.size()})
+        .backward(layers_, x_, acts_, d_[0], graph_, nullptr, [&](std::size_t l, auto&& call) {
+          if (windowed_ && layer_begin_[l] < layer_begin_[l + 1]) {
+            w = info.windows->acquire(layer_begin_[l], layer_begin_[l + 1], true);
+            bind_layer(l, w);
+          }
+          {
+            trace::Span span{trace_names_[l], trace::Category::Backward, {{"layer", l}}};
+            call();
+          }
+          finish_layer(l);
+        });
+    return;
+  }
   int cur = 0;
   for (std::size_t l = layers_.size(); l-- > 0;) {
     const Act& in = l ? acts_[l - 1] : x_;

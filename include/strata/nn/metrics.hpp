@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <strata/nn/losses.hpp>
@@ -33,7 +34,16 @@ class Metric {
 };
 
 namespace detail {
-inline void sparse_hits(Compute& c, const Act& pred, const Act& labels, double* acc, double* invalid) {
+//! Hits of class-index labels: per example ([batch, V] predictions), or, for
+//! [batch, T, V] predictions or a masking `ignore`, per example the fraction
+//! of its unmasked positions that are hits.
+inline void sparse_hits(Compute& c, const Act& pred, const Act& labels, double* acc, double* invalid,
+                        std::optional<int> ignore = std::nullopt) {
+  if (pred.shape().rank() > 2 || ignore) {
+    const kernels::SequenceLabels s = sequence_labels(pred, labels, ignore, "sparse_categorical_accuracy");
+    if (s.batch) c.sequence_hits(pred.data(), labels.data(), s, acc, invalid);
+    return;
+  }
   const std::size_t b = pred.shape()[0], k = row_width(pred);
   if (labels.size() != b)
     throw ShapeError("sparse_categorical_accuracy: " + std::to_string(b) + " predictions but labels of shape " +
@@ -50,13 +60,21 @@ inline void categorical_hits(Compute& c, const Act& pred, const Act& labels, dou
 }  // namespace detail
 
 //! Fraction of examples whose predicted class (argmax) is the label index.
+//! Per position for [batch, T, V] predictions: each example counts the
+//! fraction of its positions that are hits, leaving out those whose label is
+//! the compiled loss's ignore_class (an example with every position masked
+//! counts 0).
 class SparseCategoricalAccuracy final : public Metric {
  public:
   [[nodiscard]] std::string name() const override { return "sparse_categorical_accuracy"; }
+  void set_loss(const Loss& l) override { ignore_ = l.ignore_class(); }
   void accumulate(Compute& c, const Act& p, const Act& y, double* acc, double* invalid) const override {
-    detail::sparse_hits(c, p, y, acc, invalid);
+    detail::sparse_hits(c, p, y, acc, invalid, ignore_);
   }
   [[nodiscard]] std::unique_ptr<Metric> clone() const override { return std::make_unique<SparseCategoricalAccuracy>(*this); }
+
+ private:
+  std::optional<int> ignore_;
 };
 
 //! Fraction of examples whose argmax matches the one-hot label's argmax.
@@ -69,14 +87,18 @@ class CategoricalAccuracy final : public Metric {
   [[nodiscard]] std::unique_ptr<Metric> clone() const override { return std::make_unique<CategoricalAccuracy>(*this); }
 };
 
-//! "accuracy" as Keras means it: sparse or categorical by the loss's labels;
-//! for a single output, binary at threshold 0.5.
+//! "accuracy" as Keras means it: sparse or categorical by the loss's labels
+//! (sparse: per position, masked as SparseCategoricalAccuracy); for a single
+//! output, binary at threshold 0.5.
 class Accuracy final : public Metric {
  public:
   [[nodiscard]] std::string name() const override { return "accuracy"; }
-  void set_loss(const Loss& l) override { sparse_ = l.sparse_labels(); }
+  void set_loss(const Loss& l) override {
+    sparse_ = l.sparse_labels();
+    ignore_ = l.ignore_class();
+  }
   void accumulate(Compute& c, const Act& p, const Act& y, double* acc, double* invalid) const override {
-    if (sparse_) return detail::sparse_hits(c, p, y, acc, invalid);
+    if (sparse_) return detail::sparse_hits(c, p, y, acc, invalid, ignore_);
     if (detail::row_width(p) > 1) return detail::categorical_hits(c, p, y, acc);
     if (y.size() != p.size())
       throw ShapeError("accuracy: labels of shape " + y.shape().str() + " for predictions of shape " + p.shape().str());
@@ -86,6 +108,7 @@ class Accuracy final : public Metric {
 
  private:
   bool sparse_ = false;
+  std::optional<int> ignore_;
 };
 
 //! The mean of a loss, as a metric (e.g. track MSE while training on another loss).

@@ -16,9 +16,12 @@
 #include <vector>
 
 #include <strata/core/trace.hpp>
+#include <strata/nn/graph_run.hpp>
 #include <strata/nn/layer.hpp>
 #include <strata/nn/losses.hpp>
+#include <strata/nn/merge.hpp>
 #include <strata/nn/metrics.hpp>
+#include <strata/nn/node.hpp>
 #include <strata/nn/optimizer.hpp>
 #include <strata/nn/optimizer_updater.hpp>
 #include <strata/nn/random.hpp>
@@ -91,11 +94,18 @@ class LayerReplica final : public ReplicaProgram {
   std::vector<const char*> trace_names_;  // each layer's name, for its spans in the trace
   std::vector<std::size_t> layer_begin_;   // per layer, then the total: where its parameters start
   bool windowed_ = false;  // made with no gradient buffer: layers bound per call (ZeRO 2 and 3)
+  NodeGrads graph_;        // a functional model's backward (nn/graph_run.hpp); unused for a chain
 };
 
 class LayerProgram final : public ModelProgram {
  public:
   std::vector<std::unique_ptr<Layer>> layers;
+  //! Per layer: the layers whose outputs it takes, in order (graph_input:
+  //! the model's input). Left empty, build() makes a chain (Sequential).
+  std::vector<std::vector<std::size_t>> inputs;
+  std::string kind = "Sequential";          // for messages: "Sequential" or "Model"
+  bool chain = true;                        // each layer takes the one before it (after build)
+  std::vector<char> grad_needed;            // per layer: a parameter at or before it (its output's gradient is used)
   std::vector<Shape> shapes;                // per layer: its per-sample output shape
   Shape input_shape;                        // per-sample input (after build)
   std::vector<std::vector<ParamSpec>> specs;  // per layer: its parameters
@@ -109,16 +119,23 @@ class LayerProgram final : public ModelProgram {
   //! Infers every layer's shapes for per-sample `input` and returns the
   //! initial parameters (seeded). On a layer's refusal nothing changes.
   Tensor<float> build(const Shape& input) {
-    Shape s = input;
+    if (inputs.size() != layers.size()) {  // a Sequential's (layers added since): a chain
+      inputs.clear();
+      for (std::size_t l = 0; l < layers.size(); ++l) inputs.push_back({l ? l - 1 : graph_input});
+    }
     std::vector<Shape> out_shapes;
     std::vector<std::vector<ParamSpec>> out_specs;
     std::vector<std::string> out_names, kinds;
     std::size_t n = 0;
     for (std::size_t l = 0; l < layers.size(); ++l) {
+      std::vector<Shape> in;
+      for (std::size_t p : inputs[l]) in.push_back(p == graph_input ? input : out_shapes.at(p));
+      Shape s;
       try {
-        s = layers[l]->build(s);
+        if (auto* merge = dynamic_cast<Merge*>(layers[l].get()); merge && in.size() > 1) s = merge->build(in);
+        else s = layers[l]->build(in.at(0));  // a merge in a Sequential refuses here
       } catch (const ShapeError& e) {
-        throw ShapeError("Sequential: layer " + std::to_string(l) + " (" + layers[l]->kind() + "): " + e.what());
+        throw ShapeError(kind + ": layer " + std::to_string(l) + " (" + layers[l]->kind() + "): " + e.what());
       }
       out_shapes.push_back(s);
       out_specs.push_back(layers[l]->params());
@@ -136,6 +153,13 @@ class LayerProgram final : public ModelProgram {
     first_trainable = layers.size();
     for (std::size_t l = 0; l < layers.size() && first_trainable == layers.size(); ++l)
       if (!specs[l].empty()) first_trainable = l;
+    chain = true;
+    grad_needed.assign(layers.size(), 0);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      chain = chain && inputs[l].size() == 1 && inputs[l][0] == (l ? l - 1 : graph_input);
+      grad_needed[l] = !specs[l].empty();
+      for (std::size_t p : inputs[l]) grad_needed[l] = grad_needed[l] || (p != graph_input && grad_needed[p]);
+    }
     Tensor<float> init{Shape{total}};
     std::size_t off = 0;
     for (std::size_t l = 0; l < layers.size(); ++l)
@@ -150,6 +174,16 @@ class LayerProgram final : public ModelProgram {
         off += k;
       }
     return init;
+  }
+
+  //! Whether a pipeline stage may start at layer k (0 < k < layers): no layer
+  //! from k on takes an output from before k - 1 (one activation crosses the cut).
+  [[nodiscard]] bool cut_before(std::size_t k) const override {
+    if (chain || k == 0) return true;
+    for (std::size_t l = k; l < layers.size(); ++l)
+      for (std::size_t p : inputs[l])
+        if (p == graph_input || p + 1 < k) return false;
+    return true;
   }
 
   //! f(offset, count, l2) for every parameter with an L2 regularizer.
@@ -230,7 +264,7 @@ class LayerProgram final : public ModelProgram {
     return make_updater_on(kernels::host_compute(), n);
   }
   [[nodiscard]] std::unique_ptr<Updater> make_updater_on(Compute& c, std::size_t n) const override {
-    if (!optimizer) throw Error("Sequential: compile the model first (optimizer and loss)");
+    if (!optimizer) throw Error(kind + ": compile the model first (optimizer and loss)");
     return std::make_unique<OptimizerUpdater>(*optimizer, n, c);
   }
 };

@@ -63,6 +63,10 @@ class LayerStage final : public StageProgram {
     s.d.resize(c_, Shape{0});
     const Act* x = &s.x;
     RunInfo run{st.phase == Phase::Train, st.micro, m_.seed, st.iteration, 0};
+    if (!m_.chain) {  // a functional model: each node from the outputs it takes
+      NodeRun<LayerProgram>(m_, c_, r_).forward(s.layers, s.x, s.acts, run, [](std::size_t, auto&& call) { call(); });
+      return {s.acts.back().data(), s.acts.back().size()};
+    }
     for (std::size_t i = 0; i < r_.size(); ++i) {
       run.layer = r_.begin + i;
       s.layers[i]->forward(c_, *x, s.acts[i], run);
@@ -106,8 +110,14 @@ class LayerStage final : public StageProgram {
       dy = &d_[0];
     }
     Act* dx = nullptr;
+    if (!m_.chain) {  // a functional model: the stage input's gradient summed over the nodes that take it
+      if (NodeRun<LayerProgram>(m_, c_, r_).backward(s.layers, s.x, s.acts, *dy, graph_,
+                                                     has_input_gradient() ? &d_[1] : nullptr,
+                                                     [](std::size_t, auto&& call) { call(); }))
+        dx = &d_[1];
+    }
     int cur = 0;
-    for (std::size_t i = r_.size(); i-- > 0;) {
+    for (std::size_t i = m_.chain ? r_.size() : 0; i-- > 0;) {
       const std::size_t l = r_.begin + i;
       const Act& in = i ? s.acts[i - 1] : s.x;
       const bool need_dx = l > m_.first_trainable;
@@ -157,6 +167,7 @@ class LayerStage final : public StageProgram {
   kernels::Buffer<float> mg_;  // one micro-batch's parameter gradients (the layers overwrite theirs)
   std::vector<Slot> slots_;
   Act y_, d_[2];
+  NodeGrads graph_;  // a functional model's backward (nn/graph_run.hpp)
   kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels
   std::vector<double> host_sums_;
 };
@@ -169,8 +180,11 @@ inline std::unique_ptr<StageProgram> LayerProgram::make_stage(Range layers, std:
 inline std::unique_ptr<StageProgram> LayerProgram::make_stage_on(Compute& c, Range layers,
                                                                  std::span<const float> value, std::span<float> grad) {
   if (layers.begin >= layers.end || layers.end > this->layers.size())
-    throw Error("Sequential: a pipeline stage of layers [" + std::to_string(layers.begin) + ", " +
+    throw Error(kind + ": a pipeline stage of layers [" + std::to_string(layers.begin) + ", " +
                 std::to_string(layers.end) + ") of a model of " + std::to_string(this->layers.size()) + " layers");
+  if (!cut_before(layers.begin))
+    throw Error(kind + ": a pipeline stage cannot start at layer " + std::to_string(layers.begin) +
+                ": a later layer takes an output from before layer " + std::to_string(layers.begin - 1));
   return std::make_unique<LayerStage>(*this, c, layers, value, grad);
 }
 

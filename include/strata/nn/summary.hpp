@@ -28,10 +28,15 @@ inline std::string with_commas(std::size_t n) {
 //! what runs where ("4 replicas", "2 workers, 1 server", "2 stages").
 inline std::string summary_table(const LayerProgram& m, std::string_view strategy, std::string_view layout) {
   std::ostringstream os;
-  const std::string rule(65, '_'), dbl(65, '=');
-  char b[160];
-  os << "Model: \"sequential\" (" << strategy << ", " << layout << ")\n" << rule << "\n";
-  std::snprintf(b, sizeof b, " %-28s%-26s%s\n", "Layer (type)", "Output Shape", "Param #");
+  char b[200];
+  const bool graph = !m.chain;  // a functional model: each layer's inputs in a fourth column
+  const std::string rule(graph ? 90 : 65, '_'), dbl(graph ? 90 : 65, '=');
+  os << "Model: \"" << (graph ? "functional" : "sequential") << "\" (" << strategy << ", " << layout << ")\n"
+     << rule << "\n";
+  if (graph)
+    std::snprintf(b, sizeof b, " %-28s%-26s%-11s%s\n", "Layer (type)", "Output Shape", "Param #", "Connected to");
+  else
+    std::snprintf(b, sizeof b, " %-28s%-26s%s\n", "Layer (type)", "Output Shape", "Param #");
   os << b << dbl << "\n";
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     std::size_t n = 0;
@@ -39,8 +44,14 @@ inline std::string summary_table(const LayerProgram& m, std::string_view strateg
     std::string shape = "(None";
     for (auto d : m.shapes[l].dims()) shape += ", " + std::to_string(d);
     shape += ")";
-    std::snprintf(b, sizeof b, " %-28s%-26s%s\n", (m.names[l] + " (" + m.layers[l]->kind() + ")").c_str(),
-                  shape.c_str(), with_commas(n).c_str());
+    std::string from;
+    for (std::size_t p : m.inputs[l]) from += (from.empty() ? "" : ", ") + (p == graph_input ? std::string("input") : m.names[p]);
+    if (graph)
+      std::snprintf(b, sizeof b, " %-28s%-26s%-11s%s\n", (m.names[l] + " (" + m.layers[l]->kind() + ")").c_str(),
+                    shape.c_str(), with_commas(n).c_str(), from.c_str());
+    else
+      std::snprintf(b, sizeof b, " %-28s%-26s%s\n", (m.names[l] + " (" + m.layers[l]->kind() + ")").c_str(),
+                    shape.c_str(), with_commas(n).c_str());
     os << b;
   }
   os << dbl << "\nTotal params: " << with_commas(m.total) << "\nTrainable params: " << with_commas(m.total)

@@ -104,8 +104,9 @@ class PipelineExecutor final : public Executor {
     const std::size_t S = R / D;
     counts_ = program_.layer_param_counts();
     widths_ = program_.layer_output_widths();
-    ranges_ = opts_.stages.empty() ? balance_stages(counts_, S) : opts_.stages;
-    check_stages(ranges_, program_.num_layers(), S);
+    cuts_ = program_.cuts();
+    ranges_ = opts_.stages.empty() ? balance_stages(counts_, S, cuts_) : opts_.stages;
+    check_stages(ranges_, program_.num_layers(), S, cuts_);
     if (opts_.micro_batches == 0) throw Error("pipeline: micro_batches is 0; a batch needs at least one micro-batch");
     if (opts_.balance == Balance::Measured && !opts_.stages.empty())
       throw Error("pipeline: stages given by hand and Balance::Measured; give one or the other");
@@ -252,7 +253,7 @@ class PipelineExecutor final : public Executor {
       cost.push_back(static_cast<std::size_t>(sec * 1e9) + 1);  // nanoseconds; a layer is never free
     }
     const auto state = optimizer_state();
-    ranges_ = balance_stages(cost, ranges_.size());
+    ranges_ = balance_stages(cost, ranges_.size(), cuts_);
     layout();
     reset_optimizer();
     if (!state.empty()) set_optimizer_state(state);
@@ -392,6 +393,7 @@ class PipelineExecutor final : public Executor {
   Range copies_, here_;  // the copies and stages whose lanes run here
   bool remote_ = false;  // some lanes run elsewhere (other ranks)
   std::vector<std::size_t> counts_, widths_;
+  std::vector<char> cuts_;  // per layer: whether a stage may start there (program_.cuts())
   std::vector<Range> ranges_, slices_;  // per stage: its layers, its parameters
   mutable Tensor<float> value_;  // GPU stages: read back when stale_
   mutable bool stale_ = false;    // GPU stages trained since value_ was read back

@@ -114,7 +114,8 @@ inline std::string range_str(Range r) {  // appended: GCC 12 -O3 warns falsely o
 }
 
 //! Checks hand-given stages against `layers` layers and `S` replicas.
-inline void check_stages(const std::vector<Range>& st, std::size_t layers, std::size_t S) {
+inline void check_stages(const std::vector<Range>& st, std::size_t layers, std::size_t S,
+                         const std::vector<char>& cuts = {}) {
   if (st.size() != S)
     throw Error("pipeline: " + std::to_string(st.size()) + " stages given for " + std::to_string(S) +
                 " replicas; give one layer range per replica (or none, to split automatically)");
@@ -128,6 +129,10 @@ inline void check_stages(const std::vector<Range>& st, std::size_t layers, std::
       throw Error("pipeline: stage " + std::to_string(s) + " starts at layer " + std::to_string(r.begin) +
                   " but the previous stages end at " + std::to_string(next) + " (ranges " +
                   (r.begin < next ? "overlap" : "leave a gap") + "); stages are consecutive and cover every layer once");
+    if (s && !cuts.empty() && !cuts[r.begin])
+      throw Error("pipeline: stage " + std::to_string(s) + " starts at layer " + std::to_string(r.begin) +
+                  ", inside a block of the model's graph (a later layer takes an output from before layer " +
+                  std::to_string(r.begin - 1) + "): a stage may start only where one activation alone crosses");
     next = r.end;
   }
   if (next != layers)
@@ -136,8 +141,10 @@ inline void check_stages(const std::vector<Range>& st, std::size_t layers, std::
 }
 
 //! Splits layers with costs `cost` into `S` consecutive non-empty stages,
-//! minimizing the largest stage's cost (ties: the largest layer count).
-inline std::vector<Range> balance_stages(const std::vector<std::size_t>& cost, std::size_t S) {
+//! minimizing the largest stage's cost (ties: the largest layer count);
+//! a stage starts only at a layer k with cuts[k] set (empty: anywhere).
+inline std::vector<Range> balance_stages(const std::vector<std::size_t>& cost, std::size_t S,
+                                         const std::vector<char>& cuts = {}) {
   const std::size_t L = cost.size();
   if (S == 0) throw Error("pipeline: no stages (a pipeline needs at least one replica)");
   if (S > L)
@@ -154,10 +161,17 @@ inline std::vector<Range> balance_stages(const std::vector<std::size_t>& cost, s
   for (std::size_t s = 1; s <= S; ++s)
     for (std::size_t l = s; l <= L; ++l)
       for (std::size_t k = s - 1; k < l; ++k) {
-        if (best[s - 1][k].first == inf) continue;
+        if (best[s - 1][k].first == inf || (k && !cuts.empty() && !cuts[k])) continue;
         const Key c{std::max(best[s - 1][k].first, pre[l] - pre[k]), std::max(best[s - 1][k].second, l - k)};
         if (c < best[s][l]) best[s][l] = c, cut[s][l] = k;
       }
+  if (best[S][L].first == inf) {
+    std::size_t most = 1;
+    for (std::size_t k = 1; k < L; ++k) most += cuts[k] ? 1 : 0;
+    throw Error("pipeline: " + std::to_string(S) + " stages for a model whose graph can be cut in at most " +
+                std::to_string(most) + " (a stage starts only where one activation alone crosses): use at most " +
+                std::to_string(most) + " stages");
+  }
   std::vector<Range> out(S);
   for (std::size_t s = S, l = L; s > 0; --s) {
     out[s - 1] = Range{cut[s][l], l};

@@ -235,6 +235,16 @@ class ModelProgram {
   [[nodiscard]] virtual std::vector<std::size_t> layer_param_counts() const { throw no_stages(); }
   [[nodiscard]] virtual std::vector<std::size_t> layer_output_widths() const { throw no_stages(); }
   [[nodiscard]] virtual std::size_t input_width() const { throw no_stages(); }
+  //! Whether a stage may start at layer k (a functional model: where one
+  //! activation alone crosses; every k of a chain).
+  [[nodiscard]] virtual bool cut_before(std::size_t /*k*/) const { return true; }
+  //! cut_before(k) for k in [0, num_layers()] (0 and num_layers() always allowed).
+  [[nodiscard]] std::vector<char> cuts() const {
+    const std::size_t L = num_layers();
+    std::vector<char> c(L + 1, 1);
+    for (std::size_t k = 1; k < L; ++k) c[k] = cut_before(k) ? 1 : 0;
+    return c;
+  }
   [[nodiscard]] virtual std::unique_ptr<StageProgram> make_stage(Range /*layers*/, std::span<const float> /*value*/,
                                                                  std::span<float> /*grad*/) {
     throw no_stages();

@@ -70,6 +70,10 @@ struct WarpLanes {
   __device__ float sum(Partial&& partial) const {
     return warp_sum(partial(lane));
   }
+  template <class Partial>
+  __device__ float max(Partial&& partial) const {
+    return warp_max(partial(lane));
+  }
   [[nodiscard]] __device__ std::size_t first() const { return lane; }
   [[nodiscard]] __device__ std::size_t step() const { return bodies::row_lanes; }
 };

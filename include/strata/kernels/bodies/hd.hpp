@@ -98,6 +98,15 @@ STRATA_HD inline float erfc(float a) {
 #endif
 }
 
+//! The larger of a and b; a NaN argument loses to a number (fmaxf's rule on both sides).
+STRATA_HD inline float fmax(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return fmaxf(a, b);
+#else
+  return std::fmax(a, b);
+#endif
+}
+
 //! Whether v is NaN (v != v: no library call, vectorizes).
 STRATA_HD inline bool is_nan(float v) { return v != v; }
 

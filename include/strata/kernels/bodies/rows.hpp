@@ -7,6 +7,7 @@
 //! on an array, so a row's sums are the same bits in both places.
 //!   const float total = lanes.sum([&](unsigned l) { float s = 0.f; for (j = l; j < n; j += row_lanes) s = add(s, x[j]); return s; });
 //!   for (std::size_t j = lanes.first(); j < n; j += lanes.step()) y[j] = ...;   // the row's elements, each once
+//!   const float top = lanes.max([&](unsigned l) { return lane_max(l, n, [&](std::size_t j) { return x[j]; }); });
 
 #include <cstddef>
 
@@ -37,6 +38,13 @@ struct HostLanes {
     for (unsigned l = 0; l < row_lanes; ++l) v[l] = partial(l);
     return butterfly_sum(v);
   }
+  //! The row maximum of partial(l) over the lanes l (fmax: order does not matter).
+  template <class Partial>
+  float max(Partial&& partial) const {
+    float m = partial(0u);
+    for (unsigned l = 1; l < row_lanes; ++l) m = fmax(m, partial(l));
+    return m;
+  }
   //! This caller's share of a row's elements: all of them.
   [[nodiscard]] std::size_t first() const { return 0; }
   [[nodiscard]] std::size_t step() const { return 1; }
@@ -48,6 +56,14 @@ STRATA_HD float lane_sum(unsigned lane, std::size_t n, Term&& term) {
   float s = 0.f;
   for (std::size_t j = lane; j < n; j += row_lanes) s = add(s, term(j));
   return s;
+}
+
+//! The maximum of term(j) over j = l, l + 32, ... < n (-infinity for none): one lane's partial maximum.
+template <class Term>
+STRATA_HD float lane_max(unsigned lane, std::size_t n, Term&& term) {
+  float m = -INFINITY;
+  for (std::size_t j = lane; j < n; j += row_lanes) m = fmax(m, term(j));
+  return m;
 }
 
 }  // namespace strata::kernels::bodies

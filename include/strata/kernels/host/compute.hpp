@@ -11,6 +11,7 @@
 
 #include <strata/core/random.hpp>
 #include <strata/kernels/compute.hpp>
+#include <strata/kernels/host/attention.hpp>
 #include <strata/kernels/host/blas.hpp>
 #include <strata/kernels/host/images.hpp>
 #include <strata/kernels/host/layer_norm.hpp>
@@ -18,6 +19,7 @@
 #include <strata/kernels/host/maps.hpp>
 #include <strata/kernels/host/memory.hpp>
 #include <strata/kernels/host/optim.hpp>
+#include <strata/kernels/host/sequence_losses.hpp>
 #include <strata/tensor/space.hpp>
 
 namespace strata::kernels {
@@ -58,6 +60,17 @@ class HostCompute : public HostMemoryOps<Compute> {
                            float* dgamma_rows, std::size_t rows, std::size_t cols) override {
     host::layer_norm_backward(dy, xhat, rstd, gamma, dx, dgamma_rows, rows, cols);
   }
+  void attention_softmax(const float* x, float* y, std::size_t rows, std::size_t cols, bool causal) override {
+    host::attention_softmax(x, y, rows, cols, causal);
+  }
+  void embedding(const float* table, const float* ids, float* y, std::size_t examples, std::size_t steps,
+                 std::size_t vocab, std::size_t width) override {
+    host::embedding(table, ids, y, examples, steps, vocab, width);
+  }
+  void embedding_backward(const float* ids, const float* dy, float* dtable, std::size_t n, std::size_t vocab,
+                          std::size_t width) override {
+    host::embedding_backward(ids, dy, dtable, n, vocab, width);
+  }
   void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) override {
     host::column_sums(x, out, rows, cols);
   }
@@ -74,6 +87,14 @@ class HostCompute : public HostMemoryOps<Compute> {
   void categorical_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                                 std::size_t classes, bool from_logits, double* acc) override {
     host::categorical_crossentropy(pred, labels, d, scale, rows, classes, from_logits, acc);
+  }
+  void sequence_crossentropy(const float* pred, const float* labels, float* d, float scale, const SequenceLabels& s,
+                             bool from_logits, double* acc, double* /*invalid*/) override {
+    host::sequence_crossentropy(pred, labels, d, scale, s, from_logits, acc);
+  }
+  void sequence_hits(const float* pred, const float* labels, const SequenceLabels& s, double* acc,
+                     double* /*invalid*/) override {
+    host::sequence_hits(pred, labels, s, acc);
   }
   void mean_squared_error(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                           std::size_t width, double* acc) override {
