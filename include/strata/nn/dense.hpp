@@ -7,6 +7,11 @@
 //!   strata::nn::Dense{128, {.activation = strata::nn::Activation::ReLU}}   // input size inferred
 //!   strata::nn::Dense{784, 128}                                            // input size stated
 //!   strata::nn::Dense{64}.build({16, 32});                                  // [16, 32] -> [16, 64]
+//! Tensor parallelism (split(), strategy/tensor_group.hpp): as Megatron's
+//! pair, Column keeps 1/T of the units (its kernel's columns and its bias),
+//! the input's gradient summed over the group; Row keeps 1/T of the input
+//! (its kernel's rows) and sums its partial products over the group before
+//! its whole bias and activation.
 
 #include <optional>
 #include <string>
@@ -57,16 +62,58 @@ class Dense final : public detail::LayerBase<Dense> {
     if (opts_.use_bias) bias_ = p[1];
   }
 
+  [[nodiscard]] bool can_split(TensorRole role, int size) const override {
+    const auto T = static_cast<std::size_t>(size);
+    if (role == TensorRole::Column) return size > 0 && units_ % T == 0;
+    if (role == TensorRole::Row) return size > 0 && in_ % T == 0;
+    return role == TensorRole::Replicated;
+  }
+  std::vector<TensorSegment> split(TensorRole role, int rank, int size) override {
+    if (role == TensorRole::Replicated || role == TensorRole::Heads || !can_split(role, size))
+      return Layer::split(role, rank, size);
+    const auto T = static_cast<std::size_t>(size), t = static_cast<std::size_t>(rank);
+    const std::size_t kernel = in_ * units_;
+    std::vector<TensorSegment> segs;
+    role_ = role;
+    if (role == TensorRole::Column) {  // columns [t u, (t + 1) u) of every row, then that part of the bias
+      const std::size_t u = units_ / T;
+      for (std::size_t i = 0; i < in_; ++i) segs.push_back({i * units_ + t * u, u, false});
+      if (opts_.use_bias) segs.push_back({kernel + t * u, u, false});
+      units_ = u;
+      std::vector<std::size_t> out = out_shape_.dims();
+      out.back() = u;
+      out_shape_ = Shape(std::move(out));
+    } else {  // rows [t i, (t + 1) i): contiguous; the bias whole
+      const std::size_t i = in_ / T;
+      segs.push_back({t * i * units_, i * units_, false});
+      if (opts_.use_bias) segs.push_back({kernel, units_, true});
+      in_ = i;
+      std::vector<std::size_t> in = in_shape_.dims();
+      in.back() = i;
+      in_shape_ = Shape(std::move(in));
+    }
+    return segs;
+  }
+
   using Layer::backward;
   using Layer::forward;
 
-  void forward(Compute& c, const Act& x, Act& y, const RunInfo&) override {
+  void forward(Compute& c, const Act& x, Act& y, const RunInfo& info) override {
     if (in_ == 0) throw Error("Dense: forward before build(); build the layer for its input shape first");
     detail::check_input("Dense", in_shape_, x);
+    group_ = detail::split_group(role_, info, "Dense");
     const std::size_t b = x.size() / in_;  // rows: the batch times the leading extents
     detail::resize(c, y, x.shape()[0], out_shape_);
     if (b == 0) return;
     const float* bias = opts_.use_bias ? bias_.value.data() : nullptr;
+    if (role_ == TensorRole::Row) {  // the partial product summed over the group, then the bias and activation
+      Act* z = &y;
+      if (kernels::activation_needs_input(opts_.activation)) z_.resize(c, y.shape()), z = &z_;
+      c.gemm(false, false, b, units_, in_, 1.f, x.data(), in_, kernel_.value.data(), units_, 0.f, z->data(), units_);
+      group_->all_reduce_sum(c, z->data(), b * units_);
+      c.bias_activate(opts_.activation, z->data(), bias, y.data(), b, units_);
+      return;
+    }
     if (!kernels::activation_needs_input(opts_.activation)) {
       c.dense_forward(opts_.activation, x.data(), kernel_.value.data(), bias, y.data(), b, in_, units_);
       return;
@@ -93,6 +140,8 @@ class Dense final : public detail::LayerBase<Dense> {
     if (dx) {
       detail::resize(c, *dx, x.shape()[0], in_shape_);
       if (b) c.gemm(false, true, b, in_, units_, 1.f, dz, units_, kernel_.value.data(), units_, 0.f, dx->data(), in_);
+      // column-parallel: each member's part of the input's gradient, summed (Megatron's f in backward)
+      if (role_ == TensorRole::Column && b) group_->all_reduce_sum(c, dx->data(), dx->size());
     }
   }
 
@@ -110,6 +159,8 @@ class Dense final : public detail::LayerBase<Dense> {
   ParamRef kernel_, bias_;
   kernels::Scratch<float> dz_;  // dL/d(pre-activation), in the replica's space
   kernels::Scratch<float> z_;   // the pre-activation, kept for activations whose gradient needs it
+  TensorRole role_ = TensorRole::Replicated;  // tensor parallelism: this clone's part (split())
+  TensorGroup* group_ = nullptr;              // and the group it sums with, from its last forward
 };
 
 }  // namespace strata::nn

@@ -25,6 +25,7 @@
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/host/compute.hpp>
 #include <strata/nn/random.hpp>
+#include <strata/strategy/tensor_group.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::nn {
@@ -65,6 +66,9 @@ struct RunInfo {
   //! A capturable step's counters in the compute's memory (kernels/step_state.hpp):
   //! when set, a layer keys its randomness by their iteration, not by `step`.
   const kernels::StepCounters* counters = nullptr;
+  //! Tensor parallelism: the group a split layer sums its partial results
+  //! with (null: no layer is split). A split layer keeps it for its backward.
+  TensorGroup* group = nullptr;
 };
 
 namespace detail {
@@ -112,6 +116,26 @@ class Layer {
     backward(c, detail::borrow_host(x), detail::borrow_host(y), detail::borrow_host(dy), dx ? &out : nullptr);
     if (dx) detail::store_host(out, *dx);
   }
+  //! Tensor parallelism (strategy/tensor_group.hpp): whether this built
+  //! layer can take `role` over a group of `size` (Replicated: always).
+  [[nodiscard]] virtual bool can_split(TensorRole role, int /*size*/) const { return role == TensorRole::Replicated; }
+  //! Turns this built layer (a replica's clone) into member `rank` of
+  //! `size`'s part in `role`: params() then gives its shard's shapes, in the
+  //! order bind() takes them. Returns where that shard's elements are in
+  //! the layer's own logical parameters (offsets from its first), in that
+  //! order. Replicated: every parameter whole, unchanged.
+  virtual std::vector<TensorSegment> split(TensorRole role, int /*rank*/, int /*size*/) {
+    if (role != TensorRole::Replicated)
+      throw Error(kind() + ": this layer cannot be split by tensor parallelism (an internal error: can_split said no)");
+    std::vector<TensorSegment> segs;
+    std::size_t off = 0;
+    for (const ParamSpec& p : params()) {
+      segs.push_back({off, p.shape.elements(), true});
+      off += p.shape.elements();
+    }
+    return segs;
+  }
+
   //! A copy of this built layer with its own caches (bindings are not copied meaningfully: rebind).
   [[nodiscard]] virtual std::unique_ptr<Layer> clone() const = 0;
 
@@ -147,6 +171,16 @@ inline void resize(Tensor<float>& t, std::size_t batch, const Shape& per_sample)
   Shape s = batch_shape(batch, per_sample);
   if (t.size() == s.elements()) t.reshape(std::move(s));
   else t = Tensor<float>(std::move(s));
+}
+
+//! The group a layer split in `role` sums with in this forward (null when
+//! not split); a split layer run without one is an Error naming it.
+inline TensorGroup* split_group(TensorRole role, const RunInfo& info, const std::string& layer) {
+  if (role == TensorRole::Replicated) return nullptr;
+  if (!info.group)
+    throw Error(layer + ": split by tensor parallelism, it needs its group (RunInfo::group) to sum its partial "
+                        "results with; run it under a tensor-parallel executor");
+  return info.group;
 }
 
 //! The per-sample shape of a batch tensor (all but the first extent).

@@ -10,17 +10,20 @@
 namespace strata::nn::detail {
 
 inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<const float> value,
-                                  std::span<float> grad)
+                                  std::span<float> grad, const TensorSplit* split)
     : m_(m), c_(c), value_(value), grad_(grad), acts_(m.layers.size()), windowed_(grad.empty() && m.total > 0) {
   if (windowed_ && c.where() != kernels::Where::Host)
     throw Error("sharded parameters or gradients (ZeRO 2 and 3) run on CPU replicas only, not on " + c.name());
+  if (windowed_ && split) throw Error("tensor parallelism and ZeRO 2 or 3 do not combine (yet): choose one");
   std::size_t off = 0;
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     layer_begin_.push_back(off);
     layers_.push_back(m.layers[l]->clone());
+    if (split) layers_.back()->split(split->roles.at(l), split->rank, split->size);  // its shard's shapes from here
+    specs_.push_back(split ? layers_.back()->params() : m.specs[l]);
     trace_names_.push_back(trace::intern(m.names[l]));
     std::vector<ParamRef> refs;
-    for (const auto& p : m.specs[l]) {
+    for (const auto& p : specs_.back()) {
       const std::size_t n = p.shape.elements();
       if (!windowed_) refs.push_back({value.subspan(off, n), grad.subspan(off, n)});
       off += n;
@@ -28,6 +31,9 @@ inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<c
     if (!windowed_) layers_.back()->bind(refs);
   }
   layer_begin_.push_back(off);
+  if (split && (off != value.size() || off != grad.size()))
+    throw Error("LayerReplica: its layers hold " + std::to_string(off) + " parameters, bound to " +
+                std::to_string(value.size()) + " values and " + std::to_string(grad.size()) + " gradients");
   sums_.resize(c, Shape{m.metrics.size() + 3});
   host_sums_.resize(m.metrics.size() + 3);
 }
@@ -59,7 +65,7 @@ inline void LayerReplica::load(const Batch& b, Range rows) {
 inline void LayerReplica::bind_layer(std::size_t l, const ParameterWindows::View& w) {
   std::vector<ParamRef> refs;
   std::size_t off = 0;
-  for (const auto& p : m_.specs[l]) {
+  for (const auto& p : specs_[l]) {
     const std::size_t n = p.shape.elements();
     refs.push_back({w.value.subspan(off, n), w.grad.empty() ? std::span<float>{} : w.grad.subspan(off, n)});
     off += n;
@@ -99,7 +105,7 @@ inline void LayerReplica::zero_sums() {
 
 inline const Act& LayerReplica::forward(const StepInfo& info, std::size_t rows) {
   const Act* in = &x_;
-  RunInfo run{info.phase == Phase::Train, info.replica, m_.seed, info.iteration, 0, info.counters};
+  RunInfo run{info.phase == Phase::Train, info.replica, m_.seed, info.iteration, 0, info.counters, info.tensor_group};
   if (windowed_ && !info.windows)
     throw Error("LayerReplica: made without a gradient buffer (sharded: ZeRO 2 or 3), its steps need StepInfo::windows");
   if (!m_.chain) {  // a functional model: each node from the outputs it takes
@@ -171,11 +177,14 @@ inline void LayerReplica::backward(const StepInfo& info) {
     const std::size_t begin = layer_begin_[l], end = layer_begin_[l + 1];
     if (begin == end) return;
     const std::size_t base = windowed_ ? begin : 0;  // where w starts in the flat layout
-    m_.for_each_l2([&](std::size_t off, std::size_t n, float l2) {
-      if (off < begin || off >= end) return;
-      const float k = 2.f * l2 / static_cast<float>(info.replicas);
-      c_.axpy(k, w.value.data() + (off - base), w.grad.data() + (off - base), n);
-    });
+    std::size_t off = begin;  // this replica's layout (a split layer's: its shard's)
+    for (const ParamSpec& p : specs_[l]) {
+      const std::size_t n = p.shape.elements();
+      if (p.l2 > 0.f)
+        c_.axpy(2.f * p.l2 / static_cast<float>(info.replicas), w.value.data() + (off - base),
+                w.grad.data() + (off - base), n);
+      off += n;
+    }
     if (windowed_) info.windows->release(begin, end, true);
     else if (info.ready) info.ready->ready(begin, end);
   };

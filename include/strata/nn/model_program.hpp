@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <strata/core/trace.hpp>
+#include <strata/nn/attention.hpp>
+#include <strata/nn/dense.hpp>
 #include <strata/nn/graph_run.hpp>
 #include <strata/nn/layer.hpp>
 #include <strata/nn/losses.hpp>
@@ -58,10 +60,19 @@ inline void copy_rows(const Tensor<float>& src, Range r, Tensor<float>& dst) {
 
 class LayerProgram;
 
+//! A replica's part in tensor parallelism: member `rank` of `size`, each
+//! layer in its role (LayerProgram::tensor_plan).
+struct TensorSplit {
+  int rank = 0, size = 1;
+  std::vector<TensorRole> roles;
+};
+
 //! One replica's layers, bound to its view of the parameters and its gradient buffer.
 class LayerReplica final : public ReplicaProgram {
  public:
-  LayerReplica(const LayerProgram& m, Compute& c, std::span<const float> value, std::span<float> grad);
+  //! `split`: tensor parallelism's member (its layers split as it says, `value` and `grad` its shard's).
+  LayerReplica(const LayerProgram& m, Compute& c, std::span<const float> value, std::span<float> grad,
+               const TensorSplit* split = nullptr);
   void step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) override;
   void load(const Batch& b, Range rows) override;
   void run_loaded(const StepInfo& info) override;
@@ -93,6 +104,7 @@ class LayerReplica final : public ReplicaProgram {
   std::vector<double> host_sums_;
   std::vector<const char*> trace_names_;  // each layer's name, for its spans in the trace
   std::vector<std::size_t> layer_begin_;   // per layer, then the total: where its parameters start
+  std::vector<std::vector<ParamSpec>> specs_;  // per layer: its parameters here (a split layer's shard's)
   bool windowed_ = false;  // made with no gradient buffer: layers bound per call (ZeRO 2 and 3)
   NodeGrads graph_;        // a functional model's backward (nn/graph_run.hpp); unused for a chain
 };
@@ -238,6 +250,74 @@ class LayerProgram final : public ModelProgram {
     f.emplace_back("seed", std::to_string(seed));
     return f;
   }
+  //! Tensor parallelism over a group of `size`: each layer's role. Every
+  //! MultiHeadAttention splits its heads (an Error, naming the layer, when
+  //! they do not divide by `size`); a Dense whose output only a Dense takes
+  //! splits with it as Megatron's MLP pair (Column, then Row) when `size`
+  //! divides its units; every other layer is replicated.
+  [[nodiscard]] std::vector<TensorRole> tensor_plan(int size) const {
+    if (size < 1) throw Error(kind + ": a tensor-parallel group needs at least one replica, got " + std::to_string(size));
+    std::vector<TensorRole> roles(layers.size(), TensorRole::Replicated);
+    if (size == 1) return roles;
+    std::vector<std::vector<std::size_t>> consumers(layers.size());
+    for (std::size_t l = 0; l < layers.size(); ++l)
+      for (std::size_t p : inputs.at(l))
+        if (p != graph_input) consumers[p].push_back(l);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      if (const auto* a = dynamic_cast<const MultiHeadAttention*>(layers[l].get())) {
+        if (!a->can_split(TensorRole::Heads, size))
+          throw Error(kind + ": layer '" + names[l] + "' (MultiHeadAttention) has " + std::to_string(a->heads()) +
+                      (a->heads() == 1 ? " head" : " heads") + (static_cast<std::size_t>(size) > a->heads()
+                          ? ", fewer than the " + std::to_string(size) + " tensor-parallel replicas: each replica takes "
+                                                                          "whole heads; use at most that many"
+                          : ": they cannot be split evenly over " + std::to_string(size) +
+                                " tensor-parallel replicas; choose a tensor-parallel size that divides the heads"));
+        roles[l] = TensorRole::Heads;
+        continue;
+      }
+      if (roles[l] != TensorRole::Replicated || consumers[l].size() != 1) continue;
+      const std::size_t k = consumers[l][0];
+      if (inputs[k].size() != 1 || roles[k] != TensorRole::Replicated) continue;
+      if (!dynamic_cast<const Dense*>(layers[l].get()) || !dynamic_cast<const Dense*>(layers[k].get())) continue;
+      if (layers[l]->can_split(TensorRole::Column, size) && layers[k]->can_split(TensorRole::Row, size))
+        roles[l] = TensorRole::Column, roles[k] = TensorRole::Row;
+    }
+    return roles;
+  }
+  [[nodiscard]] std::vector<TensorSegment> tensor_layout(int rank, int size) const override {
+    if (rank < 0 || rank >= size)
+      throw Error(kind + ": tensor-parallel rank " + std::to_string(rank) + " outside a group of " + std::to_string(size));
+    const auto roles = tensor_plan(size);
+    std::vector<TensorSegment> out;
+    std::size_t off = 0;
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      auto clone = layers[l]->clone();
+      for (TensorSegment s : clone->split(roles[l], rank, size)) {
+        s.offset += off;
+        out.push_back(s);
+      }
+      for (const auto& p : specs[l]) off += p.shape.elements();
+    }
+    return out;
+  }
+  [[nodiscard]] std::string describe_tensor_split(int size) const override {
+    const auto roles = tensor_plan(size);
+    std::size_t heads = 0, pairs = 0;
+    for (TensorRole r : roles) heads += r == TensorRole::Heads, pairs += r == TensorRole::Column;
+    std::string out = "tensor parallel over " + std::to_string(size) + " replicas: ";
+    if (heads + pairs == 0) return out + "no layer splits (every replica runs the whole model)";
+    if (heads) out += std::to_string(heads) + " attention layer" + (heads == 1 ? "" : "s") + " split by heads";
+    if (heads && pairs) out += ", ";
+    if (pairs) out += std::to_string(pairs) + " Dense pair" + (pairs == 1 ? "" : "s") + " split column then row";
+    return out + "; the rest replicated";
+  }
+  [[nodiscard]] std::unique_ptr<ReplicaProgram> make_tensor_replica_on(Compute* c, int rank, int size,
+                                                                        std::span<const float> value,
+                                                                        std::span<float> grad) override {
+    const TensorSplit split{rank, size, tensor_plan(size)};
+    return std::make_unique<LayerReplica>(*this, c ? *c : kernels::host_compute(), value, grad, &split);
+  }
+
   //! Pipeline stages (nn/stage_program.hpp): every layer counts, with or without parameters.
   [[nodiscard]] std::size_t num_layers() const override { return layers.size(); }
   [[nodiscard]] std::vector<std::size_t> layer_param_counts() const override {

@@ -127,6 +127,9 @@ std::unique_ptr<Executor> make_executor(S& s, ModelProgram& program) {
       throw Error("ExecutorOptions::compression: the gradient is sent in 16 bits by the mirrored strategies' "
                   "all-reduce (MirroredStrategy, MultiWorkerMirroredStrategy); this strategy does not reduce it "
                   "that way: leave compression at None");
+    if (o.tensor_parallel != 1 && !mirrored)
+      throw Error("ExecutorOptions::tensor_parallel: tensor parallelism splits the model over MirroredStrategy's "
+                  "replicas; this strategy places its variables otherwise: leave tensor_parallel at 1");
     if ((o.sharded_update == ShardedUpdate::Gradients || o.sharded_update == ShardedUpdate::Parameters) && !mirrored)
       throw Error("ExecutorOptions::sharded_update: ZeRO stages 2 and 3 shard MirroredStrategy's replicas; this "
                   "strategy places its variables otherwise: leave sharded_update at Auto, On or Off");

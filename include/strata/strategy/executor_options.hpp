@@ -117,6 +117,11 @@ struct ExecutorOptions {
   //! formula); 0: no limit. Checked when the variables are placed: a model
   //! too big for it fails at once, naming the stage that would fit.
   std::size_t memory_budget_bytes = 0;
+  //! Tensor parallelism (strategy/tensor_parallel_executor.hpp), MirroredStrategy
+  //! in one process: each copy of the model split over this many replicas
+  //! (its attention heads and MLP pairs), replicas / this many copies; 1: off.
+  //!   s.executor_options().tensor_parallel = 2;   // before making the model
+  std::size_t tensor_parallel = 1;
   friend bool operator==(const ExecutorOptions&, const ExecutorOptions&) = default;
 };
 

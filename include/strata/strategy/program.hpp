@@ -29,6 +29,7 @@
 #include <strata/core/partition.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/strategy/step_hooks.hpp>
+#include <strata/strategy/tensor_group.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -64,6 +65,9 @@ struct StepInfo {
   //! Sharded parameters or gradients (ZeRO 2 and 3): where each layer's are,
   //! acquired before and released after each of its calls (null: the bound buffers).
   ParameterWindows* windows = nullptr;
+  //! Tensor parallelism: the group of replicas this replica's split layers
+  //! sum their partial results with (null: no layer is split).
+  TensorGroup* tensor_group = nullptr;
 };
 
 //! The sums a replica's rows contribute to a pass's logs.
@@ -260,6 +264,30 @@ class ModelProgram {
   }
   [[nodiscard]] static Error no_stages() {
     return Error("this model program cannot be split into pipeline stages (it describes no layers in sequence); "
+                 "train it under a data-parallel strategy");
+  }
+  //! Tensor parallelism (strategy/tensor_parallel_executor.hpp): the
+  //! elements of the flat layout that member `rank` of a group of `size`
+  //! holds, in the order of its own flat buffer (its attention heads' and
+  //! its MLP matrices' shards, and the layers that are not split, whole).
+  //! Throws a strata::Error saying why when the model cannot be split so
+  //! (heads not divisible by `size`, say). By default: not splittable.
+  [[nodiscard]] virtual std::vector<TensorSegment> tensor_layout(int /*rank*/, int /*size*/) const {
+    throw no_tensor_split();
+  }
+  //! Which of its layers a group of `size` splits, and how, in words (the summary's).
+  [[nodiscard]] virtual std::string describe_tensor_split(int /*size*/) const { throw no_tensor_split(); }
+  //! Member `rank` of `size`'s replica on `c` (null: the host), bound to its
+  //! shard `value` and `grad` (tensor_layout(rank, size)'s elements, in
+  //! `c`'s memory); its steps need StepInfo::tensor_group.
+  [[nodiscard]] virtual std::unique_ptr<ReplicaProgram> make_tensor_replica_on(kernels::Compute* /*c*/, int /*rank*/,
+                                                                              int /*size*/,
+                                                                              std::span<const float> /*value*/,
+                                                                              std::span<float> /*grad*/) {
+    throw no_tensor_split();
+  }
+  [[nodiscard]] static Error no_tensor_split() {
+    return Error("this model program cannot be split by tensor parallelism (it describes no layers to split); "
                  "train it under a data-parallel strategy");
   }
   //! The optimizer with fresh state for `n` elements in `c`'s space, updating there.

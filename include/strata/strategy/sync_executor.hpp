@@ -126,6 +126,21 @@ class SyncExecutor : public Executor {
   ParameterWindows* windows_for(Ctx& /*ctx*/, std::size_t /*r*/, const Pass& /*pass*/) {
     return nullptr;
   }
+  //! Derived::rows_for(b, global, own, p, r, g): the rows local replica r
+  //! (global id g) computes of a global batch of `global` rows (`own`:
+  //! b holds this worker's share), over `p` replicas: by default its
+  //! balanced part, in replica order.
+  [[nodiscard]] Range rows_for(const Batch& b, std::size_t global, bool own, std::size_t p, std::size_t r,
+                               int g) const {
+    return own ? shard_range(b.x->shape()[0], p, r) : shard_range(global, p, static_cast<std::size_t>(g));
+  }
+  //! Derived::counts(r): whether local replica r's loss and metrics go into the totals (by default every one's).
+  [[nodiscard]] bool counts(std::size_t /*r*/) const noexcept { return true; }
+  //! Derived::batch_for(b, r, global): the batch local replica r's program gets (by default b itself).
+  Batch batch_for(const Batch& b, std::size_t /*r*/, std::size_t /*global*/) { return b; }
+  //! Derived::adjust_step(ctx, info, r): a last word on replica r's StepInfo, on its thread.
+  template <class Ctx>
+  void adjust_step(Ctx& /*ctx*/, StepInfo& /*info*/, std::size_t /*r*/) {}
   //! Replica r failed with `why` (in its step or its update), on its thread:
   //! a Derived with collectives of its own releases the other replicas there.
   void replica_failed(std::size_t /*r*/, const std::string& /*why*/) {}
@@ -197,7 +212,8 @@ class SyncExecutor : public Executor {
       throw;
     }
     if (pass.phase != Phase::Predict)
-      for (const ReplicaResult& res : results_) t.add(res.loss, res.rows, res.metrics);  // replica order: deterministic
+      for (std::size_t r = 0; r < results_.size(); ++r)  // replica order: deterministic
+        if (derived().counts(r)) t.add(results_[r].loss, results_[r].rows, results_[r].metrics);
     t.samples += global;
     if (pass.phase != Phase::Train) return;
     // A skipped step's loss and metrics stay in the totals (a NaN loss shows in the logs, with the count).
@@ -212,13 +228,14 @@ class SyncExecutor : public Executor {
     s_.run([&](auto& ctx) {
       const std::size_t r = local_index(ctx);
       const int g = ctx.replica_id_in_sync_group();
-      const Range rows = own ? shard_range(b.x->shape()[0], p, r) : shard_range(global, p, static_cast<std::size_t>(g));
+      const Range rows = derived().rows_for(b, global, own, p, r, g);
       try {
         derived().before_step(r);
         StepInfo info{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale};
         if (pass.phase == Phase::Train) info.ready = derived().ready_for(ctx, r, pass);
         info.windows = derived().windows_for(ctx, r, pass);
-        reps_[r]->step(b, rows, info, results_[r]);
+        derived().adjust_step(ctx, info, r);
+        reps_[r]->step(derived().batch_for(b, r, global), rows, info, results_[r]);
         if (pass.phase != Phase::Train) return;
         if (pass.gradient_hook)  // a custom loop's look at this replica's gradient, before the reduction
           derived().with_host_gradient(r, [&](std::span<float> v) {

@@ -1,0 +1,336 @@
+#pragma once
+//! Tensor parallelism (Megatron-LM's), an executor of Mirrored placement
+//! chosen by ExecutorOptions::tensor_parallel = T: the strategy's R
+//! replicas form R / T data-parallel copies of the model, each split over T
+//! replicas (replica r is member r % T of copy r / T). The model says what a
+//! member holds (ModelProgram::tensor_layout: every attention layer's heads
+//! split, with their columns of the qkv projection and rows of the output
+//! projection; each MLP pair of Dense layers split column then row; the
+//! rest whole on every member); the split layers sum their partial results
+//! over their copy's members inside forward and backward (TensorGroup:
+//! one all-reduce after each row-parallel product, one for the input's
+//! gradient of each column-parallel one). Every member of a copy gets the
+//! copy's rows of the global batch (the copies split it as mirrored
+//! replicas do); after backward each member sums its gradient with the same
+//! member of the other copies, and updates what it holds with its own
+//! optimizer state: a member's optimizer state is 1/T of the split layers'
+//! (and the whole of the others'). The finiteness check and clipping by the
+//! global norm count each element of the model once (member 0 of copy 0
+//! counts the replicated parameters).
+//! The values, the optimizer state and checkpoints are logical: value()
+//! joins the members' shards, assign() and set_optimizer_state() split a
+//! logical vector, so a model trained at T = 2 continues at T = 1 or 4.
+//! Collectives: both sums are strata's own over the replica contexts'
+//! tagged send / recv (every member adds the members' buffers in member
+//! order: the same bits on each, and a run repeats bitwise), bounded by the
+//! communicator's deadline, a failed replica releasing the others.
+//! Against one replica: equal to float rounding, not bitwise (a split
+//! product adds its partial sums in another order).
+//!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
+//!   s.executor_options().tensor_parallel = 2;   // 2 copies of a model split over 2 replicas each
+//! One process (in-process replicas, CPU or GPU: a GPU's buffers go through
+//! host memory for the sums); across workers it refuses with a sentence.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <strata/comm/reduce_op.hpp>
+#include <strata/core/partition.hpp>
+#include <strata/kernels/buffer.hpp>
+#include <strata/kernels/host/memory.hpp>
+#include <strata/strategy/clip_norm.hpp>
+#include <strata/strategy/device_compute.hpp>
+#include <strata/strategy/device_executor.hpp>
+#include <strata/strategy/executor_options.hpp>
+#include <strata/strategy/state_slices.hpp>
+#include <strata/strategy/sync_executor.hpp>
+#include <strata/strategy/tensor_group.hpp>
+
+namespace strata::detail {
+
+//! Tags of the executor's point-to-point sums (apart from any a program uses).
+inline constexpr int tensor_group_tag = 0x7e50;  //!< a copy's members, inside forward and backward
+inline constexpr int data_group_tag = 0x7e51;    //!< a member's gradient with its peers of the other copies
+
+//! x[0, n) (host memory) becomes the sum over replicas `members` (global
+//! ids; this replica is members[me]) of theirs, added in member order, over
+//! `ctx`'s send / recv with `tag`: the same bits on every member. `in`:
+//! scratch for the received buffers.
+template <class Ctx>
+void peer_sum(Ctx& ctx, std::span<const int> members, std::size_t me, int tag, float* x, std::size_t n,
+              std::vector<float>& in) {
+  const std::size_t m = members.size();
+  if (m <= 1 || n == 0) return;
+  for (std::size_t k = 0; k < m; ++k)
+    if (k != me) ctx.send(std::span<const float>(x, n), members[k], tag);
+  in.resize(m * n);
+  for (std::size_t k = 0; k < m; ++k)
+    if (k != me) ctx.recv(std::span<float>(in.data() + k * n, n), members[k], tag);
+    else std::copy_n(x, n, in.data() + k * n);
+  std::copy_n(in.data(), n, x);
+  for (std::size_t k = 1; k < m; ++k) {
+    const float* y = in.data() + k * n;
+    for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+}
+
+//! A copy's members as one replica sees them, over its replica context.
+template <class Ctx>
+class PeerTensorGroup final : public TensorGroup {
+ public:
+  PeerTensorGroup(std::vector<int> members, std::size_t me) : members_(std::move(members)), me_(me) {}
+  void bind(Ctx& ctx) noexcept { ctx_ = &ctx; }
+  [[nodiscard]] int rank() const noexcept override { return static_cast<int>(me_); }
+  [[nodiscard]] int size() const noexcept override { return static_cast<int>(members_.size()); }
+  void all_reduce_sum(kernels::Compute& c, float* x, std::size_t n) override {
+    if (!ctx_) throw Error("tensor parallelism: a split layer ran outside its executor's step (no group bound)");
+    if (c.where() == kernels::Where::Host) return peer_sum(*ctx_, members_, me_, tensor_group_tag, x, n, in_);
+    host_.resize(n);  // a GPU's buffer through host memory
+    c.download(host_.data(), x, n * sizeof(float));
+    peer_sum(*ctx_, members_, me_, tensor_group_tag, host_.data(), n, in_);
+    c.upload(x, host_.data(), n * sizeof(float));
+  }
+
+ private:
+  std::vector<int> members_;
+  std::size_t me_ = 0;
+  Ctx* ctx_ = nullptr;
+  std::vector<float> in_, host_;
+};
+
+template <class S>
+class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecutor<S>> {
+  using Base = SyncExecutor<S, TensorParallelExecutor<S>>;
+  friend Base;
+  using Ctx = typename S::context_type;
+
+ public:
+  TensorParallelExecutor(S& s, ModelProgram& program, ExecutorOptions opts)
+      : Base(s, program), opts_(opts), T_(opts.tensor_parallel) {}
+  ~TensorParallelExecutor() override {
+    this->reps_.clear();  // bound to the buffers below
+    for (Replica& R : devs_) R.updater.reset();
+  }
+
+  //! What is split, over how many, and how the copies meet.
+  [[nodiscard]] std::string collectives_choice() const override { return choice_; }
+
+  void reset_optimizer() override {
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      Replica& R = devs_[r];
+      R.updater.reset();
+      if (!this->program_.compiled()) continue;
+      R.updater = R.c ? this->program_.make_updater_on(*R.c, R.value.size()) : this->program_.make_updater(R.value.size());
+    }
+  }
+  //! Logical: copy 0's members' states joined by their layouts.
+  std::vector<Tensor<float>> optimizer_state() override {
+    if (devs_.empty() || !devs_.front().updater) return {};
+    std::vector<Tensor<float>> out;
+    for (std::size_t t = 0; t < T_; ++t) {
+      std::vector<Tensor<float>> mine = devs_[t].updater->state();
+      if (out.empty())
+        for (std::size_t i = 0; i < mine.size(); ++i) out.emplace_back(Shape{this->program_.num_params()});
+      for (std::size_t i = 0; i < mine.size(); ++i) move_segments(layout_[t], out[i].span(), mine[i].span(), true);
+    }
+    return out;
+  }
+  void set_optimizer_state(std::span<const Tensor<float>> slots) override {
+    if (devs_.empty() || !devs_.front().updater)
+      throw Error("set_optimizer_state: the model is not compiled and placed yet");
+    check_state_slots(slots, this->program_.num_params());
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      std::vector<Tensor<float>> mine;
+      for (const Tensor<float>& s : slots) mine.push_back(shard_of(s, r % T_));
+      devs_[r].updater->set_state(mine);
+    }
+  }
+
+  //! Copy 0's members' values joined (cached until they change).
+  [[nodiscard]] const Tensor<float>& value() const override {
+    if (!host_) {
+      host_.emplace(Shape{this->program_.num_params()});
+      for (std::size_t t = 0; t < T_ && t < devs_.size(); ++t) {
+        const Replica& R = devs_[t];
+        Tensor<float> mine{Shape{R.value.size()}};
+        if (mine.size()) R.m->download(mine.data(), R.value.data(), mine.bytes());
+        move_segments(layout_[t], host_->span(), mine.span(), true);
+      }
+    }
+    return *host_;
+  }
+  void assign(const Tensor<float>& v) override {
+    if (v.size() != this->program_.num_params())
+      throw ShapeError("TensorParallelExecutor::assign: " + std::to_string(v.size()) + " values for " +
+                       std::to_string(this->program_.num_params()) + " parameters");
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      const Tensor<float> mine = shard_of(v, r % T_);
+      if (mine.size()) devs_[r].m->upload(devs_[r].value.data(), mine.data(), mine.bytes());
+    }
+    host_.reset();
+  }
+
+ private:
+  struct Replica {
+    std::unique_ptr<kernels::Compute> owned;  // a GPU's compute
+    kernels::Compute* c = nullptr;            // that compute; null for a CPU replica
+    kernels::Memory* m = nullptr;             // where its buffers live
+    kernels::Buffer<float> value, grad;       // its shard (tensor_layout's elements)
+    Tensor<float> host_grad;                  // a GPU's gradient on the host (the sums, the hook)
+    std::vector<float> in;                    // peer_sum's scratch
+    kernels::Buffer<double> scratch;          // clipping's
+    std::unique_ptr<Updater> updater;
+    std::vector<float> predictions;           // members other than 0 predict here (member 0 writes the batch's)
+  };
+
+  //! Member t's elements of logical `v`.
+  [[nodiscard]] Tensor<float> shard_of(const Tensor<float>& v, std::size_t t) const {
+    Tensor<float> mine{Shape{segments_size(layout_[t])}};
+    move_segments(layout_[t], std::span<float>(const_cast<float*>(v.data()), v.size()), mine.span(), false);
+    return mine;
+  }
+
+  // -- SyncExecutor's hooks -------------------------------------------------
+  void place_values(const Tensor<float>& init, std::size_t local) {
+    this->reps_.clear();
+    if (this->workers_.size() > 1)
+      throw Error("ExecutorOptions::tensor_parallel: tensor parallelism runs within one process so far (its groups "
+                  "are one worker's replicas); across workers use tensor_parallel = 1");
+    if (T_ < 1) throw Error("ExecutorOptions::tensor_parallel must be at least 1, got 0");
+    if (local % T_ != 0)
+      throw Error("ExecutorOptions::tensor_parallel = " + std::to_string(T_) + " does not divide the " +
+                  std::to_string(local) + " replicas: each copy of the model takes " + std::to_string(T_) +
+                  " of them; give a multiple of " + std::to_string(T_) + " replicas");
+    std::vector<std::vector<TensorSegment>> layout;
+    for (std::size_t t = 0; t < T_; ++t) layout.push_back(this->program_.tensor_layout(static_cast<int>(t), static_cast<int>(T_)));
+    layout_ = std::move(layout);
+    for (Replica& R : devs_) R.updater.reset();
+    devs_.clear();
+    devs_.resize(local);
+    const std::vector<Device>& devices = this->s_.devices();
+    groups_.clear();
+    const std::size_t D = local / T_;
+    for (std::size_t r = 0; r < local; ++r) {
+      Replica& R = devs_[r];
+      if (devices[r].is_gpu()) R.owned = make_compute(devices[r], opts_.matmul);
+      R.c = R.owned.get();
+      R.m = R.c ? static_cast<kernels::Memory*>(R.c) : &kernels::host_memory();
+      const Tensor<float> mine = shard_of(init, r % T_);
+      R.value.resize(*R.m, Shape{mine.size()});
+      R.grad.resize(*R.m, Shape{mine.size()});
+      if (mine.size()) R.m->upload(R.value.data(), mine.data(), mine.bytes());
+      R.m->fill(R.grad.data(), 0.f, mine.size());
+      std::vector<int> members;
+      for (std::size_t t = 0; t < T_; ++t) members.push_back(static_cast<int>((r / T_) * T_ + t));
+      groups_.push_back(std::make_unique<PeerTensorGroup<Ctx>>(std::move(members), r % T_));
+    }
+    choice_ = this->program_.describe_tensor_split(static_cast<int>(T_)) + "; " + std::to_string(D) +
+              (D == 1 ? " copy" : " data-parallel copies, each member's gradient summed with its peers'");
+    host_.reset();
+  }
+  std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
+    Replica& R = devs_[r];
+    const std::size_t n = R.value.size();
+    return this->program_.make_tensor_replica_on(R.c, static_cast<int>(r % T_), static_cast<int>(T_),
+                                                 {R.value.data(), n}, {R.grad.data(), n});
+  }
+  //! fn(replica r's gradient, its shard's layout, on the host).
+  template <class F>
+  void with_host_gradient(std::size_t r, F&& fn) {
+    Replica& R = devs_[r];
+    const std::size_t n = R.grad.size();
+    if (!R.c) return fn(std::span<float>(R.grad.data(), n));
+    with_host_copy(*R.m, R.grad.data(), n, R.host_grad, fn);
+  }
+  void before_step(std::size_t r) {
+    devs_[r].m->bind_thread();
+    if (r == 0) host_.reset();
+  }
+  //! The copies split the batch; a copy's members all take its rows.
+  [[nodiscard]] Range rows_for(const Batch& b, std::size_t global, bool own, std::size_t p, std::size_t r,
+                               int g) const {
+    const std::size_t copies = p / T_, copy = (own ? r : static_cast<std::size_t>(g)) / T_;
+    return own ? shard_range(b.x->shape()[0], copies, copy) : shard_range(global, copies, copy);
+  }
+  //! A copy's loss and metrics once: its member 0's.
+  [[nodiscard]] bool counts(std::size_t r) const noexcept { return r % T_ == 0; }
+  //! Members other than 0 predict into their own buffer (member 0 writes the copy's rows).
+  Batch batch_for(const Batch& b, std::size_t r, std::size_t global) {
+    if (!b.predictions || r % T_ == 0) return b;
+    Batch mine = b;
+    devs_[r].predictions.resize(global * this->program_.output_width());
+    mine.predictions = devs_[r].predictions.data();
+    return mine;
+  }
+  //! Dropout masks keyed by the copy (a copy's members agree), L2 shared by the copies, the group bound.
+  void adjust_step(Ctx& ctx, StepInfo& info, std::size_t r) {
+    info.replica = static_cast<int>(static_cast<std::size_t>(info.replica) / T_);
+    info.replicas = static_cast<int>(devs_.size() / T_);
+    info.ready = nullptr;
+    groups_[r]->bind(ctx);
+    info.tensor_group = groups_[r].get();
+  }
+
+  //! The copies' sum of member t's gradient, the checks over the whole model, the update of what it holds.
+  template <class C>
+  void apply(C& ctx, std::size_t r, std::int64_t it) {
+    Replica& R = devs_[r];
+    const std::size_t t = r % T_, copy = r / T_, D = devs_.size() / T_, n = R.value.size();
+    const std::span<float> g{R.grad.data(), n};
+    std::span<float> hg = g;  // the gradient in host memory
+    if (R.c) {
+      if (R.host_grad.size() != n) R.host_grad = Tensor<float>(Shape{n});
+      if (n) R.m->download(R.host_grad.data(), g.data(), n * sizeof(float));
+      hg = R.host_grad.span();
+    }
+    if (D > 1) {
+      std::vector<int> peers;
+      for (std::size_t d = 0; d < D; ++d) peers.push_back(static_cast<int>(d * T_ + t));
+      peer_sum(ctx, peers, copy, data_group_tag, hg.data(), n, R.in);
+    }
+    // what this replica counts of the model: copy 0's members, their own elements, member 0 the replicated ones too
+    auto each_counted = [&](auto&& f) {
+      if (copy != 0) return;
+      std::size_t at = 0;
+      for (const TensorSegment& s : layout_[t]) {
+        if (!s.replicated || t == 0) f(hg.subspan(at, s.length));
+        at += s.length;
+      }
+    };
+    if (this->check_) {
+      double local = 0;
+      each_counted([&](std::span<const float> x) {
+        for (float v : x) local += std::isfinite(v) ? 0.0 : 1.0;
+      });
+      float bad[1] = {static_cast<float>(local)};
+      ctx.all_reduce(std::span<float>(bad), Sum);
+      if (r == 0) this->bad_ = bad[0];
+      if (bad[0] != 0.f) return;  // skipped on every replica
+    }
+    const float clipnorm = R.updater ? R.updater->global_clipnorm() : 0.f;
+    if (clipnorm > 0.f) {
+      double sq[1] = {0.0};
+      each_counted([&](std::span<const float> x) { sq[0] += square_sum_in(nullptr, x, R.scratch); });
+      ctx.all_reduce(std::span<double>(sq), Sum);
+      clip_in(nullptr, hg, sq[0], clipnorm, R.scratch);
+    }
+    if (R.c && n) R.m->upload(g.data(), hg.data(), n * sizeof(float));
+    if (R.updater) R.updater->apply({R.value.data(), n}, g, 0, it);
+  }
+
+  ExecutorOptions opts_;
+  std::size_t T_ = 1;
+  std::vector<std::vector<TensorSegment>> layout_;  // per member: what it holds
+  std::vector<Replica> devs_;
+  std::vector<std::unique_ptr<PeerTensorGroup<Ctx>>> groups_;  // per replica: its copy's members
+  std::string choice_;
+  mutable std::optional<Tensor<float>> host_;
+};
+
+}  // namespace strata::detail
