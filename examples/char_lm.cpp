@@ -168,6 +168,8 @@ int train_char_lm(S& strategy, const example::Args& a, const Corpus& c) {
   if (!a.quiet && chief)
     std::printf("corpus: %zu characters, %zu distinct; %zu training windows of %zu, %zu held out\n%s", c.chars,
                 c.vocab.size(), n, a.context, c.val_x.shape()[0], summary.c_str());
+  if (const std::string how = model.gradient_reduction(); !a.quiet && chief && !how.empty())
+    std::printf("%s\n", how.c_str());
   auto train = strata::data::from_tensor_slices(c.train_x, c.train_y).shuffle(n, a.seed).batch(a.batch).prefetch(2);
   auto val = strata::data::from_tensor_slices(c.val_x, c.val_y).batch(std::max<std::size_t>(a.batch, 64));
   std::optional<nn::BackupAndRestore> backup;
@@ -190,7 +192,7 @@ int train_char_lm(S& strategy, const example::Args& a, const Corpus& c) {
   if (chief)
     std::printf("validation %.4f bits/char (loss %.4f)  (%s, %d replica(s), %d epochs of %zu windows in %.1f s: "
                 "%.0f tokens/s)\n",
-                logs.at("loss") / std::log(2.0), logs.at("loss"), std::string(strategy.any().name()).c_str(),
+                logs.at("loss") / std::log(2.0), logs.at("loss"), a.strategy.c_str(),
                 strategy.num_replicas_in_sync(), a.epochs, n, secs, secs > 0 ? tokens / secs : 0.0);
   if (a.sample > 0) {
     // the prompt: the start of a fortune (they are separated by "%" lines), else the held-out text's first character
@@ -227,6 +229,14 @@ int main(int argc, char** argv) {
                                       "shorter than the context); 2 a mistake on the command line; 75 preempted "
                                       "(--checkpoint-dir: run the same command again to resume); 77 skipped "
                                       "(--if-present: no corpus)"});
+  if (a.strategy == "tensor_parallel" && a.heads % static_cast<std::size_t>(a.tensor_parallel) != 0) {
+    std::fprintf(stderr, "%s: --heads %zu %s --tensor-parallel %d: each of the %d replicas of a copy takes whole "
+                         "heads (give a --tensor-parallel that divides --heads)\n",
+                 argv[0], a.heads,
+                 static_cast<std::size_t>(a.tensor_parallel) > a.heads ? "is fewer than" : "is not divisible by",
+                 a.tensor_parallel, a.tensor_parallel);
+    return 2;
+  }
   try {
     if (a.if_present && a.corpus.empty()) {
       std::error_code ec;

@@ -50,6 +50,7 @@ struct Args {
   int stages = 0;                 // pipeline: stages (0: 2; under mpirun, the ranks / --data-parallel)
   std::size_t micro_batches = 4;  // pipeline: micro-batches per batch
   int data_parallel = 1;          // pipeline: copies of it
+  int tensor_parallel = 2;        // tensor_parallel: replicas per copy of the model
   strata::Schedule schedule = strata::Schedule::OneFOneB;  // pipeline
   int epochs = 5;
   std::size_t batch = 128;
@@ -100,6 +101,7 @@ inline constexpr auto replica_strategies = &strata::StrategyInfo::takes_replicas
 inline constexpr auto ps_strategies = &strata::StrategyInfo::takes_ps_options;
 inline constexpr auto pipeline_strategies = &strata::StrategyInfo::takes_pipeline_options;
 inline constexpr auto gradient_strategies = &strata::StrategyInfo::takes_gradient_options;
+inline constexpr auto tensor_strategies = &strata::StrategyInfo::takes_tensor_parallel;
 
 //! The catalogue's names whose `keep` holds, in its order.
 template <class Keep>
@@ -137,6 +139,9 @@ inline constexpr OptionInfo option_table[] = {
      pipeline_strategies},
     {"--data-parallel", "D", "pipeline: D copies of it, each on its share of every batch, 1-64 (default 1)",
      pipeline_strategies},
+    {"--tensor-parallel", "T", "tensor_parallel: replicas each copy of the model is split over, 1-64 (default 2; "
+                               "--replicas R gives R / T copies, R a multiple of T; default R = T)",
+     tensor_strategies},
     {"--zero", "0|1|2|3", "ZeRO stage of {gradient_strategies}' CPU replicas: 0 every replica holds everything, 1 the "
                           "optimizer state sharded, 2 the gradient too, 3 the values too (a layer's gathered before "
                           "its forward and backward); default: 1 from 3 replicas, else 0",
@@ -429,6 +434,7 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
     else if (k == "--stages") a.stages = detail::whole(prog, k, v, 1, 64);
     else if (k == "--microbatches") a.micro_batches = detail::whole<std::size_t>(prog, k, v, 1, 65536);
     else if (k == "--data-parallel") a.data_parallel = detail::whole(prog, k, v, 1, 64);
+    else if (k == "--tensor-parallel") a.tensor_parallel = detail::whole(prog, k, v, 1, 64);
     else if (k == "--schedule") {
       if (v == "naive") a.schedule = strata::Schedule::Naive;
       else if (v == "gpipe") a.schedule = strata::Schedule::GPipe;
@@ -487,6 +493,10 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
       fail(prog, k + " does not apply to --strategy " + a.strategy + (a.strategy_named ? "" : " (the default)") +
                      ": it is an option of " + join(names, ", "));
   }
+  if (a.strategy == "tensor_parallel" && a.replicas && a.replicas % a.tensor_parallel != 0)
+    fail(prog, "--replicas " + std::to_string(a.replicas) + " is not a multiple of --tensor-parallel " +
+                   std::to_string(a.tensor_parallel) + ": each copy of the model takes " +
+                   std::to_string(a.tensor_parallel) + " replicas");
   const bool gpu_named = a.device_named && a.device != "cpu";
   if (const auto* s = strata::find_strategy(a.strategy); gpu_named && a.strategy_named && !(s && s->gpu()))
     fail(prog, "--device " + a.device + " does not apply to --strategy " + a.strategy +
@@ -545,6 +555,7 @@ inline std::vector<std::pair<std::string, std::string>> options_that_must_match(
           {"--microbatches", std::to_string(a.micro_batches)},
           {"--schedule", std::string(strata::to_string(a.schedule))},
           {"--data-parallel", std::to_string(a.data_parallel)},
+          {"--tensor-parallel", std::to_string(a.tensor_parallel)},
           {"--servers", std::to_string(a.servers)},
           {"--staleness", a.staleness ? std::to_string(*a.staleness) : std::string("(unbounded)")},
           {"--cluster", or_none(a.cluster)}};
@@ -586,6 +597,7 @@ inline strata::StrategyChoice choice_of(const Args& a, strata::Device device = s
           .micro_batches = a.micro_batches,
           .data_parallel = a.data_parallel,
           .schedule = a.schedule,
+          .tensor_parallel = a.tensor_parallel,
           .device = device,
           .gpus = device.is_gpu() && a.device.rfind("gpu:", 0) != 0 ? strata::gpu_count() : 0,
           .cluster = a.cluster,

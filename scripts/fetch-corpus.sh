@@ -58,7 +58,12 @@ cleanup() {
 }
 trap cleanup EXIT
 chmod 755 "$tmp"  # apt-get download writes as the _apt user when it can
-if ! (cd "$tmp" && apt-get download -q "$package=$version" > apt.out 2>&1); then
+download() { (cd "$tmp" && apt-get download -q "$package=$version" > apt.out 2>&1); }
+if ! download && [ "$(id -u)" -eq 0 ]; then  # package lists missing or stale: refresh them once (root)
+  apt-get update -qq > /dev/null 2>&1 || true
+  download || true
+fi
+if ! ls "$tmp"/*.deb > /dev/null 2>&1; then
   cat "$tmp/apt.out" >&2
   die "apt-get download $package=$version failed (is a Debian bookworm mirror reachable? apt-get update may help)"
 fi

@@ -16,6 +16,8 @@ bash scripts/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
 # Real MNIST for the integration tests (they skip, saying so, without it).
 bash scripts/fetch-mnist.sh || echo "test.sh: could not fetch MNIST; the tests that need it will be skipped"
+# Debian's fortunes for examples/char_lm's tests (they skip, saying so, without it).
+bash scripts/fetch-corpus.sh > /dev/null || echo "test.sh: could not fetch the text corpus; examples/char_lm's tests will be skipped"
 
 passed=0
 failed=0

@@ -41,7 +41,7 @@ std::string flat(const std::string& text) {  // --help wraps its lines: compare 
 
 }  // namespace
 
-TEST_CASE("the catalogue: unique names, a help line each, the seven strategies") {
+TEST_CASE("the catalogue: unique names, a help line each, the eight strategies") {
   std::set<std::string_view> names;
   for (const auto& s : strata::strategy_catalog) {
     CAPTURE(std::string(s.name));
@@ -52,8 +52,12 @@ TEST_CASE("the catalogue: unique names, a help line each, the seven strategies")
     // a strategy takes at most one family of options
     CHECK(int{s.takes_replicas} + int{s.takes_ps_options} + int{s.takes_pipeline_options} <= 1);
   }
-  CHECK(names == std::set<std::string_view>{"default", "one_device", "mirrored", "central_storage", "parameter_server",
-                                            "pipeline", "multi_worker_mirrored"});
+  CHECK(names == std::set<std::string_view>{"default", "one_device", "mirrored", "tensor_parallel", "central_storage",
+                                            "parameter_server", "pipeline", "multi_worker_mirrored"});
+  // only tensor_parallel is synchronous but not exact (its split products add in another order)
+  for (const auto& s : strata::strategy_catalog) CHECK(s.exact == (s.name != "tensor_parallel"));
+  CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_tensor_parallel; }) ==
+        std::vector<std::string_view>{"tensor_parallel"});
   CHECK(strata::find_strategy("mirored") == nullptr);
   CHECK(strata::find_strategy("") == nullptr);
 }
@@ -135,7 +139,8 @@ TEST_CASE("the examples' --help lists each strategy with the catalogue's line, a
   // the strategies --device and --replicas name are the catalogue's gpu() and takes_replicas rows
   CHECK(help.find("where " + strata::detail::join_names(example::gpu_strategies(), " or ") + " train") !=
         std::string::npos);
-  CHECK(help.find("of mirrored, central_storage, multi_worker_mirrored (per worker)") != std::string::npos);
+  CHECK(help.find("of mirrored, tensor_parallel, central_storage, multi_worker_mirrored (per worker)") !=
+        std::string::npos);
   CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_ps_options; }) ==
         std::vector<std::string_view>{"parameter_server"});
   CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_pipeline_options; }) ==
@@ -186,10 +191,11 @@ TEST_CASE("the backend sweep runs every in-process row on CPUs and exactly the g
   for (const auto& info : strata::strategy_catalog)
     if (!info.needs_mpi && info.gpu()) gpu_rows.emplace_back(info.name);
   CHECK(on_gpus == gpu_rows);
-  CHECK(on_gpus == std::vector<std::string>{"default", "one_device", "mirrored", "central_storage", "pipeline"});
+  CHECK(on_gpus ==
+        std::vector<std::string>{"default", "one_device", "mirrored", "tensor_parallel", "central_storage", "pipeline"});
   // a need leaves a row out on both backends
   for (const strata_test::SweepRun& run : strata_test::backend_sweep({.synchronous = true}))
-    CHECK(run.info->synchronous);
+    CHECK((run.info->synchronous && run.info->exact));
   CHECK(strata_test::backend_name(strata_test::Backend::Cpu) == "cpu");
   CHECK(strata_test::backend_name(strata_test::Backend::HostAsGpu) == "host-as-gpu");
 }

@@ -32,14 +32,15 @@ class HostAsGpu;  // host_as_gpu.hpp (not included here: the host's compute need
 //! What a body needs of a strategy (each a property of the catalogue).
 struct Needs {
   //! Lock-step replicas on one global batch split over them: the steps of
-  //! one replica, a run that repeats bitwise (leaves out parameter_server).
+  //! one replica, bitwise, a run that repeats bitwise (leaves out
+  //! parameter_server, and tensor_parallel: equal within float rounding).
   bool synchronous = false;
   //! Every replica runs the whole model (leaves out pipeline, whose stages
   //! each need a layer of their own).
   bool whole_model = false;
 
   [[nodiscard]] bool met_by(const strata::StrategyInfo& s) const {
-    return !s.needs_mpi && (!synchronous || s.synchronous) && (!whole_model || s.whole_model);
+    return !s.needs_mpi && (!synchronous || (s.synchronous && s.exact)) && (!whole_model || s.whole_model);
   }
 };
 

@@ -46,6 +46,8 @@ struct StrategyChoice {
   std::size_t micro_batches = 4;           //!< pipeline: micro-batches per batch
   int data_parallel = 1;                   //!< pipeline: copies of it (stages x copies replicas, on `device`'s kind)
   Schedule schedule = Schedule::OneFOneB;  //!< pipeline: the order of forwards and backwards
+  //! tensor_parallel: replicas per copy of the model (`replicas`, when 0: this many, one copy).
+  int tensor_parallel = 2;
   //! default / one_device: the device of the one replica; mirrored, central_storage, pipeline: with a GPU
   //! here, `replicas` GPU replicas (1 when 0) on it, or spread over the first `gpus` GPUs (replica r
   //! on GPU r % gpus).
@@ -105,7 +107,9 @@ struct InProcessStrategies {
 
   //! Calls fn(strategy) with the strategy named `name` ("default": get_strategy();
   //! "one_device": cpu(0); "mirrored" / "central_storage": `replicas` CPU replicas,
-  //! 0 for one per core (at least 32 rows each when `batch` is given); "parameter_server": `workers` worker threads and
+  //! 0 for one per core (at least 32 rows each when `batch` is given); "tensor_parallel": a
+  //! MirroredStrategy of `replicas` replicas (`tensor_parallel` when 0) whose copies of the
+  //! model are split over `tensor_parallel` of them; "parameter_server": `workers` worker threads and
   //! `servers` servers in this process, `staleness` its bound; "pipeline": a
   //! PipelineStrategy of `data_parallel` copies of `stages` stages, one CPU
   //! replica each, running `micro_batches` per batch by `schedule`) and returns what fn returns (the same type for every
@@ -129,6 +133,13 @@ struct InProcessStrategies {
     }
     if (name == "mirrored") {
       MirroredStrategy s{c.device.is_gpu() ? gpu_replicas(c) : devices(), c.comm_options()};
+      return fn(s);
+    }
+    if (name == "tensor_parallel") {
+      StrategyChoice lanes = c;
+      if (lanes.replicas == 0) lanes.replicas = c.tensor_parallel;
+      MirroredStrategy s{c.device.is_gpu() ? gpu_replicas(lanes) : cpu_replicas(lanes.replicas), c.comm_options()};
+      s.executor_options().tensor_parallel = static_cast<std::size_t>(c.tensor_parallel);
       return fn(s);
     }
     if (name == "central_storage") {

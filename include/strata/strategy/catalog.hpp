@@ -32,6 +32,10 @@ struct StrategyInfo {
   //! repeats bitwise. False for parameter_server, whose workers push
   //! gradients as they go (staleness 0 gives rounds, not a split batch).
   bool synchronous = true;
+  //! Each step gives the bits one replica's step on the whole batch gives.
+  //! False for tensor_parallel: its split products add their partial sums
+  //! in another order (equal within float rounding; a run still repeats bitwise).
+  bool exact = true;
   //! Every replica runs the whole model. False for pipeline, which splits
   //! the layers into stages (a model needs at least one layer per stage).
   bool whole_model = true;
@@ -40,6 +44,8 @@ struct StrategyInfo {
   bool takes_pipeline_options = false;  //!< reads stages, micro_batches, data_parallel, schedule (--stages ...)
   //! Its executor options shard, bucket and compress the gradient (--zero, --bucket-mb, --compression).
   bool takes_gradient_options = false;
+  //! Reads StrategyChoice::tensor_parallel (--tensor-parallel T).
+  bool takes_tensor_parallel = false;
   std::string_view help = {};           //!< one line for --help
 
   //! Its replicas may be GPUs (StrategyChoice::device, --device gpu): a
@@ -60,6 +66,13 @@ inline constexpr std::array strategy_catalog{
                  .takes_replicas = true,
                  .takes_gradient_options = true,
                  .help = "replicas in this process, each with a copy of every variable; gradients all-reduced"},
+    StrategyInfo{.name = "tensor_parallel",
+                 .placement = PlacementKind::Mirrored,
+                 .exact = false,
+                 .takes_replicas = true,
+                 .takes_tensor_parallel = true,
+                 .help = "each copy of the model split over T replicas in this process (attention heads, MLP "
+                         "pairs: Megatron's tensor parallelism), the replicas / T copies data-parallel"},
     StrategyInfo{.name = "central_storage",
                  .placement = PlacementKind::CentralStorage,
                  .takes_replicas = true,
