@@ -95,11 +95,16 @@ nn::Model make_gpt(const example::Args& a, std::size_t vocab) {
   return nn::Model{x, nn::Dense{vocab}(nn::LayerNorm{}(h))};
 }
 
-//! Prints each epoch's training and validation loss in bits per character.
+//! Prints each epoch's training and validation loss in bits per character,
+//! and adds up the time the training batches took (from an epoch's start to
+//! its last batch's end: not the validation after it).
 class BitsPerChar final : public nn::Callback {
  public:
   explicit BitsPerChar(bool speak) : speak_(speak) {}
+  void on_epoch_begin(int) override { begin_ = last_ = std::chrono::steady_clock::now(); }
+  void on_batch_end(int, const nn::Logs&) override { last_ = std::chrono::steady_clock::now(); }
   void on_epoch_end(int epoch, const nn::Logs& logs) override {
+    training_ += std::chrono::duration<double>(last_ - begin_).count();
     if (!speak_) return;
     const double ln2 = std::log(2.0);
     std::printf("epoch %d: loss %.4f bits/char", epoch + 1, logs.at("loss") / ln2);
@@ -107,9 +112,13 @@ class BitsPerChar final : public nn::Callback {
     std::printf("\n");
     std::fflush(stdout);
   }
+  //! Seconds of training batches so far.
+  [[nodiscard]] double training_seconds() const noexcept { return training_; }
 
  private:
   bool speak_;
+  std::chrono::steady_clock::time_point begin_, last_;
+  double training_ = 0;
 };
 
 //! `n` characters sampled from `model` after `prompt` at `temperature`,
@@ -181,17 +190,16 @@ int train_char_lm(S& strategy, const example::Args& a, const Corpus& c) {
   }
   BitsPerChar bits(chief);
   fit.callbacks.push_back(&bits);
-  const auto t0 = std::chrono::steady_clock::now();
   model.fit(strategy.distribute(train), fit, strategy.distribute(val));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = bits.training_seconds();
   if (backup && backup->resumed_from() && chief)
     std::printf("resumed from the checkpoint of step %lld in %s\n", static_cast<long long>(*backup->resumed_from()),
                 a.checkpoint_dir.c_str());
   const auto logs = model.evaluate(strategy.distribute(val));
   const double tokens = static_cast<double>(n) * static_cast<double>(a.context) * a.epochs;
   if (chief)
-    std::printf("validation %.4f bits/char (loss %.4f)  (%s, %d replica(s), %d epochs of %zu windows in %.1f s: "
-                "%.0f tokens/s)\n",
+    std::printf("validation %.4f bits/char (loss %.4f)  (%s, %d replica(s), %d epochs of %zu windows, trained in "
+                "%.1f s: %.0f tokens/s)\n",
                 logs.at("loss") / std::log(2.0), logs.at("loss"), a.strategy.c_str(),
                 strategy.num_replicas_in_sync(), a.epochs, n, secs, secs > 0 ? tokens / secs : 0.0);
   if (a.sample > 0) {

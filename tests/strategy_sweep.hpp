@@ -46,9 +46,11 @@ struct Needs {
 
 //! The choice each strategy of a sweep is built with: `replicas` replicas
 //! (mirrored, central_storage), 2 workers and 1 server (parameter_server),
-//! 2 stages of 2 micro-batches (pipeline).
+//! 2 stages of 2 micro-batches (pipeline), copies split over 2 replicas
+//! (tensor_parallel; an odd count: one copy over all of them).
 inline strata::StrategyChoice small_choice(int replicas = 2) {
-  return {.replicas = replicas, .workers = 2, .servers = 1, .stages = 2, .micro_batches = 2};
+  return {.replicas = replicas, .workers = 2, .servers = 1, .stages = 2, .micro_batches = 2,
+          .tensor_parallel = replicas % 2 == 0 ? 2 : replicas};
 }
 
 //! The names of the in-process strategies that meet `needs`, in catalogue order.

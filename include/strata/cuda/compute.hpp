@@ -38,6 +38,7 @@
 #include <string>
 
 #include <strata/cuda/device.hpp>
+#include <strata/cuda/device_ops.hpp>
 #include <strata/cuda/error.hpp>
 #include <strata/cuda/graph.hpp>
 #include <strata/cuda/launch.hpp>
@@ -94,13 +95,12 @@ inline int as_int(std::size_t v, const char* what) {
 //! upload and download. One per replica thread; not thread-safe.
 //!   strata::cuda::CudaCompute gpu{0, strata::cuda::MathMode::TF32};
 //!   float* y = static_cast<float*>(gpu.allocate(bytes));  gpu.fill(y, 0.f, n);
-class CudaCompute final : public kernels::Compute {
+class CudaCompute final : public CudaDeviceOps {
  public:
   //! cuBLAS's recommended workspace for Hopper (4 MiB suffice before it).
   static constexpr std::size_t cublas_workspace_bytes = std::size_t{32} << 20;
 
-  explicit CudaCompute(int device = 0, MathMode math = MathMode::FP32)
-      : device_((require_device(device, "CudaCompute"), device)), stream_(device) {
+  explicit CudaCompute(int device = 0, MathMode math = MathMode::FP32) : CudaDeviceOps(device) {
     DeviceGuard g{device_};
     detail::keep_pool_memory(device_);
     cublasHandle_t h = nullptr;
@@ -113,36 +113,20 @@ class CudaCompute final : public kernels::Compute {
     workspace_.reset(ws);
     check(cublasSetWorkspace(h, ws, cublas_workspace_bytes), "cublasSetWorkspace");
     set_math_mode(math);
-    name_ = "cuda:" + std::to_string(device_) + " (" + device_name(device_) + ")";
   }
-  CudaCompute(const CudaCompute&) = delete;
-  CudaCompute& operator=(const CudaCompute&) = delete;
   ~CudaCompute() override {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream_.get(), &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
-      cudaGraph_t g = nullptr;  // an abandoned capture: end it so the stream can be destroyed
-      if (cudaStreamEndCapture(stream_.get(), &g) == cudaSuccess && g) (void)cudaGraphDestroy(g);
-    }
-    (void)cudaStreamSynchronize(stream_.get());
-    (void)cudaGetLastError();
-    // The handle, its workspace and the stream belong to device_: release
-    // them with it current (a replica's compute may be destroyed from a
-    // thread where another GPU is), then give the thread its device back.
+    drain();
+    // the handle and its workspace belong to device_: released with it current (a replica's
+    // compute may be destroyed from a thread where another GPU is); the stream goes after them
     int previous = device_;
     if (cudaGetDevice(&previous) != cudaSuccess) previous = device_;
     if (previous != device_) (void)cudaSetDevice(device_);
     blas_.reset();
     workspace_.reset();
-    stream_ = Stream{};
     if (previous != device_) (void)cudaSetDevice(previous);
     (void)cudaGetLastError();
   }
 
-  [[nodiscard]] kernels::Where where() const noexcept override { return kernels::Where::Cuda; }
-  [[nodiscard]] std::string name() const override { return name_; }
-  //! The stream every call of this compute is ordered on.
-  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }
-  [[nodiscard]] int device() const noexcept { return device_; }
   [[nodiscard]] MathMode math_mode() const noexcept { return math_; }
   //! Changes the number format of later matrix products.
   void set_math_mode(MathMode m) {
@@ -150,92 +134,6 @@ class CudaCompute final : public kernels::Compute {
     check(cublasSetMathMode(blas_.get(), m == MathMode::TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
           "cublasSetMathMode");
     math_ = m;
-  }
-
-  // -- graphs ----------------------------------------------------------------
-  //! Starts recording this compute's calls into a graph instead of running them.
-  void begin_capture() {
-    DeviceGuard g{device_};
-    if (capturing()) throw Error(name_ + ": begin_capture while a capture is already open; call end_capture() first");
-    check(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  }
-  //! Ends the capture begun by begin_capture() and instantiates it.
-  [[nodiscard]] Graph end_capture() {
-    DeviceGuard g{device_};
-    if (!capturing()) throw Error(name_ + ": end_capture without begin_capture()");
-    cudaGraph_t graph = nullptr;
-    check(cudaStreamEndCapture(stream_.get(), &graph), "cudaStreamEndCapture");
-    struct Destroy {
-      void operator()(cudaGraph_t p) const noexcept { (void)cudaGraphDestroy(p); }
-    };
-    std::unique_ptr<CUgraph_st, Destroy> owned(graph);
-    cudaGraphExec_t exec = nullptr;
-    check(cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch), "cudaGraphInstantiate");
-    return Graph(exec, stream_.get());
-  }
-  //! Whether a capture is open on this compute's stream.
-  [[nodiscard]] bool capturing() const {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    check(cudaStreamIsCapturing(stream_.get(), &st), "cudaStreamIsCapturing");
-    return st != cudaStreamCaptureStatusNone;
-  }
-
-  // -- memory ----------------------------------------------------------------
-  [[nodiscard]] void* allocate(std::size_t bytes) override {
-    if (bytes == 0) return nullptr;
-    DeviceGuard g{device_};
-    void* p = nullptr;
-    check_allocation(cudaMallocAsync(&p, bytes, stream_.get()), "cudaMallocAsync", bytes, device_);
-    return p;
-  }
-  void deallocate(void* p, std::size_t /*bytes*/) noexcept override {
-    if (!p) return;
-    int previous = device_;
-    (void)cudaGetDevice(&previous);
-    if (previous != device_) (void)cudaSetDevice(device_);
-    (void)cudaFreeAsync(p, stream_.get());
-    if (previous != device_) (void)cudaSetDevice(previous);
-  }
-  void upload(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes == 0) return;
-    DeviceGuard g{device_};
-    refuse_in_capture("upload");
-    stager_.upload(stream_.get(), dst, src, bytes);
-  }
-  void download(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes == 0) return;
-    DeviceGuard g{device_};
-    refuse_in_capture("download");
-    stager_.download(stream_.get(), dst, src, bytes);
-  }
-  void copy(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes == 0 || dst == src) return;
-    DeviceGuard g{device_};
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_.get()), "cudaMemcpyAsync(DeviceToDevice)");
-  }
-  void fill(float* x, float value, std::size_t n) override {
-    DeviceGuard g{device_};
-    detail::launch_fill(stream_.get(), x, value, n);
-  }
-  void synchronize() override {
-    DeviceGuard g{device_};
-    refuse_in_capture("synchronize");
-    stream_.synchronize();
-  }
-  //! Makes this compute's device current on the calling thread (the kernel
-  //! launches and cuBLAS calls below rely on it; a replica thread calls it
-  //! before its step).
-  int bind_thread() override {
-    int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous = -1;
-    }
-    check(cudaSetDevice(device_), "cudaSetDevice");
-    return previous;
-  }
-  void unbind_thread(int previous) noexcept override {
-    if (previous >= 0 && previous != device_ && cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
   }
 
   // -- products --------------------------------------------------------------
@@ -465,20 +363,9 @@ class CudaCompute final : public kernels::Compute {
   }
 
  private:
-  void refuse_in_capture(const char* call) const {
-    if (capturing())
-      throw Error(name_ + ": " + call +
-                  " cannot be captured into a CUDA graph (it waits on the host, or a replay would copy stale "
-                  "staging memory); call it before begin_capture() or after end_capture()");
-  }
-
-  int device_;
   MathMode math_ = MathMode::FP32;
-  Stream stream_;
   std::unique_ptr<void, detail::CudaFree> workspace_;  // declared before blas_: freed after the handle
   std::unique_ptr<cublasContext, detail::CublasDestroy> blas_;
-  detail::Stager stager_;
-  std::string name_;
 };
 
 }  // namespace strata::cuda

@@ -155,16 +155,7 @@ class Model {
     Tensor<float> out;
     detail::resize(out, n, m_->shapes.back());
     detail::FnPass pass;
-    pass.phase = Phase::Predict;
-    pass.iteration = &iterations_;
-    std::size_t b = 0;
-    pass.next_fn = [&]() -> std::optional<Batch> {
-      if (b >= n) return std::nullopt;
-      detail::copy_rows(xf, {b, std::min(n, b + batch_size)}, batch);
-      Batch next{&batch, nullptr, out.data() + b * m_->output_width()};
-      b += batch_size;
-      return next;
-    };
+    detail::predict_rows(pass, xf, batch_size, out.data(), m_->output_width(), batch, &iterations_);
     ex_->run_pass(pass);
     ex_->join_predictions(out.span(), false);
     return out;
@@ -391,7 +382,7 @@ class Model {
   AnyStrategy* strategy_;
 
  protected:
-  std::unique_ptr<detail::LayerProgram> m_;  // on the heap: the executor keeps a reference across moves  // on the heap: the executor keeps a reference across moves
+  std::unique_ptr<detail::LayerProgram> m_;  // on the heap: the executor keeps a reference across moves
   std::unique_ptr<Executor> ex_;
   std::optional<Shape> input_;
   std::string kind_;  // "Sequential" or "Model", in messages

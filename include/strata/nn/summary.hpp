@@ -4,6 +4,7 @@
 //! ("(parameter_server, 2 workers, 1 server)", "(pipeline, 2 stages)").
 //!   std::printf("%s", model.summary().c_str());
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -28,15 +29,18 @@ inline std::string with_commas(std::size_t n) {
 //! what runs where ("4 replicas", "2 workers, 1 server", "2 stages").
 inline std::string summary_table(const LayerProgram& m, std::string_view strategy, std::string_view layout) {
   std::ostringstream os;
-  char b[200];
+  char b[400];
   const bool graph = !m.chain;  // a functional model: each layer's inputs in a fourth column
-  const std::string rule(graph ? 90 : 65, '_'), dbl(graph ? 90 : 65, '=');
+  int w = 28;  // the first column: wider where a layer's "name (Kind)" would reach the next one
+  for (std::size_t l = 0; l < m.layers.size(); ++l)
+    w = std::max(w, static_cast<int>(std::min<std::size_t>(100, m.names[l].size() + m.layers[l]->kind().size() + 4)));
+  const std::string rule((graph ? 90 : 65) + (w - 28), '_'), dbl((graph ? 90 : 65) + (w - 28), '=');
   os << "Model: \"" << (graph ? "functional" : "sequential") << "\" (" << strategy << ", " << layout << ")\n"
      << rule << "\n";
   if (graph)
-    std::snprintf(b, sizeof b, " %-28s%-26s%-11s%s\n", "Layer (type)", "Output Shape", "Param #", "Connected to");
+    std::snprintf(b, sizeof b, " %-*s%-26s%-11s%s\n", w, "Layer (type)", "Output Shape", "Param #", "Connected to");
   else
-    std::snprintf(b, sizeof b, " %-28s%-26s%s\n", "Layer (type)", "Output Shape", "Param #");
+    std::snprintf(b, sizeof b, " %-*s%-26s%s\n", w, "Layer (type)", "Output Shape", "Param #");
   os << b << dbl << "\n";
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
     std::size_t n = 0;
@@ -47,10 +51,10 @@ inline std::string summary_table(const LayerProgram& m, std::string_view strateg
     std::string from;
     for (std::size_t p : m.inputs[l]) from += (from.empty() ? "" : ", ") + (p == graph_input ? std::string("input") : m.names[p]);
     if (graph)
-      std::snprintf(b, sizeof b, " %-28s%-26s%-11s%s\n", (m.names[l] + " (" + m.layers[l]->kind() + ")").c_str(),
+      std::snprintf(b, sizeof b, " %-*s%-26s%-11s%s\n", w, (m.names[l] + " (" + m.layers[l]->kind() + ")").c_str(),
                     shape.c_str(), with_commas(n).c_str(), from.c_str());
     else
-      std::snprintf(b, sizeof b, " %-28s%-26s%s\n", (m.names[l] + " (" + m.layers[l]->kind() + ")").c_str(),
+      std::snprintf(b, sizeof b, " %-*s%-26s%s\n", w, (m.names[l] + " (" + m.layers[l]->kind() + ")").c_str(),
                     shape.c_str(), with_commas(n).c_str());
     os << b;
   }

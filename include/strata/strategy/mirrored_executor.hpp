@@ -372,22 +372,7 @@ template <>
 struct ExecutorFor<Mirrored> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
-    const ExecutorOptions& o = s.executor_options();
-    if (o.tensor_parallel != 1) {  // strategy/tensor_parallel_executor.hpp
-      if (o.sharded_update == ShardedUpdate::On || o.sharded_update == ShardedUpdate::Gradients ||
-          o.sharded_update == ShardedUpdate::Parameters || o.compression != Compression::None || o.bucket_bytes)
-        throw Error("ExecutorOptions::tensor_parallel: tensor parallelism reduces each member's gradient over the "
-                    "copies itself; it does not combine with sharded_update (ZeRO 1-3), compression or bucket_bytes "
-                    "(yet): leave them at Auto, None and 0");
-      if constexpr (requires(typename S::context_type& c, std::span<float> x) {
-                      c.send(x, 0, 0);
-                      c.recv(x, 0, 0);
-                    })
-        return std::make_unique<TensorParallelExecutor<S>>(s, program, o);
-      else
-        throw Error("ExecutorOptions::tensor_parallel: tensor parallelism runs within one process so far (its "
-                    "groups are one worker's replicas, MirroredStrategy); across workers use tensor_parallel = 1");
-    }
+    if (auto ex = make_tensor_parallel(s, program)) return ex;  // strategy/tensor_parallel_executor.hpp
     if (auto ex = make_fully_sharded(s, program)) return ex;  // ZeRO 2 and 3 (strategy/fully_sharded_executor.hpp)
     return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options());
   }

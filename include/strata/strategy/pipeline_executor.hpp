@@ -20,25 +20,7 @@
 //! double over every lane (Stages::sum_squares) gives each stage the whole
 //! model's norm, and each scales its gradient before its update.
 //!
-//! What differs by transport is a Stages model (the Transport parameter):
-//! ThreadStages (pipeline_threads.hpp: every lane in this process, one
-//! replica thread each) and RankStages (pipeline_ranks.hpp: one lane per
-//! MPI rank). It says which lanes run here (copies() x stages(), ranges),
-//! runs them (run: lane(ctx, d, s), ctx with send/recv), joins them after
-//! the backward (agree: the finiteness count, the results and predictions
-//! of the lanes elsewhere), sums a stage's copies held elsewhere
-//! (sum_copies), sums the stages' squared norms for clipping (sum_squares)
-//! and shares the other stages' state at a pass's end
-//! (end_pass); and size(), words, check(options), place, prepare, is_chief,
-//! settled, and device(d, s) and matmul() (where lane (d, s) runs). Within a
-//! process, the lowest copy of each stage here sums the copies here and
-//! applies the update; the others read its variables.
-//! Stages on GPUs (PipelineStrategy{{gpu(0), gpu(1)}}) run this very code,
-//! each lane's variables, gradient, optimizer state and activations in its
-//! compute's memory (StageLane, pipeline_stage.hpp); activations, their
-//! gradients, and the copies' sums and updated variables cross through host
-//! memory (host-staged). On the host's compute standing in for a GPU
-//! (tests/host_as_gpu.hpp) a GPU pipeline gives the CPU pipeline's bits.
+//! What differs by transport is a Stages model (pipeline_stage.hpp says what it offers).
 //!   strata::PipelineStrategy s{strata::cpu_replicas(2)};
 //!   s.pipeline_options().micro_batches = 4;   // before making the model in s.scope(...)
 
@@ -246,14 +228,8 @@ class PipelineExecutor final : public Executor {
     const std::size_t steps = std::max<std::size_t>(1, opts_.profile_steps);
     const std::vector<double> t = measure_layers(program_, value_.span(), counts_, b, shard_range(global, m, 0),
                                                  global, it, steps);
-    stats_.layer_seconds.clear();
-    std::vector<std::size_t> cost;
-    for (double sec : t) {
-      stats_.layer_seconds.push_back(sec / static_cast<double>(steps));
-      cost.push_back(static_cast<std::size_t>(sec * 1e9) + 1);  // nanoseconds; a layer is never free
-    }
     const auto state = optimizer_state();
-    ranges_ = balance_stages(cost, ranges_.size(), cuts_);
+    ranges_ = balance_stages(measured_costs(t, steps, stats_.layer_seconds), ranges_.size(), cuts_);
     layout();
     reset_optimizer();
     if (!state.empty()) set_optimizer_state(state);

@@ -52,4 +52,18 @@ inline std::vector<double> measure_layers(ModelProgram& program, std::span<float
   return t;
 }
 
+//! The per-layer costs balance_stages splits by, from measure_layers' seconds
+//! `t` over `steps` runs: nanoseconds, at least 1 (a layer is never free);
+//! `per_step` gets each layer's seconds per run.
+inline std::vector<std::size_t> measured_costs(const std::vector<double>& t, std::size_t steps,
+                                               std::vector<double>& per_step) {
+  per_step.clear();
+  std::vector<std::size_t> cost;
+  for (double sec : t) {
+    per_step.push_back(sec / static_cast<double>(steps));
+    cost.push_back(static_cast<std::size_t>(sec * 1e9) + 1);
+  }
+  return cost;
+}
+
 }  // namespace strata::detail

@@ -14,6 +14,27 @@
 //! device-to-device path is later GPU work.
 //!   auto pb = strata::detail::plan_batch(Phase::Train, true, rows, copies, stages, micro_batches, metrics);
 //!   const double busy = strata::detail::run_stage_batch(ctx, stage, batch, work);
+//!
+//! The pipeline executor (pipeline_executor.hpp) is written once over a
+//! Stages model (its Transport parameter):
+//! ThreadStages (pipeline_threads.hpp: every lane in this process, one
+//! replica thread each) and RankStages (pipeline_ranks.hpp: one lane per
+//! MPI rank). It says which lanes run here (copies() x stages(), ranges),
+//! runs them (run: lane(ctx, d, s), ctx with send/recv), joins them after
+//! the backward (agree: the finiteness count, the results and predictions
+//! of the lanes elsewhere), sums a stage's copies held elsewhere
+//! (sum_copies), sums the stages' squared norms for clipping (sum_squares)
+//! and shares the other stages' state at a pass's end
+//! (end_pass); and size(), words, check(options), place, prepare, is_chief,
+//! settled, and device(d, s) and matmul() (where lane (d, s) runs). Within a
+//! process, the lowest copy of each stage here sums the copies here and
+//! applies the update; the others read its variables.
+//! Stages on GPUs (PipelineStrategy{{gpu(0), gpu(1)}}) run this very code,
+//! each lane's variables, gradient, optimizer state and activations in its
+//! compute's memory (StageLane, pipeline_stage.hpp); activations, their
+//! gradients, and the copies' sums and updated variables cross through host
+//! memory (host-staged). On the host's compute standing in for a GPU
+//! (tests/host_as_gpu.hpp) a GPU pipeline gives the CPU pipeline's bits.
 
 #include <algorithm>
 #include <chrono>

@@ -333,4 +333,27 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   mutable std::optional<Tensor<float>> host_;
 };
 
+//! The executor ExecutorOptions::tensor_parallel asks a mirrored strategy
+//! for (null when it is 1), or a sentence saying why it cannot be.
+template <class S>
+std::unique_ptr<Executor> make_tensor_parallel(S& s, ModelProgram& program) {
+  const ExecutorOptions& o = s.executor_options();
+  if (o.tensor_parallel != 1) {
+    if (o.sharded_update == ShardedUpdate::On || o.sharded_update == ShardedUpdate::Gradients ||
+        o.sharded_update == ShardedUpdate::Parameters || o.compression != Compression::None || o.bucket_bytes)
+      throw Error("ExecutorOptions::tensor_parallel: tensor parallelism reduces each member's gradient over the "
+                  "copies itself; it does not combine with sharded_update (ZeRO 1-3), compression or bucket_bytes "
+                  "(yet): leave them at Auto, None and 0");
+    if constexpr (requires(typename S::context_type& c, std::span<float> x) {
+                    c.send(x, 0, 0);
+                    c.recv(x, 0, 0);
+                  })
+      return std::make_unique<TensorParallelExecutor<S>>(s, program, o);
+    else
+      throw Error("ExecutorOptions::tensor_parallel: tensor parallelism runs within one process so far (its "
+                  "groups are one worker's replicas, MirroredStrategy); across workers use tensor_parallel = 1");
+  }
+  return nullptr;
+}
+
 }  // namespace strata::detail
