@@ -44,14 +44,17 @@ namespace strata {
 class MpiParameterServers final : public ParameterServerRuntime, public detail::RunAgreement {
  public:
   //! This process's part in `spec` (of MPI_COMM_WORLD). `o.workers` and
-  //! `o.servers` are taken from the spec. Collective: every rank first
-  //! agrees on the cluster (its roles and options, cluster_fields()), before
-  //! anything could wait on a rank that sees another cluster; a rank that
-  //! differs raises RunMismatch on every rank, naming it and the field.
+  //! `o.servers` are taken from the spec. A spec wrong in itself (a rank
+  //! with no role or two) is refused at once, before any collective (a rank
+  //! that threw after one could abandon a peer still in it). Collective:
+  //! then every rank agrees on the cluster (its roles and options,
+  //! cluster_fields()), before anything could wait on a rank that sees
+  //! another cluster; a rank that differs raises RunMismatch on every rank,
+  //! naming it and the field.
   MpiParameterServers(ClusterSpec spec, ParameterServerOptions o)
       : spec_(std::move(spec)), o_(std::move(o)), link_(MPI_COMM_WORLD, o_.timeout) {
-    detail::mpi::agree_on_run(link_, cluster_fields(), "cluster");
     spec_.validate(link_.size());
+    detail::mpi::agree_on_run(link_, cluster_fields(), "cluster");
     o_.workers = static_cast<int>(spec_.workers.size());
     o_.servers = static_cast<int>(spec_.servers.size());
     const auto r = spec_.role_of(link_.rank());
