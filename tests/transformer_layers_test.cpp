@@ -146,7 +146,7 @@ TEST_CASE("Embedding: rows of the table by id, its gradient the sum over each id
   CHECK(emb.params()[0].name == "embeddings");
   CHECK(emb.params()[0].shape == Shape{5, 3});
   // the initializer: uniform in +-0.05 (Keras' default), drawn as a glorot limit
-  const auto& spec = emb.params()[0];
+  const nn::ParamSpec spec = emb.params()[0];
   CHECK(std::sqrt(6.f / static_cast<float>(spec.fan_in + spec.fan_out)) == doctest::Approx(0.05f).epsilon(1e-6));
   Params p(emb, 3);
   const Tensor<float> ids{{2, 4}, {0.f, 4.f, 4.f, 2.f, 1.f, 0.f, 3.f, 4.f}};
