@@ -216,7 +216,7 @@ TEST_CASE("CosineDecay: linear warm-up to the target, cosine to alpha times it, 
   CHECK(plain(0) == 0.1f);
   CHECK(plain(5) == doctest::Approx(0.05).epsilon(1e-6));
   CHECK(plain(10) == 0.f);
-  CHECK_THROWS_WITH_AS(nn::CosineDecay(0.1f, 0)(0), doctest::Contains("decay_steps"), strata::Error);
+  CHECK_THROWS_WITH_AS((nn::CosineDecay{.initial = 0.1f, .decay_steps = 0}(0)), doctest::Contains("decay_steps"), strata::Error);
   CHECK_THROWS_WITH_AS((nn::CosineDecay{.initial = 0.f, .decay_steps = 5, .warmup_steps = 3}(0)),
                        doctest::Contains("warmup_target"), strata::Error);
   // through LearningRate, as every optimizer takes it
