@@ -46,14 +46,14 @@ class MpiParameterServers final : public ParameterServerRuntime, public detail::
   //! This process's part in `spec` (of MPI_COMM_WORLD). `o.workers` and
   //! `o.servers` are taken from the spec. A spec wrong in itself (a rank
   //! with no role or two) is refused at once, before any collective (a rank
-  //! that threw after one could abandon a peer still in it). Collective:
+  //! that threw after one could abandon a peer still in it: making the link
+  //! is one). Collective:
   //! then every rank agrees on the cluster (its roles and options,
   //! cluster_fields()), before anything could wait on a rank that sees
   //! another cluster; a rank that differs raises RunMismatch on every rank,
   //! naming it and the field.
   MpiParameterServers(ClusterSpec spec, ParameterServerOptions o)
-      : spec_(std::move(spec)), o_(std::move(o)), link_(MPI_COMM_WORLD, o_.timeout) {
-    spec_.validate(link_.size());
+      : spec_(valid_for_world(std::move(spec))), o_(std::move(o)), link_(MPI_COMM_WORLD, o_.timeout) {
     detail::mpi::agree_on_run(link_, cluster_fields(), "cluster");
     o_.workers = static_cast<int>(spec_.workers.size());
     o_.servers = static_cast<int>(spec_.servers.size());
@@ -202,6 +202,15 @@ class MpiParameterServers final : public ParameterServerRuntime, public detail::
     for (int s = 0; s < o_.servers; ++s)
       v.push_back(store_ && spec_.server_index(link_.rank()) == s ? (which ? store_->pulls(s) : store_->pushes(s)) : 0);
     return v;
+  }
+
+  //! `spec`, checked against MPI_COMM_WORLD's size before the link is made
+  //! (making it is collective too).
+  static ClusterSpec valid_for_world(ClusterSpec spec) {
+    int world = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    spec.validate(world);
+    return spec;
   }
 
   ClusterSpec spec_;
