@@ -50,21 +50,6 @@
 namespace strata::cuda {
 
 namespace detail {
-//! *acc += the NaN and infinite values of x[0, n) (cuda/kernels/reductions.cuh).
-void launch_count_nonfinite(cudaStream_t s, const float* x, std::size_t n, double* acc);
-// cuda/kernels/attention.cuh and sequence_losses.cuh: kernels::Compute's members of the same names
-void launch_attention_softmax(cudaStream_t s, const float* x, float* y, std::size_t rows, std::size_t cols,
-                              bool causal);
-void launch_embedding(cudaStream_t s, const float* table, const float* ids, float* y, std::size_t n,
-                      std::size_t vocab, std::size_t width);
-void launch_embedding_backward(cudaStream_t s, const float* ids, const float* dy, float* dtable, std::size_t n,
-                               std::size_t vocab, std::size_t width);
-void launch_sequence_crossentropy(cudaStream_t s, const float* pred, const float* labels, float* d, float scale,
-                                  const kernels::SequenceLabels& labels_shape, bool from_logits, double* acc,
-                                  double* invalid);
-void launch_sequence_hits(cudaStream_t s, const float* pred, const float* labels,
-                          const kernels::SequenceLabels& labels_shape, double* acc, double* invalid);
-
 struct CublasDestroy {
   void operator()(cublasHandle_t h) const noexcept { (void)cublasDestroy(h); }
 };

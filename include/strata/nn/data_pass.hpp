@@ -5,7 +5,6 @@
 //!   strata::nn::detail::FnPass pass;  pass.next_fn = [&] { return next_batch(); };
 //!   executor.run_pass(pass);
 
-#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <functional>
@@ -106,27 +105,6 @@ struct FnPass final : Pass {
  private:
   std::unique_ptr<trace::Span> step_span_;  // only while tracing
 };
-
-//! `pass` predicts the rows of `x`, `batch_size` at a time (`scratch`
-//! holds the current batch), each batch's outputs (`width` per row) into
-//! `out` at its rows. `x`, `out` and `scratch` outlive the pass.
-inline void predict_rows(FnPass& pass, const Tensor<float>& x, std::size_t batch_size, float* out, std::size_t width,
-                         Tensor<float>& scratch, std::int64_t* iteration) {
-  pass.phase = Phase::Predict;
-  pass.iteration = iteration;
-  pass.next_fn = [&x, &scratch, batch_size, out, width, b = std::size_t{0}]() mutable -> std::optional<Batch> {
-    const std::size_t n = x.shape()[0], w = n ? x.size() / n : 0;
-    if (b >= n) return std::nullopt;
-    const std::size_t e = std::min(n, b + batch_size);
-    std::vector<std::size_t> dims = x.shape().dims();
-    dims[0] = e - b;
-    if (scratch.shape() != Shape(dims)) scratch = Tensor<float>(Shape(dims));
-    std::copy_n(x.data() + b * w, (e - b) * w, scratch.data());
-    Batch next{&scratch, nullptr, out + b * width};
-    b = e;
-    return next;
-  };
-}
 
 //! A model's side of its training and evaluation passes: a pass over a
 //! dataset's (features, labels) batches, each checked to have one batch

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <strata/core/trace.hpp>
+#include <strata/nn/data_pass.hpp>
 #include <strata/nn/attention.hpp>
 #include <strata/nn/dense.hpp>
 #include <strata/nn/graph_run.hpp>
@@ -56,6 +57,23 @@ inline void copy_rows(const Tensor<float>& src, Range r, Tensor<float>& dst) {
   resize(dst, r.size(), s);
   const std::size_t w = s.elements();
   if (r.size()) std::copy_n(src.data() + r.begin * w, r.size() * w, dst.data());
+}
+
+//! `pass` predicts the rows of host tensor `x`, `batch_size` at a time
+//! (`scratch` holds the current batch: copy_rows), each batch's outputs
+//! (`width` per row) into `out` at its rows. `x`, `out` and `scratch` outlive the pass.
+inline void predict_rows(FnPass& pass, const Tensor<float>& x, std::size_t batch_size, float* out, std::size_t width,
+                         Tensor<float>& scratch, std::int64_t* iteration) {
+  pass.phase = Phase::Predict;
+  pass.iteration = iteration;
+  pass.next_fn = [&x, &scratch, batch_size, out, width, b = std::size_t{0}]() mutable -> std::optional<Batch> {
+    const std::size_t n = x.shape()[0];
+    if (b >= n) return std::nullopt;
+    copy_rows(x, {b, std::min(n, b + batch_size)}, scratch);
+    Batch next{&scratch, nullptr, out + b * width};
+    b += batch_size;
+    return next;
+  };
 }
 
 class LayerProgram;

@@ -32,7 +32,6 @@
 //! host memory for the sums); across workers it refuses with a sentence.
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -305,9 +304,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     };
     if (this->check_) {
       double local = 0;
-      each_counted([&](std::span<const float> x) {
-        for (float v : x) local += std::isfinite(v) ? 0.0 : 1.0;
-      });
+      each_counted([&](std::span<const float> x) { kernels::host_memory().count_nonfinite(x.data(), x.size(), &local); });
       float bad[1] = {static_cast<float>(local)};
       ctx.all_reduce(std::span<float>(bad), Sum);
       if (r == 0) this->bad_ = bad[0];
