@@ -140,7 +140,8 @@ inline constexpr OptionInfo option_table[] = {
     {"--data-parallel", "D", "pipeline: D copies of it, each on its share of every batch, 1-64 (default 1)",
      pipeline_strategies},
     {"--tensor-parallel", "T", "tensor_parallel: replicas each copy of the model is split over, 1-64 (default 2; "
-                               "--replicas R gives R / T copies, R a multiple of T; default R = T)",
+                               "--replicas R gives R / T copies, R a multiple of T; default R = T; under mpirun R per rank, the "
+                               "copies data-parallel across the ranks)",
      tensor_strategies},
     {"--zero", "0|1|2|3", "ZeRO stage of {gradient_strategies}' CPU replicas: 0 every replica holds everything, 1 the "
                           "optimizer state sharded, 2 the gradient too, 3 the values too (a layer's gathered before "

@@ -100,11 +100,15 @@ struct MpiStrategies {
                     "pipeline");
       }
     }
-    if (name == "multi_worker_mirrored") {
+    // tensor_parallel under mpirun: each rank a worker of `replicas` (T when 0) replicas, its copies of the
+    // model split over T of them, the copies data-parallel across the workers
+    const bool tensor_across_ranks = name == "tensor_parallel" && detail::launched_ranks() > 1;
+    if (name == "multi_worker_mirrored" || tensor_across_ranks) {
       MpiOptions mpi;
       if (c.timeout) mpi.timeout = *c.timeout;
       auto workers = MpiCommunicator::world(mpi);
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      if (tensor_across_ranks && c.replicas == 0) c.replicas = c.tensor_parallel;
       const int local = c.replicas > 0 ? c.replicas : std::max(1, cores / workers.ranks_on_node());
       // GPU replicas: `replicas` of them (1 when 0) per worker, spread over the GPUs (strata::gpu_replicas),
       // the workers of a node on distinct GPUs where there are enough
@@ -112,6 +116,7 @@ struct MpiStrategies {
       MultiWorkerMirroredStrategy s{std::move(workers),
                                     c.device.is_gpu() ? gpu_replicas(c, gpu_first) : cpu_replicas(local),
                                     c.comm_options()};
+      if (tensor_across_ranks) s.executor_options().tensor_parallel = static_cast<std::size_t>(c.tensor_parallel);
       return fn(s);
     }
     return InProcessStrategies::with(name, std::move(c), std::forward<F>(fn), names);

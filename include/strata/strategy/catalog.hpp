@@ -71,8 +71,9 @@ inline constexpr std::array strategy_catalog{
                  .exact = false,
                  .takes_replicas = true,
                  .takes_tensor_parallel = true,
-                 .help = "each copy of the model split over T replicas in this process (attention heads, MLP "
-                         "pairs: Megatron's tensor parallelism), the replicas / T copies data-parallel"},
+                 .help = "each copy of the model split over T replicas of a process (attention heads, MLP "
+                         "pairs: Megatron's tensor parallelism), the copies data-parallel (under mpirun: across "
+                         "the ranks too)"},
     StrategyInfo{.name = "central_storage",
                  .placement = PlacementKind::CentralStorage,
                  .takes_replicas = true,

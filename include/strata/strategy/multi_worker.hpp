@@ -163,6 +163,14 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
   //! The global id of this worker's first replica.
   [[nodiscard]] int first_local_replica() const noexcept { return offset_; }
   [[nodiscard]] int num_workers() const noexcept { return comm_.size(); }
+  //! The replicas worker `w` runs (0 <= w < num_workers()).
+  [[nodiscard]] int local_replicas_of(int w) const {
+    if (w < 0 || w >= num_workers())
+      throw Error("MultiWorkerMirroredStrategy::local_replicas_of(" + std::to_string(w) + "): there are " +
+                  std::to_string(num_workers()) + " workers");
+    const auto i = static_cast<std::size_t>(w);
+    return (i + 1 < firsts_.size() ? firsts_[i + 1] : total_) - firsts_[i];
+  }
   [[nodiscard]] int worker_index() const noexcept { return comm_.rank(); }
   //! Worker 0: the one that prints, saves checkpoints, and whose initial
   //! variable values every worker starts from.

@@ -28,8 +28,15 @@
 //! product adds its partial sums in another order).
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
 //!   s.executor_options().tensor_parallel = 2;   // 2 copies of a model split over 2 replicas each
-//! One process (in-process replicas, CPU or GPU: a GPU's buffers go through
-//! host memory for the sums); across workers it refuses with a sentence.
+//! Across workers (MultiWorkerMirroredStrategy under mpirun) a copy's
+//! members are replicas of one worker, as Megatron keeps a tensor group
+//! within a node: its two sums per block move activations, too many bytes
+//! for a link between hosts. T must divide every worker's replicas; the
+//! copies' gradient sum then crosses workers in one all-reduce of the
+//! logical gradient, each replica contributing its member's part at its
+//! place and zeros elsewhere (member 0 the replicated parameters): each
+//! element is the sum over the copies, added in one order for every member. CPU or GPU replicas (a GPU's buffers go through
+//! host memory for the sums).
 
 #include <algorithm>
 #include <cstddef>
@@ -37,6 +44,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <strata/comm/reduce_op.hpp>
@@ -50,64 +59,16 @@
 #include <strata/strategy/state_slices.hpp>
 #include <strata/strategy/sync_executor.hpp>
 #include <strata/strategy/tensor_group.hpp>
+#include <strata/strategy/tensor_peers.hpp>
 
 namespace strata::detail {
-
-//! Tags of the executor's point-to-point sums (apart from any a program uses).
-inline constexpr int tensor_group_tag = 0x7e50;  //!< a copy's members, inside forward and backward
-inline constexpr int data_group_tag = 0x7e51;    //!< a member's gradient with its peers of the other copies
-
-//! x[0, n) (host memory) becomes the sum over replicas `members` (global
-//! ids; this replica is members[me]) of theirs, added in member order, over
-//! `ctx`'s send / recv with `tag`: the same bits on every member. `in`:
-//! scratch for the received buffers.
-template <class Ctx>
-void peer_sum(Ctx& ctx, std::span<const int> members, std::size_t me, int tag, float* x, std::size_t n,
-              std::vector<float>& in) {
-  const std::size_t m = members.size();
-  if (m <= 1 || n == 0) return;
-  for (std::size_t k = 0; k < m; ++k)
-    if (k != me) ctx.send(std::span<const float>(x, n), members[k], tag);
-  in.resize(m * n);
-  for (std::size_t k = 0; k < m; ++k)
-    if (k != me) ctx.recv(std::span<float>(in.data() + k * n, n), members[k], tag);
-    else std::copy_n(x, n, in.data() + k * n);
-  std::copy_n(in.data(), n, x);
-  for (std::size_t k = 1; k < m; ++k) {
-    const float* y = in.data() + k * n;
-    for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
-  }
-}
-
-//! A copy's members as one replica sees them, over its replica context.
-template <class Ctx>
-class PeerTensorGroup final : public TensorGroup {
- public:
-  PeerTensorGroup(std::vector<int> members, std::size_t me) : members_(std::move(members)), me_(me) {}
-  void bind(Ctx& ctx) noexcept { ctx_ = &ctx; }
-  [[nodiscard]] int rank() const noexcept override { return static_cast<int>(me_); }
-  [[nodiscard]] int size() const noexcept override { return static_cast<int>(members_.size()); }
-  void all_reduce_sum(kernels::Compute& c, float* x, std::size_t n) override {
-    if (!ctx_) throw Error("tensor parallelism: a split layer ran outside its executor's step (no group bound)");
-    if (c.where() == kernels::Where::Host) return peer_sum(*ctx_, members_, me_, tensor_group_tag, x, n, in_);
-    host_.resize(n);  // a GPU's buffer through host memory
-    c.download(host_.data(), x, n * sizeof(float));
-    peer_sum(*ctx_, members_, me_, tensor_group_tag, host_.data(), n, in_);
-    c.upload(x, host_.data(), n * sizeof(float));
-  }
-
- private:
-  std::vector<int> members_;
-  std::size_t me_ = 0;
-  Ctx* ctx_ = nullptr;
-  std::vector<float> in_, host_;
-};
 
 template <class S>
 class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecutor<S>> {
   using Base = SyncExecutor<S, TensorParallelExecutor<S>>;
   friend Base;
   using Ctx = typename S::context_type;
+  using Link = tensor_link_t<Ctx>;
 
  public:
   TensorParallelExecutor(S& s, ModelProgram& program, ExecutorOptions opts)
@@ -188,6 +149,27 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     std::vector<float> predictions;           // members other than 0 predict here (member 0 writes the batch's)
   };
 
+  //! T divides the replicas of every worker (a copy's members are one
+  //! worker's): checked alike on every worker, from their counts.
+  void check_workers(std::size_t local) const {
+    std::vector<std::size_t> counts{local};
+    if constexpr (requires { this->s_.local_replicas_of(0); }) {
+      counts.clear();
+      for (int w = 0; w < this->s_.num_workers(); ++w) counts.push_back(static_cast<std::size_t>(this->s_.local_replicas_of(w)));
+    }
+    for (std::size_t w = 0; w < counts.size(); ++w)
+      if (counts[w] % T_ != 0)
+        throw Error("ExecutorOptions::tensor_parallel = " + std::to_string(T_) + " does not divide the " +
+                    std::to_string(counts[w]) + " replicas" +
+                    (counts.size() > 1 ? " of worker " + std::to_string(w) : std::string()) +
+                    ": each copy of the model takes " + std::to_string(T_) + " replicas" +
+                    (counts.size() > 1 ? " of one worker (its sums inside forward and backward stay within a "
+                                         "worker, as Megatron keeps a tensor group within a node)"
+                                       : std::string()) +
+                    "; give a multiple of " + std::to_string(T_) + " replicas" +
+                    (counts.size() > 1 ? " per worker" : ""));
+  }
+
   //! Member t's elements of logical `v`.
   [[nodiscard]] Tensor<float> shard_of(const Tensor<float>& v, std::size_t t) const {
     Tensor<float> mine{Shape{segments_size(layout_[t])}};
@@ -198,14 +180,8 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   // -- SyncExecutor's hooks -------------------------------------------------
   void place_values(const Tensor<float>& init, std::size_t local) {
     this->reps_.clear();
-    if (this->workers_.size() > 1)
-      throw Error("ExecutorOptions::tensor_parallel: tensor parallelism runs within one process so far (its groups "
-                  "are one worker's replicas); across workers use tensor_parallel = 1");
     if (T_ < 1) throw Error("ExecutorOptions::tensor_parallel must be at least 1, got 0");
-    if (local % T_ != 0)
-      throw Error("ExecutorOptions::tensor_parallel = " + std::to_string(T_) + " does not divide the " +
-                  std::to_string(local) + " replicas: each copy of the model takes " + std::to_string(T_) +
-                  " of them; give a multiple of " + std::to_string(T_) + " replicas");
+    check_workers(local);
     std::vector<std::vector<TensorSegment>> layout;
     for (std::size_t t = 0; t < T_; ++t) layout.push_back(this->program_.tensor_layout(static_cast<int>(t), static_cast<int>(T_)));
     layout_ = std::move(layout);
@@ -214,7 +190,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     devs_.resize(local);
     const std::vector<Device>& devices = this->s_.devices();
     groups_.clear();
-    const std::size_t D = local / T_;
+    const std::size_t D = static_cast<std::size_t>(this->s_.num_replicas_in_sync()) / T_;
     for (std::size_t r = 0; r < local; ++r) {
       Replica& R = devs_[r];
       if (devices[r].is_gpu()) R.owned = make_compute(devices[r], opts_.matmul);
@@ -227,10 +203,12 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       R.m->fill(R.grad.data(), 0.f, mine.size());
       std::vector<int> members;
       for (std::size_t t = 0; t < T_; ++t) members.push_back(static_cast<int>((r / T_) * T_ + t));
-      groups_.push_back(std::make_unique<PeerTensorGroup<Ctx>>(std::move(members), r % T_));
+      groups_.push_back(std::make_unique<PeerTensorGroup<Link>>(std::move(members), r % T_));
     }
+    const int W = this->workers_.size();
     choice_ = this->program_.describe_tensor_split(static_cast<int>(T_)) + "; " + std::to_string(D) +
-              (D == 1 ? " copy" : " data-parallel copies, each member's gradient summed with its peers'");
+              (D == 1 ? " copy" : " data-parallel copies, each member's gradient summed with its peers'") +
+              (W > 1 ? " (across " + std::to_string(W) + " workers: one all-reduce of the members' parts)" : "");
     host_.reset();
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
@@ -270,9 +248,9 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   //! Dropout masks keyed by the copy (a copy's members agree), L2 shared by the copies, the group bound.
   void adjust_step(Ctx& ctx, StepInfo& info, std::size_t r) {
     info.replica = static_cast<int>(static_cast<std::size_t>(info.replica) / T_);
-    info.replicas = static_cast<int>(devs_.size() / T_);
+    info.replicas = static_cast<int>(static_cast<std::size_t>(info.replicas) / T_);
     info.ready = nullptr;
-    groups_[r]->bind(ctx);
+    groups_[r]->bind(tensor_link(ctx));
     info.tensor_group = groups_[r].get();
   }
 
@@ -280,7 +258,8 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   template <class C>
   void apply(C& ctx, std::size_t r, std::int64_t it) {
     Replica& R = devs_[r];
-    const std::size_t t = r % T_, copy = r / T_, D = devs_.size() / T_, n = R.value.size();
+    const std::size_t t = r % T_, n = R.value.size();
+    const std::size_t copy = static_cast<std::size_t>(ctx.replica_id_in_sync_group()) / T_, D = static_cast<std::size_t>(ctx.num_replicas_in_sync()) / T_;
     const std::span<float> g{R.grad.data(), n};
     std::span<float> hg = g;  // the gradient in host memory
     if (R.c) {
@@ -288,10 +267,18 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       if (n) R.m->download(R.host_grad.data(), g.data(), n * sizeof(float));
       hg = R.host_grad.span();
     }
-    if (D > 1) {
+    if (D > 1 && this->workers_.size() == 1) {  // the copies are this process's: member order, exactly
       std::vector<int> peers;
       for (std::size_t d = 0; d < D; ++d) peers.push_back(static_cast<int>(d * T_ + t));
-      peer_sum(ctx, peers, copy, data_group_tag, hg.data(), n, R.in);
+      peer_sum(tensor_link(ctx), peers, copy, data_group_tag, hg.data(), n, R.in);  // (one worker: local ids are global)
+    } else if (D > 1) {
+      // across workers: each member's part at its place in the logical gradient (member 0 the replicated
+      // parameters, as one replica holds them), zeros elsewhere; one hierarchical all-reduce sums each
+      // element over the copies, and every member takes its part back (a replicated one: the same sum on all)
+      R.in.assign(this->program_.num_params(), 0.f);
+      move_segments(layout_[t], R.in, hg, true, t == 0);
+      ctx.all_reduce(std::span<float>(R.in), Sum);
+      move_segments(layout_[t], R.in, hg, false);
     }
     // what this replica counts of the model: copy 0's members, their own elements, member 0 the replicated ones too
     auto each_counted = [&](auto&& f) {
@@ -325,7 +312,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   std::size_t T_ = 1;
   std::vector<std::vector<TensorSegment>> layout_;  // per member: what it holds
   std::vector<Replica> devs_;
-  std::vector<std::unique_ptr<PeerTensorGroup<Ctx>>> groups_;  // per replica: its copy's members
+  std::vector<std::unique_ptr<PeerTensorGroup<Link>>> groups_;  // per replica: its copy's members
   std::string choice_;
   mutable std::optional<Tensor<float>> host_;
 };
@@ -341,14 +328,14 @@ std::unique_ptr<Executor> make_tensor_parallel(S& s, ModelProgram& program) {
       throw Error("ExecutorOptions::tensor_parallel: tensor parallelism reduces each member's gradient over the "
                   "copies itself; it does not combine with sharded_update (ZeRO 1-3), compression or bucket_bytes "
                   "(yet): leave them at Auto, None and 0");
-    if constexpr (requires(typename S::context_type& c, std::span<float> x) {
+    if constexpr (requires(tensor_link_t<typename S::context_type>& c, std::span<float> x) {
                     c.send(x, 0, 0);
                     c.recv(x, 0, 0);
                   })
       return std::make_unique<TensorParallelExecutor<S>>(s, program, o);
     else
-      throw Error("ExecutorOptions::tensor_parallel: tensor parallelism runs within one process so far (its "
-                  "groups are one worker's replicas, MirroredStrategy); across workers use tensor_parallel = 1");
+      throw Error("ExecutorOptions::tensor_parallel: this strategy's replicas have no send / recv to sum a "
+                  "split layer's parts over; leave tensor_parallel at 1");
   }
   return nullptr;
 }

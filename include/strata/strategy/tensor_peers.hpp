@@ -1,0 +1,86 @@
+#pragma once
+//! How the replicas of tensor parallelism sum over their peers
+//! (strategy/tensor_parallel_executor.hpp): peer_sum, an all-reduce of a
+//! list of replicas over their tagged send / recv that adds the buffers in
+//! the list's order (the same bits on every member, run to run), and
+//! PeerTensorGroup, a copy's members as the TensorGroup its split layers
+//! sum through. A copy's members are replicas of one process: they reach
+//! each other over the replica context (MirroredStrategy) or the worker's
+//! local communicator (MultiWorkerMirroredStrategy): tensor_link.
+//!   detail::peer_sum(ctx, members, me, tag, x, n, scratch);   // every member alike
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/core/error.hpp>
+#include <strata/kernels/compute.hpp>
+#include <strata/strategy/tensor_group.hpp>
+
+namespace strata::detail {
+
+//! Tags of the executor's point-to-point sums (apart from any a program uses).
+inline constexpr int tensor_group_tag = 0x7e50;  //!< a copy's members, inside forward and backward
+inline constexpr int data_group_tag = 0x7e51;    //!< a member's gradient with its peers of the other copies
+
+//! x[0, n) (host memory) becomes the sum over replicas `members` (their
+//! ids on `ctx`; this replica is members[me]) of theirs, added in member order, over
+//! `ctx`'s send / recv with `tag`: the same bits on every member. `in`:
+//! scratch for the received buffers.
+template <class Ctx>
+void peer_sum(Ctx& ctx, std::span<const int> members, std::size_t me, int tag, float* x, std::size_t n,
+              std::vector<float>& in) {
+  const std::size_t m = members.size();
+  if (m <= 1 || n == 0) return;
+  for (std::size_t k = 0; k < m; ++k)
+    if (k != me) ctx.send(std::span<const float>(x, n), members[k], tag);
+  in.resize(m * n);
+  for (std::size_t k = 0; k < m; ++k)
+    if (k != me) ctx.recv(std::span<float>(in.data() + k * n, n), members[k], tag);
+    else std::copy_n(x, n, in.data() + k * n);
+  std::copy_n(in.data(), n, x);
+  for (std::size_t k = 1; k < m; ++k) {
+    const float* y = in.data() + k * n;
+    for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+}
+
+//! Where a replica reaches the other members of its copy by send / recv:
+//! its context in one process, its worker's local communicator across
+//! workers (a copy's members are replicas of one worker).
+template <class Ctx>
+auto& tensor_link(Ctx& ctx) noexcept {
+  if constexpr (requires { ctx.local_communicator(); }) return ctx.local_communicator();
+  else return ctx;
+}
+template <class Ctx>
+using tensor_link_t = std::remove_reference_t<decltype(tensor_link(std::declval<Ctx&>()))>;
+
+//! A copy's members as one replica sees them (their ids on `Link`).
+template <class Link>
+class PeerTensorGroup final : public TensorGroup {
+ public:
+  PeerTensorGroup(std::vector<int> members, std::size_t me) : members_(std::move(members)), me_(me) {}
+  void bind(Link& link) noexcept { ctx_ = &link; }
+  [[nodiscard]] int rank() const noexcept override { return static_cast<int>(me_); }
+  [[nodiscard]] int size() const noexcept override { return static_cast<int>(members_.size()); }
+  void all_reduce_sum(kernels::Compute& c, float* x, std::size_t n) override {
+    if (!ctx_) throw Error("tensor parallelism: a split layer ran outside its executor's step (no group bound)");
+    if (c.where() == kernels::Where::Host) return peer_sum(*ctx_, members_, me_, tensor_group_tag, x, n, in_);
+    host_.resize(n);  // a GPU's buffer through host memory
+    c.download(host_.data(), x, n * sizeof(float));
+    peer_sum(*ctx_, members_, me_, tensor_group_tag, host_.data(), n, in_);
+    c.upload(x, host_.data(), n * sizeof(float));
+  }
+
+ private:
+  std::vector<int> members_;
+  std::size_t me_ = 0;
+  Link* ctx_ = nullptr;
+  std::vector<float> in_, host_;
+};
+
+}  // namespace strata::detail

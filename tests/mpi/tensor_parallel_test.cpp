@@ -1,0 +1,197 @@
+// Tensor parallelism across the workers of an mpirun job (issue 26): each
+// worker's replicas hold copies of a small GPT block split over T of them
+// (a copy never crosses workers), the copies data-parallel across workers.
+// Against one replica in one process: within float rounding; run to run and
+// worker to worker: bitwise; what cannot be placed is refused alike on every
+// worker; a replica that fails mid-step brings every worker down, in bounded time.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <strata/data/dataset.hpp>
+#include <strata/nn.hpp>
+#include <strata/strategy/by_name_mpi.hpp>
+#include <strata/strategy/multi_worker.hpp>
+
+#include "../quick_workers.hpp"
+
+namespace tensor_parallel_mpi_test {  // each test file in its own namespace: a unity build joins them
+
+namespace nn = strata::nn;
+using strata::Tensor;
+using namespace std::chrono_literals;
+
+// Sequences of 8 tokens of 13 (next-token labels), the same on every worker.
+struct Tokens {
+  Tensor<float> x{{48, 8}}, y{{48, 8}};
+  Tokens() {
+    for (std::size_t i = 0; i < 48; ++i) {
+      std::size_t v = (i * 7 + 3) % 13;
+      for (std::size_t t = 0; t < 8; ++t) {
+        x[i * 8 + t] = static_cast<float>(v);
+        v = (v * 3 + 1 + (i + t) % 2) % 13;
+        y[i * 8 + t] = static_cast<float>(v);
+      }
+    }
+  }
+};
+
+// One pre-norm transformer block of width 16, 4 heads: an attention layer and an MLP pair to split.
+nn::Model gpt() {
+  nn::Node in = nn::Input{{8}};
+  nn::Node h = nn::PositionEmbedding{}(nn::Embedding{13, 16}(in));
+  h = nn::Add{}(h, nn::MultiHeadAttention{{.heads = 4, .causal = true}}(nn::LayerNorm{}(h)));
+  nn::Node f = nn::Dense{64, {.activation = nn::Activation::GELU}}(nn::LayerNorm{}(h));
+  h = nn::Add{}(h, nn::Dense{16}(f));
+  return nn::Model{in, nn::Dense{13}(nn::LayerNorm{}(h))};
+}
+
+std::vector<float> flat(const std::vector<nn::NamedTensor>& ws) {
+  std::vector<float> out;
+  for (const auto& w : ws) out.insert(out.end(), w.value.begin(), w.value.end());
+  return out;
+}
+
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  float m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+struct Run {
+  std::vector<float> weights;
+  double loss = 0;
+  std::string choice;
+};
+
+// Two epochs of AdamW (decay, global-norm clipping), batches of 12; `sgd`: one step of plain SGD.
+template <class S>
+Run train(S& s, bool sgd = false) {
+  const Tokens d;
+  auto model = s.scope([] { return gpt(); });
+  if (sgd)
+    model.compile(nn::SGD{0.5}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  else
+    model.compile(nn::AdamW{1e-2f, {.weight_decay = 0.1f, .global_clipnorm = 1.f}},
+                  nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  const auto h = model.fit(s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12)),
+                           {.epochs = sgd ? 1 : 2, .verbose = nn::Verbosity::Silent, .steps_per_epoch = sgd ? 1u : 0u});
+  return {flat(model.get_weights()), h.at("loss").back(), model.gradient_reduction()};
+}
+
+Run across_workers(int local, std::size_t T, bool sgd = false) {
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers()};
+  s.executor_options().tensor_parallel = T;
+  return train(s, sgd);
+}
+
+Run one_replica(bool sgd = false) {
+  strata::MirroredStrategy s{strata::cpu_replicas(1)};
+  return train(s, sgd);
+}
+
+// The chief's values, on every worker.
+std::vector<float> chiefs(std::vector<float> v) {
+  MPI_Bcast(v.data(), static_cast<int>(v.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  return v;
+}
+
+int workers() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+bool rank_is_last() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r == workers() - 1;
+}
+
+TEST_CASE("tensor parallel across workers: D x T as one replica within rounding, bitwise run to run and worker to worker") {
+  const Run one = one_replica(), first = one_replica(true);
+  const int W = workers();
+  for (const auto& [local, T] : {std::pair{2, std::size_t{2}}, std::pair{4, std::size_t{2}}, std::pair{4, std::size_t{4}}}) {
+    INFO(W, " workers x ", local, " replicas, T = ", T);
+    const Run tp = across_workers(local, T);
+    const std::size_t copies = static_cast<std::size_t>(W * local) / T;
+    CHECK(tp.choice.find("1 attention layer split by heads") != std::string::npos);
+    CHECK(tp.choice.find(std::to_string(copies) + " data-parallel copies") != std::string::npos);
+    CHECK(tp.choice.find("across " + std::to_string(W) + " workers") != std::string::npos);
+    CHECK(max_diff(across_workers(local, T, true).weights, first.weights) < 1e-6f);
+    CHECK(max_diff(tp.weights, one.weights) < 2e-4f);
+    CHECK(tp.loss == doctest::Approx(one.loss).epsilon(1e-5));
+    CHECK(tp.weights != one.weights);  // the split products add in another order (docs/tensor-parallelism.md)
+    CHECK(chiefs(tp.weights) == tp.weights);  // every worker holds the chief's bits
+    CHECK(across_workers(local, T).weights == tp.weights);  // and a second run the same bits
+  }
+}
+
+TEST_CASE("tensor parallel across workers: the same as in one process's replicas, within rounding") {
+  const int W = workers();
+  strata::MirroredStrategy in_one{strata::cpu_replicas(2 * W)};
+  in_one.executor_options().tensor_parallel = 2;
+  const Run here = train(in_one), there = across_workers(2, 2);
+  CHECK(max_diff(here.weights, there.weights) < 2e-4f);
+}
+
+TEST_CASE("tensor parallel across workers: T must divide every worker's replicas; every worker refuses alike") {
+  const int W = workers();
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(rank_is_last() ? 1 : 2), strata_test::quick_workers()};
+  s.executor_options().tensor_parallel = 2;
+  try {
+    train(s);
+    FAIL_CHECK("no error");
+  } catch (const strata::Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("tensor_parallel = 2 does not divide the 1 replicas of worker " + std::to_string(W - 1)) !=
+          std::string::npos);
+    CHECK(msg.find("per worker") != std::string::npos);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("tensor parallel across workers: a replica failing mid-step brings every worker down with its message") {
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), strata_test::quick_workers(10s)};
+  s.executor_options().tensor_parallel = 2;
+  const Tokens d;
+  auto model = s.scope([] { return gpt(); });
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 1});
+  const int last = s.num_replicas_in_sync() - 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (const auto& b : s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12)))
+      model.train_step(b, [&](strata::ReplicaGradient& g) {
+        if (g.replica == last) throw std::runtime_error("replica " + std::to_string(last) + " gave up");
+      });
+    FAIL_CHECK("no error");
+  } catch (const std::exception& e) {
+    CHECK(std::string(e.what()).find("replica " + std::to_string(last) + " gave up") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 8s);  // the failure is told, not waited out (10 s)
+}
+
+TEST_CASE("tensor_parallel by name under mpirun: a worker per rank, T replicas each by default") {
+  strata::StrategyChoice c;
+  c.tensor_parallel = 2;
+  strata::with_mpi_strategy("tensor_parallel", c, [&](auto& s) {
+    using S = std::remove_cvref_t<decltype(s)>;
+    if constexpr (std::is_same_v<S, strata::MultiWorkerMirroredStrategy>) {
+      CHECK(s.num_local_replicas() == 2);
+      CHECK(s.num_workers() == workers());
+      CHECK(s.executor_options().tensor_parallel == 2);
+    } else {
+      FAIL_CHECK("not a MultiWorkerMirroredStrategy under mpirun");
+    }
+    return 0;
+  });
+}
+
+}  // namespace tensor_parallel_mpi_test
