@@ -8,7 +8,7 @@
 #include <strata/nn/conv2d.hpp>
 #include <strata/nn/max_pool2d.hpp>
 
-#include "mnist_common.hpp"
+#include "mnist_main.hpp"
 
 int main(int argc, char** argv) {
   namespace nn = strata::nn;

@@ -1,5 +1,6 @@
 // MNIST loading and the training run shared by mnist_mlp and mnist_cnn: the
-// same model code under whichever strategy the command line names.
+// same model code under whichever strategy the command line names. Included
+// by examples/mnist_common.cpp only (compiled once, linked into both).
 #pragma once
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #endif
 
 #include "example_cli.hpp"
+#include "mnist_main.hpp"
 #include "run_trace.hpp"
 
 namespace example {
@@ -215,10 +217,12 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
   return 3;
 }
 
-//! main() of an MNIST example: parse, load, train under the named strategy.
-//! The names it accepts and how it builds them: example::Strategies.
-inline int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model, double target,
-                      double lr_decay = 1) {
+//! main() of an MNIST example (examples/mnist_main.hpp): parse, load, train
+//! under the named strategy. The names it accepts and how it builds them:
+//! example::Strategies. Defined here, not inline: this header is
+//! examples/mnist_common.cpp's alone, compiled once for both examples.
+int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential()>& make_model, double target,
+               double lr_decay) {
   constexpr bool mpi = !std::is_same_v<Strategies, strata::InProcessStrategies>;
   Args defaults;
   defaults.min_accuracy = target;  // --help shows the bar

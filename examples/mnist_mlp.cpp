@@ -3,7 +3,7 @@
 //   bash scripts/fetch-mnist.sh && ./build/examples/mnist_mlp --strategy mirrored --replicas 2
 // Exits 0 when test accuracy reaches 97.5% (the bar after 5 epochs).
 
-#include "mnist_common.hpp"
+#include "mnist_main.hpp"
 
 int main(int argc, char** argv) {
   namespace nn = strata::nn;

@@ -103,7 +103,8 @@ suite "AddressSanitizer + UBSan (clang++)" build-asan clang++ "${only_unit[@]}" 
 # The translation units whose code depends on a configuration the release
 # build (MPI, CUDA, NCCL) is not, compiled without optimization and not
 # linked (warnings are errors): the `#if STRATA_HAS_MPI` / `#elif
-# STRATA_HAS_CUDA` branches of examples/mnist_common.hpp and
+# STRATA_HAS_CUDA` branches of examples/mnist_common.hpp (compiled in
+# examples/mnist_common.cpp) and
 # bench/train_bench.cpp, allreduce_gpu.cpp without NCCL. The release build
 # links and runs the programs.
 compile_only() {
@@ -124,14 +125,14 @@ compile_only() {
     echo "$name: ${#objects[@]} translation units compile warning-free"
   fi
 }
-compile_only "MPI without CUDA (g++)" build-mpi-nocuda g++ examples/mnist_mlp.p/mnist_mlp.cpp.o -- \
+compile_only "MPI without CUDA (g++)" build-mpi-nocuda g++ examples/libmnist_common.a.p/mnist_common.cpp.o -- \
   -Dcuda=disabled -Dnccl=disabled
-compile_only "no MPI, no CUDA (clang++)" build-cpu-only clang++ examples/mnist_mlp.p/mnist_mlp.cpp.o \
+compile_only "no MPI, no CUDA (clang++)" build-cpu-only clang++ examples/libmnist_common.a.p/mnist_common.cpp.o \
   bench/train_bench.p/train_bench.cpp.o bench/allreduce_bench.p/allreduce_bench.cpp.o -- \
   -Dcuda=disabled -Dmpi=disabled -Dnccl=disabled
 # CUDA without MPI (and without NCCL): only where the release build found the CUDA toolkit.
 if grep -q '^#define STRATA_HAS_CUDA 1' build/include/strata/config.hpp 2> /dev/null; then
-  compile_only "CUDA without MPI or NCCL (g++)" build-cuda-nompi g++ examples/mnist_mlp.p/mnist_mlp.cpp.o \
+  compile_only "CUDA without MPI or NCCL (g++)" build-cuda-nompi g++ examples/libmnist_common.a.p/mnist_common.cpp.o \
     bench/train_bench.p/train_bench.cpp.o bench/allreduce_bench.p/allreduce_gpu.cpp.o -- \
     -Dcuda=enabled -Dmpi=disabled -Dnccl=disabled
 else

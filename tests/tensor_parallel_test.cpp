@@ -8,7 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <chrono>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <strata/data/dataset.hpp>
@@ -248,6 +252,40 @@ TEST_CASE("tensor parallel: what cannot be split is refused with a sentence") {
     strata::CentralStorageStrategy s{strata::cpu_replicas(2)};
     s.executor_options().tensor_parallel = 2;
     CHECK_THROWS_WITH_AS(s.scope([] { return gpt(); }), doctest::Contains("leave tensor_parallel at 1"), strata::Error);
+  }
+}
+
+// A member that does not come to its group's sum is named by the others within
+// the deadline; one that fails releases them at once with its message (no hang).
+TEST_CASE("tensor parallel: a stalled member is named within the deadline, a failed one releases the others") {
+  using namespace std::chrono_literals;
+  const Tokens d;
+  auto run = [&](int replicas, std::chrono::milliseconds timeout, auto&& hook) {
+    strata::MirroredStrategy s{strata::cpu_replicas(replicas), strata::CommOptions{.timeout = timeout}};
+    s.executor_options().tensor_parallel = 2;
+    auto model = s.scope([] { return gpt(); });
+    model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 1});
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      for (const auto& b : s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12))) model.train_step(b, hook);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    return std::pair{what, std::chrono::steady_clock::now() - t0};
+  };
+  for (int replicas : {2, 4}) {  // one copy; two copies (the copies' sum too)
+    INFO(replicas, " replicas");
+    const std::string stalled = run(replicas, 1000ms, [](strata::ReplicaGradient& g) {
+                                  if (g.replica == 1) std::this_thread::sleep_for(3000ms);
+                                }).first;
+    CHECK_MESSAGE(stalled.find("timed out after 1000 ms") != std::string::npos, stalled);
+    CHECK_MESSAGE(stalled.find("replica 1") != std::string::npos, stalled);
+    const auto [failed, t2] = run(replicas, 8000ms, [](strata::ReplicaGradient& g) {
+      if (g.replica == 1) throw std::runtime_error("member 1 gave up");
+    });
+    CHECK_MESSAGE(failed.find("member 1 gave up") != std::string::npos, failed);
+    CHECK(t2 < 6000ms);  // at once, not after the deadline (8 s)
   }
 }
 
