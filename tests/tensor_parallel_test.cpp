@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -18,6 +19,8 @@
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
+
+#include "host_as_gpu.hpp"
 
 namespace tensor_parallel_test {
 
@@ -76,9 +79,10 @@ struct Run {
 
 // `epochs` of AdamW (decay, global-norm clipping) on the tokens, batches of 12
 // (not divisible by 5 or 8); `sgd`: one step of plain SGD (max_steps 1).
-Run train(int replicas, std::size_t T, int epochs = 2, bool sgd = false) {
+Run train_on(std::vector<strata::Device> devices, std::size_t T, int epochs = 2, bool sgd = false) {
   const Tokens d;
-  TP_STRATEGY(s, replicas, T);
+  strata::MirroredStrategy s{std::move(devices)};
+  s.executor_options().tensor_parallel = T;
   auto model = s.scope([] { return gpt(); });
   if (sgd)
     model.compile(nn::SGD{0.5}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 3});
@@ -88,6 +92,9 @@ Run train(int replicas, std::size_t T, int epochs = 2, bool sgd = false) {
   const auto h = model.fit(s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12)),
                            {.epochs = epochs, .verbose = nn::Verbosity::Silent, .steps_per_epoch = sgd ? 1u : 0u});
   return {flat(model.get_weights()), h.at("loss"), model.gradient_reduction()};
+}
+Run train(int replicas, std::size_t T, int epochs = 2, bool sgd = false) {
+  return train_on(strata::cpu_replicas(replicas), T, epochs, sgd);
 }
 
 // Adam normalizes each step, so rounding differences of the gradient show in
@@ -252,6 +259,41 @@ TEST_CASE("tensor parallel: what cannot be split is refused with a sentence") {
     strata::CentralStorageStrategy s{strata::cpu_replicas(2)};
     s.executor_options().tensor_parallel = 2;
     CHECK_THROWS_WITH_AS(s.scope([] { return gpt(); }), doctest::Contains("leave tensor_parallel at 1"), strata::Error);
+  }
+}
+
+// The host's compute standing in for a device's, its memory said to be a
+// GPU's: every buffer goes the way a GPU replica's does (the group's sums and
+// the copies' sum staged through host memory, the finiteness count on the
+// device), here on host memory.
+struct DeviceLikeCompute : strata::kernels::HostCompute {
+  [[nodiscard]] strata::kernels::Where where() const noexcept override { return strata::kernels::Where::Cuda; }
+};
+
+// GPU replicas run the executor's GPU path (their own computes and buffers,
+// gradients staged for the sums): on the host's compute they give the CPU
+// replicas' bits, at T = 2 and D x T = 2 x 2.
+TEST_CASE("tensor parallel on GPU replicas (the host's compute standing in) gives the CPU replicas' bits") {
+  for (int replicas : {2, 4}) {
+    INFO(replicas, " replicas");
+    const Run cpu = train(replicas, 2);
+    std::vector<int> ids;
+    for (int i = 0; i < replicas; ++i) ids.push_back(i);
+    {
+      strata_test::HostAsGpu host;
+      const Run gpu = train_on(strata::gpus(ids), 2);
+      CHECK(gpu.weights == cpu.weights);
+      CHECK(gpu.losses == cpu.losses);
+    }
+    {
+      strata_test::HostAsGpu host;
+      strata::detail::gpu_backend().make = [](int, strata::MatmulPrecision) -> std::unique_ptr<strata::kernels::Compute> {
+        return std::make_unique<DeviceLikeCompute>();
+      };
+      const Run staged = train_on(strata::gpus(ids), 2);
+      CHECK(staged.weights == cpu.weights);
+      CHECK(staged.losses == cpu.losses);
+    }
   }
 }
 
