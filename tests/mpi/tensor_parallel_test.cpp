@@ -118,7 +118,9 @@ bool rank_is_last() {
 TEST_CASE("tensor parallel across workers: D x T as one replica within rounding, bitwise run to run and worker to worker") {
   const Run one = one_replica(), first = one_replica(true);
   const int W = workers();
-  for (const auto& [local, T] : {std::pair{2, std::size_t{2}}, std::pair{4, std::size_t{2}}, std::pair{4, std::size_t{4}}}) {
+  for (const auto& shape : {std::pair{2, std::size_t{2}}, std::pair{4, std::size_t{2}}, std::pair{4, std::size_t{4}}}) {
+    const int local = shape.first;  // (not a structured binding: clang cannot capture one in INFO's lambda)
+    const std::size_t T = shape.second;
     INFO(W, " workers x ", local, " replicas, T = ", T);
     const Run tp = across_workers(local, T);
     const std::size_t copies = static_cast<std::size_t>(W * local) / T;
