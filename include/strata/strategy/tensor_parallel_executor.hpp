@@ -35,8 +35,9 @@
 //! copies' gradient sum then crosses workers in one all-reduce of the
 //! logical gradient, each replica contributing its member's part at its
 //! place and zeros elsewhere (member 0 the replicated parameters): each
-//! element is the sum over the copies, added in one order for every member. CPU or GPU replicas (a GPU's buffers go through
-//! host memory for the sums).
+//! element is the sum over the copies, added in one order for every
+//! member. CPU or GPU replicas (a GPU's buffers go through host memory for
+//! the sums).
 
 #include <algorithm>
 #include <cstddef>
@@ -155,7 +156,8 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     std::vector<std::size_t> counts{local};
     if constexpr (requires { this->s_.local_replicas_of(0); }) {
       counts.clear();
-      for (int w = 0; w < this->s_.num_workers(); ++w) counts.push_back(static_cast<std::size_t>(this->s_.local_replicas_of(w)));
+      for (int w = 0; w < this->s_.num_workers(); ++w)
+        counts.push_back(static_cast<std::size_t>(this->s_.local_replicas_of(w)));
     }
     for (std::size_t w = 0; w < counts.size(); ++w)
       if (counts[w] % T_ != 0)
@@ -259,7 +261,8 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   void apply(C& ctx, std::size_t r, std::int64_t it) {
     Replica& R = devs_[r];
     const std::size_t t = r % T_, n = R.value.size();
-    const std::size_t copy = static_cast<std::size_t>(ctx.replica_id_in_sync_group()) / T_, D = static_cast<std::size_t>(ctx.num_replicas_in_sync()) / T_;
+    const std::size_t copy = static_cast<std::size_t>(ctx.replica_id_in_sync_group()) / T_;  // global
+    const std::size_t D = static_cast<std::size_t>(ctx.num_replicas_in_sync()) / T_;          // copies, all workers
     const std::span<float> g{R.grad.data(), n};
     std::span<float> hg = g;  // the gradient in host memory
     if (R.c) {
@@ -270,7 +273,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     if (D > 1 && this->workers_.size() == 1) {  // the copies are this process's: member order, exactly
       std::vector<int> peers;
       for (std::size_t d = 0; d < D; ++d) peers.push_back(static_cast<int>(d * T_ + t));
-      peer_sum(tensor_link(ctx), peers, copy, data_group_tag, hg.data(), n, R.in);  // (one worker: local ids are global)
+      peer_sum(tensor_link(ctx), peers, copy, data_group_tag, hg.data(), n, R.in);  // (local ids are global)
     } else if (D > 1) {
       // across workers: each member's part at its place in the logical gradient (member 0 the replicated
       // parameters, as one replica holds them), zeros elsewhere; one hierarchical all-reduce sums each

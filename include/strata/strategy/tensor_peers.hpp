@@ -27,9 +27,9 @@ inline constexpr int tensor_group_tag = 0x7e50;  //!< a copy's members, inside f
 inline constexpr int data_group_tag = 0x7e51;    //!< a member's gradient with its peers of the other copies
 
 //! x[0, n) (host memory) becomes the sum over replicas `members` (their
-//! ids on `ctx`; this replica is members[me]) of theirs, added in member order, over
-//! `ctx`'s send / recv with `tag`: the same bits on every member. `in`:
-//! scratch for the received buffers.
+//! ids on `ctx`; this replica is members[me]) of theirs, added in member
+//! order, over `ctx`'s send / recv with `tag`: the same bits on every
+//! member. `in`: scratch for the received buffers.
 template <class Ctx>
 void peer_sum(Ctx& ctx, std::span<const int> members, std::size_t me, int tag, float* x, std::size_t n,
               std::vector<float>& in) {
