@@ -21,50 +21,17 @@
 #include <strata/strata.hpp>
 
 #include "host_as_gpu.hpp"
+#include "tiny_gpt.hpp"
 
 namespace tensor_parallel_test {
 
 namespace nn = strata::nn;
 using strata::Tensor;
 
-// Sequences of 8 tokens of 13 (next-token labels).
-struct Tokens {
-  Tensor<float> x{{48, 8}}, y{{48, 8}};
-  Tokens() {
-    strata::Rng rng{5};
-    for (std::size_t i = 0; i < 48; ++i) {
-      std::size_t v = static_cast<std::size_t>(rng.uniform() * 13);
-      for (std::size_t t = 0; t < 8; ++t) {
-        x[i * 8 + t] = static_cast<float>(v);
-        v = (v * 3 + 1 + static_cast<std::size_t>(rng.uniform() * 2)) % 13;
-        y[i * 8 + t] = static_cast<float>(v);
-      }
-    }
-  }
-};
-
-// One pre-norm transformer block of width 16, 4 heads: an attention layer and an MLP pair to split.
-nn::Model gpt(std::size_t heads = 4) {
-  nn::Node in = nn::Input{{8}};
-  nn::Node h = nn::PositionEmbedding{}(nn::Embedding{13, 16}(in));
-  h = nn::Add{}(h, nn::MultiHeadAttention{{.heads = heads, .causal = true}}(nn::LayerNorm{}(h)));
-  nn::Node f = nn::Dense{64, {.activation = nn::Activation::GELU}}(nn::LayerNorm{}(h));
-  h = nn::Add{}(h, nn::Dense{16}(f));
-  return nn::Model{in, nn::Dense{13}(nn::LayerNorm{}(h))};
-}
-
-std::vector<float> flat(const std::vector<nn::NamedTensor>& ws) {
-  std::vector<float> out;
-  for (const auto& w : ws) out.insert(out.end(), w.value.begin(), w.value.end());
-  return out;
-}
-
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  float m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
+using strata_test::flat;
+using strata_test::max_diff;
+using strata_test::Tokens;
+nn::Model gpt(std::size_t heads = 4) { return strata_test::tiny_gpt(heads); }
 
 // MirroredStrategy s{cpu_replicas(R)} with tensor_parallel = T.
 #define TP_STRATEGY(s, R, T)                          \
