@@ -272,8 +272,10 @@ class LayerProgram final : public ModelProgram {
   //! MultiHeadAttention splits its heads (an Error, naming the layer, when
   //! they do not divide by `size`); a Dense whose output only a Dense takes
   //! splits with it as Megatron's MLP pair (Column, then Row) when `size`
-  //! divides its units; every other layer is replicated.
-  [[nodiscard]] std::vector<TensorRole> tensor_plan(int size) const {
+  //! divides its units; every other layer is replicated. With pipeline
+  //! `stages` (layer ranges), a pair whose two layers fall in different
+  //! stages stays whole: the column half's output would cross the boundary split.
+  [[nodiscard]] std::vector<TensorRole> tensor_plan(int size, std::span<const Range> stages = {}) const {
     if (size < 1) throw Error(kind + ": a tensor-parallel group needs at least one replica, got " + std::to_string(size));
     std::vector<TensorRole> roles(layers.size(), TensorRole::Replicated);
     if (size == 1) return roles;
@@ -297,15 +299,18 @@ class LayerProgram final : public ModelProgram {
       const std::size_t k = consumers[l][0];
       if (inputs[k].size() != 1 || roles[k] != TensorRole::Replicated) continue;
       if (!dynamic_cast<const Dense*>(layers[l].get()) || !dynamic_cast<const Dense*>(layers[k].get())) continue;
+      if (std::any_of(stages.begin(), stages.end(), [&](Range r) { return (l >= r.begin && l < r.end) != (k >= r.begin && k < r.end); }))
+        continue;  // a stage boundary between them
       if (layers[l]->can_split(TensorRole::Column, size) && layers[k]->can_split(TensorRole::Row, size))
         roles[l] = TensorRole::Column, roles[k] = TensorRole::Row;
     }
     return roles;
   }
-  [[nodiscard]] std::vector<TensorSegment> tensor_layout(int rank, int size) const override {
+  [[nodiscard]] std::vector<TensorSegment> tensor_layout(int rank, int size,
+                                                         std::span<const Range> stages = {}) const override {
     if (rank < 0 || rank >= size)
       throw Error(kind + ": tensor-parallel rank " + std::to_string(rank) + " outside a group of " + std::to_string(size));
-    const auto roles = tensor_plan(size);
+    const auto roles = tensor_plan(size, stages);
     std::vector<TensorSegment> out;
     std::size_t off = 0;
     for (std::size_t l = 0; l < layers.size(); ++l) {
@@ -318,8 +323,8 @@ class LayerProgram final : public ModelProgram {
     }
     return out;
   }
-  [[nodiscard]] std::string describe_tensor_split(int size) const override {
-    const auto roles = tensor_plan(size);
+  [[nodiscard]] std::string describe_tensor_split(int size, std::span<const Range> stages = {}) const override {
+    const auto roles = tensor_plan(size, stages);
     std::size_t heads = 0, pairs = 0;
     for (TensorRole r : roles) heads += r == TensorRole::Heads, pairs += r == TensorRole::Column;
     std::string out = "tensor parallel over " + std::to_string(size) + " replicas: ";
@@ -335,6 +340,10 @@ class LayerProgram final : public ModelProgram {
     const TensorSplit split{rank, size, tensor_plan(size)};
     return std::make_unique<LayerReplica>(*this, c ? *c : kernels::host_compute(), value, grad, &split);
   }
+  [[nodiscard]] std::unique_ptr<StageProgram> make_tensor_stage_on(Compute* c, std::span<const Range> stages,
+                                                                   std::size_t s, int rank, int size,
+                                                                   TensorGroup& group, std::span<const float> value,
+                                                                   std::span<float> grad) override;
 
   //! Pipeline stages (nn/stage_program.hpp): every layer counts, with or without parameters.
   [[nodiscard]] std::size_t num_layers() const override { return layers.size(); }

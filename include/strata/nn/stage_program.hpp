@@ -10,10 +10,16 @@
 //! added after the backward), so one micro-batch through all stages gives
 //! LayerReplica's bits. Each kept micro-batch has its own layer clones
 //! (layers cache what backward needs, e.g. Dropout's mask).
+//! With tensor parallelism (a TensorSplit and its group), the stage is one
+//! member's: its layers split as the plan says (LayerReplica's way), bound
+//! to the member's shard of the stage's parameters, their partial results
+//! summed over the group inside forward and backward; its input and output
+//! activations are whole, the same on every member.
 //!   auto stage = program.make_stage({0, 3}, value.subspan(0, n), grad.subspan(0, n));
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -23,10 +29,22 @@ namespace strata::nn::detail {
 
 class LayerStage final : public StageProgram {
  public:
-  LayerStage(const LayerProgram& m, Compute& c, Range layers, std::span<const float> value, std::span<float> grad)
-      : m_(m), c_(c), r_(layers), off_(0), value_(value), grad_(grad), mg_(c, Shape{grad.size()}) {
-    const auto counts = m.layer_param_counts();
-    for (std::size_t l = 0; l < r_.begin; ++l) off_ += counts[l];
+  //! `split`: a tensor-parallel member's stage (`value` and `grad` its
+  //! shard's), its split layers summing over `group`.
+  LayerStage(const LayerProgram& m, Compute& c, Range layers, std::span<const float> value, std::span<float> grad,
+             const TensorSplit* split = nullptr, TensorGroup* group = nullptr)
+      : m_(m), c_(c), r_(layers), value_(value), grad_(grad), mg_(c, Shape{grad.size()}), group_(group) {
+    if (split) split_ = *split;
+    std::size_t n = 0;
+    for (std::size_t l = r_.begin; l < r_.end; ++l) {
+      if (split_) specs_.push_back(clone_layer(l)->params());  // its shard's
+      else specs_.push_back(m.specs[l]);
+      for (const auto& p : specs_.back()) n += p.shape.elements();
+    }
+    if (n != value.size() || n != grad.size())
+      throw Error(m.kind + ": a pipeline stage of layers " + std::to_string(r_.begin) + " to " + std::to_string(r_.end - 1) + " holds " + std::to_string(n) +
+                  " parameters, bound to " + std::to_string(value.size()) + " values and " +
+                  std::to_string(grad.size()) + " gradients (an internal error)");
     sums_.resize(c_, Shape{m.metrics.size() + 3});
     host_sums_.resize(m.metrics.size() + 3);
   }
@@ -44,9 +62,9 @@ class LayerStage final : public StageProgram {
       s.acts.resize(r_.size());
       std::size_t off = 0;
       for (std::size_t l = r_.begin; l < r_.end; ++l) {
-        s.layers.push_back(m_.layers[l]->clone());
+        s.layers.push_back(clone_layer(l));
         std::vector<ParamRef> refs;
-        for (const auto& p : m_.specs[l]) {
+        for (const auto& p : specs_[l - r_.begin]) {
           const std::size_t k = p.shape.elements();
           refs.push_back({value_.subspan(off, k), std::span<float>(mg_.data(), mg_.size()).subspan(off, k)});
           off += k;
@@ -62,7 +80,7 @@ class LayerStage final : public StageProgram {
     if (rows) c_.upload(s.x.data(), in, s.x.size() * sizeof(float));
     s.d.resize(c_, Shape{0});
     const Act* x = &s.x;
-    RunInfo run{st.phase == Phase::Train, st.micro, m_.seed, st.iteration, 0};
+    RunInfo run{st.phase == Phase::Train, st.micro, m_.seed, st.iteration, 0, nullptr, group_};
     if (!m_.chain) {  // a functional model: each node from the outputs it takes
       NodeRun<LayerProgram>(m_, c_, r_).forward(s.layers, s.x, s.acts, run, [](std::size_t, auto&& call) { call(); });
       return {s.acts.back().data(), s.acts.back().size()};
@@ -135,12 +153,14 @@ class LayerStage final : public StageProgram {
   }
 
   void finish_gradient(int copies) override {
-    // L2 on the parameters of this stage: this copy's 1/copies share (as a replica's)
-    m_.for_each_l2([&](std::size_t off, std::size_t n, float l2) {
-      if (off < off_ || off >= off_ + grad_.size()) return;
-      const float k = 2.f * l2 / static_cast<float>(copies);
-      c_.axpy(k, value_.data() + (off - off_), grad_.data() + (off - off_), n);
-    });
+    // L2 on the parameters of this stage (a member's: its shard's): this copy's 1/copies share (as a replica's)
+    std::size_t off = 0;
+    for (const auto& layer : specs_)
+      for (const ParamSpec& p : layer) {
+        const std::size_t n = p.shape.elements();
+        if (p.l2 > 0.f) c_.axpy(2.f * p.l2 / static_cast<float>(copies), value_.data() + off, grad_.data() + off, n);
+        off += n;
+      }
   }
 
   [[nodiscard]] std::size_t activation_bytes(std::size_t slot) const override {
@@ -157,14 +177,22 @@ class LayerStage final : public StageProgram {
     std::vector<Act> acts;
   };
   [[nodiscard]] const Shape& in_shape() const { return r_.begin ? m_.shapes[r_.begin - 1] : m_.input_shape; }
+  //! Layer l as this stage runs it (a member's: split as the plan says).
+  [[nodiscard]] std::unique_ptr<Layer> clone_layer(std::size_t l) const {
+    auto layer = m_.layers[l]->clone();
+    if (split_) layer->split(split_->roles.at(l), split_->rank, split_->size);
+    return layer;
+  }
 
   const LayerProgram& m_;
   Compute& c_;
   Range r_;
-  std::size_t off_;  // where this stage's parameters start in the model's
   std::span<const float> value_;
   std::span<float> grad_;
   kernels::Buffer<float> mg_;  // one micro-batch's parameter gradients (the layers overwrite theirs)
+  std::optional<TensorSplit> split_;               // a tensor-parallel member's stage
+  TensorGroup* group_ = nullptr;                   // its group
+  std::vector<std::vector<ParamSpec>> specs_;      // per layer here: its parameters (a split layer's shard's)
   std::vector<Slot> slots_;
   Act y_, d_[2];
   NodeGrads graph_;  // a functional model's backward (nn/graph_run.hpp)
@@ -177,15 +205,34 @@ inline std::unique_ptr<StageProgram> LayerProgram::make_stage(Range layers, std:
   return make_stage_on(kernels::host_compute(), layers, value, grad);
 }
 
+//! A stage of layers `r` of `m`: a range of its layers where a stage may start.
+inline void check_stage_range(const LayerProgram& m, Range r) {
+  if (r.begin >= r.end || r.end > m.layers.size())
+    throw Error(m.kind + ": a pipeline stage of layers [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                ") of a model of " + std::to_string(m.layers.size()) + " layers");
+  if (!m.cut_before(r.begin))
+    throw Error(m.kind + ": a pipeline stage cannot start at layer " + std::to_string(r.begin) +
+                ": a later layer takes an output from before layer " + std::to_string(r.begin - 1));
+}
+
 inline std::unique_ptr<StageProgram> LayerProgram::make_stage_on(Compute& c, Range layers,
                                                                  std::span<const float> value, std::span<float> grad) {
-  if (layers.begin >= layers.end || layers.end > this->layers.size())
-    throw Error(kind + ": a pipeline stage of layers [" + std::to_string(layers.begin) + ", " +
-                std::to_string(layers.end) + ") of a model of " + std::to_string(this->layers.size()) + " layers");
-  if (!cut_before(layers.begin))
-    throw Error(kind + ": a pipeline stage cannot start at layer " + std::to_string(layers.begin) +
-                ": a later layer takes an output from before layer " + std::to_string(layers.begin - 1));
+  check_stage_range(*this, layers);
   return std::make_unique<LayerStage>(*this, c, layers, value, grad);
+}
+
+inline std::unique_ptr<StageProgram> LayerProgram::make_tensor_stage_on(Compute* c, std::span<const Range> stages,
+                                                                        std::size_t s, int rank, int size,
+                                                                        TensorGroup& group,
+                                                                        std::span<const float> value,
+                                                                        std::span<float> grad) {
+  if (s >= stages.size())
+    throw Error(kind + ": pipeline stage " + std::to_string(s) + " of " + std::to_string(stages.size()));
+  if (rank < 0 || rank >= size)
+    throw Error(kind + ": tensor-parallel rank " + std::to_string(rank) + " outside a group of " + std::to_string(size));
+  check_stage_range(*this, stages[s]);
+  const TensorSplit split{rank, size, tensor_plan(size, stages)};
+  return std::make_unique<LayerStage>(*this, c ? *c : kernels::host_compute(), stages[s], value, grad, &split, &group);
 }
 
 }  // namespace strata::nn::detail

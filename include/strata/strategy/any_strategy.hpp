@@ -142,6 +142,7 @@ inline std::string changed_fields(const PipelineOptions& then, const PipelineOpt
   add(then.balance != now.balance, "balance");
   add(then.profile_steps != now.profile_steps, "profile_steps");
   add(then.data_parallel != now.data_parallel, "data_parallel");
+  add(then.tensor_parallel != now.tensor_parallel, "tensor_parallel");
   return add.out;
 }
 inline std::string changed_fields(const ExecutorOptions& then, const ExecutorOptions& now) {
@@ -154,6 +155,7 @@ inline std::string changed_fields(const ExecutorOptions& then, const ExecutorOpt
   add(then.bucket_bytes != now.bucket_bytes, "bucket_bytes");
   add(then.compression != now.compression, "compression");
   add(then.memory_budget_bytes != now.memory_budget_bytes, "memory_budget_bytes");
+  add(then.tensor_parallel != now.tensor_parallel, "tensor_parallel");
   return add.out;
 }
 
@@ -251,9 +253,10 @@ class ErasedStrategy final : public AnyStrategy {
       return count_of(s_.num_workers(), "worker") + ", " + count_of(s_.num_servers(), "server");
     } else if constexpr (requires { s_.pipeline_options(); }) {  // stages, and copies of the pipeline
       const auto& o = s_.pipeline_options();
-      const std::size_t d = o.data_parallel ? o.data_parallel : 1;
-      const auto stages = static_cast<long long>(static_cast<std::size_t>(s_.num_replicas_in_sync()) / d);
-      return count_of(stages, "stage") + (d > 1 ? " x " + std::to_string(d) + " copies" : std::string());
+      const std::size_t d = o.data_parallel ? o.data_parallel : 1, t = o.tensor_parallel ? o.tensor_parallel : 1;
+      const auto stages = static_cast<long long>(static_cast<std::size_t>(s_.num_replicas_in_sync()) / (d * t));
+      return count_of(stages, "stage") + (t > 1 ? " split over " + std::to_string(t) + " replicas each" : std::string()) +
+             (d > 1 ? " x " + std::to_string(d) + " copies" : std::string());
     } else if (s_.num_workers() > 1) {
       return count_of(s_.num_workers(), "worker") + ", " + count_of(s_.num_replicas_in_sync(), "replica");
     } else {

@@ -127,9 +127,14 @@ std::unique_ptr<Executor> make_executor(S& s, ModelProgram& program) {
       throw Error("ExecutorOptions::compression: the gradient is sent in 16 bits by the mirrored strategies' "
                   "all-reduce (MirroredStrategy, MultiWorkerMirroredStrategy); this strategy does not reduce it "
                   "that way: leave compression at None");
+    if (o.tensor_parallel != 1 && std::same_as<typename S::placement_policy, Pipeline>)
+      throw Error("ExecutorOptions::tensor_parallel: a pipeline's stages are split by its own option, "
+                  "PipelineOptions::tensor_parallel (s.pipeline_options().tensor_parallel = T, D x S x T replicas); "
+                  "leave ExecutorOptions::tensor_parallel at 1");
     if (o.tensor_parallel != 1 && !mirrored)
       throw Error("ExecutorOptions::tensor_parallel: tensor parallelism splits the model over MirroredStrategy's "
-                  "replicas; this strategy places its variables otherwise: leave tensor_parallel at 1");
+                  "replicas (or a pipeline's stages: PipelineOptions::tensor_parallel); this strategy places its "
+                  "variables otherwise: leave tensor_parallel at 1");
     if ((o.sharded_update == ShardedUpdate::Gradients || o.sharded_update == ShardedUpdate::Parameters) && !mirrored)
       throw Error("ExecutorOptions::sharded_update: ZeRO stages 2 and 3 shard MirroredStrategy's replicas; this "
                   "strategy places its variables otherwise: leave sharded_update at Auto, On or Off");

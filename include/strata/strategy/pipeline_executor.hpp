@@ -19,6 +19,17 @@
 //! copies' sum, copy 0 of each stage adds its squares, one all-reduce of a
 //! double over every lane (Stages::sum_squares) gives each stage the whole
 //! model's norm, and each scales its gradient before its update.
+//! With PipelineOptions::tensor_parallel = T, each stage is split over T
+//! members by tensor parallelism (lane ((d * S + s) * T + t): member t of
+//! stage s of copy d; its neighbours T lanes away): a member holds its
+//! shard of the stage's parameters (the model's tensor_layout with the
+//! stages, in buffers of its own, joined into the logical value as a GPU
+//! stage's are read back), sums its split layers' partial results with its
+//! stage's other members (PeerTensorGroup over the transport's send / recv),
+//! and updates its shard with its own optimizer state after the copies' sum
+//! of member t's gradients; the finiteness count and the norm count each
+//! element once (member 0 the replicated ones), and member 0 of the last
+//! stage gives the results and predictions.
 //!
 //! What differs by transport is a Stages model (pipeline_stage.hpp says what it offers).
 //!   strata::PipelineStrategy s{strata::cpu_replicas(2)};
@@ -46,11 +57,14 @@
 #include <strata/strategy/pipeline_stage.hpp>
 #include <strata/strategy/pipeline_threads.hpp>
 #include <strata/strategy/state_slices.hpp>
+#include <strata/strategy/tensor_peers.hpp>
 
 namespace strata::detail {
 
 template <class Transport>
 class PipelineExecutor final : public Executor {
+  using Link = typename Transport::link_type;
+
  public:
   PipelineExecutor(Transport t, ModelProgram& program, PipelineOptions opts, PipelineStats& stats)
       : tr_(std::move(t)), program_(program), opts_(std::move(opts)), stats_(stats) {}
@@ -67,23 +81,35 @@ class PipelineExecutor final : public Executor {
   void assign(const Tensor<float>& v) override {
     std::copy_n(v.data(), value_.size(), value_.data());
     stale_ = false;
-    if (gpu_) upload_values(copies_.begin);
+    if (own_) upload_values(copies_.begin);
   }
   [[nodiscard]] bool is_chief() const noexcept override { return tr_.is_chief(); }
+  //! Tensor parallelism (T > 1): what its stages' members split, in words.
+  [[nodiscard]] std::string collectives_choice() const override {
+    if (T_ == 1 || !placed_) return {};
+    return program_.describe_tensor_split(static_cast<int>(T_), ranges_) + " (within each of " +
+           std::to_string(ranges_.size()) + " pipeline stages)";
+  }
   [[nodiscard]] bool state_settled_between_steps() const noexcept override { return Transport::settled; }
 
   //! Collective across ranks: every rank starts from rank 0's `init`.
   void place(const Tensor<float>& init) override {
     placed_ = false;
-    const std::size_t R = tr_.size(), D = opts_.data_parallel;
+    const std::size_t R = tr_.size(), D = opts_.data_parallel, T = opts_.tensor_parallel;
     const PipelineWords w = Transport::words;
     if (D == 0) throw Error("pipeline: data_parallel is 0; give 1 for one pipeline, D for D copies of it");
-    if (R % D)
+    if (T == 0) throw Error("pipeline: tensor_parallel is 0; give 1 for whole stages, T to split each over T replicas");
+    if (T == 1 && R % D)
       throw Error(std::string(w.where) + ": " + std::to_string(R) + " " + w.unit + " do not make data_parallel = " +
                   std::to_string(D) + " copies of a pipeline: " + w.ask + " D x S " + w.unit +
                   " for D copies of S stages");
+    if (R % (D * T))
+      throw Error(std::string(w.where) + ": " + std::to_string(R) + " " + w.unit + " do not make data_parallel = " +
+                  std::to_string(D) + " copies of a pipeline whose stages are split over tensor_parallel = " +
+                  std::to_string(T) + ": " + w.ask + " D x S x T " + w.unit + " for D copies of S stages of T members");
     Transport::check(opts_);
-    const std::size_t S = R / D;
+    const std::size_t S = R / (D * T);
+    T_ = T;
     counts_ = program_.layer_param_counts();
     widths_ = program_.layer_output_widths();
     cuts_ = program_.cuts();
@@ -95,23 +121,28 @@ class PipelineExecutor final : public Executor {
     profiled_ = opts_.balance != Balance::Measured;
     value_ = init;
     stale_ = false;
-    tr_.place(S, D, value_);
-    copies_ = tr_.copies(), here_ = tr_.stages();
-    remote_ = copies_.size() < D || here_.size() < S;
-    gpu_ = tr_.device(copies_.begin, here_.begin).is_gpu();
+    tr_.place(S, D, T, value_);
+    copies_ = tr_.copies(), here_ = tr_.stages(), members_ = tr_.members();
+    remote_ = copies_.size() < D || here_.size() < S || members_.size() < T;
+    gpu_ = tr_.device(copies_.begin, here_.begin, members_.begin).is_gpu();
+    own_ = gpu_ || T > 1;
     if (gpu_ && !profiled_)
       throw Error("pipeline: Balance::Measured times the layers on the host; stages on GPUs need the stages given "
                   "or balanced by parameters (Balance::Parameters)");
     updaters_.clear();
     lanes_.clear();
+    groups_.clear();
     computes_.clear();
     lanes_.resize(D);
+    groups_.resize(D);
     computes_.resize(D);
     for (std::size_t d = copies_.begin; d < copies_.end; ++d) {
-      lanes_[d].resize(S);
-      computes_[d].resize(S);
-      for (std::size_t s = here_.begin; s < here_.end && gpu_; ++s)
-        computes_[d][s] = make_compute(tr_.device(d, s), tr_.matmul());
+      lanes_[d].resize(S * T);
+      groups_[d].resize(S * T);
+      computes_[d].resize(S * T);
+      for_here([&](std::size_t s, std::size_t t) {
+        if (gpu_) computes_[d][s * T + t] = make_compute(tr_.device(d, s, t), tr_.matmul());
+      });
     }
     layout();
     placed_ = true;
@@ -120,7 +151,8 @@ class PipelineExecutor final : public Executor {
 
   //! The optimizer's global_clipnorm (0: none).
   [[nodiscard]] float clipnorm() const {
-    return updaters_.size() > here_.begin && updaters_[here_.begin] ? updaters_[here_.begin]->global_clipnorm() : 0.f;
+    const std::size_t j = here_.begin * T_ + members_.begin;
+    return updaters_.size() > j && updaters_[j] ? updaters_[j]->global_clipnorm() : 0.f;
   }
 
   void reset_optimizer() override {
@@ -128,22 +160,22 @@ class PipelineExecutor final : public Executor {
     state_.clear();
     opt_slots_ = 0;
     if (!placed_ || !program_.compiled()) return;
-    updaters_.resize(ranges_.size());
-    for (std::size_t s = here_.begin; s < here_.end; ++s) {
-      const std::size_t n = slices_[s].size();
-      kernels::Compute* c = lanes_[copies_.begin][s].c;
-      updaters_[s] = c ? program_.make_updater_on(*c, n) : program_.make_updater(n);
-    }
-    opt_slots_ = updaters_[here_.begin]->state().size();
+    updaters_.resize(segs_.size());
+    for_here([&](std::size_t s, std::size_t t) {
+      const std::size_t j = s * T_ + t, n = segments_size(segs_[j]);
+      kernels::Compute* c = lanes_[copies_.begin][j].c;
+      updaters_[j] = c ? program_.make_updater_on(*c, n) : program_.make_updater(n);
+    });
+    opt_slots_ = updaters_[here_.begin * T_ + members_.begin]->state().size();
     if (remote_)  // the other stages' slices, as of the last training pass's end
       for (std::size_t k = 0; k < opt_slots_; ++k) state_.emplace_back(Shape{value_.size()});
   }
 
-  //! Every stage's slices joined (across ranks: the other stages' as of the last training pass's end).
+  //! Every stage's (member's) parts joined (across ranks: the others' as of the last training pass's end).
   std::vector<Tensor<float>> optimizer_state() override {
     if (updaters_.empty()) return {};
-    return join_state_slices(value_.size(), std::span<const Range>(slices_), [&](std::size_t s) {
-      return updaters_[s] ? updaters_[s]->state() : state_slice(state_, slices_[s]);
+    return join_state_segments(value_.size(), std::span<const std::vector<TensorSegment>>(segs_), [&](std::size_t j) {
+      return updaters_[j] ? updaters_[j]->state() : state_segments(state_, segs_[j]);
     });
   }
   //! The whole state (as every rank loads a checkpoint); each stage here keeps its slice.
@@ -154,7 +186,9 @@ class PipelineExecutor final : public Executor {
                        std::to_string(state_.size()));
     check_state_slots(slots, value_.size());
     for (std::size_t k = 0; k < state_.size(); ++k) std::copy_n(slots[k].data(), value_.size(), state_[k].data());
-    for (std::size_t s = here_.begin; s < here_.end; ++s) updaters_[s]->set_state(state_slice(slots, slices_[s]));
+    for_here([&](std::size_t s, std::size_t t) {
+      updaters_[s * T_ + t]->set_state(state_segments(slots, segs_[s * T_ + t]));
+    });
   }
 
   PassTotals run_pass(Pass& pass) override {
@@ -162,13 +196,14 @@ class PipelineExecutor final : public Executor {
     PassTotals t = detail::run_batches(pass, program_.num_metrics(),
                                        [&](const Batch& b, std::size_t index, PassTotals& tt) { step(b, pass, tt, index); });
     if (pass.phase == Phase::Train) {
-      for (std::size_t s = here_.begin; s < here_.end && !state_.empty(); ++s) {  // the stages here, for the others
-        const auto mine = updaters_[s]->state();
+      for_here([&](std::size_t s, std::size_t t) {  // the stages here, for the others
+        if (state_.empty()) return;
+        const auto mine = updaters_[s * T_ + t]->state();
         for (std::size_t k = 0; k < mine.size(); ++k)
-          std::copy_n(mine[k].data(), mine[k].size(), state_[k].data() + slices_[s].begin);
-      }
-      read_back();  // GPU stages: the host copy current
-      tr_.end_pass(value_, state_, slices_, stats_);
+          move_segments(segs_[s * T_ + t], state_[k].span(), const_cast<Tensor<float>&>(mine[k]).span(), true);
+      });
+      read_back();  // lanes with buffers of their own: the host copy current
+      tr_.end_pass(value_, state_, segs_, stats_);
     }
     return t;
   }
@@ -176,49 +211,92 @@ class PipelineExecutor final : public Executor {
  private:
   using clock = std::chrono::steady_clock;
 
-  //! Makes the lanes here: for every copy here, the stages of ranges_ over
-  //! their slice of the variables (a CPU stage: a view of value_; a GPU
-  //! stage: a copy in its memory) and of a gradient of their own.
+  //! f(s, t) for every stage and member here.
+  template <class F>
+  void for_here(F&& f) const {
+    for (std::size_t s = here_.begin; s < here_.end; ++s)
+      for (std::size_t t = members_.begin; t < members_.end; ++t) f(s, t);
+  }
+
+  //! What lane (s, t) holds of the logical variables: its stage's slice
+  //! (T = 1), or its member's elements of the stage's layers (the model's
+  //! tensor layout for the stages: a split layer's shard, the others whole).
+  void plan_segments() {
+    const std::size_t S = ranges_.size();
+    segs_.assign(S * T_, {});
+    if (T_ == 1) {
+      for (std::size_t s = 0; s < S; ++s) segs_[s] = {TensorSegment{slices_[s].begin, slices_[s].size(), false}};
+      return;
+    }
+    for (std::size_t t = 0; t < T_; ++t)
+      for (const TensorSegment& g : program_.tensor_layout(static_cast<int>(t), static_cast<int>(T_), ranges_)) {
+        std::size_t s = 0;
+        while (s + 1 < S && g.offset >= slices_[s].end) ++s;
+        if (g.length) segs_[s * T_ + t].push_back(g);
+      }
+  }
+
+  //! Makes the lanes here: for every copy here, the stages of ranges_ (a
+  //! member's shard of each, T > 1) over their part of the variables (a CPU
+  //! stage of T = 1: a view of value_; a GPU stage's or a member's: buffers
+  //! of its own, which the other copies of a CPU member view) and of a
+  //! gradient of their own.
   void layout() {
     slices_ = stage_param_slices(ranges_, counts_, stats_);
+    plan_segments();
     for (std::size_t d = copies_.begin; d < copies_.end; ++d)
-      for (std::size_t s = here_.begin; s < here_.end; ++s) {
-        StageLane& L = lanes_[d][s];
-        const Range r = slices_[s];
+      for_here([&](std::size_t s, std::size_t t) {
+        const std::size_t j = s * T_ + t, n = segments_size(segs_[j]);
+        StageLane& L = lanes_[d][j];
         L.stage.reset();
-        L.c = computes_[d][s].get();
+        L.c = computes_[d][j].get();
         L.m = L.c ? static_cast<kernels::Memory*>(L.c) : &kernels::host_memory();
         const BoundThread bound(*L.m);
-        if (L.c) L.value.resize(*L.m, Shape{r.size()});
-        else L.value = kernels::Buffer<float>::borrow(*L.m, value_.data() + r.begin, Shape{r.size()});
-        L.grad.resize(*L.m, Shape{r.size()});
-        L.m->fill(L.grad.data(), 0.f, r.size());
+        L.borrowed = !L.c && (T_ == 1 || d != copies_.begin);
+        if (!L.borrowed) L.value.resize(*L.m, Shape{n});
+        else if (T_ == 1) L.value = kernels::Buffer<float>::borrow(*L.m, value_.data() + slices_[s].begin, Shape{n});
+        else L.value = kernels::Buffer<float>::borrow(*L.m, lanes_[copies_.begin][j].value.data(), Shape{n});
+        L.grad.resize(*L.m, Shape{n});
+        L.m->fill(L.grad.data(), 0.f, n);
         if (L.c) L.bad.resize(*L.m, Shape{1});
-        L.stage = L.c ? program_.make_stage_on(*L.c, ranges_[s], L.values(), L.gradient())
-                      : program_.make_stage(ranges_[s], L.values(), L.gradient());
-      }
-    if (gpu_) upload_values(copies_.begin);
+        if (T_ == 1) {
+          L.stage = L.c ? program_.make_stage_on(*L.c, ranges_[s], L.values(), L.gradient())
+                        : program_.make_stage(ranges_[s], L.values(), L.gradient());
+          return;
+        }
+        std::vector<int> members;  // the lanes of this copy's stage s
+        for (std::size_t u = 0; u < T_; ++u) members.push_back(static_cast<int>((d * ranges_.size() + s) * T_ + u));
+        groups_[d][j] = std::make_unique<PeerTensorGroup<Link>>(std::move(members), t);
+        L.stage = program_.make_tensor_stage_on(L.c, ranges_, s, static_cast<int>(t), static_cast<int>(T_),
+                                                *groups_[d][j], L.values(), L.gradient());
+      });
+    if (own_) upload_values(copies_.begin);
   }
-  //! GPU stages trained since value_ was read: it takes the stages' variables here (copy 0's).
+  //! Lanes with buffers of their own trained since value_ was read: it takes their variables here (copy 0's).
   void read_back() const {
     if (!stale_) return;
-    for (std::size_t s = here_.begin; s < here_.end; ++s) {
-      const StageLane& L = lanes_[copies_.begin][s];
+    std::vector<float> mine;
+    for_here([&](std::size_t s, std::size_t t) {
+      const StageLane& L = lanes_[copies_.begin][s * T_ + t];
       const BoundThread bound(*L.m);
-      if (L.value.size())
-        L.m->download(value_.data() + slices_[s].begin, L.value.data(), L.value.size() * sizeof(float));
-    }
+      mine.resize(L.value.size());
+      if (!mine.empty()) L.m->download(mine.data(), L.value.data(), mine.size() * sizeof(float));
+      move_segments(segs_[s * T_ + t], value_.span(), mine, true);
+    });
     stale_ = false;
   }
-  //! GPU stages: copies [from, end) here take their stages' variables from value_.
+  //! Lanes with buffers of their own, copies [from, end) here: their variables from value_.
   void upload_values(std::size_t from) {
+    std::vector<float> mine;
     for (std::size_t d = from; d < copies_.end; ++d)
-      for (std::size_t s = here_.begin; s < here_.end; ++s) {
-        StageLane& L = lanes_[d][s];
+      for_here([&](std::size_t s, std::size_t t) {
+        StageLane& L = lanes_[d][s * T_ + t];
+        if (L.borrowed || !L.value.size()) return;
         const BoundThread bound(*L.m);
-        if (L.value.size())
-          L.m->upload(L.value.data(), value_.data() + slices_[s].begin, L.value.size() * sizeof(float));
-      }
+        mine.resize(L.value.size());
+        move_segments(segs_[s * T_ + t], value_.span(), mine, false);
+        L.m->upload(L.value.data(), mine.data(), mine.size() * sizeof(float));
+      });
   }
 
   //! Balance::Measured (every stage here), on the first training batch:
@@ -226,6 +304,7 @@ class PipelineExecutor final : public Executor {
   //! those times (the optimizer state kept). Nothing trains.
   void profile(const Batch& b, std::size_t global, std::size_t m, std::int64_t it) {
     const std::size_t steps = std::max<std::size_t>(1, opts_.profile_steps);
+    read_back();
     const std::vector<double> t = measure_layers(program_, value_.span(), counts_, b, shard_range(global, m, 0),
                                                  global, it, steps);
     const auto state = optimizer_state();
@@ -248,21 +327,23 @@ class PipelineExecutor final : public Executor {
     check_stage_budgets(opts_, ranges_, slices_, widths_, program_.input_width(), opt_slots_,
                         shard_range(pb.share[0].size(), pb.m[0], 0).size(), pb.m[0], train, stats_);
     for (std::size_t d = copies_.begin; d < copies_.end; ++d)
-      for (std::size_t s = here_.begin; s < here_.end; ++s)
-        lanes_[d][s].stage->set_slots(train ? in_flight(opts_.schedule, s, S, std::max<std::size_t>(1, pb.m[d])) : 1);
+      for_here([&](std::size_t s, std::size_t t) {
+        lanes_[d][s * T_ + t].stage->set_slots(
+            train ? in_flight(opts_.schedule, s, S, std::max<std::size_t>(1, pb.m[d])) : 1);
+      });
     if (pass.phase == Phase::Predict) pb.predictions = std::span<float>(b.predictions, global * widths_.back());
     tr_.prepare(pb);
     const std::int64_t it = *pass.iteration;
     bad_ = 0;
     try {
-      tr_.run([&](auto& ctx, std::size_t d, std::size_t s) { lane(ctx, pb, b, d, s, it, pass); });
+      tr_.run([&](auto& ctx, std::size_t d, std::size_t s, std::size_t t) { lane(ctx, pb, b, d, s, t, it, pass); });
     } catch (...) {
       for (auto& copy : lanes_)  // a GPU may still run what a failed step queued
         for (StageLane& L : copy) settle(L);
       throw;
     }
+    if (train && own_) stale_ = true;
     if (train && gpu_) {
-      stale_ = true;
       if (bad_ == 0 && copies_.size() > 1) {  // the other copies here take copy 0's updated variables (host-staged)
         read_back();
         upload_values(copies_.begin + 1);
@@ -278,38 +359,49 @@ class PipelineExecutor final : public Executor {
     ++*pass.iteration;
   }
 
-  //! Stage s of copy d on its share of the batch (its neighbours: lanes
-  //! d * S + s - 1 and d * S + s + 1), then its part of the update. The
-  //! measurements are copy 0's.
+  //! Member t of stage s of copy d on its share of the batch (its
+  //! neighbours: lanes T away, member t of stages s - 1 and s + 1), then its
+  //! part of the update. The measurements are copy 0's member 0's; the
+  //! results and predictions member 0's (the others' go to scratch).
   //! A custom loop's hook (Pass::gradient_hook) sees the lane's gradient
   //! (its stage's slice, its copy's rows; a GPU stage's staged on the host)
   //! before the copies are summed (on the host: copy 0 uploads the sum).
   template <class Ctx>
-  void lane(Ctx& ctx, PipelineBatch& pb, const Batch& b, std::size_t d, std::size_t s, std::int64_t it,
-            const Pass& pass) {
+  void lane(Ctx& ctx, PipelineBatch& pb, const Batch& b, std::size_t d, std::size_t s, std::size_t t,
+            std::int64_t it, const Pass& pass) {
     const auto start = clock::now();
-    StageLane& L = lanes_[d][s];
+    const std::size_t j = s * T_ + t;
+    StageLane& L = lanes_[d][j];
     const BoundThread bound(*L.m);  // this thread issues the lane's calls: its GPU current
     const std::size_t S = pb.stages, D = pb.copies();
     const bool train = pb.phase == Phase::Train;
-    PipelineStats::Stage* stat = d == 0 ? &stats_.stages[s] : nullptr;
+    PipelineStats::Stage* stat = d == 0 && t == 0 ? &stats_.stages[s] : nullptr;
+    if (groups_[d][j]) groups_[d][j]->bind(tr_.link(ctx));
+    Batch mine = b;  // a member other than 0 predicts into scratch
+    ReplicaResult* results = pb.results.data() + pb.first[d];
+    if (t != 0) {
+      L.results.assign(pb.m[d], ReplicaResult{});
+      results = L.results.data();
+      if (b.predictions) L.predictions.resize(pb.predictions.size()), mine.predictions = L.predictions.data();
+    }
     const StageWork w{.s = s,
                       .S = S,
-                      .me = static_cast<int>(d * S + s),
+                      .me = static_cast<int>((d * S + s) * T_ + t),
+                      .stride = static_cast<int>(T_),
                       .schedule = opts_.schedule,
                       .phase = pb.phase,
                       .share = pb.share[d],
                       .m = pb.m[d],
                       .global = pb.global,
                       .it = it,
-                      .results = pb.results.data() + pb.first[d],
+                      .results = results,
                       .stat = stat,
                       .staged = gpu_ ? L.m : nullptr};
-    double busy = run_stage_batch(ctx, *L.stage, b, w);
+    double busy = run_stage_batch(ctx, *L.stage, mine, w);
     const Range r = slices_[s];
     const std::span<float> g = L.gradient();
     // where the lane's final gradient is read: a CPU stage's in place; a GPU stage's on the host when staged
-    const bool staged = train && gpu_ && (pass.gradient_hook || D > 1);
+    const bool staged = train && gpu_ && (pass.gradient_hook || D > 1 || T_ > 1);
     if (staged) L.host = Tensor<float>{Shape{g.size()}};
     const std::span<float> hg = gpu_ ? L.host.span() : g;
     double count = 0;
@@ -323,37 +415,42 @@ class PipelineExecutor final : public Executor {
         if (pb.m[d] == 0) L.m->fill(g.data(), 0.f, g.size());  // an empty share: a zero gradient
         L.stage->finish_gradient(static_cast<int>(D));         // this copy's share of the L2 gradient
         if (staged && !g.empty()) L.m->download(hg.data(), g.data(), g.size_bytes());
-        if (pass.gradient_hook) {
-          ReplicaGradient rg{hg, r.begin, value_.size(), static_cast<int>(d * S + s), static_cast<int>(D * S),
-                             pb.share[d].size(), pb.global, it};
+        if (pass.gradient_hook) {  // a member's: its shard, in its own layout (as tensor parallelism's replicas)
+          ReplicaGradient rg{hg, T_ == 1 ? r.begin : 0, T_ == 1 ? value_.size() : hg.size(), w.me,
+                             static_cast<int>(D * S * T_), pb.share[d].size(), pb.global, it};
           pass.gradient_hook(rg);
           if (gpu_ && D == 1 && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
         if (pb.check)
-          count = gpu_ && !staged ? count_nonfinite(L)
-                                  : static_cast<double>(kernels::host::count_nonfinite(hg.data(), hg.size()));
+          count = gpu_ && !staged ? count_nonfinite(L) : counted_sum(j, hg, [](std::span<const float> x) {
+            return static_cast<double>(kernels::host::count_nonfinite(x.data(), x.size()));
+          });
       });
-    const double bad = tr_.agree(ctx, pb, d, s, count);
-    if (d == copies_.begin && s == here_.begin) bad_ = bad;
+    const double bad = tr_.agree(ctx, pb, d, s, t, count);
+    if (d == copies_.begin && s == here_.begin && t == members_.begin) bad_ = bad;
     const float clip = train && bad == 0 ? clipnorm() : 0.f;
     if (train && bad == 0 && d == copies_.begin)
       timed([&] {
         if (D > 1) {  // on the host (a GPU stage's staged there)
           for (std::size_t c = d + 1; c < copies_.end; ++c) {  // in copy order: the same sum on every run
-            const float* o = gpu_ ? lanes_[c][s].host.data() : lanes_[c][s].grad.data();
+            const float* o = gpu_ ? lanes_[c][j].host.data() : lanes_[c][j].grad.data();
             for (std::size_t i = 0; i < hg.size(); ++i) hg[i] += o[i];
           }
-          tr_.sum_copies(s, hg);  // the copies elsewhere
+          tr_.sum_copies(s, t, hg);  // the copies elsewhere
           if (gpu_ && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
-        if (r.size() && clip == 0.f) updaters_[s]->apply(L.values(), g, 0, it);
+        if (!g.empty() && clip == 0.f) updaters_[j]->apply(L.values(), g, 0, it);
       });
     if (clip > 0.f)  // clipping by the global norm: over every stage's layers (L.bad: the scratch of a GPU stage)
       timed([&] {
-        const double sq = tr_.sum_squares(ctx, d == 0 ? square_sum_in(L.c, g, L.bad) : 0.0);  // copy 0 counts
+        double mine_sq = 0;  // copy 0 counts (a member: its own elements, member 0 the replicated ones too)
+        if (d == 0) mine_sq = T_ == 1 ? square_sum_in(L.c, g, L.bad) : counted_sum(j, hg, [&](std::span<const float> x) {
+          return square_sum_in(nullptr, x, L.bad);
+        });
+        const double sq = tr_.sum_squares(ctx, mine_sq);
         if (d != copies_.begin) return;
         clip_in(L.c, g, sq, clip, L.bad);
-        if (r.size()) updaters_[s]->apply(L.values(), g, 0, it);
+        if (!g.empty()) updaters_[j]->apply(L.values(), g, 0, it);
       });
     if (stat) {
       stat->busy_s += busy;
@@ -361,12 +458,28 @@ class PipelineExecutor final : public Executor {
     }
   }
 
+  //! The sum of f over the parts of lane j's gradient `x` (host memory) it
+  //! counts: all of it (T = 1), else its member's own elements and, member
+  //! 0, the replicated ones (each element of the model once over a copy).
+  template <class F>
+  double counted_sum(std::size_t j, std::span<const float> x, F&& f) const {
+    if (T_ == 1) return f(x);
+    double v = 0;
+    std::size_t at = 0;
+    for (const TensorSegment& g : segs_[j]) {
+      if (!g.replicated || j % T_ == 0) v += f(x.subspan(at, g.length));
+      at += g.length;
+    }
+    return v;
+  }
+
   Transport tr_;
   ModelProgram& program_;
   PipelineOptions opts_;
   PipelineStats& stats_;
   bool placed_ = false;
-  Range copies_, here_;  // the copies and stages whose lanes run here
+  std::size_t T_ = 1;            // members per stage (tensor parallelism)
+  Range copies_, here_, members_;  // the copies, stages and members whose lanes run here
   bool remote_ = false;  // some lanes run elsewhere (other ranks)
   std::vector<std::size_t> counts_, widths_;
   std::vector<char> cuts_;  // per layer: whether a stage may start there (program_.cuts())
@@ -374,9 +487,12 @@ class PipelineExecutor final : public Executor {
   mutable Tensor<float> value_;  // GPU stages: read back when stale_
   mutable bool stale_ = false;    // GPU stages trained since value_ was read back
   bool gpu_ = false;              // the stages here run on GPUs
+  bool own_ = false;              // lanes hold their variables in buffers of their own (GPU stages, T > 1)
   std::vector<std::vector<std::unique_ptr<kernels::Compute>>> computes_;  // [copy][stage]: GPU stages' (outlive lanes_)
-  std::vector<std::vector<StageLane>> lanes_;                             // [copy][stage], the lanes here
-  std::vector<std::unique_ptr<Updater>> updaters_;                        // per stage here
+  std::vector<std::vector<std::unique_ptr<PeerTensorGroup<Link>>>> groups_;  // [copy][s * T + t]: T > 1 (outlive lanes_)
+  std::vector<std::vector<StageLane>> lanes_;                             // [copy][s * T + t], the lanes here
+  std::vector<std::vector<TensorSegment>> segs_;                         // [s * T + t]: what the lane holds
+  std::vector<std::unique_ptr<Updater>> updaters_;                        // [s * T + t], the lanes here
   std::vector<Tensor<float>> state_;  // remote_: every stage's optimizer slots (the others' as of a pass end)
   std::size_t opt_slots_ = 0;
   bool profiled_ = true;  // Balance::Measured: whether the layers were timed and split by it

@@ -69,6 +69,15 @@ struct PipelineOptions {
   //! over its D copies (in copy order) and the update applied once: the
   //! step of data parallelism over D replicas. 1: one pipeline.
   std::size_t data_parallel = 1;
+  //! Tensor x pipeline: each stage split over T replicas by tensor
+  //! parallelism (strategy/tensor_parallel_executor.hpp says how a model
+  //! splits), D x S x T replicas in all (replica (d * S + s) * T + t is
+  //! member t of stage s of copy d). A stage's members run its layers'
+  //! shards on the same micro-batches and sum their split layers' partial
+  //! results among themselves; member t of stage s sends its activations to
+  //! member t of stage s + 1 (every member holds the whole activation). A
+  //! Dense pair a stage boundary cuts stays whole. 1: whole stages.
+  std::size_t tensor_parallel = 1;
   friend bool operator==(const PipelineOptions&, const PipelineOptions&) = default;
 };
 

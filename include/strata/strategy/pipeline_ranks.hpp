@@ -42,6 +42,7 @@
 #include <strata/strategy/pipeline_executor.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/pipeline_stage.hpp>
+#include <strata/strategy/tensor_group.hpp>
 
 namespace strata::detail {
 
@@ -53,6 +54,9 @@ class RankStages {
   static constexpr PipelineWords words{"pipeline across ranks", "ranks", "start"};
   static constexpr bool settled = false;  //!< other stages' state reaches this rank at pass ends only
   static void check(const PipelineOptions& o) {
+    if (o.tensor_parallel > 1)
+      throw Error("pipeline across ranks: tensor_parallel is not supported yet (a stage split over ranks); split "
+                  "the stages over replicas in one process (PipelineStrategy), or leave tensor_parallel at 1");
     if (o.balance == Balance::Measured)
       throw Error("pipeline across ranks: Balance::Measured is not supported yet; give the stages or balance "
                   "parameters");
@@ -61,7 +65,7 @@ class RankStages {
   [[nodiscard]] bool is_chief() const noexcept { return comm_->rank() == 0; }
 
   //! Collective: every rank starts from rank 0's `value`; the copies of this stage get a communicator.
-  void place(std::size_t S, std::size_t D, Tensor<float>& value) {
+  void place(std::size_t S, std::size_t D, std::size_t /*T*/, Tensor<float>& value) {
     s_ = static_cast<std::size_t>(comm_->rank()) % S;
     d_ = static_cast<std::size_t>(comm_->rank()) / S;
     S_ = S;
@@ -70,11 +74,12 @@ class RankStages {
     if (D > 1) copies_comm_.emplace(comm_->split(static_cast<int>(s_), static_cast<int>(d_)));
   }
   //! Where this rank's lane runs, and a GPU stage's matrix products.
-  [[nodiscard]] Device device(std::size_t /*d*/, std::size_t /*s*/) const { return device_; }
+  [[nodiscard]] Device device(std::size_t /*d*/, std::size_t /*s*/, std::size_t /*t*/) const { return device_; }
   [[nodiscard]] MatmulPrecision matmul() const { return matmul_; }
   //! The one lane here.
   [[nodiscard]] Range copies() const noexcept { return {d_, d_ + 1}; }
   [[nodiscard]] Range stages() const noexcept { return {s_, s_ + 1}; }
+  [[nodiscard]] Range members() const noexcept { return {0, 1}; }
 
   //! Predicting, the rows this rank does not compute are zero for the sum.
   void prepare(PipelineBatch& pb) { std::fill(pb.predictions.begin(), pb.predictions.end(), 0.f); }
@@ -86,7 +91,7 @@ class RankStages {
       if (trace::thread_name() != name) trace::name_thread(std::move(name));
     }
     try {
-      lane(link, d_, s_);
+      lane(link, d_, s_, 0);
     } catch (const CollectiveError&) {
       throw;  // a wait that failed: the job's failure, already known to the others (or named by them)
     } catch (const std::exception& e) {
@@ -100,7 +105,7 @@ class RankStages {
   //! micro-batch: loss, rows, metrics]; every copy's results land in pb.
   //! Predicting, the predictions are summed too.
   template <class Ctx>
-  double agree(Ctx& /*ctx*/, PipelineBatch& pb, std::size_t d, std::size_t s, double count) {
+  double agree(Ctx& /*ctx*/, PipelineBatch& pb, std::size_t d, std::size_t s, std::size_t /*t*/, double count) {
     comm_->finish_sends();
     const std::size_t nm = pb.metrics, per = 2 + nm, all = pb.results.size();
     std::vector<double> v(1 + all * per, 0.0);
@@ -133,20 +138,20 @@ class RankStages {
     return v[0];
   }
   //! The D copies of stage s sum its gradient.
-  void sum_copies(std::size_t /*s*/, std::span<float> g) {
+  void sum_copies(std::size_t /*s*/, std::size_t /*t*/, std::span<float> g) {
     if (copies_comm_) copies_comm_->all_reduce(g, Sum);
   }
   //! At a training pass's end: every stage's variables and optimizer state
-  //! (`state`: this rank's slice current) from its copy 0 (rank s) to every
-  //! rank, and every stage's measurements.
-  void end_pass(Tensor<float>& value, std::vector<Tensor<float>>& state, const std::vector<Range>& slices,
-                PipelineStats& stats) {
-    for (std::size_t s = 0; s < S_; ++s) {
-      const Range r = slices[s];
-      if (!r.size()) continue;
-      comm_->broadcast(value.span().subspan(r.begin, r.size()), static_cast<int>(s));
-      for (auto& slot : state) comm_->broadcast(slot.span().subspan(r.begin, r.size()), static_cast<int>(s));
-    }
+  //! (`state`: this rank's part current; `parts[s]`: stage s's elements)
+  //! from its copy 0 (rank s) to every rank, and every stage's measurements.
+  void end_pass(Tensor<float>& value, std::vector<Tensor<float>>& state,
+                const std::vector<std::vector<TensorSegment>>& parts, PipelineStats& stats) {
+    for (std::size_t s = 0; s < S_; ++s)
+      for (const TensorSegment& g : parts[s]) {
+        if (!g.length) continue;
+        comm_->broadcast(value.span().subspan(g.offset, g.length), static_cast<int>(s));
+        for (auto& slot : state) comm_->broadcast(slot.span().subspan(g.offset, g.length), static_cast<int>(s));
+      }
     std::vector<double> st(3 * S_, 0.0);
     if (d_ == 0) {
       const auto& mine = stats.stages[s_];
@@ -161,7 +166,6 @@ class RankStages {
     }
   }
 
- private:
   //! What the stage loop speaks: sends leave at once (the neighbours'
   //! forward and backward messages cross), finished per batch.
   struct Link {
@@ -169,6 +173,10 @@ class RankStages {
     void send(std::span<const float> d, int peer, int tag) { c.send_async(d, peer, tag); }
     void recv(std::span<float> d, int peer, int tag) { c.recv(d, peer, tag); }
   };
+  using link_type = Link;
+  static Link& link(Link& l) noexcept { return l; }
+
+ private:
 
   MpiCommunicator* comm_;
   Device device_;

@@ -193,7 +193,8 @@ struct PipelineWords {
 //! What one stage runs of one batch.
 struct StageWork {
   std::size_t s = 0, S = 1;  //!< this stage, of S
-  int me = 0;                //!< its id among the peers: its neighbours are me - 1 and me + 1
+  int me = 0;                //!< its id among the peers: its neighbours are me - stride and me + stride
+  int stride = 1;            //!< lanes between a stage's and the next's (tensor parallelism: T members each)
   Schedule schedule = Schedule::OneFOneB;
   Phase phase = Phase::Train;
   Range share;                         //!< the batch's rows this copy of the pipeline runs
@@ -217,6 +218,9 @@ struct StageLane {
   kernels::Buffer<float> grad;    //!< its stage's gradient for its copy's rows
   Tensor<float> host;             //!< a GPU stage's gradient staged on the host (the hook, the copies' sum)
   kernels::Buffer<double> bad;    //!< a GPU stage's finiteness count
+  bool borrowed = false;          //!< `value` views another's (the executor's host copy, or copy 0's member)
+  std::vector<ReplicaResult> results;  //!< a tensor-parallel member other than 0: its results, not reported
+  std::vector<float> predictions;      //!< and its predictions
   std::unique_ptr<StageProgram> stage;
   [[nodiscard]] std::span<float> values() const noexcept { return {value.data(), value.size()}; }
   [[nodiscard]] std::span<float> gradient() const noexcept { return {grad.data(), grad.size()}; }
@@ -257,7 +261,7 @@ inline void settle(StageLane& L) noexcept {
 }
 
 //! Runs stage w.s's forwards and backwards of the batch `b` (activations in
-//! with tag 0 from me - 1, out to me + 1; gradients back with tag 1); the
+//! with tag 0 from me - stride, out to me + stride; gradients back with tag 1); the
 //! parameter gradients are left in the stage's gradient slice (the first
 //! micro-batch writes, the others add). Returns the seconds it computed.
 template <class Ctx>
@@ -297,7 +301,7 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
       const float* in = b.x->data() + rows.begin * in_w;
       if (w.s > 0) {
         buf.resize(rows.size() * in_w);
-        ctx.recv(std::span<float>(buf), w.me - 1, 0);
+        ctx.recv(std::span<float>(buf), w.me - w.stride, 0);
         in = buf.data();
       }
       std::span<const float> out;
@@ -309,7 +313,7 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
       alive[slot] = 1;
       held();
       if (!last) {
-        ctx.send(to_host(out), w.me + 1, 0);
+        ctx.send(to_host(out), w.me + w.stride, 0);
       } else if (w.phase == Phase::Predict) {
         if (!w.staged) std::copy(out.begin(), out.end(), b.predictions + rows.begin * out_w);
         else if (!out.empty()) w.staged->download(b.predictions + rows.begin * out_w, out.data(), out.size_bytes());
@@ -328,7 +332,7 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
     const float* dout = nullptr;
     if (!last) {
       buf.resize(rows.size() * out_w);
-      ctx.recv(std::span<float>(buf), w.me + 1, 1);
+      ctx.recv(std::span<float>(buf), w.me + w.stride, 1);
       dout = buf.data();
     }
     std::span<const float> din;
@@ -337,7 +341,7 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
                        {{"stage", w.s}, {"micro_batch", task.m}}};
       din = st.backward(slot, dout, task.m == 0);
     });
-    if (w.s > 0 && st.has_input_gradient()) ctx.send(to_host(din), w.me - 1, 1);
+    if (w.s > 0 && st.has_input_gradient()) ctx.send(to_host(din), w.me - w.stride, 1);
   }
   return busy;
 }

@@ -272,11 +272,26 @@ class ModelProgram {
   //! its MLP matrices' shards, and the layers that are not split, whole).
   //! Throws a strata::Error saying why when the model cannot be split so
   //! (heads not divisible by `size`, say). By default: not splittable.
-  [[nodiscard]] virtual std::vector<TensorSegment> tensor_layout(int /*rank*/, int /*size*/) const {
+  //! With pipeline `stages` (layer ranges; empty: none), a pair of layers
+  //! split together that a stage boundary would cut stays whole.
+  [[nodiscard]] virtual std::vector<TensorSegment> tensor_layout(int /*rank*/, int /*size*/,
+                                                                 std::span<const Range> /*stages*/ = {}) const {
     throw no_tensor_split();
   }
   //! Which of its layers a group of `size` splits, and how, in words (the summary's).
-  [[nodiscard]] virtual std::string describe_tensor_split(int /*size*/) const { throw no_tensor_split(); }
+  [[nodiscard]] virtual std::string describe_tensor_split(int /*size*/, std::span<const Range> /*stages*/ = {}) const {
+    throw no_tensor_split();
+  }
+  //! Pipeline stage `s` of `stages` as member `rank` of a tensor-parallel
+  //! group of `size` (tensor parallelism with pipeline stages), on `c`
+  //! (null: the host), bound to its shard `value` and `grad` (the elements
+  //! of tensor_layout(rank, size, stages) in stage s's layers, in `c`'s
+  //! memory); its split layers sum over `group`.
+  [[nodiscard]] virtual std::unique_ptr<StageProgram> make_tensor_stage_on(
+      kernels::Compute* /*c*/, std::span<const Range> /*stages*/, std::size_t /*s*/, int /*rank*/, int /*size*/,
+      TensorGroup& /*group*/, std::span<const float> /*value*/, std::span<float> /*grad*/) {
+    throw no_tensor_split();
+  }
   //! Member `rank` of `size`'s replica on `c` (null: the host), bound to its
   //! shard `value` and `grad` (tensor_layout(rank, size)'s elements, in
   //! `c`'s memory); its steps need StepInfo::tensor_group.

@@ -16,6 +16,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
+#include <strata/strategy/tensor_group.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::detail {
@@ -43,6 +44,35 @@ std::vector<Tensor<float>> join_state_slices(std::size_t n, std::size_t p, Part&
   std::vector<Range> slices;
   for (std::size_t r = 0; r < p; ++r) slices.push_back(shard_range(n, p, r));
   return join_state_slices(n, std::span<const Range>(slices), std::forward<Part>(part));
+}
+
+//! The whole slots of `n` elements each: holder h's parts of each slot
+//! (`part(h)`: the elements of segments segs[h], in order; a tensor-parallel
+//! pipeline lane's) joined; a replicated segment is taken from each holder
+//! that has it (they agree).
+template <class Part>
+std::vector<Tensor<float>> join_state_segments(std::size_t n, std::span<const std::vector<TensorSegment>> segs,
+                                               Part&& part) {
+  std::vector<Tensor<float>> out;
+  for (std::size_t h = 0; h < segs.size(); ++h) {
+    std::vector<Tensor<float>> mine = part(h);
+    if (out.empty())
+      for (std::size_t k = 0; k < mine.size(); ++k) out.emplace_back(Shape{n});
+    for (std::size_t k = 0; k < mine.size(); ++k) move_segments(segs[h], out[k].span(), mine[k].span(), true);
+  }
+  return out;
+}
+
+//! Segments `segs` of each whole slot, gathered (a lane's part of the state).
+inline std::vector<Tensor<float>> state_segments(std::span<const Tensor<float>> slots,
+                                                 std::span<const TensorSegment> segs) {
+  std::vector<Tensor<float>> part;
+  for (const auto& t : slots) {
+    Tensor<float> s{Shape{segments_size(segs)}};
+    move_segments(segs, std::span<float>(const_cast<float*>(t.data()), t.size()), s.span(), false);
+    part.push_back(std::move(s));
+  }
+  return part;
 }
 
 //! Whole optimizer state slots of `n` elements each, else a ShapeError.
