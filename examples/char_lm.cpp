@@ -237,9 +237,10 @@ int main(int argc, char** argv) {
                                       "shorter than the context); 2 a mistake on the command line; 75 preempted "
                                       "(--checkpoint-dir: run the same command again to resume); 77 skipped "
                                       "(--if-present: no corpus)"});
-  if (a.strategy == "tensor_parallel" && a.heads % static_cast<std::size_t>(a.tensor_parallel) != 0) {
-    std::fprintf(stderr, "%s: --heads %zu %s --tensor-parallel %d: each of the %d replicas of a copy takes whole "
-                         "heads (give a --tensor-parallel that divides --heads)\n",
+  const bool split = a.strategy == "tensor_parallel" || (a.strategy == "pipeline" && a.has("--tensor-parallel"));
+  if (split && a.heads % static_cast<std::size_t>(a.tensor_parallel) != 0) {
+    std::fprintf(stderr, "%s: --heads %zu %s --tensor-parallel %d: each of the %d replicas an attention layer is "
+                         "split over takes whole heads (give a --tensor-parallel that divides --heads)\n",
                  argv[0], a.heads,
                  static_cast<std::size_t>(a.tensor_parallel) > a.heads ? "is fewer than" : "is not divisible by",
                  a.tensor_parallel, a.tensor_parallel);

@@ -141,7 +141,8 @@ inline constexpr OptionInfo option_table[] = {
      pipeline_strategies},
     {"--tensor-parallel", "T", "tensor_parallel: replicas each copy of the model is split over, 1-64 (default 2; "
                                "--replicas R gives R / T copies, R a multiple of T; default R = T; under mpirun R per rank, the "
-                               "copies data-parallel across the ranks)",
+                               "copies data-parallel across the ranks); pipeline: replicas each stage is split over "
+                               "(default 1: stages x copies x T replicas; in one process)",
      tensor_strategies},
     {"--zero", "0|1|2|3", "ZeRO stage of {gradient_strategies}' CPU replicas: 0 every replica holds everything, 1 the "
                           "optimizer state sharded, 2 the gradient too, 3 the values too (a layer's gathered before "
@@ -505,9 +506,11 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   if (a.has("--workers") && !a.cluster.empty())
     fail(prog, "--workers does not apply with --cluster: the cluster spec's worker ranks are the workers");
 
-  if (a.stages * a.data_parallel > 1024)
+  const int members = a.strategy == "pipeline" && a.has("--tensor-parallel") ? a.tensor_parallel : 1;
+  if (a.stages * a.data_parallel * members > 1024)
     fail(prog, "--stages " + std::to_string(a.stages) + " x --data-parallel " + std::to_string(a.data_parallel) +
-                   " asks for " + std::to_string(a.stages * a.data_parallel) + " CPU replicas; at most 1024");
+                   (members > 1 ? " x --tensor-parallel " + std::to_string(members) : std::string()) + " asks for " +
+                   std::to_string(a.stages * a.data_parallel * members) + " CPU replicas; at most 1024");
 
   // Output paths: checked now, not after the training they would record.
   if (a.has("--save")) check_output_file(prog, "--save", a.save);
@@ -599,6 +602,7 @@ inline strata::StrategyChoice choice_of(const Args& a, strata::Device device = s
           .data_parallel = a.data_parallel,
           .schedule = a.schedule,
           .tensor_parallel = a.tensor_parallel,
+          .stage_tensor_parallel = a.strategy == "pipeline" && a.has("--tensor-parallel") ? a.tensor_parallel : 1,
           .device = device,
           .gpus = device.is_gpu() && a.device.rfind("gpu:", 0) != 0 ? strata::gpu_count() : 0,
           .cluster = a.cluster,

@@ -56,8 +56,9 @@ TEST_CASE("the catalogue: unique names, a help line each, the eight strategies")
                                             "parameter_server", "pipeline", "multi_worker_mirrored"});
   // only tensor_parallel is synchronous but not exact (its split products add in another order)
   for (const auto& s : strata::strategy_catalog) CHECK(s.exact == (s.name != "tensor_parallel"));
+  // tensor_parallel's copies, and pipeline's stages (--tensor-parallel T splits each)
   CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_tensor_parallel; }) ==
-        std::vector<std::string_view>{"tensor_parallel"});
+        std::vector<std::string_view>{"tensor_parallel", "pipeline"});
   CHECK(strata::find_strategy("mirored") == nullptr);
   CHECK(strata::find_strategy("") == nullptr);
 }

@@ -48,6 +48,9 @@ struct StrategyChoice {
   Schedule schedule = Schedule::OneFOneB;  //!< pipeline: the order of forwards and backwards
   //! tensor_parallel: replicas per copy of the model (`replicas`, when 0: this many, one copy).
   int tensor_parallel = 2;
+  //! pipeline: replicas each stage is split over by tensor parallelism
+  //! (stages x data_parallel x this replicas; 1: whole stages).
+  int stage_tensor_parallel = 1;
   //! default / one_device: the device of the one replica; mirrored, central_storage, pipeline: with a GPU
   //! here, `replicas` GPU replicas (1 when 0) on it, or spread over the first `gpus` GPUs (replica r
   //! on GPU r % gpus).
@@ -112,7 +115,8 @@ struct InProcessStrategies {
   //! model are split over `tensor_parallel` of them; "parameter_server": `workers` worker threads and
   //! `servers` servers in this process, `staleness` its bound; "pipeline": a
   //! PipelineStrategy of `data_parallel` copies of `stages` stages, one CPU
-  //! replica each, running `micro_batches` per batch by `schedule`) and returns what fn returns (the same type for every
+  //! replica each (`stage_tensor_parallel` each: the stage split over
+  //! them), running `micro_batches` per batch by `schedule`) and returns what fn returns (the same type for every
   //! strategy). A name not in `known` throws strata::Error: listing `known`,
   //! or, for a catalogue name that needs MPI, naming by_name_mpi.hpp.
   template <class F>
@@ -162,10 +166,11 @@ struct InProcessStrategies {
       if constexpr (std::is_invocable_v<F&, PipelineStrategy&>) {
         // a stage per replica: on GPUs, spread over them as mirrored's replicas are
         StrategyChoice lanes = c;
-        lanes.replicas = (c.stages ? c.stages : 2) * c.data_parallel;
+        lanes.replicas = (c.stages ? c.stages : 2) * c.data_parallel * c.stage_tensor_parallel;
         PipelineStrategy s{c.device.is_gpu() ? gpu_replicas(lanes) : cpu_replicas(lanes.replicas), c.comm_options()};
         s.pipeline_options().micro_batches = c.micro_batches;
         s.pipeline_options().data_parallel = static_cast<std::size_t>(c.data_parallel);
+        s.pipeline_options().tensor_parallel = static_cast<std::size_t>(c.stage_tensor_parallel);
         s.pipeline_options().schedule = c.schedule;
         return fn(s);
       } else {

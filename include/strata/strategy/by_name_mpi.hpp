@@ -94,6 +94,7 @@ struct MpiStrategies {
         s.pipeline_options().micro_batches = c.micro_batches;
         s.pipeline_options().schedule = c.schedule;
         s.pipeline_options().data_parallel = static_cast<std::size_t>(c.data_parallel);
+        s.pipeline_options().tensor_parallel = static_cast<std::size_t>(c.stage_tensor_parallel);  // (refused there, for now)
         return fn(s);
       } else {
         throw Error("this program's code needs replicas that each run the whole model; it cannot run under "

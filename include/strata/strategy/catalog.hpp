@@ -34,7 +34,8 @@ struct StrategyInfo {
   bool synchronous = true;
   //! Each step gives the bits one replica's step on the whole batch gives.
   //! False for tensor_parallel: its split products add their partial sums
-  //! in another order (equal within float rounding; a run still repeats bitwise).
+  //! in another order (equal within float rounding; a run still repeats bitwise;
+  //! so does pipeline's with --tensor-parallel, exact by default).
   bool exact = true;
   //! Every replica runs the whole model. False for pipeline, which splits
   //! the layers into stages (a model needs at least one layer per stage).
@@ -44,7 +45,7 @@ struct StrategyInfo {
   bool takes_pipeline_options = false;  //!< reads stages, micro_batches, data_parallel, schedule (--stages ...)
   //! Its executor options shard, bucket and compress the gradient (--zero, --bucket-mb, --compression).
   bool takes_gradient_options = false;
-  //! Reads StrategyChoice::tensor_parallel (--tensor-parallel T).
+  //! Reads --tensor-parallel T: StrategyChoice::tensor_parallel (tensor_parallel), stage_tensor_parallel (pipeline).
   bool takes_tensor_parallel = false;
   std::string_view help = {};           //!< one line for --help
 
@@ -88,8 +89,10 @@ inline constexpr std::array strategy_catalog{
                  .placement = PlacementKind::Pipeline,
                  .whole_model = false,
                  .takes_pipeline_options = true,
+                 .takes_tensor_parallel = true,
                  .help = "the model's layers split into stages, micro-batches flowing through them (under "
-                         "mpirun: a stage per rank)"},
+                         "mpirun: a stage per rank); with T, each stage split over T replicas by tensor "
+                         "parallelism"},
     StrategyInfo{.name = "multi_worker_mirrored",
                  .placement = PlacementKind::Mirrored,
                  .needs_mpi = true,

@@ -52,6 +52,7 @@
 #include <strata/strategy/clip_norm.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/executor.hpp>
+#include <strata/strategy/pipeline_lanes.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/pipeline_profile.hpp>
 #include <strata/strategy/pipeline_stage.hpp>
@@ -75,19 +76,19 @@ class PipelineExecutor final : public Executor {
   //! The whole model's variables (across ranks: the other stages' as of the
   //! last training pass's end); GPU stages' read back from their memory.
   [[nodiscard]] const Tensor<float>& value() const override {
-    read_back();
-    return value_;
+    ln_.read_back();
+    return ln_.value;
   }
   void assign(const Tensor<float>& v) override {
-    std::copy_n(v.data(), value_.size(), value_.data());
-    stale_ = false;
-    if (own_) upload_values(copies_.begin);
+    std::copy_n(v.data(), ln_.value.size(), ln_.value.data());
+    ln_.stale = false;
+    if (ln_.own) ln_.upload(ln_.copies.begin);
   }
   [[nodiscard]] bool is_chief() const noexcept override { return tr_.is_chief(); }
   //! Tensor parallelism (T > 1): what its stages' members split, in words.
   [[nodiscard]] std::string collectives_choice() const override {
-    if (T_ == 1 || !placed_) return {};
-    return program_.describe_tensor_split(static_cast<int>(T_), ranges_) + " (within each of " +
+    if (ln_.T == 1 || !placed_) return {};
+    return program_.describe_tensor_split(static_cast<int>(ln_.T), ranges_) + " (within each of " +
            std::to_string(ranges_.size()) + " pipeline stages)";
   }
   [[nodiscard]] bool state_settled_between_steps() const noexcept override { return Transport::settled; }
@@ -109,7 +110,7 @@ class PipelineExecutor final : public Executor {
                   std::to_string(T) + ": " + w.ask + " D x S x T " + w.unit + " for D copies of S stages of T members");
     Transport::check(opts_);
     const std::size_t S = R / (D * T);
-    T_ = T;
+    ln_.T = T;
     counts_ = program_.layer_param_counts();
     widths_ = program_.layer_output_widths();
     cuts_ = program_.cuts();
@@ -119,31 +120,16 @@ class PipelineExecutor final : public Executor {
     if (opts_.balance == Balance::Measured && !opts_.stages.empty())
       throw Error("pipeline: stages given by hand and Balance::Measured; give one or the other");
     profiled_ = opts_.balance != Balance::Measured;
-    value_ = init;
-    stale_ = false;
-    tr_.place(S, D, T, value_);
-    copies_ = tr_.copies(), here_ = tr_.stages(), members_ = tr_.members();
-    remote_ = copies_.size() < D || here_.size() < S || members_.size() < T;
-    gpu_ = tr_.device(copies_.begin, here_.begin, members_.begin).is_gpu();
-    own_ = gpu_ || T > 1;
-    if (gpu_ && !profiled_)
+    ln_.value = init;
+    ln_.stale = false;
+    tr_.place(S, D, T, ln_.value);  // across ranks: rank 0's
+    remote_ = tr_.copies().size() < D || tr_.stages().size() < S || tr_.members().size() < T;
+    if (tr_.device(tr_.copies().begin, tr_.stages().begin, tr_.members().begin).is_gpu() && !profiled_)
       throw Error("pipeline: Balance::Measured times the layers on the host; stages on GPUs need the stages given "
                   "or balanced by parameters (Balance::Parameters)");
     updaters_.clear();
-    lanes_.clear();
-    groups_.clear();
-    computes_.clear();
-    lanes_.resize(D);
-    groups_.resize(D);
-    computes_.resize(D);
-    for (std::size_t d = copies_.begin; d < copies_.end; ++d) {
-      lanes_[d].resize(S * T);
-      groups_[d].resize(S * T);
-      computes_[d].resize(S * T);
-      for_here([&](std::size_t s, std::size_t t) {
-        if (gpu_) computes_[d][s * T + t] = make_compute(tr_.device(d, s, t), tr_.matmul());
-      });
-    }
+    ln_.reset(D, S, T, tr_.copies(), tr_.stages(), tr_.members(),
+              [&](std::size_t d, std::size_t s, std::size_t t) { return tr_.device(d, s, t); }, tr_.matmul());
     layout();
     placed_ = true;
     reset_optimizer();
@@ -151,7 +137,7 @@ class PipelineExecutor final : public Executor {
 
   //! The optimizer's global_clipnorm (0: none).
   [[nodiscard]] float clipnorm() const {
-    const std::size_t j = here_.begin * T_ + members_.begin;
+    const std::size_t j = ln_.here.begin * ln_.T + ln_.members.begin;
     return updaters_.size() > j && updaters_[j] ? updaters_[j]->global_clipnorm() : 0.f;
   }
 
@@ -160,22 +146,22 @@ class PipelineExecutor final : public Executor {
     state_.clear();
     opt_slots_ = 0;
     if (!placed_ || !program_.compiled()) return;
-    updaters_.resize(segs_.size());
-    for_here([&](std::size_t s, std::size_t t) {
-      const std::size_t j = s * T_ + t, n = segments_size(segs_[j]);
-      kernels::Compute* c = lanes_[copies_.begin][j].c;
+    updaters_.resize(ln_.segs.size());
+    ln_.for_here([&](std::size_t s, std::size_t t) {
+      const std::size_t j = s * ln_.T + t, n = segments_size(ln_.segs[j]);
+      kernels::Compute* c = ln_.lanes[ln_.copies.begin][j].c;
       updaters_[j] = c ? program_.make_updater_on(*c, n) : program_.make_updater(n);
     });
-    opt_slots_ = updaters_[here_.begin * T_ + members_.begin]->state().size();
+    opt_slots_ = updaters_[ln_.here.begin * ln_.T + ln_.members.begin]->state().size();
     if (remote_)  // the other stages' slices, as of the last training pass's end
-      for (std::size_t k = 0; k < opt_slots_; ++k) state_.emplace_back(Shape{value_.size()});
+      for (std::size_t k = 0; k < opt_slots_; ++k) state_.emplace_back(Shape{ln_.value.size()});
   }
 
   //! Every stage's (member's) parts joined (across ranks: the others' as of the last training pass's end).
   std::vector<Tensor<float>> optimizer_state() override {
     if (updaters_.empty()) return {};
-    return join_state_segments(value_.size(), std::span<const std::vector<TensorSegment>>(segs_), [&](std::size_t j) {
-      return updaters_[j] ? updaters_[j]->state() : state_segments(state_, segs_[j]);
+    return join_state_segments(ln_.value.size(), std::span<const std::vector<TensorSegment>>(ln_.segs), [&](std::size_t j) {
+      return updaters_[j] ? updaters_[j]->state() : state_segments(state_, ln_.segs[j]);
     });
   }
   //! The whole state (as every rank loads a checkpoint); each stage here keeps its slice.
@@ -184,10 +170,10 @@ class PipelineExecutor final : public Executor {
     if (remote_ && slots.size() != state_.size())
       throw ShapeError("set_optimizer_state: " + std::to_string(slots.size()) + " slots for an optimizer of " +
                        std::to_string(state_.size()));
-    check_state_slots(slots, value_.size());
-    for (std::size_t k = 0; k < state_.size(); ++k) std::copy_n(slots[k].data(), value_.size(), state_[k].data());
-    for_here([&](std::size_t s, std::size_t t) {
-      updaters_[s * T_ + t]->set_state(state_segments(slots, segs_[s * T_ + t]));
+    check_state_slots(slots, ln_.value.size());
+    for (std::size_t k = 0; k < state_.size(); ++k) std::copy_n(slots[k].data(), ln_.value.size(), state_[k].data());
+    ln_.for_here([&](std::size_t s, std::size_t t) {
+      updaters_[s * ln_.T + t]->set_state(state_segments(slots, ln_.segs[s * ln_.T + t]));
     });
   }
 
@@ -196,14 +182,14 @@ class PipelineExecutor final : public Executor {
     PassTotals t = detail::run_batches(pass, program_.num_metrics(),
                                        [&](const Batch& b, std::size_t index, PassTotals& tt) { step(b, pass, tt, index); });
     if (pass.phase == Phase::Train) {
-      for_here([&](std::size_t s, std::size_t t) {  // the stages here, for the others
+      ln_.for_here([&](std::size_t s, std::size_t t) {  // the stages here, for the others
         if (state_.empty()) return;
-        const auto mine = updaters_[s * T_ + t]->state();
+        const auto mine = updaters_[s * ln_.T + t]->state();
         for (std::size_t k = 0; k < mine.size(); ++k)
-          move_segments(segs_[s * T_ + t], state_[k].span(), const_cast<Tensor<float>&>(mine[k]).span(), true);
+          move_segments(ln_.segs[s * ln_.T + t], state_[k].span(), const_cast<Tensor<float>&>(mine[k]).span(), true);
       });
-      read_back();  // lanes with buffers of their own: the host copy current
-      tr_.end_pass(value_, state_, segs_, stats_);
+      ln_.read_back();  // lanes with buffers of their own: the host copy current
+      tr_.end_pass(ln_.value, state_, ln_.segs, stats_);
     }
     return t;
   }
@@ -211,92 +197,10 @@ class PipelineExecutor final : public Executor {
  private:
   using clock = std::chrono::steady_clock;
 
-  //! f(s, t) for every stage and member here.
-  template <class F>
-  void for_here(F&& f) const {
-    for (std::size_t s = here_.begin; s < here_.end; ++s)
-      for (std::size_t t = members_.begin; t < members_.end; ++t) f(s, t);
-  }
-
-  //! What lane (s, t) holds of the logical variables: its stage's slice
-  //! (T = 1), or its member's elements of the stage's layers (the model's
-  //! tensor layout for the stages: a split layer's shard, the others whole).
-  void plan_segments() {
-    const std::size_t S = ranges_.size();
-    segs_.assign(S * T_, {});
-    if (T_ == 1) {
-      for (std::size_t s = 0; s < S; ++s) segs_[s] = {TensorSegment{slices_[s].begin, slices_[s].size(), false}};
-      return;
-    }
-    for (std::size_t t = 0; t < T_; ++t)
-      for (const TensorSegment& g : program_.tensor_layout(static_cast<int>(t), static_cast<int>(T_), ranges_)) {
-        std::size_t s = 0;
-        while (s + 1 < S && g.offset >= slices_[s].end) ++s;
-        if (g.length) segs_[s * T_ + t].push_back(g);
-      }
-  }
-
-  //! Makes the lanes here: for every copy here, the stages of ranges_ (a
-  //! member's shard of each, T > 1) over their part of the variables (a CPU
-  //! stage of T = 1: a view of value_; a GPU stage's or a member's: buffers
-  //! of its own, which the other copies of a CPU member view) and of a
-  //! gradient of their own.
+  //! The stages' parameter slices, and the lanes here over them.
   void layout() {
     slices_ = stage_param_slices(ranges_, counts_, stats_);
-    plan_segments();
-    for (std::size_t d = copies_.begin; d < copies_.end; ++d)
-      for_here([&](std::size_t s, std::size_t t) {
-        const std::size_t j = s * T_ + t, n = segments_size(segs_[j]);
-        StageLane& L = lanes_[d][j];
-        L.stage.reset();
-        L.c = computes_[d][j].get();
-        L.m = L.c ? static_cast<kernels::Memory*>(L.c) : &kernels::host_memory();
-        const BoundThread bound(*L.m);
-        L.borrowed = !L.c && (T_ == 1 || d != copies_.begin);
-        if (!L.borrowed) L.value.resize(*L.m, Shape{n});
-        else if (T_ == 1) L.value = kernels::Buffer<float>::borrow(*L.m, value_.data() + slices_[s].begin, Shape{n});
-        else L.value = kernels::Buffer<float>::borrow(*L.m, lanes_[copies_.begin][j].value.data(), Shape{n});
-        L.grad.resize(*L.m, Shape{n});
-        L.m->fill(L.grad.data(), 0.f, n);
-        if (L.c) L.bad.resize(*L.m, Shape{1});
-        if (T_ == 1) {
-          L.stage = L.c ? program_.make_stage_on(*L.c, ranges_[s], L.values(), L.gradient())
-                        : program_.make_stage(ranges_[s], L.values(), L.gradient());
-          return;
-        }
-        std::vector<int> members;  // the lanes of this copy's stage s
-        for (std::size_t u = 0; u < T_; ++u) members.push_back(static_cast<int>((d * ranges_.size() + s) * T_ + u));
-        groups_[d][j] = std::make_unique<PeerTensorGroup<Link>>(std::move(members), t);
-        L.stage = program_.make_tensor_stage_on(L.c, ranges_, s, static_cast<int>(t), static_cast<int>(T_),
-                                                *groups_[d][j], L.values(), L.gradient());
-      });
-    if (own_) upload_values(copies_.begin);
-  }
-  //! Lanes with buffers of their own trained since value_ was read: it takes their variables here (copy 0's).
-  void read_back() const {
-    if (!stale_) return;
-    std::vector<float> mine;
-    for_here([&](std::size_t s, std::size_t t) {
-      const StageLane& L = lanes_[copies_.begin][s * T_ + t];
-      const BoundThread bound(*L.m);
-      mine.resize(L.value.size());
-      if (!mine.empty()) L.m->download(mine.data(), L.value.data(), mine.size() * sizeof(float));
-      move_segments(segs_[s * T_ + t], value_.span(), mine, true);
-    });
-    stale_ = false;
-  }
-  //! Lanes with buffers of their own, copies [from, end) here: their variables from value_.
-  void upload_values(std::size_t from) {
-    std::vector<float> mine;
-    for (std::size_t d = from; d < copies_.end; ++d)
-      for_here([&](std::size_t s, std::size_t t) {
-        StageLane& L = lanes_[d][s * T_ + t];
-        if (L.borrowed || !L.value.size()) return;
-        const BoundThread bound(*L.m);
-        mine.resize(L.value.size());
-        move_segments(segs_[s * T_ + t], value_.span(), mine, false);
-        L.m->upload(L.value.data(), mine.data(), mine.size() * sizeof(float));
-      });
+    ln_.layout(program_, ranges_, slices_);
   }
 
   //! Balance::Measured (every stage here), on the first training batch:
@@ -304,8 +208,8 @@ class PipelineExecutor final : public Executor {
   //! those times (the optimizer state kept). Nothing trains.
   void profile(const Batch& b, std::size_t global, std::size_t m, std::int64_t it) {
     const std::size_t steps = std::max<std::size_t>(1, opts_.profile_steps);
-    read_back();
-    const std::vector<double> t = measure_layers(program_, value_.span(), counts_, b, shard_range(global, m, 0),
+    ln_.read_back();
+    const std::vector<double> t = measure_layers(program_, ln_.value.span(), counts_, b, shard_range(global, m, 0),
                                                  global, it, steps);
     const auto state = optimizer_state();
     ranges_ = balance_stages(measured_costs(t, steps, stats_.layer_seconds), ranges_.size(), cuts_);
@@ -319,16 +223,16 @@ class PipelineExecutor final : public Executor {
     const std::size_t global = b.x->shape()[0];
     if (global == 0) return;
     const bool train = pass.phase == Phase::Train;
-    const std::size_t D = lanes_.size(), S = ranges_.size();
+    const std::size_t D = ln_.lanes.size(), S = ranges_.size();
     if (train && !profiled_) profile(b, global, std::min(opts_.micro_batches, global), *pass.iteration);
     PipelineBatch pb = plan_batch(pass.phase, train && pass.finite, global, D, S, opts_.micro_batches,
                                   program_.num_metrics());
     // copy 0 has the most rows
     check_stage_budgets(opts_, ranges_, slices_, widths_, program_.input_width(), opt_slots_,
                         shard_range(pb.share[0].size(), pb.m[0], 0).size(), pb.m[0], train, stats_);
-    for (std::size_t d = copies_.begin; d < copies_.end; ++d)
-      for_here([&](std::size_t s, std::size_t t) {
-        lanes_[d][s * T_ + t].stage->set_slots(
+    for (std::size_t d = ln_.copies.begin; d < ln_.copies.end; ++d)
+      ln_.for_here([&](std::size_t s, std::size_t t) {
+        ln_.lanes[d][s * ln_.T + t].stage->set_slots(
             train ? in_flight(opts_.schedule, s, S, std::max<std::size_t>(1, pb.m[d])) : 1);
       });
     if (pass.phase == Phase::Predict) pb.predictions = std::span<float>(b.predictions, global * widths_.back());
@@ -338,15 +242,15 @@ class PipelineExecutor final : public Executor {
     try {
       tr_.run([&](auto& ctx, std::size_t d, std::size_t s, std::size_t t) { lane(ctx, pb, b, d, s, t, it, pass); });
     } catch (...) {
-      for (auto& copy : lanes_)  // a GPU may still run what a failed step queued
+      for (auto& copy : ln_.lanes)  // a GPU may still run what a failed step queued
         for (StageLane& L : copy) settle(L);
       throw;
     }
-    if (train && own_) stale_ = true;
-    if (train && gpu_) {
-      if (bad_ == 0 && copies_.size() > 1) {  // the other copies here take copy 0's updated variables (host-staged)
-        read_back();
-        upload_values(copies_.begin + 1);
+    if (train && ln_.own) ln_.stale = true;
+    if (train && ln_.gpu) {
+      if (bad_ == 0 && ln_.copies.size() > 1) {  // the other copies here take copy 0's updated variables (host-staged)
+        ln_.read_back();
+        ln_.upload(ln_.copies.begin + 1);
       }
     }
     if (pass.phase != Phase::Predict)
@@ -370,13 +274,13 @@ class PipelineExecutor final : public Executor {
   void lane(Ctx& ctx, PipelineBatch& pb, const Batch& b, std::size_t d, std::size_t s, std::size_t t,
             std::int64_t it, const Pass& pass) {
     const auto start = clock::now();
-    const std::size_t j = s * T_ + t;
-    StageLane& L = lanes_[d][j];
+    const std::size_t j = s * ln_.T + t;
+    StageLane& L = ln_.lanes[d][j];
     const BoundThread bound(*L.m);  // this thread issues the lane's calls: its GPU current
     const std::size_t S = pb.stages, D = pb.copies();
     const bool train = pb.phase == Phase::Train;
     PipelineStats::Stage* stat = d == 0 && t == 0 ? &stats_.stages[s] : nullptr;
-    if (groups_[d][j]) groups_[d][j]->bind(tr_.link(ctx));
+    if (ln_.groups[d][j]) ln_.groups[d][j]->bind(tr_.link(ctx));
     Batch mine = b;  // a member other than 0 predicts into scratch
     ReplicaResult* results = pb.results.data() + pb.first[d];
     if (t != 0) {
@@ -386,8 +290,8 @@ class PipelineExecutor final : public Executor {
     }
     const StageWork w{.s = s,
                       .S = S,
-                      .me = static_cast<int>((d * S + s) * T_ + t),
-                      .stride = static_cast<int>(T_),
+                      .me = static_cast<int>((d * S + s) * ln_.T + t),
+                      .stride = static_cast<int>(ln_.T),
                       .schedule = opts_.schedule,
                       .phase = pb.phase,
                       .share = pb.share[d],
@@ -396,14 +300,14 @@ class PipelineExecutor final : public Executor {
                       .it = it,
                       .results = results,
                       .stat = stat,
-                      .staged = gpu_ ? L.m : nullptr};
+                      .staged = ln_.gpu ? L.m : nullptr};
     double busy = run_stage_batch(ctx, *L.stage, mine, w);
     const Range r = slices_[s];
     const std::span<float> g = L.gradient();
     // where the lane's final gradient is read: a CPU stage's in place; a GPU stage's on the host when staged
-    const bool staged = train && gpu_ && (pass.gradient_hook || D > 1 || T_ > 1);
+    const bool staged = train && ln_.gpu && (pass.gradient_hook || D > 1 || ln_.T > 1);
     if (staged) L.host = Tensor<float>{Shape{g.size()}};
-    const std::span<float> hg = gpu_ ? L.host.span() : g;
+    const std::span<float> hg = ln_.gpu ? L.host.span() : g;
     double count = 0;
     const auto timed = [&](auto&& fn) {
       const auto t0 = clock::now();
@@ -416,39 +320,39 @@ class PipelineExecutor final : public Executor {
         L.stage->finish_gradient(static_cast<int>(D));         // this copy's share of the L2 gradient
         if (staged && !g.empty()) L.m->download(hg.data(), g.data(), g.size_bytes());
         if (pass.gradient_hook) {  // a member's: its shard, in its own layout (as tensor parallelism's replicas)
-          ReplicaGradient rg{hg, T_ == 1 ? r.begin : 0, T_ == 1 ? value_.size() : hg.size(), w.me,
-                             static_cast<int>(D * S * T_), pb.share[d].size(), pb.global, it};
+          ReplicaGradient rg{hg, ln_.T == 1 ? r.begin : 0, ln_.T == 1 ? ln_.value.size() : hg.size(), w.me,
+                             static_cast<int>(D * S * ln_.T), pb.share[d].size(), pb.global, it};
           pass.gradient_hook(rg);
-          if (gpu_ && D == 1 && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
+          if (ln_.gpu && D == 1 && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
         if (pb.check)
-          count = gpu_ && !staged ? count_nonfinite(L) : counted_sum(j, hg, [](std::span<const float> x) {
+          count = ln_.gpu && !staged ? count_nonfinite(L) : ln_.counted_sum(j, hg, [](std::span<const float> x) {
             return static_cast<double>(kernels::host::count_nonfinite(x.data(), x.size()));
           });
       });
     const double bad = tr_.agree(ctx, pb, d, s, t, count);
-    if (d == copies_.begin && s == here_.begin && t == members_.begin) bad_ = bad;
+    if (d == ln_.copies.begin && s == ln_.here.begin && t == ln_.members.begin) bad_ = bad;
     const float clip = train && bad == 0 ? clipnorm() : 0.f;
-    if (train && bad == 0 && d == copies_.begin)
+    if (train && bad == 0 && d == ln_.copies.begin)
       timed([&] {
         if (D > 1) {  // on the host (a GPU stage's staged there)
-          for (std::size_t c = d + 1; c < copies_.end; ++c) {  // in copy order: the same sum on every run
-            const float* o = gpu_ ? lanes_[c][j].host.data() : lanes_[c][j].grad.data();
+          for (std::size_t c = d + 1; c < ln_.copies.end; ++c) {  // in copy order: the same sum on every run
+            const float* o = ln_.gpu ? ln_.lanes[c][j].host.data() : ln_.lanes[c][j].grad.data();
             for (std::size_t i = 0; i < hg.size(); ++i) hg[i] += o[i];
           }
           tr_.sum_copies(s, t, hg);  // the copies elsewhere
-          if (gpu_ && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
+          if (ln_.gpu && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
         if (!g.empty() && clip == 0.f) updaters_[j]->apply(L.values(), g, 0, it);
       });
     if (clip > 0.f)  // clipping by the global norm: over every stage's layers (L.bad: the scratch of a GPU stage)
       timed([&] {
         double mine_sq = 0;  // copy 0 counts (a member: its own elements, member 0 the replicated ones too)
-        if (d == 0) mine_sq = T_ == 1 ? square_sum_in(L.c, g, L.bad) : counted_sum(j, hg, [&](std::span<const float> x) {
+        if (d == 0) mine_sq = ln_.T == 1 ? square_sum_in(L.c, g, L.bad) : ln_.counted_sum(j, hg, [&](std::span<const float> x) {
           return square_sum_in(nullptr, x, L.bad);
         });
         const double sq = tr_.sum_squares(ctx, mine_sq);
-        if (d != copies_.begin) return;
+        if (d != ln_.copies.begin) return;
         clip_in(L.c, g, sq, clip, L.bad);
         if (!g.empty()) updaters_[j]->apply(L.values(), g, 0, it);
       });
@@ -458,40 +362,16 @@ class PipelineExecutor final : public Executor {
     }
   }
 
-  //! The sum of f over the parts of lane j's gradient `x` (host memory) it
-  //! counts: all of it (T = 1), else its member's own elements and, member
-  //! 0, the replicated ones (each element of the model once over a copy).
-  template <class F>
-  double counted_sum(std::size_t j, std::span<const float> x, F&& f) const {
-    if (T_ == 1) return f(x);
-    double v = 0;
-    std::size_t at = 0;
-    for (const TensorSegment& g : segs_[j]) {
-      if (!g.replicated || j % T_ == 0) v += f(x.subspan(at, g.length));
-      at += g.length;
-    }
-    return v;
-  }
-
   Transport tr_;
   ModelProgram& program_;
   PipelineOptions opts_;
   PipelineStats& stats_;
   bool placed_ = false;
-  std::size_t T_ = 1;            // members per stage (tensor parallelism)
-  Range copies_, here_, members_;  // the copies, stages and members whose lanes run here
   bool remote_ = false;  // some lanes run elsewhere (other ranks)
   std::vector<std::size_t> counts_, widths_;
   std::vector<char> cuts_;  // per layer: whether a stage may start there (program_.cuts())
   std::vector<Range> ranges_, slices_;  // per stage: its layers, its parameters
-  mutable Tensor<float> value_;  // GPU stages: read back when stale_
-  mutable bool stale_ = false;    // GPU stages trained since value_ was read back
-  bool gpu_ = false;              // the stages here run on GPUs
-  bool own_ = false;              // lanes hold their variables in buffers of their own (GPU stages, T > 1)
-  std::vector<std::vector<std::unique_ptr<kernels::Compute>>> computes_;  // [copy][stage]: GPU stages' (outlive lanes_)
-  std::vector<std::vector<std::unique_ptr<PeerTensorGroup<Link>>>> groups_;  // [copy][s * T + t]: T > 1 (outlive lanes_)
-  std::vector<std::vector<StageLane>> lanes_;                             // [copy][s * T + t], the lanes here
-  std::vector<std::vector<TensorSegment>> segs_;                         // [s * T + t]: what the lane holds
+  PipelineLanes<Link> ln_;              // the lanes here: their variables, gradients, programs, groups
   std::vector<std::unique_ptr<Updater>> updaters_;                        // [s * T + t], the lanes here
   std::vector<Tensor<float>> state_;  // remote_: every stage's optimizer slots (the others' as of a pass end)
   std::size_t opt_slots_ = 0;
