@@ -55,11 +55,12 @@ struct MpiStrategies {
   //! environment (no MPI call): 1 when not under mpirun.
   [[nodiscard]] static int launched_ranks() { return detail::launched_ranks(); }
   //! The stages with("pipeline", c, fn) splits a model into: under mpirun one
-  //! per rank, the ranks / c.data_parallel (c.stages, when given, must make
+  //! per rank (a stage member), the ranks / (c.data_parallel x c.stage_tensor_parallel) (c.stages, when given, must make
   //! exactly the ranks); else InProcessStrategies::pipeline_stages(c).
   [[nodiscard]] static int pipeline_stages(const StrategyChoice& c) {
     const int ranks = launched_ranks();
-    return ranks > 1 ? ranks / std::max(1, c.data_parallel) : InProcessStrategies::pipeline_stages(c);
+    return ranks > 1 ? ranks / std::max(1, c.data_parallel * c.stage_tensor_parallel)
+                     : InProcessStrategies::pipeline_stages(c);
   }
 
   template <class F>
@@ -87,14 +88,17 @@ struct MpiStrategies {
                                                : cpu(0);
         MultiWorkerPipelineStrategy s{std::move(ranks), stage};
         const int world = s.num_replicas_in_sync();
-        if (c.stages && c.stages * c.data_parallel != world)
-          throw Error("strata: pipeline under mpirun runs one stage per rank: " + std::to_string(c.stages) +
-                      " stages x " + std::to_string(c.data_parallel) + " data-parallel copies need " +
-                      std::to_string(c.stages * c.data_parallel) + " ranks, this job has " + std::to_string(world));
+        const int T = c.stage_tensor_parallel;
+        if (c.stages && c.stages * c.data_parallel * T != world)
+          throw Error("strata: pipeline under mpirun runs one stage" + std::string(T > 1 ? " member" : "") +
+                      " per rank: " + std::to_string(c.stages) + " stages x " + std::to_string(c.data_parallel) +
+                      " data-parallel copies" + (T > 1 ? " x " + std::to_string(T) + " tensor-parallel members" : "") +
+                      " need " + std::to_string(c.stages * c.data_parallel * T) + " ranks, this job has " +
+                      std::to_string(world));
         s.pipeline_options().micro_batches = c.micro_batches;
         s.pipeline_options().schedule = c.schedule;
         s.pipeline_options().data_parallel = static_cast<std::size_t>(c.data_parallel);
-        s.pipeline_options().tensor_parallel = static_cast<std::size_t>(c.stage_tensor_parallel);  // (refused there, for now)
+        s.pipeline_options().tensor_parallel = static_cast<std::size_t>(T);
         return fn(s);
       } else {
         throw Error("this program's code needs replicas that each run the whole model; it cannot run under "

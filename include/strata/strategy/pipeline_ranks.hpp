@@ -21,7 +21,10 @@
 //! their waits end at once with CollectiveAborted carrying it, and the
 //! communicator is unusable after. This rank's stage runs on `device`
 //! (a CPU, or this rank's GPU: the executor's GPU stages, host-staged
-//! between ranks). Needs STRATA_HAS_MPI.
+//! between ranks). With PipelineOptions::tensor_parallel = T, a rank per
+//! member: rank (d * S + s) * T + t runs member t of stage s of copy d, its
+//! stage's members summing over the ranks' send / recv (put a stage's
+//! members on one node: their sums move activations). Needs STRATA_HAS_MPI.
 //!   strata::detail::PipelineExecutor<strata::detail::RankStages> ex{RankStages{comm}, program, opts, stats};
 
 #include <algorithm>
@@ -54,9 +57,6 @@ class RankStages {
   static constexpr PipelineWords words{"pipeline across ranks", "ranks", "start"};
   static constexpr bool settled = false;  //!< other stages' state reaches this rank at pass ends only
   static void check(const PipelineOptions& o) {
-    if (o.tensor_parallel > 1)
-      throw Error("pipeline across ranks: tensor_parallel is not supported yet (a stage split over ranks); split "
-                  "the stages over replicas in one process (PipelineStrategy), or leave tensor_parallel at 1");
     if (o.balance == Balance::Measured)
       throw Error("pipeline across ranks: Balance::Measured is not supported yet; give the stages or balance "
                   "parameters");
@@ -64,14 +64,14 @@ class RankStages {
   [[nodiscard]] std::size_t size() const { return static_cast<std::size_t>(comm_->size()); }
   [[nodiscard]] bool is_chief() const noexcept { return comm_->rank() == 0; }
 
-  //! Collective: every rank starts from rank 0's `value`; the copies of this stage get a communicator.
-  void place(std::size_t S, std::size_t D, std::size_t /*T*/, Tensor<float>& value) {
-    s_ = static_cast<std::size_t>(comm_->rank()) % S;
-    d_ = static_cast<std::size_t>(comm_->rank()) / S;
-    S_ = S;
+  //! Collective: every rank starts from rank 0's `value`; the copies of this lane get a communicator.
+  void place(std::size_t S, std::size_t D, std::size_t T, Tensor<float>& value) {
+    const auto r = static_cast<std::size_t>(comm_->rank());
+    t_ = r % T, s_ = r / T % S, d_ = r / (S * T);
+    S_ = S, T_ = T;
     comm_->broadcast(value.span(), 0);
     copies_comm_.reset();
-    if (D > 1) copies_comm_.emplace(comm_->split(static_cast<int>(s_), static_cast<int>(d_)));
+    if (D > 1) copies_comm_.emplace(comm_->split(static_cast<int>(s_ * T + t_), static_cast<int>(d_)));
   }
   //! Where this rank's lane runs, and a GPU stage's matrix products.
   [[nodiscard]] Device device(std::size_t /*d*/, std::size_t /*s*/, std::size_t /*t*/) const { return device_; }
@@ -79,7 +79,7 @@ class RankStages {
   //! The one lane here.
   [[nodiscard]] Range copies() const noexcept { return {d_, d_ + 1}; }
   [[nodiscard]] Range stages() const noexcept { return {s_, s_ + 1}; }
-  [[nodiscard]] Range members() const noexcept { return {0, 1}; }
+  [[nodiscard]] Range members() const noexcept { return {t_, t_ + 1}; }
 
   //! Predicting, the rows this rank does not compute are zero for the sum.
   void prepare(PipelineBatch& pb) { std::fill(pb.predictions.begin(), pb.predictions.end(), 0.f); }
@@ -87,17 +87,19 @@ class RankStages {
   void run(Lane&& lane) {
     Link link{*comm_};
     if (trace::enabled()) {  // this rank's track in the trace is its lane's
-      std::string name = "stage " + std::to_string(s_) + (copies_comm_ ? " copy " + std::to_string(d_) : "");
+      std::string name = "stage " + std::to_string(s_) + (T_ > 1 ? " member " + std::to_string(t_) : "") +
+                         (copies_comm_ ? " copy " + std::to_string(d_) : "");
       if (trace::thread_name() != name) trace::name_thread(std::move(name));
     }
     try {
-      lane(link, d_, s_, 0);
+      lane(link, d_, s_, t_);
     } catch (const CollectiveError&) {
       throw;  // a wait that failed: the job's failure, already known to the others (or named by them)
     } catch (const std::exception& e) {
       // this lane's own error (a layer's, labels out of range): every other rank's wait ends with it
-      comm_->abort("rank " + std::to_string(comm_->rank()) + " (stage " + std::to_string(s_) + " of copy " +
-                   std::to_string(d_) + "): " + e.what());
+      comm_->abort("rank " + std::to_string(comm_->rank()) + " (stage " + std::to_string(s_) +
+                   (T_ > 1 ? " member " + std::to_string(t_) : std::string()) + " of copy " + std::to_string(d_) +
+                   "): " + e.what());
       throw;
     }
   }
@@ -105,12 +107,12 @@ class RankStages {
   //! micro-batch: loss, rows, metrics]; every copy's results land in pb.
   //! Predicting, the predictions are summed too.
   template <class Ctx>
-  double agree(Ctx& /*ctx*/, PipelineBatch& pb, std::size_t d, std::size_t s, std::size_t /*t*/, double count) {
+  double agree(Ctx& /*ctx*/, PipelineBatch& pb, std::size_t d, std::size_t s, std::size_t t, double count) {
     comm_->finish_sends();
     const std::size_t nm = pb.metrics, per = 2 + nm, all = pb.results.size();
     std::vector<double> v(1 + all * per, 0.0);
     v[0] = count;
-    if (s + 1 == pb.stages && pb.phase != Phase::Predict)
+    if (s + 1 == pb.stages && t == 0 && pb.phase != Phase::Predict)  // a copy's results: its last stage's member 0
       for (std::size_t i = pb.first[d]; i < pb.first[d + 1]; ++i) {
         const ReplicaResult& r = pb.results[i];
         double* o = v.data() + 1 + i * per;
@@ -137,23 +139,24 @@ class RankStages {
     comm_->all_reduce(std::span<double>(v), Sum);
     return v[0];
   }
-  //! The D copies of stage s sum its gradient.
+  //! The D copies of stage s (member t) sum its gradient.
   void sum_copies(std::size_t /*s*/, std::size_t /*t*/, std::span<float> g) {
     if (copies_comm_) copies_comm_->all_reduce(g, Sum);
   }
-  //! At a training pass's end: every stage's variables and optimizer state
-  //! (`state`: this rank's part current; `parts[s]`: stage s's elements)
-  //! from its copy 0 (rank s) to every rank, and every stage's measurements.
+  //! At a training pass's end: every lane's variables and optimizer state
+  //! (`state`: this rank's part current; `parts[s * T + t]`: the elements of
+  //! member t of stage s) from its copy 0 (rank s * T + t) to every rank
+  //! (a replicated segment from member 0), and every stage's measurements.
   void end_pass(Tensor<float>& value, std::vector<Tensor<float>>& state,
                 const std::vector<std::vector<TensorSegment>>& parts, PipelineStats& stats) {
-    for (std::size_t s = 0; s < S_; ++s)
-      for (const TensorSegment& g : parts[s]) {
-        if (!g.length) continue;
-        comm_->broadcast(value.span().subspan(g.offset, g.length), static_cast<int>(s));
-        for (auto& slot : state) comm_->broadcast(slot.span().subspan(g.offset, g.length), static_cast<int>(s));
+    for (std::size_t j = 0; j < S_ * T_; ++j)
+      for (const TensorSegment& g : parts[j]) {
+        if (!g.length || (g.replicated && j % T_ != 0)) continue;
+        comm_->broadcast(value.span().subspan(g.offset, g.length), static_cast<int>(j));
+        for (auto& slot : state) comm_->broadcast(slot.span().subspan(g.offset, g.length), static_cast<int>(j));
       }
     std::vector<double> st(3 * S_, 0.0);
-    if (d_ == 0) {
+    if (d_ == 0 && t_ == 0) {
       const auto& mine = stats.stages[s_];
       st[3 * s_] = mine.busy_s, st[3 * s_ + 1] = mine.wall_s;
       st[3 * s_ + 2] = static_cast<double>(mine.peak_activation_bytes);
@@ -181,7 +184,7 @@ class RankStages {
   MpiCommunicator* comm_;
   Device device_;
   MatmulPrecision matmul_;
-  std::size_t S_ = 1, s_ = 0, d_ = 0;             // stages; this rank's stage and copy
+  std::size_t S_ = 1, T_ = 1, s_ = 0, d_ = 0, t_ = 0;  // stages, members; this rank's stage, copy and member
   std::optional<MpiCommunicator> copies_comm_;  // this stage's D copies (D > 1)
 };
 

@@ -19,14 +19,16 @@
 //! Stages model (its Transport parameter):
 //! ThreadStages (pipeline_threads.hpp: every lane in this process, one
 //! replica thread each) and RankStages (pipeline_ranks.hpp: one lane per
-//! MPI rank). It says which lanes run here (copies() x stages(), ranges),
-//! runs them (run: lane(ctx, d, s), ctx with send/recv), joins them after
-//! the backward (agree: the finiteness count, the results and predictions
-//! of the lanes elsewhere), sums a stage's copies held elsewhere
-//! (sum_copies), sums the stages' squared norms for clipping (sum_squares)
-//! and shares the other stages' state at a pass's end
-//! (end_pass); and size(), words, check(options), place, prepare, is_chief,
-//! settled, and device(d, s) and matmul() (where lane (d, s) runs). Within a
+//! MPI rank). It says which lanes run here (copies() x stages() x
+//! members(), ranges), runs them (run: lane(ctx, d, s, t), ctx with
+//! send/recv; link(ctx): what a stage's tensor-parallel members sum over,
+//! of type link_type), joins them after the backward (agree: the
+//! finiteness count, the results and predictions of the lanes elsewhere),
+//! sums a lane's copies held elsewhere (sum_copies), sums the stages'
+//! squared norms for clipping (sum_squares) and shares the other lanes'
+//! state at a pass's end (end_pass); and size(), words, check(options),
+//! place, prepare, is_chief, settled, and device(d, s, t) and matmul()
+//! (where lane (d, s, t) runs). Within a
 //! process, the lowest copy of each stage here sums the copies here and
 //! applies the update; the others read its variables.
 //! Stages on GPUs (PipelineStrategy{{gpu(0), gpu(1)}}) run this very code,
