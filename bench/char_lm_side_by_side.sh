@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# examples/char_lm under one device, mirrored x2, tensor parallel T = 2 and
-# pipeline S = 2, and PyTorch's same GPT and recipe (bench/torch_char_lm.py,
+# examples/char_lm under one device, mirrored x2, tensor parallel T = 2,
+# pipeline S = 2 and S = 2 x T = 2, and PyTorch's same GPT and recipe (bench/torch_char_lm.py,
 # Debian's python3-torch) on the same data, one after another in one
 # sitting; prints one table: training tokens/s and the held-out loss in
 # bits per character. Not a test (CI does not run it).
@@ -30,6 +30,8 @@ row "strata one_device" "$char_lm" --strategy one_device --sample 0 --quiet "${c
 row "strata mirrored x2" "$char_lm" --strategy mirrored --replicas 2 --sample 0 --quiet "${common[@]}"
 row "strata tensor_parallel T=2" "$char_lm" --strategy tensor_parallel --tensor-parallel 2 --sample 0 --quiet "${common[@]}"
 row "strata pipeline S=2" "$char_lm" --strategy pipeline --stages 2 --microbatches 4 --sample 0 --quiet "${common[@]}"
+row "strata pipeline S=2 x T=2" "$char_lm" --strategy pipeline --stages 2 --tensor-parallel 2 --microbatches 4 \
+    --sample 0 --quiet "${common[@]}"
 python=${PYTHON:-/usr/bin/python3}
 if "$python" -c 'import torch' 2> /dev/null; then
   row "pytorch (${THREADS:-2} threads)" "$python" bench/torch_char_lm.py --threads "${THREADS:-2}" "${common[@]}"

@@ -17,6 +17,8 @@
 #include "../blobs.hpp"
 #include "gpu_util.hpp"
 
+namespace captured_steps_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 namespace nn = strata::nn;
 
 namespace {
@@ -68,3 +70,5 @@ TEST_CASE("a captured GPU step with a NaN gradient is skipped on the device, as 
   CHECK(graph.w == eager.w);
   CHECK(graph.skipped == 1.0);
 }
+
+}  // namespace captured_steps_gpu_test

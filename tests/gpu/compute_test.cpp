@@ -20,6 +20,8 @@
 
 #include "gpu_util.hpp"
 
+namespace compute_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 using strata::kernels::Activation;
 using namespace gpu_test;
 
@@ -283,3 +285,5 @@ TEST_CASE("a pass on gpu(1) gives the caller's thread its current device back") 
   CHECK(current == 0);
   CHECK(model.iterations() == 4);
 }
+
+}  // namespace compute_gpu_test

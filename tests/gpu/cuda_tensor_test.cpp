@@ -15,6 +15,8 @@
 
 #include "gpu_util.hpp"
 
+namespace cuda_tensor_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 using strata::CudaSpace;
 using strata::Shape;
 using strata::Tensor;
@@ -97,3 +99,5 @@ TEST_CASE("a host pointer handed to a device tensor operation is an error, not a
   CHECK_THROWS_AS(CudaSpace::upload(host.data(), host.data(), 16), strata::Error);
   CHECK_THROWS_AS(CudaSpace::copy(host.data(), host.data(), 16), strata::Error);
 }
+
+}  // namespace cuda_tensor_gpu_test

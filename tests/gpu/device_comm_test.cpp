@@ -23,6 +23,8 @@
 
 #include "device_vector.hpp"
 
+namespace device_comm_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 namespace {
 
 using strata::DeviceCommunicator;
@@ -401,3 +403,5 @@ TEST_CASE("virtual GPUs: the async forms give the blocking results, and their Wo
     require_bitwise(bcast[ur], in[1], "broadcast_async from replica 1");
   }
 }
+
+}  // namespace device_comm_gpu_test

@@ -1,11 +1,15 @@
 // main() of every GPU test: without a usable GPU (no device, no driver) the
 // test exits 77, Meson's "skipped", and says so; it never passes silently.
+// A run whose filters select no test case fails (count_selected.hpp: a
+// test of the unity group names its file with --source-file).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
 #include <cstdio>
 
 #include <strata/cuda/device.hpp>
+
+#include "../count_selected.hpp"
 
 int main(int argc, char** argv) {
   if (strata::cuda::device_count() == 0) {
@@ -14,5 +18,11 @@ int main(int argc, char** argv) {
   }
   std::printf("GPU 0: %s\n", strata::cuda::device_name(0).c_str());
   doctest::Context context(argc, argv);
-  return context.run();
+  const int res = context.run();
+  if (context.shouldExit() || res != 0) return res;
+  if (strata_test::selected_test_cases() == 0) {
+    std::fprintf(stderr, "%s: no test case matches the filters: nothing was tested\n", argc > 0 ? argv[0] : "test");
+    return 1;
+  }
+  return 0;
 }

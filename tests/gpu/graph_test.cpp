@@ -13,6 +13,8 @@
 
 #include "gpu_util.hpp"
 
+namespace graph_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 using namespace gpu_test;
 using strata::kernels::Activation;
 
@@ -129,3 +131,5 @@ TEST_CASE("events time and order work on a stream") {
   b.wait(other.get());  // another stream waits for the fill, on the device
   other.synchronize();
 }
+
+}  // namespace graph_gpu_test

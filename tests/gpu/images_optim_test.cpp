@@ -14,6 +14,8 @@
 
 #include "gpu_util.hpp"
 
+namespace images_optim_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 using namespace gpu_test;
 using strata::kernels::Window2D;
 
@@ -123,3 +125,5 @@ TEST_CASE("SGD (plain, momentum, Nesterov) and Adam updates are bitwise the host
   check_bitwise(dv.read(), v, "adam v");
   check_bitwise(dw.read(), w, "adam weights");
 }
+
+}  // namespace images_optim_gpu_test

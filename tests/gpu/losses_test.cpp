@@ -14,6 +14,8 @@
 
 #include "gpu_util.hpp"
 
+namespace losses_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 using namespace gpu_test;
 
 namespace {
@@ -193,3 +195,5 @@ TEST_CASE("count_nonfinite counts NaN and both infinities exactly, as the host")
   gpu().count_nonfinite(dx, 0, acc.get());
   CHECK(acc.read()[0] == want + 2.0);
 }
+
+}  // namespace losses_gpu_test

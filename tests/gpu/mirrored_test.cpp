@@ -21,6 +21,8 @@
 #include "../blobs.hpp"
 #include "gpu_util.hpp"
 
+namespace mirrored_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 namespace nn = strata::nn;
 
 namespace {
@@ -128,3 +130,5 @@ TEST_CASE("MirroredStrategy with one replica per GPU (NCCL where built) takes on
   CHECK(got.iterations == want.iterations);
   gpu_test::check_close(got.w, want.w, 1e-3, 2e-4, "weights against one GPU");
 }
+
+}  // namespace mirrored_gpu_test

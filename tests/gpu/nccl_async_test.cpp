@@ -25,6 +25,8 @@
 
 #include "device_vector.hpp"
 
+namespace nccl_async_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -195,3 +197,5 @@ TEST_CASE("a host wait behind NCCL work whose peer never joins on its GPU is a b
     stager.download(s.get(), host.data(), a.get(), host.size() * sizeof(float));
   });
 }
+
+}  // namespace nccl_async_gpu_test

@@ -26,6 +26,8 @@
 
 #include "device_vector.hpp"
 
+namespace nccl_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -405,3 +407,5 @@ TEST_CASE("buffers must be memory of the communicator's GPU") {
   CHECK(c.failure().empty());
   CHECK_THROWS_AS(team.communicator(1, s.get()), strata::Error);
 }
+
+}  // namespace nccl_gpu_test

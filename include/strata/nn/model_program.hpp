@@ -299,8 +299,8 @@ class LayerProgram final : public ModelProgram {
       const std::size_t k = consumers[l][0];
       if (inputs[k].size() != 1 || roles[k] != TensorRole::Replicated) continue;
       if (!dynamic_cast<const Dense*>(layers[l].get()) || !dynamic_cast<const Dense*>(layers[k].get())) continue;
-      if (std::any_of(stages.begin(), stages.end(), [&](Range r) { return (l >= r.begin && l < r.end) != (k >= r.begin && k < r.end); }))
-        continue;  // a stage boundary between them
+      const auto apart = [&](Range r) { return (l >= r.begin && l < r.end) != (k >= r.begin && k < r.end); };
+      if (std::any_of(stages.begin(), stages.end(), apart)) continue;  // a stage boundary between them
       if (layers[l]->can_split(TensorRole::Column, size) && layers[k]->can_split(TensorRole::Row, size))
         roles[l] = TensorRole::Column, roles[k] = TensorRole::Row;
     }

@@ -42,9 +42,10 @@ class LayerStage final : public StageProgram {
       for (const auto& p : specs_.back()) n += p.shape.elements();
     }
     if (n != value.size() || n != grad.size())
-      throw Error(m.kind + ": a pipeline stage of layers " + std::to_string(r_.begin) + " to " + std::to_string(r_.end - 1) + " holds " + std::to_string(n) +
-                  " parameters, bound to " + std::to_string(value.size()) + " values and " +
-                  std::to_string(grad.size()) + " gradients (an internal error)");
+      throw Error(m.kind + ": a pipeline stage of layers " + std::to_string(r_.begin) + " to " +
+                  std::to_string(r_.end - 1) + " holds " + std::to_string(n) + " parameters, bound to " +
+                  std::to_string(value.size()) + " values and " + std::to_string(grad.size()) +
+                  " gradients (an internal error)");
     sums_.resize(c_, Shape{m.metrics.size() + 3});
     host_sums_.resize(m.metrics.size() + 3);
   }

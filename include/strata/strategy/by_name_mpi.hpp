@@ -55,7 +55,8 @@ struct MpiStrategies {
   //! environment (no MPI call): 1 when not under mpirun.
   [[nodiscard]] static int launched_ranks() { return detail::launched_ranks(); }
   //! The stages with("pipeline", c, fn) splits a model into: under mpirun one
-  //! per rank (a stage member), the ranks / (c.data_parallel x c.stage_tensor_parallel) (c.stages, when given, must make
+  //! per rank (per member of a stage), the ranks / (c.data_parallel x
+  //! c.stage_tensor_parallel) (c.stages, when given, must make
   //! exactly the ranks); else InProcessStrategies::pipeline_stages(c).
   [[nodiscard]] static int pipeline_stages(const StrategyChoice& c) {
     const int ranks = launched_ranks();

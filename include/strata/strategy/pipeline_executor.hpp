@@ -160,7 +160,8 @@ class PipelineExecutor final : public Executor {
   //! Every stage's (member's) parts joined (across ranks: the others' as of the last training pass's end).
   std::vector<Tensor<float>> optimizer_state() override {
     if (updaters_.empty()) return {};
-    return join_state_segments(ln_.value.size(), std::span<const std::vector<TensorSegment>>(ln_.segs), [&](std::size_t j) {
+    const std::span<const std::vector<TensorSegment>> parts(ln_.segs);
+    return join_state_segments(ln_.value.size(), parts, [&](std::size_t j) {
       return updaters_[j] ? updaters_[j]->state() : state_segments(state_, ln_.segs[j]);
     });
   }
@@ -186,7 +187,8 @@ class PipelineExecutor final : public Executor {
         if (state_.empty()) return;
         const auto mine = updaters_[s * ln_.T + t]->state();
         for (std::size_t k = 0; k < mine.size(); ++k)
-          move_segments(ln_.segs[s * ln_.T + t], state_[k].span(), const_cast<Tensor<float>&>(mine[k]).span(), true);
+          move_segments(ln_.segs[s * ln_.T + t], state_[k].span(), const_cast<Tensor<float>&>(mine[k]).span(),
+                        true);
       });
       ln_.read_back();  // lanes with buffers of their own: the host copy current
       tr_.end_pass(ln_.value, state_, ln_.segs, stats_);
@@ -348,9 +350,9 @@ class PipelineExecutor final : public Executor {
     if (clip > 0.f)  // clipping by the global norm: over every stage's layers (L.bad: the scratch of a GPU stage)
       timed([&] {
         double mine_sq = 0;  // copy 0 counts (a member: its own elements, member 0 the replicated ones too)
-        if (d == 0) mine_sq = ln_.T == 1 ? square_sum_in(L.c, g, L.bad) : ln_.counted_sum(j, hg, [&](std::span<const float> x) {
-          return square_sum_in(nullptr, x, L.bad);
-        });
+        if (d == 0 && ln_.T == 1) mine_sq = square_sum_in(L.c, g, L.bad);
+        else if (d == 0)
+          mine_sq = ln_.counted_sum(j, hg, [&](std::span<const float> x) { return square_sum_in(nullptr, x, L.bad); });
         const double sq = tr_.sum_squares(ctx, mine_sq);
         if (d != ln_.copies.begin) return;
         clip_in(L.c, g, sq, clip, L.bad);
