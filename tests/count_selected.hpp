@@ -4,10 +4,12 @@
 // naming its file, and a name that matched nothing would otherwise pass,
 // having run nothing.
 //   #include "count_selected.hpp"   // in the file that defines main(), once
-//   if (ctx.run() == 0 && strata_test::selected_test_cases() == 0) return 1;
+//   return strata_test::run_selected(ctx, argv[0]);   // (mpi_main.cpp: selected_test_cases() after ctx.run())
 #pragma once
 
 #include <doctest/doctest.h>
+
+#include <cstdio>
 
 namespace strata_test {
 
@@ -32,6 +34,18 @@ struct CountSelected : doctest::IReporter {
 
 //! Test cases the last run's filters selected.
 inline unsigned selected_test_cases() { return selected_cases; }
+
+//! Runs `ctx`; a run that passed but whose filters selected no test case
+//! fails, saying so (`prog`: the program's name, for the message).
+inline int run_selected(doctest::Context& ctx, const char* prog) {
+  const int res = ctx.run();
+  if (ctx.shouldExit() || res != 0) return res;
+  if (selected_test_cases() == 0) {
+    std::fprintf(stderr, "%s: no test case matches the filters: nothing was tested\n", prog);
+    return 1;
+  }
+  return 0;
+}
 
 }  // namespace strata_test
 

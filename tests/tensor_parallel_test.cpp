@@ -205,14 +205,8 @@ TEST_CASE("tensor parallel: a checkpoint written at T = 2 continues at T = 1 and
 TEST_CASE("tensor parallel: what cannot be split is refused with a sentence") {
   auto refused = [](int replicas, std::size_t T, std::size_t heads, const std::string& words) {
     TP_STRATEGY(s, replicas, T);
-    auto model = s.scope([&] { return gpt(heads); });
-    model.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
-    try {
-      model.build(strata::Shape{8});
-      FAIL("built");
-    } catch (const strata::Error& e) {
-      CHECK_MESSAGE(std::string(e.what()).find(words) != std::string::npos, e.what());
-    }
+    const std::string what = strata_test::build_error(s, heads);
+    CHECK_MESSAGE(what.find(words) != std::string::npos, what);
   };
   refused(3, 3, 4, "'multi_head_attention' (MultiHeadAttention) has 4 heads: they cannot be split evenly over 3");
   refused(4, 4, 2, "has 2 heads, fewer than the 4 tensor-parallel replicas");
@@ -268,20 +262,10 @@ TEST_CASE("tensor parallel on GPU replicas (the host's compute standing in) give
 // the deadline; one that fails releases them at once with its message (no hang).
 TEST_CASE("tensor parallel: a stalled member is named within the deadline, a failed one releases the others") {
   using namespace std::chrono_literals;
-  const Tokens d;
-  auto run = [&](int replicas, std::chrono::milliseconds timeout, auto&& hook) {
+  auto run = [](int replicas, std::chrono::milliseconds timeout, auto&& hook) {
     strata::MirroredStrategy s{strata::cpu_replicas(replicas), strata::CommOptions{.timeout = timeout}};
     s.executor_options().tensor_parallel = 2;
-    auto model = s.scope([] { return gpt(); });
-    model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 1});
-    const auto t0 = std::chrono::steady_clock::now();
-    std::string what;
-    try {
-      for (const auto& b : s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12))) model.train_step(b, hook);
-    } catch (const std::exception& e) {
-      what = e.what();
-    }
-    return std::pair{what, std::chrono::steady_clock::now() - t0};
+    return strata_test::steps_until_error(s, hook);
   };
   for (int replicas : {2, 4}) {  // one copy; two copies (the copies' sum too)
     INFO(replicas, " replicas");

@@ -206,14 +206,8 @@ TEST_CASE("D x T x S: what cannot be split is refused with a sentence") {
   auto refused = [](int replicas, std::size_t T, std::size_t heads, const std::string& words) {
     strata::PipelineStrategy s{strata::cpu_replicas(replicas)};
     s.pipeline_options().tensor_parallel = T;
-    auto model = s.scope([&] { return strata_test::tiny_gpt(heads); });
-    model.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
-    try {
-      model.build(strata::Shape{8});
-      FAIL("built");
-    } catch (const strata::Error& e) {
-      CHECK_MESSAGE(std::string(e.what()).find(words) != std::string::npos, e.what());
-    }
+    const std::string what = strata_test::build_error(s, heads);
+    CHECK_MESSAGE(what.find(words) != std::string::npos, what);
   };
   refused(6, 3, 4, "has 4 heads: they cannot be split evenly over 3");
   refused(5, 2, 4, "5 replicas do not make data_parallel = 1 copies of a pipeline whose stages "
@@ -229,22 +223,12 @@ TEST_CASE("D x T x S: what cannot be split is refused with a sentence") {
 // the deadline; one that fails releases them at once with its message (no hang).
 TEST_CASE("D x T x S: a stalled member is named within the deadline, a failed one releases the others") {
   using namespace std::chrono_literals;
-  const Tokens d;
-  auto run = [&](std::chrono::milliseconds timeout, auto&& hook) {
+  auto run = [](std::chrono::milliseconds timeout, auto&& hook) {
     strata::PipelineStrategy s{strata::cpu_replicas(8), strata::CommOptions{.timeout = timeout}};
     s.pipeline_options().micro_batches = 2;
     s.pipeline_options().data_parallel = 2;
     s.pipeline_options().tensor_parallel = 2;
-    auto model = s.scope([] { return strata_test::tiny_gpt(); });
-    model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 1});
-    const auto t0 = std::chrono::steady_clock::now();
-    std::string what;
-    try {
-      for (const auto& b : s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12))) model.train_step(b, hook);
-    } catch (const std::exception& e) {
-      what = e.what();
-    }
-    return std::pair{what, std::chrono::steady_clock::now() - t0};
+    return strata_test::steps_until_error(s, hook);
   };
   // lane 1: member 1 of stage 0 of copy 0
   const std::string stalled = run(1000ms, [](strata::ReplicaGradient& g) {

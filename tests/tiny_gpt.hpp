@@ -1,15 +1,21 @@
 #pragma once
 // The tensor-parallel tests' model and data (tests/tensor_parallel_test.cpp,
-// tests/mpi/tensor_parallel_test.cpp): one pre-norm transformer block small
-// enough to train in a test, token sequences to train it on (the same on
-// every worker: a seeded draw), and the weights flattened for comparison.
+// tests/tensor_pipeline_test.cpp, tests/mpi/): one pre-norm transformer block
+// small enough to train in a test, token sequences to train it on (the same on
+// every worker: a seeded draw), the weights flattened for comparison, and the
+// refusal and failure runs both strategies' tests make of it.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <exception>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
 
+#include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 
 namespace strata_test {
@@ -39,6 +45,41 @@ inline strata::nn::Model tiny_gpt(std::size_t heads = 4) {
   nn::Node f = nn::Dense{64, {.activation = nn::Activation::GELU}}(nn::LayerNorm{}(h));
   h = nn::Add{}(h, nn::Dense{16}(f));
   return nn::Model{in, nn::Dense{13}(nn::LayerNorm{}(h))};
+}
+
+// What building tiny_gpt(heads), compiled, in `s`'s scope throws as a strata::Error ("" and a failed
+// test when it builds): the refusals of a split that cannot be.
+template <class S>
+std::string build_error(S& s, std::size_t heads) {
+  namespace nn = strata::nn;
+  auto model = s.scope([&] { return tiny_gpt(heads); });
+  model.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  try {
+    model.build(strata::Shape{8});
+  } catch (const strata::Error& e) {
+    return e.what();
+  }
+  FAIL("built");
+  return {};
+}
+
+// tiny_gpt trained in `s` by custom steps (SGD, batches of 12 of Tokens) with
+// gradient hook `hook` until a step throws: its message ("" if none did), and
+// the time from the first step.
+template <class S, class Hook>
+std::pair<std::string, std::chrono::steady_clock::duration> steps_until_error(S& s, Hook&& hook) {
+  namespace nn = strata::nn;
+  const Tokens d;
+  auto model = s.scope([] { return tiny_gpt(); });
+  model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 1});
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    for (const auto& b : s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12))) model.train_step(b, hook);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  return {what, std::chrono::steady_clock::now() - t0};
 }
 
 inline std::vector<float> flat(const std::vector<strata::nn::NamedTensor>& ws) {

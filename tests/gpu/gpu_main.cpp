@@ -18,11 +18,5 @@ int main(int argc, char** argv) {
   }
   std::printf("GPU 0: %s\n", strata::cuda::device_name(0).c_str());
   doctest::Context context(argc, argv);
-  const int res = context.run();
-  if (context.shouldExit() || res != 0) return res;
-  if (strata_test::selected_test_cases() == 0) {
-    std::fprintf(stderr, "%s: no test case matches the filters: nothing was tested\n", argc > 0 ? argv[0] : "test");
-    return 1;
-  }
-  return 0;
+  return strata_test::run_selected(context, argc > 0 ? argv[0] : "test");
 }
