@@ -281,10 +281,10 @@ class FitBackup {
     trace::Span span{"backup", trace::Category::Checkpoint, {{"step", p.step}}};
     const auto path = b_.path_for(p.step);
     std::string why;
-    if (m_.is_chief()) {
+    if (m_.is_chief() || m_.state_reads_collective()) {  // sharded state: every worker joins it, the chief writes
       try {
         m_.save_checkpoint(path, p, extras());
-        b_.prune(p.step);
+        if (m_.is_chief()) b_.prune(p.step);
       } catch (const std::exception& e) {
         why = e.what();
       }

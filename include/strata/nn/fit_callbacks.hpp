@@ -67,6 +67,7 @@ class ModelAccessOf final : public ModelAccess {
  public:
   explicit ModelAccessOf(Model& m) : m_(m) {}
   bool is_chief() const override { return m_.is_chief(); }
+  bool state_reads_collective() const override { return m_.state_reads_collective(); }
   std::vector<io::NamedTensor> get_weights() const override { return m_.get_weights(); }
   void set_weights(const std::vector<io::NamedTensor>& ws) override { m_.set_weights(ws); }
   void save_weights(const std::filesystem::path& path) const override { m_.save_weights(path); }

@@ -18,6 +18,11 @@ class ModelAccess {
   virtual ~ModelAccess() = default;
   //! Whether this process is the chief (the one that prints and writes files).
   [[nodiscard]] virtual bool is_chief() const = 0;
+  //! Whether reading the model's state is collective (ZeRO 2 and 3 across
+  //! workers: Sequential::state_reads_collective): then every worker calls
+  //! save_checkpoint (and, at stage 3, get_weights and save_weights), the
+  //! chief alone writing.
+  [[nodiscard]] virtual bool state_reads_collective() const { return false; }
   //! The parameters, named "<layer>/<param>" (Sequential::get_weights).
   [[nodiscard]] virtual std::vector<io::NamedTensor> get_weights() const = 0;
   //! Sets every copy of the parameters (Sequential::set_weights).

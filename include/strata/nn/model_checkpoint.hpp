@@ -117,12 +117,13 @@ class ModelCheckpoint : public Callback {
   //! Writes `path` on the chief; every worker learns whether it could (collective).
   void save(const std::filesystem::path& path) {
     std::string why;
-    if (model().is_chief()) {
+    const bool chief = model().is_chief();
+    if (chief || model().state_reads_collective()) {  // sharded state: every worker joins it, the chief writes
       try {
-        if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+        if (chief && path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
         if (o_.weights_only) model().save_weights(path);
         else model().save_checkpoint(path);
-        last_ = path;
+        if (chief) last_ = path;
       } catch (const std::exception& e) {
         why = e.what();
       }

@@ -80,6 +80,11 @@ class Executor {
   virtual void end_fit() {}
   //! The process that reports (prints) for all.
   [[nodiscard]] virtual bool is_chief() const noexcept { return true; }
+  //! Whether reading the logical state (optimizer_state(), and value()
+  //! where the values are sharded) is collective across workers: every
+  //! worker holds only its shards (ZeRO 2 and 3 across workers), so every
+  //! worker calls it and the chief alone writes (Model::save_checkpoint).
+  [[nodiscard]] virtual bool state_reads_collective() const noexcept { return false; }
 };
 
 namespace detail {

@@ -128,10 +128,12 @@ struct ExecutorOptions {
 //! What `o` does to the gradient of `local` CPU replicas per worker over
 //! `workers` workers, in words (the examples' summary), by the mirrored
 //! executors' rules: ZeRO 1 within one process (Auto: from 3 replicas, not
-//! under compression), stages 2 and 3 in one process, buckets at stage 0.
+//! under compression), stages 2 and 3 over every worker's replicas, buckets at stage 0.
 //!   std::puts(strata::describe_gradient(s.executor_options(), 4, 1).c_str());
 inline std::string describe_gradient(const ExecutorOptions& o, std::size_t local, int workers) {
   int stage = zero_stage(o.sharded_update, local);
+  if (o.sharded_update == ShardedUpdate::Gradients || o.sharded_update == ShardedUpdate::Parameters)
+    stage = zero_stage(o.sharded_update, local * static_cast<std::size_t>(workers > 1 ? workers : 1));
   const bool automatic = o.sharded_update == ShardedUpdate::Auto;
   if (stage == 1 && (workers > 1 || (automatic && o.compression != Compression::None))) stage = 0;
   static constexpr const char* sharded[] = {"every replica holds the whole model (ZeRO 0)",
@@ -139,6 +141,7 @@ inline std::string describe_gradient(const ExecutorOptions& o, std::size_t local
                                             "gradient and optimizer state sharded over the replicas (ZeRO 2)",
                                             "values, gradient and optimizer state sharded over the replicas (ZeRO 3)"};
   std::string out = sharded[stage];
+  if (stage >= 2 && workers > 1) out.insert(out.size() - 9, " of every worker");
   if (automatic) out += " (the default at " + std::to_string(local) + (local == 1 ? " replica)" : " replicas)");
   if (stage >= 2) out += "; each layer's gradient reduce-scattered as backward ends it";
   else if (stage == 1) out += "; one reduce-scatter after backward";

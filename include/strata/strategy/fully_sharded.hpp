@@ -86,11 +86,27 @@ void sharded_update(Coll& coll, std::span<float> values, std::span<const float> 
 
 //! Where every replica's shards lie: the units (contiguous ranges of the
 //! flat parameters, in order, together covering them) and the p owners.
+//! Across workers (groups: worker w runs groups[w] replicas, numbered after
+//! those of workers 0 .. w-1) each unit is cut first by worker,
+//! shard_range(unit, W, w) (what MPI's reduce-scatter and all-gather
+//! between the workers move), then by local replica, shard_range(that
+//! block, groups[w], l); one group is the one-process layout,
+//! shard_range(unit, p, r).
 class ShardLayout {
  public:
   ShardLayout() = default;
-  //! Units of `sizes` elements each (zero sizes dropped), over `p` replicas.
-  ShardLayout(const std::vector<std::size_t>& sizes, std::size_t p) : p_(p) {
+  //! Units of `sizes` elements each (zero sizes dropped), over `p` replicas in one process.
+  ShardLayout(const std::vector<std::size_t>& sizes, std::size_t p)
+      : ShardLayout(sizes, std::vector<std::size_t>{p}) {}
+  //! The same over workers of `groups[w]` replicas each (none empty).
+  ShardLayout(const std::vector<std::size_t>& sizes, const std::vector<std::size_t>& groups) {
+    where_.clear();
+    for (std::size_t w = 0; w < groups.size(); ++w) {
+      if (!groups[w]) throw Error("ShardLayout: worker " + std::to_string(w) + " has no replica");
+      for (std::size_t l = 0; l < groups[w]; ++l) where_.push_back({w, l, groups[w]});
+    }
+    workers_ = groups.size();
+    p_ = where_.size();
     std::size_t at = 0;
     for (std::size_t n : sizes) {
       if (n) units_.push_back({at, at + n});
@@ -99,12 +115,12 @@ class ShardLayout {
       else second_ = std::max(second_, n);
     }
     n_ = at;
-    own_.assign(p, {});
-    owned_.assign(p, 0);
-    for (std::size_t r = 0; r < p; ++r)
-      for (const Range& u : units_) {
+    own_.assign(p_, {});
+    owned_.assign(p_, 0);
+    for (std::size_t r = 0; r < p_; ++r)
+      for (std::size_t u = 0; u < units_.size(); ++u) {
         own_[r].push_back(owned_[r]);
-        owned_[r] += shard_range(u.size(), p, r).size();
+        owned_[r] += slice(u, r).size();
       }
   }
   [[nodiscard]] std::size_t params() const noexcept { return n_; }
@@ -118,7 +134,17 @@ class ShardLayout {
   //! Elements replica r owns (its slice of every unit).
   [[nodiscard]] std::size_t owned(std::size_t r) const { return owned_[r]; }
   //! Replica r's slice of unit u, within the unit.
-  [[nodiscard]] Range slice(std::size_t u, std::size_t r) const { return shard_range(units_[u].size(), p_, r); }
+  [[nodiscard]] Range slice(std::size_t u, std::size_t r) const {
+    const Place& at = where_[r];
+    const Range block = worker_block(u, at.worker);
+    const Range s = shard_range(block.size(), at.of, at.local);
+    return {block.begin + s.begin, block.begin + s.end};
+  }
+  //! The part of unit u (within it) worker w's replicas own together.
+  [[nodiscard]] Range worker_block(std::size_t u, std::size_t w) const {
+    return shard_range(units_[u].size(), workers_, w);
+  }
+  [[nodiscard]] std::size_t workers() const noexcept { return workers_; }
   //! Where that slice starts in replica r's owned vector.
   [[nodiscard]] std::size_t owned_at(std::size_t u, std::size_t r) const { return own_[r][u]; }
   //! The unit that starts at `begin` of the flat layout, else an Error.
@@ -140,6 +166,11 @@ class ShardLayout {
   }
 
  private:
+  struct Place {
+    std::size_t worker, local, of;  // of: the worker's replicas
+  };
+  std::vector<Place> where_{{0, 0, 1}};
+  std::size_t workers_ = 1;
   std::size_t p_ = 1, n_ = 0, largest_ = 0, second_ = 0;
   std::vector<Range> units_;
   std::vector<std::vector<std::size_t>> own_;  // per replica, per unit: the slice's start in its owned vector

@@ -2,12 +2,19 @@
 //! The executor of Mirrored placement at ZeRO stage 2 (ShardedUpdate::
 //! Gradients) and stage 3 (ShardedUpdate::Parameters, fully sharded), for
 //! CPU replicas whose replica context gathers and reduce-scatters without
-//! waiting (one process: MirroredStrategy). The shard layout, the windows
+//! waiting: MirroredStrategy in one process, and MultiWorkerMirroredStrategy
+//! across workers (the layout over every worker's replicas: each holds
+//! 1/p of the whole job's state; strategy/multi_worker_sharding.hpp's
+//! hierarchical collectives). The shard layout, the windows
 //! and what a step does are strategy/fully_sharded.hpp's; this executor
 //! places the shards, hands each replica's step its windows, updates each
 //! replica's owned slice, and reads and writes the variables and the
 //! optimizer state as the logical whole, so checkpoints load across stages
-//! and replica counts (a logical checkpoint, as everywhere).
+//! and replica counts (a logical checkpoint, as everywhere). Across workers
+//! another worker's shards are not in this process: reading the optimizer
+//! state (and, at stage 3, the values) is collective, every worker joining
+//! its shards (state_reads_collective; Model::save_checkpoint and the
+//! callbacks that save call it on every worker, the chief alone writing).
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
 //!   s.executor_options().sharded_update = strata::ShardedUpdate::Parameters;   // before making the model
 
@@ -19,6 +26,7 @@
 #include <vector>
 
 #include <strata/comm/reduce_op.hpp>
+#include <strata/core/trace.hpp>
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/host/memory.hpp>
 #include <strata/strategy/executor_options.hpp>
@@ -39,6 +47,18 @@ concept ShardingContext = requires(Ctx& c, std::span<const float> in, std::span<
   { c.reduce_scatter_async(in, out, Sum) } -> std::same_as<Work>;
 };
 
+//! The replicas of each worker of `s` (one process: one worker).
+template <class S>
+std::vector<std::size_t> sharding_groups(S& s) {
+  if constexpr (requires { s.local_replicas_of(0); }) {
+    std::vector<std::size_t> g;
+    for (int w = 0; w < s.num_workers(); ++w) g.push_back(static_cast<std::size_t>(s.local_replicas_of(w)));
+    return g;
+  } else {
+    return {static_cast<std::size_t>(s.num_local_replicas())};
+  }
+}
+
 //! The unit sizes of a program's shard layout: each layer's parameters.
 inline std::vector<std::size_t> shard_units(const ModelProgram& program) {
   try {
@@ -57,11 +77,15 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
  public:
   //! `stage`: 2 or 3.
   FullyShardedExecutor(S& s, ModelProgram& program, ExecutorOptions opts, int stage)
-      : Base(s, program), opts_(opts), stage_(stage) {}
+      : Base(s, program), opts_(opts), stage_(stage), groups_(sharding_groups(s)) {
+    if constexpr (requires { s.first_local_replica(); }) first_ = static_cast<std::size_t>(s.first_local_replica());
+    this->slices_span_workers_ = groups_.size() > 1;
+  }
   ~FullyShardedExecutor() override { this->reps_.clear(); }
 
   [[nodiscard]] std::string collectives_choice() const override {
-    const std::string p = std::to_string(layout_.replicas());
+    std::string p = std::to_string(layout_.replicas());
+    if (groups_.size() > 1) p += " (every worker's replicas)";
     if (stage_ == 2)
       return "ZeRO stage 2: each layer's gradient reduce-scattered as backward finishes it; each replica keeps "
              "1/" + p + " of the summed gradient and of the optimizer state, updates its slice, and the slices are "
@@ -75,34 +99,39 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   void reset_optimizer() override {
     for (std::size_t r = 0; r < updaters_.size(); ++r) {
       updaters_[r].reset();
-      if (this->program_.compiled()) updaters_[r] = this->program_.make_updater(layout_.owned(r));
+      if (this->program_.compiled()) updaters_[r] = this->program_.make_updater(layout_.owned(first_ + r));
     }
   }
+  [[nodiscard]] bool state_reads_collective() const noexcept override { return groups_.size() > 1; }
+  //! Across workers: collective (every worker calls it).
   std::vector<Tensor<float>> optimizer_state() override {
     if (updaters_.empty() || !updaters_.front()) return {};
-    return join_owned(layout_, [&](std::size_t r) { return updaters_[r]->state(); });
+    return join_shards([&](std::size_t r) { return updaters_[r]->state(); });
   }
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
     if (updaters_.empty() || !updaters_.front())
       throw Error("set_optimizer_state: the model is not compiled and placed yet");
     check_state_slots(slots, this->program_.num_params());
-    for (std::size_t r = 0; r < updaters_.size(); ++r) updaters_[r]->set_state(owned_part(layout_, r, slots));
+    for (std::size_t r = 0; r < updaters_.size(); ++r) updaters_[r]->set_state(owned_part(layout_, first_ + r, slots));
   }
 
-  //! The whole variables: replica 0's copy (stage 2), or every replica's slices joined (stage 3).
+  //! The whole variables: replica 0's copy (stage 2), or every replica's
+  //! slices joined (stage 3; across workers collective: every worker calls it).
   [[nodiscard]] const Tensor<float>& value() const override {
     if (host_) return *host_;
-    host_.emplace(Shape{this->program_.num_params()});
     if (stage_ == 2) {
+      host_.emplace(Shape{this->program_.num_params()});
       if (!values_.empty()) std::copy_n(values_.front().data(), host_->size(), host_->data());
       return *host_;
     }
-    for (std::size_t r = 0; r < shards_.size(); ++r) {
+    auto joined = join_shards([&](std::size_t r) {
       const std::span<float> mine = shards_[r]->owned_values();
-      layout_.for_each_slice(r, [&](Range flat, std::size_t at) {
-        std::copy_n(mine.data() + at, flat.size(), host_->data() + flat.begin);
-      });
-    }
+      std::vector<Tensor<float>> one;
+      one.emplace_back(Shape{mine.size()});
+      std::copy(mine.begin(), mine.end(), one.back().data());
+      return one;
+    });
+    host_.emplace(joined.empty() ? Tensor<float>(Shape{this->program_.num_params()}) : std::move(joined.front()));
     return *host_;
   }
   void assign(const Tensor<float>& v) override {
@@ -116,7 +145,7 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     }
     for (std::size_t r = 0; r < shards_.size(); ++r) {
       const std::span<float> mine = shards_[r]->owned_values();
-      layout_.for_each_slice(r, [&](Range flat, std::size_t at) {
+      layout_.for_each_slice(first_ + r, [&](Range flat, std::size_t at) {
         std::copy_n(v.data() + flat.begin, flat.size(), mine.data() + at);
       });
     }
@@ -127,14 +156,14 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   void place_values(const Tensor<float>& init, std::size_t local) {
     this->reps_.clear();  // bound to the buffers below
     const std::size_t n = init.size();
-    layout_ = ShardLayout(shard_units(this->program_), local);
-    check_budget(n, local);
+    layout_ = ShardLayout(shard_units(this->program_), groups_);
+    check_budget(n, layout_.replicas());
     shards_.clear();
     values_.clear();
     if (stage_ == 2) values_.assign(local, init);
     for (std::size_t r = 0; r < local; ++r)
       shards_.push_back(std::make_unique<ShardedReplica>(
-          layout_, r, stage_, stage_ == 2 ? std::span<const float>(values_[r].span()) : std::span<const float>{}));
+          layout_, first_ + r, stage_, stage_ == 2 ? std::span<const float>(values_[r].span()) : std::span<const float>{}));
     bad_.resize(local);
     staged_.assign(local, Tensor<float>{});
     updaters_.resize(local);
@@ -187,7 +216,8 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     Tensor<float>& staged = staged_[r];
     if (staged.size() != g.size()) staged = Tensor<float>(Shape{g.size()});
     const std::span<float> w = values_[r].span();
-    layout_.for_each_slice(r, [&](Range flat, std::size_t at) {
+    const std::size_t id = first_ + r;  // its global replica id
+    layout_.for_each_slice(id, [&](Range flat, std::size_t at) {
       updaters_[r]->apply(w.subspan(flat.begin, flat.size()), g.subspan(at, flat.size()), at, it);
       std::copy_n(w.data() + flat.begin, flat.size(), staged.data() + at);
     });
@@ -196,15 +226,59 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
       for (std::size_t u = 0; u < layout_.units().size(); ++u) {
         const Range unit = layout_.units()[u];
         gathers.push_back(ctx.all_gather_async(
-            std::span<const float>(staged.data() + layout_.owned_at(u, r), layout_.slice(u, r).size()),
+            std::span<const float>(staged.data() + layout_.owned_at(u, id), layout_.slice(u, id).size()),
             w.subspan(unit.begin, unit.size())));
       }
       for (Work& x : gathers) x.wait();
     }
   }
 
+  //! Whole slots from every replica's owned ones (`part(r)`: local replica
+  //! r's slots, in its owned layout): across workers each worker's joined
+  //! and all-gathered between the workers (collective), else joined here.
+  template <class Part>
+  std::vector<Tensor<float>> join_shards(Part&& part) const {
+    if constexpr (requires(S& x) { x.local_replicas_of(0); }) {  // across workers: MultiWorkerMirroredStrategy
+      if (groups_.size() > 1) return join_across_workers(std::forward<Part>(part));
+    }
+    return join_owned(layout_, std::forward<Part>(part));
+  }
+  template <class Part>
+  std::vector<Tensor<float>> join_across_workers(Part&& part) const {
+    const std::size_t local = shards_.size(), p = layout_.replicas();
+    std::vector<std::vector<Tensor<float>>> mine(local);
+    for (std::size_t r = 0; r < local; ++r) mine[r] = part(r);
+    // every worker joins the same number of slots (the same model and optimizer: agreed at placing)
+    const std::size_t slots = mine.empty() ? 0 : mine.front().size();
+    std::size_t here = 0, all = 0;
+    for (std::size_t g = 0; g < p; ++g) (g >= first_ && g < first_ + local ? here : all) += layout_.owned(g);
+    all += here;
+    std::vector<Tensor<float>> out;
+    std::vector<float> send(here), got(all);
+    for (std::size_t k = 0; k < slots; ++k) {
+      std::size_t at = 0;
+      for (std::size_t r = 0; r < local; ++r) {
+        std::copy_n(mine[r][k].data(), layout_.owned(first_ + r), send.data() + at);
+        at += layout_.owned(first_ + r);
+      }
+      trace::Span span{"sharded state gather", trace::Category::Collective, {{"floats", all}}};
+      this->s_.communicator().all_gather(std::span<const float>(send), std::span<float>(got));
+      Tensor<float>& whole = out.emplace_back(Shape{layout_.params()});
+      std::size_t from = 0;  // replica g's owned vector in `got`: replicas in global order
+      for (std::size_t g = 0; g < p; ++g) {
+        layout_.for_each_slice(g, [&](Range flat, std::size_t o) {
+          std::copy_n(got.data() + from + o, flat.size(), whole.data() + flat.begin);
+        });
+        from += layout_.owned(g);
+      }
+    }
+    return out;
+  }
+
   ExecutorOptions opts_;
   int stage_;
+  std::vector<std::size_t> groups_;  // replicas per worker
+  std::size_t first_ = 0;           // the global id of local replica 0
   ShardLayout layout_;
   std::vector<std::unique_ptr<ShardedReplica>> shards_;
   std::vector<Tensor<float>> values_;   // stage 2: each replica's whole copy
@@ -217,7 +291,8 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
 template <class S>
 std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program) {
   const ExecutorOptions& o = s.executor_options();
-  const int stage = zero_stage(o.sharded_update, static_cast<std::size_t>(s.num_local_replicas()));
+  // over every replica of every worker: ZeRO 2 and 3 shard the whole job's state
+  const int stage = zero_stage(o.sharded_update, static_cast<std::size_t>(s.num_replicas_in_sync()));
   if (stage < 2) return nullptr;
   const char* why = nullptr;
   const char* instead = "use ShardedUpdate::On or Off";
@@ -228,8 +303,7 @@ std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program) {
           "in FP32";
     instead = "use ShardedUpdate::Off, or no compression";
   } else if (!ShardingContext<typename S::context_type>) {
-    why = "its replica contexts cannot all-gather and reduce-scatter over every replica without waiting "
-          "(MultiWorkerMirroredStrategy: ZeRO 2 and 3 run within one process so far)";
+    why = "its replica contexts cannot all-gather and reduce-scatter over every replica without waiting";
     instead = "use ShardedUpdate::Off";
   }
   if (why)

@@ -114,8 +114,22 @@ class MultiWorkerReplicaContext {
   template <MutableBuffer R, ReduceOperation Op>
     requires std::ranges::borrowed_range<R>
   Work all_reduce_async(R&& data, Op op);
+  //! ZeRO 2 and 3 across workers (strategy/multi_worker_sharding.hpp): `in`,
+  //! a whole unit of the same size on every replica, summed over every
+  //! replica of every worker; this replica's slice of the sum (ShardLayout's
+  //! across workers: its worker's block shard_range(n, W, w), cut by local
+  //! replica) into `out`. Queued on this replica's progress thread, as
+  //! all_reduce_async.
+  Work reduce_scatter_async(std::span<const float> in, std::span<float> out, SumOp);
+  //! Every replica's slice (`in`, in that layout) joined into `out`, the whole unit. Queued likewise.
+  Work all_gather_async(std::span<const float> in, std::span<float> out);
 
  private:
+  void reduce_scatter_now(std::span<const float> in, std::span<float> out);
+  void all_gather_now(std::span<const float> in, std::span<float> out);
+  template <class F>
+  Work queued(const char* what, std::size_t n, F&& f);
+
   MultiWorkerMirroredStrategy& s_;
   ThreadCommunicator local_;
 };
@@ -387,3 +401,5 @@ inline void MultiWorkerReplicaContext::barrier() {
 }
 
 }  // namespace strata
+
+#include <strata/strategy/multi_worker_sharding.hpp>

@@ -95,6 +95,7 @@ class MultiWorkerExecutor final : public Executor {
   void join_predictions(std::span<float> all, bool per_worker) override { inner_->join_predictions(all, per_worker); }
   void end_fit() override { inner_->end_fit(); }
   [[nodiscard]] bool is_chief() const noexcept override { return inner_->is_chief(); }
+  [[nodiscard]] bool state_reads_collective() const noexcept override { return inner_->state_reads_collective(); }
 
  private:
   std::unique_ptr<Executor> inner_;

