@@ -59,7 +59,7 @@ class Stalls final : public nn::detail::LayerBase<Stalls> {
   int worker_, ms_, after_;
 };
 
-//! Four layers with parameters (112 | 136 | 99 | 33 floats: not divisible by 2, 3 or 4 replicas), L2 on two.
+//! Four layers with parameters (112 | 136 | 99 | 36 floats: not divisible by 2, 3 or 4 replicas), L2 on two.
 nn::Sequential model() {
   return nn::Sequential{nn::Input{{6}},
                         nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
@@ -156,6 +156,170 @@ TEST_CASE("ZeRO 2 and 3 across workers: stage 0's weights, optimizer state, eval
     }
     probe.communicator().barrier();  // the others' runs are over before the chief removes the file
     if (probe.is_chief()) std::filesystem::remove(path0);
+  }
+}
+
+TEST_CASE("a checkpoint of ZeRO 3 across workers resumes at ZeRO 0 across workers and in one process") {
+  const auto data = strata_test::blobs(60, 5);
+  const auto path = temp("resume.ckpt");
+  int workers = 0;
+  auto run = [&](ShardedUpdate mode, bool save, bool load) {
+    strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers(20s)};
+    workers = s.num_workers();
+    s.executor_options().sharded_update = mode;
+    auto m = s.scope(model);
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    auto ds = s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12));
+    if (load) {
+      m.build(strata::Shape{6});
+      m.load_checkpoint(path);
+    } else {
+      m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    }
+    if (save) m.save_checkpoint(path);  // every worker joins its shards; the chief writes
+    m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    return strata_test::flat_weights(m);
+  };
+  const auto straight = run(ShardedUpdate::Parameters, true, false);  // epoch 1, saved, epoch 2
+  const auto zero0 = run(ShardedUpdate::Off, false, true);
+  const auto zero2 = run(ShardedUpdate::Gradients, false, true);
+  if (workers == 2) {
+    CHECK(zero0 == straight);
+    CHECK(zero2 == straight);
+  } else {
+    CHECK(max_diff(zero0, straight) < 1e-5f);
+    CHECK(max_diff(zero2, straight) < 1e-5f);
+  }
+  // in one process, as many replicas as the job had: the same rows per replica, the same sums (direct, in order)
+  strata::MirroredStrategy one{strata::cpu_replicas(workers)};
+  one.executor_options().sharded_update = ShardedUpdate::Off;
+  auto m = one.scope(model);
+  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  m.build(strata::Shape{6});
+  m.load_checkpoint(path);
+  m.fit(one.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12)),
+        {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  CHECK(max_diff(strata_test::flat_weights(m), straight) < 1e-5f);
+  strata::MultiWorkerMirroredStrategy end{strata::cpu_replicas(1), strata_test::quick_workers(20s)};
+  end.communicator().barrier();
+  if (end.is_chief()) std::filesystem::remove(path);
+}
+
+TEST_CASE("ModelCheckpoint and BackupAndRestore during fit at ZeRO 3 across workers write the joined state") {
+  const auto data = strata_test::blobs(60, 5);
+  const auto dir = temp("callbacks");
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), strata_test::quick_workers(20s)};
+  if (s.is_chief()) std::filesystem::remove_all(dir);
+  s.communicator().barrier();
+  s.executor_options().sharded_update = ShardedUpdate::Parameters;
+  auto m = s.scope(model);
+  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  nn::ModelCheckpoint ckpt{(dir / "epoch{epoch}.ckpt").string(), {.weights_only = false}};
+  nn::BackupAndRestore backup{dir / "backup"};
+  m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12)),
+        {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&ckpt, &backup}});
+  CHECK(m.state_reads_collective() == (s.num_workers() > 1));
+  const auto weights = strata_test::flat_weights(m);  // collective at stage 3: every worker
+  s.communicator().barrier();
+  if (s.is_chief()) {
+    // the last epoch's file: the model's weights and every worker's shards of Adam's moments
+    strata::MirroredStrategy one{strata::cpu_replicas(1)};
+    auto loaded = one.scope(model);
+    loaded.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    loaded.build(strata::Shape{6});
+    loaded.load_checkpoint(dir / "epoch2.ckpt");
+    CHECK(strata_test::flat_weights(loaded) == weights);
+    const auto slots = optimizer_slots(dir / "epoch2.ckpt");
+    REQUIRE(slots.size() == 2);
+    for (const auto& slot : slots) {
+      CHECK(slot.size() == weights.size());
+      CHECK(std::any_of(slot.begin(), slot.end(), [](float v) { return v != 0.f; }));
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST_CASE("a per-replica memory budget counts the whole job's replicas: stage 0 refused naming a stage that fits; stage 3 trains") {
+  using strata::detail::model_state_bytes;
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers(20s)};
+  const auto p = static_cast<std::size_t>(s.num_replicas_in_sync());
+  const std::size_t n = 112 + 136 + 99 + 36;
+  const strata::detail::ShardLayout layout({112, 136, 99, 36}, std::vector<std::size_t>(p, 1));
+  const std::size_t stage3 = model_state_bytes(3, n, p, 2, layout.window_pair());
+  REQUIRE(stage3 < model_state_bytes(0, n, p, 2, layout.window_pair()));
+  REQUIRE(stage3 < model_state_bytes(3, n, 1, 2, layout.window_pair()));  // one replica alone would not fit
+  // every replica's slice of every layer is its share of the job's: the layout over all workers' replicas
+  std::size_t owned = 0;
+  for (std::size_t r = 0; r < p; ++r) {
+    CHECK(layout.owned(r) <= (n + p - 1) / p + 4);  // a slice of each of the 4 layers, rounded up at most
+    owned += layout.owned(r);
+  }
+  CHECK(owned == n);
+  const auto data = strata_test::blobs(40, 5);
+  auto make = [&](ShardedUpdate mode) {
+    s.executor_options().sharded_update = mode;
+    s.executor_options().memory_budget_bytes = stage3;
+    auto m = s.scope(model);
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(10)),
+          {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    return strata_test::flat_weights(m).size();
+  };
+  // stage 2 or 3, whichever is the first that fits over every worker's replicas (never stage 1: one process only)
+  CHECK_THROWS_WITH_AS(make(ShardedUpdate::Off), doctest::Contains("would fit"), strata::Error);
+  CHECK(make(ShardedUpdate::Parameters) == n);
+}
+
+TEST_CASE("a worker stalled in its forward while the others wait in a parameter gather is named within the deadline") {
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers(2s)};
+  s.executor_options().sharded_update = ShardedUpdate::Parameters;
+  const auto data = strata_test::blobs(60, 3);
+  auto m = s.scope([] {  // worker 1 stalls 6 s in its third step, between two layers' gathers
+    return nn::Sequential{nn::Input{{6}}, nn::Dense{16}, Stalls{1, 6000, 2}, nn::Dense{8}, nn::Dense{3}};
+  });
+  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12)),
+          {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  } catch (const strata::Error& e) {
+    what = e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO("worker ", s.worker_index(), ": ", what);
+  CHECK(!what.empty());
+  if (s.worker_index() != 1) {
+    CHECK(what.find("rank 1") != std::string::npos);
+    CHECK(took < 5s);  // the 2 s deadline (and its notice), not worker 1's 6 s stall
+  }
+}
+
+TEST_CASE("save_checkpoint called by the chief alone under sharded state fails on every worker, naming why") {
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers(5s)};
+  if (s.num_workers() < 2) return;
+  s.executor_options().sharded_update = ShardedUpdate::Gradients;
+  const auto data = strata_test::blobs(40, 5);
+  auto m = s.scope(model);
+  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  auto ds = s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(10));
+  m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  const auto path = temp("chief_alone.ckpt");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    if (s.is_chief()) m.save_checkpoint(path);  // wrong here: the others hold shards of the optimizer state
+    else m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  } catch (const strata::Error& e) {
+    what = e.what();
+  }
+  INFO("worker ", s.worker_index(), ": ", what);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  if (s.is_chief()) {
+    CHECK(what.find("on every worker together") != std::string::npos);
+    CHECK(!std::filesystem::exists(path));
+  } else {
+    CHECK(!what.empty());
   }
 }
 

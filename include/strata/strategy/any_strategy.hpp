@@ -159,35 +159,6 @@ inline std::string changed_fields(const ExecutorOptions& then, const ExecutorOpt
   return add.out;
 }
 
-//! An executor that hands every call to `inner_`. Every virtual function
-//! of Executor is forwarded: one Executor gains must be added here too (or
-//! the wrapped executor's own would never run).
-class ForwardingExecutor : public Executor {
- public:
-  explicit ForwardingExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
-  void place(const Tensor<float>& init) override { inner_->place(init); }
-  void reset_optimizer() override { inner_->reset_optimizer(); }
-  bool placed() const noexcept override { return inner_->placed(); }
-  const Tensor<float>& value() const override { return inner_->value(); }
-  void assign(const Tensor<float>& v) override { inner_->assign(v); }
-  std::vector<Tensor<float>> optimizer_state() override { return inner_->optimizer_state(); }
-  void set_optimizer_state(std::span<const Tensor<float>> slots) override { inner_->set_optimizer_state(slots); }
-  std::vector<std::uint64_t> update_counters() const override { return inner_->update_counters(); }
-  void set_update_counters(std::span<const std::uint64_t> c, std::int64_t step) override {
-    inner_->set_update_counters(c, step);
-  }
-  bool state_settled_between_steps() const noexcept override { return inner_->state_settled_between_steps(); }
-  std::string collectives_choice() const override { return inner_->collectives_choice(); }
-  PassTotals run_pass(Pass& pass) override { return inner_->run_pass(pass); }
-  void join_predictions(std::span<float> all, bool per_worker) override { inner_->join_predictions(all, per_worker); }
-  bool begin_fit(Pass& pass) override { return inner_->begin_fit(pass); }
-  void end_fit() override { inner_->end_fit(); }
-  bool is_chief() const noexcept override { return inner_->is_chief(); }
-
- protected:
-  std::unique_ptr<Executor> inner_;
-};
-
 //! A model's executor, checking before each use that the strategy's options
 //! are still those it was made with: an executor reads them once, when the
 //! model is made in scope(), so a change after that would be ignored in

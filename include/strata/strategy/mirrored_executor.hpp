@@ -212,7 +212,11 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     for (std::size_t r = 0; r < devs_.size(); ++r)
       if (sharded_) devs_[r].shard.resize(*devs_[r].m, Shape{mine(r).size()});
     if (!on_gpus())
-      check_model_state_budget(opts_.memory_budget_bytes, sharded_ ? 1 : 0, init.size(), local, this->program_);
+      // the stages that would fit are counted over every worker's replicas (ZeRO 2 and 3 shard the whole
+      // job's state; stage 1 shards within one process only)
+      check_model_state_budget(opts_.memory_budget_bytes, sharded_ ? 1 : 0, init.size(),
+                               static_cast<std::size_t>(this->s_.num_replicas_in_sync()), this->program_,
+                               this->workers_.size() == 1);
     plan_.clear();
     if (opts_.bucket_bytes) plan_ = plan_buckets(this->program_.variable_shapes(), opts_.bucket_bytes);
     buckets_ = std::vector<GradientBuckets>(local);

@@ -51,10 +51,10 @@ class MpiWorkers {
 //! The executor of a MultiWorkerMirroredStrategy: the mirrored executor
 //! (`inner`), with the run fingerprint agreed at fit's start. Everything
 //! else is the inner executor's.
-class MultiWorkerExecutor final : public Executor {
+class MultiWorkerExecutor final : public ForwardingExecutor {
  public:
   MultiWorkerExecutor(std::unique_ptr<Executor> inner, MpiCommunicator& comm, ModelProgram& program)
-      : inner_(std::move(inner)), comm_(comm), program_(program) {}
+      : ForwardingExecutor(std::move(inner)), comm_(comm), program_(program) {}
 
   //! Fit's first batch (of a pass of its own: not trained on) tells the
   //! global batch; every worker compares its fingerprint with the others'
@@ -77,28 +77,8 @@ class MultiWorkerExecutor final : public Executor {
     detail::mpi::agree_on_run(comm_, layout, "fingerprint");
     inner_->place(init);
   }
-  void reset_optimizer() override { inner_->reset_optimizer(); }
-  [[nodiscard]] bool placed() const noexcept override { return inner_->placed(); }
-  [[nodiscard]] const Tensor<float>& value() const override { return inner_->value(); }
-  void assign(const Tensor<float>& v) override { inner_->assign(v); }
-  [[nodiscard]] std::vector<Tensor<float>> optimizer_state() override { return inner_->optimizer_state(); }
-  void set_optimizer_state(std::span<const Tensor<float>> slots) override { inner_->set_optimizer_state(slots); }
-  [[nodiscard]] std::vector<std::uint64_t> update_counters() const override { return inner_->update_counters(); }
-  void set_update_counters(std::span<const std::uint64_t> c, std::int64_t step) override {
-    inner_->set_update_counters(c, step);
-  }
-  [[nodiscard]] std::string collectives_choice() const override { return inner_->collectives_choice(); }
-  [[nodiscard]] bool state_settled_between_steps() const noexcept override {
-    return inner_->state_settled_between_steps();
-  }
-  PassTotals run_pass(Pass& pass) override { return inner_->run_pass(pass); }
-  void join_predictions(std::span<float> all, bool per_worker) override { inner_->join_predictions(all, per_worker); }
-  void end_fit() override { inner_->end_fit(); }
-  [[nodiscard]] bool is_chief() const noexcept override { return inner_->is_chief(); }
-  [[nodiscard]] bool state_reads_collective() const noexcept override { return inner_->state_reads_collective(); }
 
  private:
-  std::unique_ptr<Executor> inner_;
   MpiCommunicator& comm_;
   ModelProgram& program_;
 };
