@@ -28,8 +28,13 @@
 // Each rank's compute is its own; the row is rank 0's. Its comment names the
 // all-reduce algorithm AutoReduce chose for each bucket (MiB/algorithm).
 // Compute happens on one thread; the buckets' reductions on a progress thread.
+// --zero 0|2|3 (ExecutorOptions::sharded_update; default 0) shards the gradient
+// and optimizer state (2) and the values (3) over the ranks; the comment then
+// gives the ZeRO stage, the largest peak resident memory of any rank (VmHWM:
+// the process, its data and model included) and one replica's model state
+// by strategy/fully_sharded.hpp's formula (model_state_bytes).
 //   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp] [--batch 64] [--steps 30] [--warmup 12]
-//                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME]
+//                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME] [--zero 0|2|3]
 //                                              [--ring-chunk-mb MB]  (MpiOptions::ring_chunk_bytes; 0: its default)
 //   bench/shaped_link.sh --rate 1gbit -- ./build-bench/bench/mpi_train_bench --bucket-mb 4   # over a shaped link
 #include <algorithm>
@@ -42,6 +47,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/strategy/buckets.hpp>
+#include <strata/strategy/fully_sharded.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
 #include "bench_util.hpp"
@@ -81,7 +87,19 @@ struct Args {
   std::size_t batch = 64;
   int steps = 30, warmup = 12;
   double bucket_mb = 0, ring_chunk_mb = 0;
+  int zero = 0;
 };
+
+// This process's peak resident memory (VmHWM), MiB.
+double peak_rss_mib() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  double kib = 0;
+  for (char line[256]; std::fgets(line, sizeof line, f);)
+    if (std::sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib / 1024.0;
+}
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -95,8 +113,11 @@ Args parse(int argc, char** argv) {
     else if (k == "--warmup") a.warmup = std::max(1, std::atoi(v.c_str()));
     else if (k == "--bucket-mb") a.bucket_mb = std::max(0.0, std::atof(v.c_str()));
     else if (k == "--ring-chunk-mb") a.ring_chunk_mb = std::max(0.0, std::atof(v.c_str()));
+    else if (k == "--zero") a.zero = std::atoi(v.c_str());
     else throw strata::Error("mpi_train_bench: unknown option " + k);
   }
+  if (a.zero != 0 && a.zero != 2 && a.zero != 3)
+    throw strata::Error("mpi_train_bench: --zero is 0, 2 or 3 (stage 1 shards within one process only)");
   if (a.optimizer != "sgd" && a.optimizer != "adam")
     throw strata::Error("mpi_train_bench: --optimizer is sgd or adam, not " + a.optimizer);
   return a;
@@ -111,6 +132,7 @@ int main(int argc, char** argv) {
   if (a.ring_chunk_mb > 0) opts.mpi.ring_chunk_bytes = static_cast<std::size_t>(a.ring_chunk_mb * 1048576.0);
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), opts};
   s.executor_options().bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
+  s.executor_options().sharded_update = *strata::sharded_update_for_stage(a.zero);
   const int ranks = s.num_workers();
   const std::size_t global = a.batch * static_cast<std::size_t>(ranks);
 
@@ -141,19 +163,37 @@ int main(int argc, char** argv) {
   std::vector<strata::Range> plan{{0, model.count_params()}};
   if (const std::size_t bytes = s.executor_options().bucket_bytes) plan = strata::detail::plan_buckets(sizes, bytes);
   std::string algos;  // each bucket's (or the flat gradient's) MiB and algorithm
-  for (const auto& r : plan) {
-    const std::size_t bytes = (r.end - r.begin) * sizeof(float);
-    char b[48];
-    std::snprintf(b, sizeof b, " %.1f/%s", static_cast<double>(bytes) / 1048576.0,
-                  std::string(s.communicator().choose(bytes)).c_str());
-    algos += b;
+  if (a.zero >= 2 && s.num_workers() > 1) {  // no all-reduce of the gradient: each layer's reduce-scattered
+    algos = a.zero == 3 ? " each layer's values all-gathered, its gradient reduce-scattered (MPI)"
+                        : " each layer's gradient reduce-scattered, the update's slices all-gathered (MPI)";
+  } else {
+    for (const auto& r : plan) {
+      const std::size_t bytes = (r.end - r.begin) * sizeof(float);
+      char b[48];
+      std::snprintf(b, sizeof b, " %.1f/%s", static_cast<double>(bytes) / 1048576.0,
+                    std::string(s.communicator().choose(bytes)).c_str());
+      algos += b;
+    }
   }
+  // one replica's model state at its stage (each Dense layer a unit: kernel and bias), the peak over the ranks
+  std::vector<std::size_t> units;
+  for (std::size_t i = 0; i + 1 < sizes.size(); i += 2) units.push_back(sizes[i] + sizes[i + 1]);
+  const auto p = static_cast<std::size_t>(s.num_replicas_in_sync());
+  const strata::detail::ShardLayout layout(units, std::vector<std::size_t>(p, 1));
+  const int stage = p > 1 ? a.zero : 0;
+  const double state_mib = static_cast<double>(strata::detail::model_state_bytes(
+                               stage, model.count_params(), p, a.optimizer == "adam" ? 2 : 0, layout.window_pair())) /
+                           1048576.0;
+  double peak[1] = {peak_rss_mib()};
+  s.communicator().all_reduce(std::span<double>(peak), strata::Max);
   if (!s.is_chief()) return 0;
   const double steps = a.steps, step_ms = 1e3 * seconds / steps;
   const double compute_ms = 1e3 * compute / steps, exposed_ms = 1e3 * exposed / steps;
-  std::printf("%-18s %5d %7.1f %11.0f %9.1f %10.1f %10.1f %8.1f   # %s, %s, batch %zu/rank, %d steps;%s\n",
+  std::printf("%-18s %5d %7.1f %11.0f %9.1f %10.1f %10.1f %8.1f   # %s, %s, batch %zu/rank, %d steps; ZeRO %d, "
+              "peak %.0f MiB, state %.1f MiB/replica;%s\n",
               a.label.empty() ? "strata" : a.label.c_str(), ranks, a.bucket_mb,
               static_cast<double>(global) * steps / seconds, step_ms, compute_ms, exposed_ms,
-              step_ms - compute_ms - exposed_ms, a.model.c_str(), a.optimizer.c_str(), a.batch, a.steps, algos.c_str());
+              step_ms - compute_ms - exposed_ms, a.model.c_str(), a.optimizer.c_str(), a.batch, a.steps, stage, peak[0],
+              state_mib, algos.c_str());
   return 0;
 }

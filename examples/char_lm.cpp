@@ -214,9 +214,9 @@ int train_char_lm(S& strategy, const example::Args& a, const Corpus& c) {
     if (chief) std::printf("--- sampled at temperature %g, seed %llu:\n%s\n---\n", a.temperature,
                            static_cast<unsigned long long>(a.seed), text.c_str());
   }
-  if (!a.save.empty() && chief) {
+  if (!a.save.empty() && (chief || model.state_reads_collective())) {  // ZeRO 3 across workers: every one joins
     model.save_weights(a.save);
-    std::printf("weights saved to %s\n", a.save.c_str());
+    if (chief) std::printf("weights saved to %s\n", a.save.c_str());
   }
   if (backup && chief) backup->finish();
   return std::isfinite(logs.at("loss")) ? 0 : 1;

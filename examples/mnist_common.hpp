@@ -205,9 +205,9 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
     std::printf("test accuracy %.4f, test loss %.4f  (%s, %s, %d epochs of %zu in %.1f s: %s)\n", logs.at("accuracy"),
                 logs.at("loss"), std::string(strategy.any().name()).c_str(), where.c_str(), epochs, n, secs,
                 pace.c_str());
-  if (!a.save.empty() && chief) {
+  if (!a.save.empty() && (chief || model.state_reads_collective())) {  // ZeRO 3 across workers: every one joins
     model.save_weights(a.save);
-    std::printf("weights saved to %s\n", a.save.c_str());
+    if (chief) std::printf("weights saved to %s\n", a.save.c_str());
   }
   if (backup && chief) backup->finish();  // everything asked for is written: the checkpoints go
   if (logs.at("accuracy") >= target) return 0;
