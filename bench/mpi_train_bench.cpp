@@ -158,6 +158,8 @@ int main(int argc, char** argv) {
     compute = own(t, C::Forward) + own(t, C::Backward) + own(t, C::Loss) + own(t, C::Update);
     exposed = own(t, C::Collective) + own(t, C::Wait);
   }
+  double peak[1] = {peak_rss_mib()};  // before get_weights, which at ZeRO 3 joins a whole copy here
+  s.communicator().all_reduce(std::span<double>(peak), strata::Max);
   std::vector<std::size_t> sizes;  // the gradient's layout: each variable's elements
   for (const auto& w : model.get_weights()) sizes.push_back(w.value.size());
   std::vector<strata::Range> plan{{0, model.count_params()}};
@@ -184,8 +186,6 @@ int main(int argc, char** argv) {
   const double state_mib = static_cast<double>(strata::detail::model_state_bytes(
                                stage, model.count_params(), p, a.optimizer == "adam" ? 2 : 0, layout.window_pair())) /
                            1048576.0;
-  double peak[1] = {peak_rss_mib()};
-  s.communicator().all_reduce(std::span<double>(peak), strata::Max);
   if (!s.is_chief()) return 0;
   const double steps = a.steps, step_ms = 1e3 * seconds / steps;
   const double compute_ms = 1e3 * compute / steps, exposed_ms = 1e3 * exposed / steps;

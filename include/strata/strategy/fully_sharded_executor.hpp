@@ -230,6 +230,7 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
             std::span<const float>(staged.data() + layout_.owned_at(u, id), layout_.slice(u, id).size()),
             w.subspan(unit.begin, unit.size())));
       }
+      trace::Span span{"sharded values", trace::Category::Wait, {{"units", gathers.size()}}};
       for (Work& x : gathers) x.wait();
     }
   }
