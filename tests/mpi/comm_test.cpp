@@ -156,6 +156,51 @@ TEST_CASE("broadcast from every root, reduce_scatter and all_gather with uneven 
   c.barrier();
 }
 
+TEST_CASE("reduce_scatter and all_gather of large messages (the ring over blocks): exact, uneven, Mean, any size") {
+  auto c = make();
+  const int p = c.size(), me = c.rank();
+  const auto up = static_cast<std::size_t>(p), ume = static_cast<std::size_t>(me);
+  // from 256 KiB on (detail::mpi::ring_blocks_min_bytes) the ring runs: sizes not divisible by p, pieces of 1 MiB
+  // not dividing the blocks, and a 16-byte chunk (blocks of thousands of pieces); integer-valued: sums are exact
+  for (std::size_t n : {std::size_t{65536} + 3, std::size_t{1} << 20, std::size_t{(3 << 20) + 7}}) {
+    CAPTURE(n);
+    std::vector<float> in(n);
+    for (std::size_t i = 0; i < n; ++i) in[i] = static_cast<float>((i % 97) * static_cast<std::size_t>(me + 1));
+    const strata::Range mine = strata::shard_range(n, up, ume);
+    std::vector<float> out(mine.size(), -1.f);
+    c.reduce_scatter(in, out, strata::Sum);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      wrong += out[i] != static_cast<float>(((mine.begin + i) % 97) * up * (up + 1) / 2);
+    CHECK(wrong == 0);
+    std::vector<double> mean_in(n, static_cast<double>(me)), mean_out(mine.size());
+    c.reduce_scatter(mean_in, mean_out, strata::Mean);
+    CHECK(std::all_of(mean_out.begin(), mean_out.end(), [&](double v) { return v == (p - 1) / 2.0; }));
+    // each rank its own block of a whole of n (rank r: shard_range(n, p, r)), joined in rank order
+    std::vector<float> part(mine.size()), all(n, -1.f);
+    for (std::size_t i = 0; i < part.size(); ++i) part[i] = static_cast<float>((mine.begin + i) % 1009);
+    c.all_gather(part, all);
+    wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += all[i] != static_cast<float>(i % 1009);
+    CHECK(wrong == 0);
+  }
+  // blocks of very different sizes in the all-gather (rank r gives r * 100000 elements), and a tiny ring chunk
+  std::vector<float> in(ume * 100000, static_cast<float>(me)), out(up * (up - 1) / 2 * 100000);
+  c.all_gather(in, out);
+  std::size_t k = 0, wrong = 0;
+  for (int r = 0; r < p; ++r)
+    for (std::size_t j = 0; j < static_cast<std::size_t>(r) * 100000; ++j) wrong += out[k++] != static_cast<float>(r);
+  CHECK(wrong == 0);
+  strata::MpiOptions small;
+  small.ring_chunk_bytes = 16;
+  auto tiny = strata::MpiCommunicator::world(small);
+  const std::size_t n = 70001;
+  std::vector<float> x(n, 1.f), y(strata::shard_range(n, up, ume).size());
+  tiny.reduce_scatter(x, y, strata::Sum);
+  CHECK(std::all_of(y.begin(), y.end(), [&](float v) { return v == static_cast<float>(p); }));
+  c.barrier();
+}
+
 TEST_CASE("auto_choice: by size, the same on every rank, with its reason; forcing an algorithm") {
   strata::MpiOptions rules;
   rules.auto_tune = false;  // the size rules, not a measurement: the choices below are fixed

@@ -1,7 +1,9 @@
 #pragma once
 //! The ring all-reduce, written once over an abstract link: reduce-scatter
 //! (p-1 steps) then all-gather (p-1 steps), over segments of p chunks so that
-//! each step moves one chunk. Each backend supplies a link whose `step`
+//! each step moves one chunk; and the reduce-scatter and the all-gather alone
+//! over contiguous blocks (ring_reduce_scatter_blocks, ring_all_gather_blocks:
+//! MPI's reduce-scatter and all-gather of large messages, comm/mpi/collective_work.hpp). Each backend supplies a link whose `step`
 //! obtains the left neighbour's chunk (shared memory reads it in place, MPI
 //! receives it) and combines it into ours.
 //!   strata::Strategy<strata::Synchronous, strata::Mirrored, strata::Ring> s{strata::cpu_replicas(4)};
@@ -91,6 +93,35 @@ void ring_all_reduce(Link& link, T* data, std::size_t n, std::size_t chunk_elems
     for (std::size_t j = 0; j + 1 < p; ++j)
       link.step(step++, chunk(r + 1 + p - j), chunk(r + p - j), &ring_copy_fn<T>);
   }
+}
+
+//! Reduce-scatter over the ring in contiguous blocks: block b of `data`
+//! (`block(b)`, a Range; the blocks in rank order, any sizes) ends reduced
+//! on rank b, in place; the other blocks hold partial sums after. p - 1
+//! steps: at step k rank r sends block r - k - 1 (what it has summed so
+//! far) to the right and adds the left neighbour's block r - k - 2 into its
+//! own; so block b is summed starting at rank b + 1, in ring order, ending
+//! at b (between two ranks: a + b). `final_fn` combines the last step (the
+//! Mean's division). Deterministic, as the ring all-reduce.
+template <ReduceOperation Op, class T, RingLink<T> Link, class Block>
+void ring_reduce_scatter_blocks(Link& link, Block&& block) {
+  const std::size_t p = static_cast<std::size_t>(link.size());
+  const std::size_t r = static_cast<std::size_t>(link.rank());
+  for (std::size_t k = 0; k + 1 < p; ++k) {
+    const Range send = block((r + 2 * p - k - 1) % p), recv = block((r + 2 * p - k - 2) % p);
+    if (k + 2 < p) link.step(k, send, recv, &ring_reduce_fn<Op, T>);
+    else link.step(k, send, recv, RingReduceFinal<Op, T>{p});
+  }
+}
+//! All-gather over the ring in contiguous blocks: rank r's block (block(r))
+//! in place in `data`, every block everywhere after p - 1 steps (at step k
+//! rank r passes block r - k on and takes block r - k - 1 from the left).
+template <class T, RingLink<T> Link, class Block>
+void ring_all_gather_blocks(Link& link, Block&& block) {
+  const std::size_t p = static_cast<std::size_t>(link.size());
+  const std::size_t r = static_cast<std::size_t>(link.rank());
+  for (std::size_t k = 0; k + 1 < p; ++k)
+    link.step(k, block((r + p - k) % p), block((r + 2 * p - k - 1) % p), &ring_copy_fn<T>);
 }
 
 }  // namespace detail

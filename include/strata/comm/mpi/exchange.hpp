@@ -75,6 +75,8 @@ class Exchange {
   [[nodiscard]] const WireCall& call_of(int r) const noexcept { return calls_[static_cast<std::size_t>(r)]; }
   //! Scratch memory of the ring (kept between calls: no allocation per call).
   std::vector<std::byte>& staging() noexcept { return staging_; }
+  //! The block rings' working copy (collective_work.hpp), beside the staging the ring link receives into.
+  std::vector<std::byte>& scratch() noexcept { return scratch_; }
   void set_interrupt(const std::atomic<bool>* flag) noexcept { interrupt_ = flag; }
 
   //! Starts collective `d`: checks this communicator is usable, exchanges the
@@ -380,7 +382,7 @@ class Exchange {
   std::vector<std::uint64_t> last_seen_;       // per rank: the last collective it arrived at with us
   std::vector<std::vector<std::byte>> inbox_;  // per rank: its header (+ payload) of this collective
   std::vector<WireCall> calls_;                // per rank: its call of this collective
-  std::vector<std::byte> outbox_, staging_;
+  std::vector<std::byte> outbox_, staging_, scratch_;
   std::vector<int> counts_, displs_;
   bool fused_ = true;
   Pending payload_sends_;  // the direct algorithm's separate payload messages
