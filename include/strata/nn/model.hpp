@@ -228,8 +228,7 @@ class Model {
   //! Writes a checkpoint (nn/checkpoint.hpp): the weights, the optimizer's
   //! state, the step count and `pos` (where in fit; default: no epoch
   //! begun), atomically. Under several workers call it on every worker or
-  //! on the chief alone: the chief alone writes (on every worker where
-  //! state_reads_collective(): ZeRO 2 and 3 across workers).
+  //! on the chief alone (every worker if state_reads_collective()): the chief alone writes.
   //! `extra`: more metadata (BackupAndRestore adds its run's identity).
   void save_checkpoint(const std::filesystem::path& path, TrainingPosition pos = {},
                        const std::vector<std::pair<std::string, std::string>>& extra = {}) {
@@ -265,10 +264,8 @@ class Model {
   [[nodiscard]] Optimizer& optimizer() const { return check_compiled("optimizer"), *m_->optimizer; }
   //! Under several workers: whether this one is the chief (the one that prints and writes).
   [[nodiscard]] bool is_chief() const noexcept { return ex_->is_chief(); }
-  //! Whether reading the state is collective across workers (ZeRO 2 and 3
-  //! over MultiWorkerMirroredStrategy: each worker holds its shards only):
-  //! then call save_checkpoint (and, at stage 3, get_weights, save_weights)
-  //! on every worker; the chief alone writes.
+  //! Whether reading the state is collective (ZeRO 2 and 3 across workers: each holds its
+  //! shards only): then every worker calls save_checkpoint (stage 3: get_weights, save_weights too).
   [[nodiscard]] bool state_reads_collective() const noexcept { return ex_ && ex_->state_reads_collective(); }
   //! Whether a checkpoint between two training steps is consistent (not under a parameter server).
   [[nodiscard]] bool state_settled_between_steps() const noexcept { return ex_->state_settled_between_steps(); }

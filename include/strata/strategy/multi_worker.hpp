@@ -114,14 +114,9 @@ class MultiWorkerReplicaContext {
   template <MutableBuffer R, ReduceOperation Op>
     requires std::ranges::borrowed_range<R>
   Work all_reduce_async(R&& data, Op op);
-  //! ZeRO 2 and 3 across workers (strategy/multi_worker_sharding.hpp): `in`,
-  //! a whole unit of the same size on every replica, summed over every
-  //! replica of every worker; this replica's slice of the sum (ShardLayout's
-  //! across workers: its worker's block shard_range(n, W, w), cut by local
-  //! replica) into `out`. Queued on this replica's progress thread, as
-  //! all_reduce_async.
+  //! ZeRO 2 and 3 across workers, queued as all_reduce_async (strategy/multi_worker_sharding.hpp):
+  //! `in` summed over every replica, this replica's slice of it into `out`; every slice joined into `out`.
   Work reduce_scatter_async(std::span<const float> in, std::span<float> out, SumOp);
-  //! Every replica's slice (`in`, in that layout) joined into `out`, the whole unit. Queued likewise.
   Work all_gather_async(std::span<const float> in, std::span<float> out);
 
  private:

@@ -73,9 +73,8 @@ class Exchange {
   [[nodiscard]] const std::string& poisoned() const noexcept { return poisoned_; }
   //! Every rank's call of the collective in progress (index = rank).
   [[nodiscard]] const WireCall& call_of(int r) const noexcept { return calls_[static_cast<std::size_t>(r)]; }
-  //! Scratch memory of the ring (kept between calls: no allocation per call).
+  //! The rings' memory, kept between calls: the ring link's receive staging, the block rings' scratch.
   std::vector<std::byte>& staging() noexcept { return staging_; }
-  //! The block rings' working copy (collective_work.hpp), beside the staging the ring link receives into.
   std::vector<std::byte>& scratch() noexcept { return scratch_; }
   void set_interrupt(const std::atomic<bool>* flag) noexcept { interrupt_ = flag; }
 
@@ -375,8 +374,7 @@ class Exchange {
   int rank_ = 0, size_ = 1;
   MpiOptions opts_;
   bool network_ = false;
-  int node_size_ = 1;
-  int node_rank_ = 0;
+  int node_size_ = 1, node_rank_ = 0;
   std::string network_why_;
   std::uint64_t entered_ = 0, completed_ = 0;
   std::vector<std::uint64_t> last_seen_;       // per rank: the last collective it arrived at with us
