@@ -14,6 +14,17 @@
 
 namespace bench {
 
+//! This process's peak resident memory (VmHWM), MiB; 0 where /proc does not say.
+inline double peak_rss_mib() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  double kib = 0;
+  for (char line[256]; std::fgets(line, sizeof line, f);)
+    if (std::sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib / 1024.0;
+}
+
 inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -90,16 +90,6 @@ struct Args {
   int zero = 0;
 };
 
-// This process's peak resident memory (VmHWM), MiB.
-double peak_rss_mib() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  double kib = 0;
-  for (char line[256]; std::fgets(line, sizeof line, f);)
-    if (std::sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
-  std::fclose(f);
-  return kib / 1024.0;
-}
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -158,7 +148,7 @@ int main(int argc, char** argv) {
     compute = own(t, C::Forward) + own(t, C::Backward) + own(t, C::Loss) + own(t, C::Update);
     exposed = own(t, C::Collective) + own(t, C::Wait);
   }
-  double peak[1] = {peak_rss_mib()};  // before get_weights, which at ZeRO 3 joins a whole copy here
+  double peak[1] = {bench::peak_rss_mib()};  // before get_weights, which at ZeRO 3 joins a whole copy here
   s.communicator().all_reduce(std::span<double>(peak), strata::Max);
   std::vector<std::size_t> sizes;  // the gradient's layout: each variable's elements
   for (const auto& w : model.get_weights()) sizes.push_back(w.value.size());

@@ -124,16 +124,6 @@ struct Setup {
   std::string compression = "none";  // a child's ExecutorOptions::compression
 };
 
-// This process's peak resident memory (VmHWM), MiB.
-double peak_rss_mib() {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  double kib = 0;
-  for (char line[256]; std::fgets(line, sizeof line, f);)
-    if (std::sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
-  std::fclose(f);
-  return kib / 1024.0;
-}
 
 // --breakdown's categories, in its columns' order.
 constexpr strata::trace::Category kShown[] = {
@@ -364,7 +354,7 @@ int main(int argc, char** argv) try {
     const double sps = strata::with_strategy(strategies.at(0), strata::StrategyChoice{.replicas = replicas.at(0), .device = dev,
                                                                     .gpus = dev.is_gpu() ? strata::gpu_count() : 0},
                                              [&](auto& s) { return run_once(s, models.at(0), d, u); });
-    std::printf("%.1f %.1f %.2f\n%s", sps, peak_rss_mib(), state_mib, breakdown_lines.c_str());
+    std::printf("%.1f %.1f %.2f\n%s", sps, bench::peak_rss_mib(), state_mib, breakdown_lines.c_str());
     return 0;
   }
   std::string common = " --device " + device + " --batch " + std::to_string(u.batch) + " --epochs " + std::to_string(u.epochs) +

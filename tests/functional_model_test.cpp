@@ -10,6 +10,8 @@
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
 
+#include "max_diff.hpp"
+
 namespace functional_model_test {
 
 namespace nn = strata::nn;
@@ -58,12 +60,7 @@ std::vector<float> train(S& strategy, int epochs, std::vector<double>* losses = 
   return flat(model.get_weights());
 }
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  float m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
-}
+using strata_test::max_diff;
 
 TEST_CASE("a functional model's gradient is the numeric gradient of its loss (a node feeding two, a concatenation)") {
   const Data d;

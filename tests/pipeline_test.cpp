@@ -16,6 +16,7 @@
 #include <strata/strata.hpp>
 
 #include "blobs.hpp"
+#include "max_diff.hpp"
 #include "boom_layer.hpp"
 #include "watchdog.hpp"
 
@@ -53,12 +54,7 @@ std::vector<float> train(S& s, Make make, std::size_t batch, int epochs, std::ve
   return strata_test::flat_weights(model);
 }
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  float d = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
+using strata_test::max_diff;
 
 std::string what_of(const std::exception& e) { return e.what(); }
 

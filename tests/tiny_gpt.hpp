@@ -18,6 +18,8 @@
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 
+#include "max_diff.hpp"
+
 namespace strata_test {
 
 // Sequences of 8 tokens of 13 (next-token labels).
@@ -86,13 +88,6 @@ inline std::vector<float> flat(const std::vector<strata::nn::NamedTensor>& ws) {
   std::vector<float> out;
   for (const auto& w : ws) out.insert(out.end(), w.value.begin(), w.value.end());
   return out;
-}
-
-inline float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  float m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
 }
 
 }  // namespace strata_test

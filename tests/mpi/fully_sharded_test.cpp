@@ -27,6 +27,7 @@
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"
+#include "../max_diff.hpp"
 #include "../quick_workers.hpp"
 
 namespace mpi_fully_sharded_test {  // each test file in its own namespace: a unity build joins them
@@ -75,11 +76,7 @@ std::filesystem::path temp(const std::string& name) {
 
 std::vector<float> values(const strata::Tensor<float>& t) { return {t.data(), t.data() + t.size()}; }
 
-float max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float d = a.size() == b.size() ? 0.f : 1e30f;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
+using strata_test::max_diff;
 
 struct Trained {
   std::vector<float> weights;
