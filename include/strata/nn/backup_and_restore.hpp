@@ -140,8 +140,13 @@ class BackupAndRestore : public Callback {
     if (created_dir_ && std::filesystem::is_empty(dir_, ec)) std::filesystem::remove(dir_, ec);
   }
   //! Whether a step's end calls for a checkpoint.
-  [[nodiscard]] bool due(std::int64_t step) const noexcept {
-    return o_.save_every_steps && step > 0 && static_cast<std::uint64_t>(step) % o_.save_every_steps == 0;
+  [[nodiscard]] bool due(std::int64_t step) const noexcept { return due(step - 1, step); }
+  //! Whether the steps after `from` up to `to` (an execution's:
+  //! CompileOptions::steps_per_execution) reached a multiple of save_every_steps.
+  [[nodiscard]] bool due(std::int64_t from, std::int64_t to) const noexcept {
+    if (!o_.save_every_steps || to <= from || to <= 0) return false;
+    const auto every = static_cast<std::int64_t>(o_.save_every_steps);
+    return to / every > std::max<std::int64_t>(from, 0) / every;
   }
 
   //! The step of the checkpoint the last fit resumed from (nullopt: it started afresh).

@@ -8,6 +8,7 @@
 //!   strata::nn::LambdaCallback cb; cb.on_epoch_end_fn = [](int e, const strata::nn::Logs& l) { ... };
 //!   model.fit(data, {.epochs = 5, .callbacks = {&cb}});
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <utility>
@@ -22,6 +23,11 @@ namespace strata::nn {
 //! A callback's state as named strings (what a checkpoint keeps for it).
 using CallbackState = std::vector<std::pair<std::string, std::string>>;
 
+class Callback;
+namespace detail {
+void set_batches_ended(Callback& c, std::size_t n) noexcept;
+}
+
 class Callback {
  public:
   virtual ~Callback() = default;
@@ -32,8 +38,14 @@ class Callback {
   //! under several workers the chief's, on every worker.
   virtual void on_epoch_end(int /*epoch*/, const Logs& /*logs*/) {}
   virtual void on_batch_begin(int /*batch*/) {}
-  //! `logs`: running means over the epoch so far (this worker's).
+  //! `logs`: running means over the epoch so far (this worker's). With
+  //! CompileOptions::steps_per_execution N, once per execution: `batch` its
+  //! last batch, batches_ended() its batches (N, fewer at an epoch's end).
   virtual void on_batch_end(int /*batch*/, const Logs& /*logs*/) {}
+  //! The batches the current on_batch_end ends (since the last one): 1
+  //! unless steps run N to an execution. What a callback that counts
+  //! batches adds.
+  [[nodiscard]] std::size_t batches_ended() const noexcept { return batches_ended_; }
   //! Set to true (e.g. in on_epoch_end) to end fit after the current batch.
   bool stop_training = false;
 
@@ -53,8 +65,15 @@ class Callback {
   }
 
  private:
+  friend void detail::set_batches_ended(Callback& c, std::size_t n) noexcept;
   ModelAccess* model_ = nullptr;
+  std::size_t batches_ended_ = 1;
 };
+
+namespace detail {
+//! What fit tells each callback before on_batch_end (Callback::batches_ended).
+inline void set_batches_ended(Callback& c, std::size_t n) noexcept { c.batches_ended_ = n; }
+}  // namespace detail
 
 struct LambdaCallback final : Callback {
   std::function<void()> on_train_begin_fn;

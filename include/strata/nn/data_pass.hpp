@@ -5,6 +5,7 @@
 //!   strata::nn::detail::FnPass pass;  pass.next_fn = [&] { return next_batch(); };
 //!   executor.run_pass(pass);
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <functional>
@@ -106,44 +107,81 @@ struct FnPass final : Pass {
   std::unique_ptr<trace::Span> step_span_;  // only while tracing
 };
 
-//! A model's side of its training and evaluation passes: a pass over a
-//! dataset's (features, labels) batches, each checked to have one batch
-//! extent and converted to float (into holders that live until the next
-//! batch), and an empty share shaped like the data for a worker out of it.
-//!   detail::BatchFeed feed;  FnPass pass = feed.pass(it, [&](const Shape& s) { build(s); }, [&] { return input; });
+//! A model's side of its passes over a dataset: each batch checked
+//! (training and evaluation: features and labels with one batch extent)
+//! and converted to float, kept in one of `slots` places that next() uses
+//! in turn (so the last `slots` batches stay valid: Pass::
+//! steps_per_execution), and an empty share shaped like the data for a
+//! worker out of it.
+//!   detail::BatchFeed feed;  FnPass pass = feed.pass(it, [&](const Shape& s) { build(s); }, [&] { return input; }, 4);
 struct BatchFeed {
-  Tensor<float> x_holder, y_holder;
   std::vector<std::size_t> label_tail;  // a label's shape past the batch axis (for an empty share)
 
-  //! The pass over iterator `it` (phase and counters set by the caller):
+  //! The pass over iterator `it`'s (features, labels) batches (phase and
+  //! counters set by the caller), `slots` kept valid at once:
   //! `build(sample shape)` before each batch is handed over; `input()` the
   //! model's per-sample input shape, built, for an empty share.
   template <class It, class Build, class Input>
-  FnPass pass(It& it, Build build, Input input) {
+  FnPass pass(It& it, Build build, Input input, std::size_t slots = 1) {
     FnPass pass;
-    auto e = std::make_shared<std::optional<std::remove_cvref_t<decltype(*it.next())>>>();
-    pass.next_fn = [this, &it, e, build]() -> std::optional<Batch> {
-      if (!(*e = it.next())) return std::nullopt;
-      const Tensor<float>& x = as_float(std::get<0>(**e), x_holder);
-      const Tensor<float>& y = as_float(std::get<1>(**e), y_holder);
+    pass.steps_per_execution = std::max<std::size_t>(slots, 1);
+    auto ring = std::make_shared<Ring<std::remove_cvref_t<decltype(*it.next())>>>(pass.steps_per_execution);
+    pass.next_fn = [this, &it, ring, build]() -> std::optional<Batch> {
+      auto& [e, x_holder, y_holder] = ring->next_slot();
+      if (!(e = it.next())) return std::nullopt;
+      const Tensor<float>& x = as_float(std::get<0>(*e), x_holder);
+      const Tensor<float>& y = as_float(std::get<1>(*e), y_holder);
       if (x.shape().rank() == 0 || y.shape().rank() == 0 || x.shape()[0] != y.shape()[0])
         throw ShapeError("Sequential: a batch's features " + x.shape().str() + " and labels " + y.shape().str() +
                          " must have the same first (batch) extent");
       build(sample_shape(x.shape()));
       label_tail.assign(y.shape().dims().begin() + 1, y.shape().dims().end());
-      return Batch{&x, &y, nullptr};  // into the element, which lives until the next one
+      return Batch{&x, &y, nullptr};  // into the slot, which lives until next_fn comes back to it
     };
-    pass.empty_fn = [this, input] {
+    pass.empty_fn = [this, ring, input] {
       const Shape in = input();
       std::vector<std::size_t> xd{0}, yd{0};
       xd.insert(xd.end(), in.dims().begin(), in.dims().end());
       yd.insert(yd.end(), label_tail.begin(), label_tail.end());
-      x_holder = Tensor<float>{Shape(xd)};
-      y_holder = Tensor<float>{Shape(yd)};
-      return Batch{&x_holder, &y_holder, nullptr};
+      ring->x_empty = Tensor<float>{Shape(xd)};
+      ring->y_empty = Tensor<float>{Shape(yd)};
+      return Batch{&ring->x_empty, &ring->y_empty, nullptr};
     };
     return pass;
   }
+
+  //! A prediction pass over iterator `it`'s batches (features alone, or
+  //! (features, labels...) whose labels are ignored), `slots` kept valid at
+  //! once: `build(sample shape)` before each batch is handed over, its
+  //! outputs written to a tensor of `outputs(rows)` (rows x the model's
+  //! per-sample output) appended to `parts`.
+  template <class It, class Build, class Outputs>
+  FnPass predict_pass(It& it, Build build, Outputs outputs, std::vector<Tensor<float>>& parts, std::size_t slots = 1) {
+    FnPass pass;
+    pass.phase = Phase::Predict;
+    pass.steps_per_execution = std::max<std::size_t>(slots, 1);
+    auto ring = std::make_shared<Ring<std::remove_cvref_t<decltype(*it.next())>>>(pass.steps_per_execution);
+    pass.next_fn = [&it, ring, build, outputs, &parts]() -> std::optional<Batch> {
+      auto& [e, x_holder, unused] = ring->next_slot();
+      if (!(e = it.next())) return std::nullopt;
+      const Tensor<float>& x = as_float(features_of(*e), x_holder);
+      build(sample_shape(x.shape()));
+      parts.push_back(outputs(x.shape()[0]));  // a tensor's values stay where they are when parts grows
+      return Batch{&x, nullptr, parts.back().data()};
+    };
+    return pass;
+  }
+
+ private:
+  //! The places of the last batches: each an element and its float copies (where it needed converting).
+  template <class E>
+  struct Ring {
+    explicit Ring(std::size_t n) : slots(n) {}
+    std::tuple<std::optional<E>, Tensor<float>, Tensor<float>>& next_slot() { return slots[at++ % slots.size()]; }
+    std::vector<std::tuple<std::optional<E>, Tensor<float>, Tensor<float>>> slots;
+    std::size_t at = 0;
+    Tensor<float> x_empty, y_empty;
+  };
 };
 
 }  // namespace strata::nn::detail

@@ -95,6 +95,7 @@ class FitBackup {
       resumed_from_ = step;
       restore_extras(loaded_path_);
     }
+    last_step_ = m_.iterations();
     return resume_;
   }
   [[nodiscard]] const FitResume& hooks() const noexcept { return resume_; }
@@ -247,7 +248,8 @@ class FitBackup {
       signal_ = sig;
       return preempt;  // stop the pass; it saves when its steps are all applied
     }
-    if (!preempt && m == FitMoment::Step && !b_.due(p.step)) return false;
+    const std::int64_t from = std::exchange(last_step_, p.step);  // an execution may take several steps
+    if (!preempt && m == FitMoment::Step && !b_.due(from, p.step)) return false;
     save(p);
     if (preempt) throw Preempted(sig ? sig : SIGTERM, b_.path_for(p.step).string());
     return false;
@@ -303,6 +305,7 @@ class FitBackup {
   std::vector<Callback*> callbacks_;
   ModelAccess& access_;
   FitResume resume_;
+  std::int64_t last_step_ = 0;  // the model's step at the last call of after (or at the start)
   std::optional<std::int64_t> resumed_from_;
   int signal_ = 0;
   std::filesystem::path loaded_path_;  // the checkpoint resumed from

@@ -102,6 +102,7 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
     };
     pass.max_steps = opts.steps_per_epoch ? (opts.steps_per_epoch > skip ? opts.steps_per_epoch - skip : 0) : 0;
     if (opts.steps_per_epoch && pass.max_steps == 0) continue;  // the resumed epoch was complete
+    std::size_t ended = 0;  // the pass's steps whose on_batch_end ran
     pass.begin_fn = [&](std::size_t s) {
       for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(s));
     };
@@ -111,10 +112,12 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
       if (!opts.callbacks.empty()) {
         const Logs running = with_skipped(logs_of(t));
         for (auto* cb : opts.callbacks) {
+          set_batches_ended(*cb, s + 1 - ended);
           cb->on_batch_end(static_cast<int>(s), running);
           stop = stop || cb->stop_training;
         }
       }
+      ended = s + 1;
       if (resume) {
         at.step = *pass.iteration;
         at.batch = skip + s + 1;

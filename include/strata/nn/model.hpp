@@ -73,6 +73,8 @@ class Model {
     m_->metrics = std::move(metrics.items());
     for (auto& m : m_->metrics) m->set_loss(*m_->loss);
     m_->seed = opts.seed;  // a model built before compile keeps the weights it was built with
+    if (opts.steps_per_execution == 0) throw Error(kind_ + "::compile: steps_per_execution must be at least 1");
+    steps_per_execution_ = opts.steps_per_execution;
     iterations_ = 0;       // a new optimizer starts at step 0 (bias correction, schedules)
     loop_ = {};
     if (built()) ex_->reset_optimizer();
@@ -169,23 +171,17 @@ class Model {
   Tensor<float> predict(const D& data) {
     const auto& ds = dataset_of(data);
     auto it = ds.iterator();
-    std::optional<std::remove_cvref_t<decltype(*it.next())>> e;
     std::vector<Tensor<float>> parts;
-    std::size_t rows = 0;
-    detail::FnPass pass;
-    pass.phase = Phase::Predict;
+    detail::FnPass pass = feed_.predict_pass(
+        it, [this](const Shape& sample) { build(sample); },
+        [this](std::size_t rows) { return Tensor<float>(detail::batch_shape(rows, m_->shapes.back())); }, parts,
+        steps_per_execution_);
     pass.per_worker = detail::per_worker(data);  // sharded by file: each worker predicts its own rows
     pass.iteration = &iterations_;
-    pass.next_fn = [&]() -> std::optional<Batch> {
-      if (!(e = it.next())) return std::nullopt;
-      const Tensor<float>& x = detail::as_float(detail::features_of(*e), feed_.x_holder);
-      build(detail::sample_shape(x.shape()));
-      detail::resize(parts.emplace_back(), x.shape()[0], m_->shapes.back());
-      rows += x.shape()[0];
-      return Batch{&x, nullptr, parts.back().data()};
-    };
     ex_->run_pass(pass);
     if (!built()) throw Error(kind_ + "::predict: the dataset is empty and the model has no Input to build from");
+    std::size_t rows = 0;
+    for (const auto& p : parts) rows += p.shape()[0];
     Tensor<float> all;
     detail::resize(all, rows, m_->shapes.back());
     float* o = all.data();
@@ -305,7 +301,8 @@ class Model {
             build(*input_);
           }
           return *input_;
-        });
+        },
+        steps_per_execution_);
     pass.phase = phase;
     pass.per_worker = per_worker;
     pass.batches = batches;
@@ -392,7 +389,8 @@ class Model {
 
  private:
   std::int64_t iterations_ = 0;
-  detail::BatchFeed feed_;  // the current batch as floats, the labels' shape
+  std::size_t steps_per_execution_ = 1;  // compile's (CompileOptions::steps_per_execution)
+  detail::BatchFeed feed_;  // the batches as floats, the labels' shape
   detail::CustomLoopState loop_;  // train_step's sums since reset_metrics
 };
 

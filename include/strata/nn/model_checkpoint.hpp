@@ -83,7 +83,8 @@ class ModelCheckpoint : public Callback {
   }
   void on_epoch_begin(int epoch) override { epoch_ = epoch; }
   void on_batch_end(int batch, const Logs& logs) override {
-    if (!o_.save_freq || ++since_save_ < o_.save_freq) return;
+    // batches, not calls: with steps_per_execution one call ends several (a save as soon as save_freq are reached)
+    if (!o_.save_freq || (since_save_ += static_cast<std::int64_t>(batches_ended())) < o_.save_freq) return;
     since_save_ = 0;
     // the batch's logs are each worker's own: the chief's decide (every worker reaches this batch)
     if (o_.save_best_only) {

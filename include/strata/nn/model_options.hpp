@@ -41,6 +41,15 @@ class MetricList {
 
 struct CompileOptions {
   std::uint64_t seed = 0;  //!< keys weight initialization and dropout; fixed by default, so runs repeat
+  //! Steps fit, evaluate and predict run as one execution (Keras' option):
+  //! the synchronous strategies' replicas run them in one go, each taking
+  //! the next batch itself, so the caller wakes them once per N steps; the
+  //! batch callbacks, progress and BackupAndRestore's step checks run once
+  //! per execution (on_batch_begin with its first batch, on_batch_end with
+  //! its last: Callback::batches_ended() says how many it ended). The same
+  //! weights, bit for bit, as 1; a stop (a callback, a signal) waits for
+  //! the execution's end.
+  std::size_t steps_per_execution = 1;
 };
 
 struct FitOptions {

@@ -79,11 +79,14 @@ class TensorBoard : public Callback {
     if (train_ && trace::enabled()) traced_at_start_ = trace::recorded_totals();
   }
   void on_batch_end(int /*batch*/, const Logs& logs) override {
-    ++epoch_batches_;
-    ++window_batches_;
-    ++global_batch_;
+    const auto n = static_cast<std::int64_t>(batches_ended());  // several with steps_per_execution
+    epoch_batches_ += n;
+    window_batches_ += n;
+    global_batch_ += n;
     epoch_end_ = Clock::now();  // the epoch's steps end at its last batch's end
-    if (!train_ || !opts_.update_freq || global_batch_ % opts_.update_freq) return;
+    // a write when a multiple of update_freq was reached by these batches
+    if (!train_ || !opts_.update_freq || global_batch_ / opts_.update_freq == (global_batch_ - n) / opts_.update_freq)
+      return;
     for (const auto& [name, value] : logs.items()) train_->scalar("batch_" + name, value, global_batch_);
     if (opts_.batch_size) {  // over the batches since the last write (or the epoch's start)
       const double seconds = std::chrono::duration<double>(epoch_end_ - window_start_).count();

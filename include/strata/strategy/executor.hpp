@@ -9,6 +9,7 @@
 //!   std::unique_ptr<strata::Executor> ex = strategy.any().make_executor(program);
 //!   ex->place(init);  auto totals = ex->run_pass(pass);
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -128,20 +129,33 @@ struct ExecutorFor {
                 "std::unique_ptr<strata::Executor> (see strategy/mirrored_executor.hpp)");
 };
 
+//! The batches of a pass's next execution: up to its steps_per_execution
+//! (and what max_steps leaves after `done` steps), fewer when the data ends.
+inline std::vector<Batch> next_batches(Pass& pass, std::size_t done) {
+  std::vector<Batch> out;
+  const std::size_t per = std::max<std::size_t>(pass.steps_per_execution, 1);
+  while (out.size() < per && (!pass.max_steps || done + out.size() < pass.max_steps)) {
+    std::optional<Batch> b = pass.next();
+    if (!b) break;
+    out.push_back(*b);
+  }
+  return out;
+}
+
 //! The loop of an executor that takes a pass's batches one at a time on
-//! the caller's thread: step(batch, index, totals) for each, between the
-//! pass's begin_step and end_step; ends with the data, at max_steps, or
-//! when end_step says so.
+//! the caller's thread: step(batch, index, totals) for each, the pass's
+//! begin_step and end_step around each execution (steps_per_execution
+//! steps); ends with the data, at max_steps, or when end_step says so.
 template <class Step>
 PassTotals run_batches(Pass& pass, std::size_t num_metrics, Step&& step) {
   PassTotals t;
   t.metrics.assign(num_metrics, 0.0);
-  for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
-    std::optional<Batch> b = pass.next();
-    if (!b) break;
+  for (std::size_t steps = 0;;) {
+    const std::vector<Batch> group = next_batches(pass, steps);
+    if (group.empty()) break;
     pass.begin_step(steps);
-    step(*b, steps, t);
-    if (pass.end_step(steps++, t)) break;
+    for (const Batch& b : group) step(b, steps++, t);
+    if (pass.end_step(steps - 1, t)) break;
   }
   return t;
 }

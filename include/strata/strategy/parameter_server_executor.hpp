@@ -239,12 +239,15 @@ class ParameterServerExecutor final : public Executor {
     const auto window = 2 * static_cast<std::size_t>(rt_.num_workers());
     std::size_t scheduled = 0, steps = 0;
     bool stop = false;
-    const auto collect = [&] {
+    // the hooks around each execution's steps (Pass::steps_per_execution), though steps are scheduled singly
+    const std::size_t per = std::max<std::size_t>(pass.steps_per_execution, 1);
+    const auto collect = [&](bool last) {
       const StepOutput out = inflight.front().get();
       inflight.pop_front();
       t.add(out.loss, out.rows, out.metrics);
       t.samples += out.rows;
-      stop = pass.end_step(steps++, t) || stop;
+      ++steps;
+      if (steps % per == 0 || (last && inflight.empty())) stop = pass.end_step(steps - 1, t) || stop;
     };
     const bool rounds = rt_.staleness() == std::uint64_t{0};
     const auto round = static_cast<std::size_t>(rt_.num_workers());
@@ -253,12 +256,12 @@ class ParameterServerExecutor final : public Executor {
       while (more() && (!pass.max_steps || scheduled < pass.max_steps)) {
         std::optional<Batch> b = pass.next();
         if (!b) break;
-        pass.begin_step(scheduled);
+        if (scheduled % per == 0) pass.begin_step(scheduled);
         inflight.push_back(rt_.schedule(StepInput{*b->x, *b->y, (*pass.iteration)++}));
         ++scheduled;
-        while (inflight.size() > window) collect();
+        while (inflight.size() > window) collect(false);
       }
-      while (!inflight.empty()) collect();
+      while (!inflight.empty()) collect(true);
       rt_.join();
     } catch (...) {
       try {

@@ -69,6 +69,15 @@ class Pass {
   bool per_worker = false;       //!< the data is this worker's own share of each global batch
   std::optional<std::size_t> batches;  //!< batches in a pass of the data, where it knows (its cardinality)
   std::int64_t* iteration = nullptr;  //!< the model's optimizer step, advanced by training steps
+  //! Steps run as one execution (nn::CompileOptions::steps_per_execution,
+  //! Keras' name): the executor takes up to this many batches, runs their
+  //! steps one after the other (the synchronous executors: in one run of
+  //! the replicas, which take each next step themselves), and calls
+  //! begin_step once before them (with the first step's index) and
+  //! end_step once after them (with the last's). The pass keeps the last
+  //! steps_per_execution batches next() returned valid. 1: the hooks
+  //! around every step.
+  std::size_t steps_per_execution = 1;
 
   //! The gradient finiteness policy of a training pass (nn::FitOptions::
   //! check_finite). A synchronous executor looks at each step's reduced
@@ -115,8 +124,9 @@ class Pass {
   virtual std::optional<Batch> next() = 0;
   //! A batch of no rows shaped like the data's (a worker out of data takes part with it).
   virtual Batch empty() = 0;
+  //! Before each execution (steps_per_execution steps; 1: each step), with its first step's index.
   virtual void begin_step(std::size_t /*step*/) {}
-  //! After each step; true stops the pass.
+  //! After each execution, with its last step's index and the totals after it; true stops the pass.
   virtual bool end_step(std::size_t /*step*/, const PassTotals&) { return false; }
 };
 

@@ -69,11 +69,15 @@ class SyncExecutor : public Executor {
     const auto local = static_cast<std::size_t>(s_.num_local_replicas());
     derived().place_values(start, local);
     reps_.clear();
-    results_.assign(local, ReplicaResult{});
+    results_.clear();
     for (std::size_t r = 0; r < local; ++r) reps_.push_back(derived().make_replica(r));
     reset_optimizer();
   }
 
+  //! Runs the pass an execution at a time (Pass::steps_per_execution
+  //! global batches): one run of the replicas takes all of its steps, each
+  //! replica going on to the next batch by itself (the caller wakes them
+  //! once per execution, and runs the pass's hooks between executions).
   PassTotals run_pass(Pass& pass) override {
     pass.runs_gradient_hook = true;  // between each replica's backward and Derived::apply
     PassTotals t;
@@ -83,22 +87,33 @@ class SyncExecutor : public Executor {
     // until all are. Predicting, each worker predicts its own rows alone.
     const bool own = pass.per_worker;
     const bool agree = own && pass.phase != Phase::Predict;
-    for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
-      std::optional<Batch> b = pass.next();
-      std::size_t global = 0;
+    Execution e;
+    for (std::size_t steps = 0;;) {
+      e.batches.clear();
+      e.global.clear();
       if (agree) {
-        double rows[1] = {b ? static_cast<double>(b->x->shape()[0]) : 0.0};
-        workers_.sum(rows);
-        global = static_cast<std::size_t>(rows[0]);
-        if (global == 0) break;
-        if (!b) b = pass.empty();
+        const std::size_t per = std::max<std::size_t>(pass.steps_per_execution, 1);
+        const std::size_t want = pass.max_steps ? std::min(per, pass.max_steps - steps) : per;
+        std::vector<std::optional<Batch>> got;
+        std::vector<double> rows;
+        for (std::size_t k = 0; k < want; ++k) {  // as many on every worker: one sum of their rows
+          got.push_back(pass.next());
+          rows.push_back(got.back() ? static_cast<double>(got.back()->x->shape()[0]) : 0.0);
+        }
+        workers_.sum(std::span<double>(rows));
+        for (std::size_t k = 0; k < want && rows[k] > 0; ++k) {
+          e.batches.push_back(got[k] ? *got[k] : pass.empty());
+          e.global.push_back(static_cast<std::size_t>(rows[k]));
+        }
       } else {
-        if (!b) break;
-        global = b->x->shape()[0];
+        e.batches = next_batches(pass, steps);
+        for (const Batch& b : e.batches) e.global.push_back(b.x->shape()[0]);
       }
+      if (e.batches.empty()) break;
       pass.begin_step(steps);
-      step(*b, pass, global, own, t, steps);
-      if (pass.end_step(steps++, t)) break;
+      execute(e, pass, own, t, steps);
+      steps += e.batches.size();
+      if (pass.end_step(steps - 1, t)) break;
     }
     if (pass.phase != Phase::Predict) sum_totals(t);
     return t;
@@ -172,6 +187,7 @@ class SyncExecutor : public Executor {
     ctx.all_reduce(std::span<float>(bad), Sum);
     // every worker's local slices cover the (same) reduced gradient: the sum counts it once per worker
     // (once in all where the slices span the workers: ZeRO 2 and 3 across workers)
+    seen_bad_[r] = static_cast<double>(bad[0]);
     if (r == 0) bad_ = static_cast<double>(bad[0]) / (slices_span_workers_ ? 1 : workers_.size());
     return bad[0] == 0.f;
   }
@@ -194,61 +210,122 @@ class SyncExecutor : public Executor {
     clip_in(c, mine, sq[0], clipnorm, scratch);
   }
 
-  //! One global batch of `global` rows (`own`: b is this worker's share of
-  //! it), step `index` of the pass.
-  void step(const Batch& b, Pass& pass, std::size_t global, bool own, PassTotals& t, std::size_t index) {
-    if (global == 0) return;
+  //! The global batches of one execution, and each one's rows (`global`).
+  struct Execution {
+    std::vector<Batch> batches;
+    std::vector<std::size_t> global;
+  };
+
+  //! The steps of execution `e` (`own`: its batches are this worker's
+  //! shares), the first being step `first` of the pass: the replicas run
+  //! them in one run; then, in step order, each one's sums go into `t` and
+  //! a training step is applied or skipped (the finiteness policy), as if
+  //! each had run alone. A failure counts the steps replica 0 completed.
+  void execute(const Execution& e, Pass& pass, bool own, PassTotals& t, std::size_t first) {
+    const std::size_t n = e.batches.size();
     const int sync = s_.num_replicas_in_sync();
     const auto p = static_cast<std::size_t>(own ? s_.num_local_replicas() : sync);
-    const float scale = 1.f / static_cast<float>(global);
-    const std::int64_t it = *pass.iteration;
     check_ = pass.phase == Phase::Train && pass.finite;
-    bad_ = 0;
+    if (results_.size() < n) results_.resize(n, std::vector<ReplicaResult>(reps_.size()));
+    bads_.assign(n, 0.0);
+    done_ = 0;
     if (pass.phase == Phase::Predict && !own && workers_.size() > 1)  // other workers' rows: zero before the sum
-      std::fill_n(b.predictions, global * program_.output_width(), 0.f);
+      for (std::size_t k = 0; k < n; ++k)
+        std::fill_n(e.batches[k].predictions, e.global[k] * program_.output_width(), 0.f);
     try {
-      run_replicas(b, pass, global, own, p, sync, scale, it);
+      run_replicas(e, pass, own, p, sync);
     } catch (...) {
       derived().after_failure();
+      try {
+        account(e, pass, t, first, done_);  // the steps replica 0 completed are applied
+      } catch (...) {  // the failure being reported is the one that counts
+      }
       throw;
     }
-    if (pass.phase != Phase::Predict)
-      for (std::size_t r = 0; r < results_.size(); ++r)  // replica order: deterministic
-        if (derived().counts(r)) t.add(results_[r].loss, results_[r].rows, results_[r].metrics);
-    t.samples += global;
-    if (pass.phase != Phase::Train) return;
-    // A skipped step's loss and metrics stay in the totals (a NaN loss shows in the logs, with the count).
-    if (bad_ > 0) return pass.skip_step(index, it, bad_);
-    pass.applied_step();
-    ++*pass.iteration;
+    account(e, pass, t, first, done_);
   }
 
-  //! Every local replica's part of one step (within Strategy::run).
-  void run_replicas(const Batch& b, Pass& pass, std::size_t global, bool own, std::size_t p, int sync, float scale,
-                    std::int64_t it) {
+  //! The first `done` steps of execution `e` in step order: their sums into
+  //! `t`, and each training step applied (the model's iteration advanced)
+  //! or skipped.
+  void account(const Execution& e, Pass& pass, PassTotals& t, std::size_t first, std::size_t done) {
+    for (std::size_t k = 0; k < done; ++k) {
+      if (e.global[k] == 0) continue;
+      if (pass.phase != Phase::Predict)
+        for (std::size_t r = 0; r < reps_.size(); ++r)  // replica order: deterministic
+          if (derived().counts(r)) t.add(results_[k][r].loss, results_[k][r].rows, results_[k][r].metrics);
+      t.samples += e.global[k];
+      if (pass.phase != Phase::Train) continue;
+      // A skipped step's loss and metrics stay in the totals (a NaN loss shows in the logs, with the count).
+      if (bads_[k] > 0) {
+        pass.skip_step(first + k, *pass.iteration, bads_[k]);
+        continue;
+      }
+      pass.applied_step();
+      ++*pass.iteration;
+    }
+  }
+
+  //! Every local replica's part of an execution's steps (within one
+  //! Strategy::run): each replica goes from one step to the next by itself,
+  //! the step's collectives keeping them in step. Each keeps the optimizer
+  //! iteration and the run of skipped steps as the caller will (a skip is
+  //! one decision on every replica), and stops where max_bad_steps ends
+  //! the pass.
+  void run_replicas(const Execution& e, Pass& pass, bool own, std::size_t p, int sync) {
+    const std::int64_t it0 = *pass.iteration;
+    const std::size_t max_bad = pass.finite ? pass.finite->max_bad_steps : 0;
+    const std::size_t bad_run = pass.finite ? pass.finite->in_a_row : 0;
+    seen_bad_.assign(reps_.size(), 0.0);
     s_.run([&](auto& ctx) {
       const std::size_t r = local_index(ctx);
       const int g = ctx.replica_id_in_sync_group();
-      const Range rows = derived().rows_for(b, global, own, p, r, g);
-      try {
-        derived().before_step(r);
-        StepInfo info{pass.phase, g, sync, static_cast<std::uint64_t>(it), scale};
-        if (pass.phase == Phase::Train) info.ready = derived().ready_for(ctx, r, pass);
-        info.windows = derived().windows_for(ctx, r, pass);
-        derived().adjust_step(ctx, info, r);
-        reps_[r]->step(derived().batch_for(b, r, global), rows, info, results_[r]);
-        if (pass.phase != Phase::Train) return;
-        if (pass.gradient_hook)  // a custom loop's look at this replica's gradient, before the reduction
-          derived().with_host_gradient(r, [&](std::span<float> v) {
-            ReplicaGradient rg{v, 0, v.size(), g, sync, rows.size(), global, it};
-            pass.gradient_hook(rg);
-          });
-        derived().apply(ctx, r, it);
-      } catch (const std::exception& e) {
-        derived().replica_failed(r, e.what());
-        throw;
+      std::int64_t it = it0;
+      std::size_t in_a_row = bad_run;
+      for (std::size_t k = 0; k < e.batches.size(); ++k) {
+        const std::size_t global = e.global[k];
+        if (global != 0) {
+          seen_bad_[r] = 0;
+          if (r == 0) bad_ = 0;
+          step_on(ctx, r, g, e.batches[k], pass, global, own, p, sync, it, results_[k][r]);
+          if (r == 0) bads_[k] = bad_;
+        }
+        if (r == 0) done_ = k + 1;
+        if (global == 0 || pass.phase != Phase::Train) continue;
+        if (!check_ || seen_bad_[r] == 0) {
+          ++it;
+          in_a_row = 0;
+        } else if (++in_a_row >= max_bad && max_bad != 0) {
+          break;  // the caller's skip_step stops the pass here
+        }
       }
     });
+  }
+
+  //! Replica r's part (global id g) of one step on a global batch of
+  //! `global` rows (`own`: b holds this worker's share), optimizer iteration `it`.
+  template <class Ctx>
+  void step_on(Ctx& ctx, std::size_t r, int g, const Batch& b, Pass& pass, std::size_t global, bool own,
+               std::size_t p, int sync, std::int64_t it, ReplicaResult& result) {
+    const Range rows = derived().rows_for(b, global, own, p, r, g);
+    try {
+      derived().before_step(r);
+      StepInfo info{pass.phase, g, sync, static_cast<std::uint64_t>(it), 1.f / static_cast<float>(global)};
+      if (pass.phase == Phase::Train) info.ready = derived().ready_for(ctx, r, pass);
+      info.windows = derived().windows_for(ctx, r, pass);
+      derived().adjust_step(ctx, info, r);
+      reps_[r]->step(derived().batch_for(b, r, global), rows, info, result);
+      if (pass.phase != Phase::Train) return;
+      if (pass.gradient_hook)  // a custom loop's look at this replica's gradient, before the reduction
+        derived().with_host_gradient(r, [&](std::span<float> v) {
+          ReplicaGradient rg{v, 0, v.size(), g, sync, rows.size(), global, it};
+          pass.gradient_hook(rg);
+        });
+      derived().apply(ctx, r, it);
+    } catch (const std::exception& ex) {
+      derived().replica_failed(r, ex.what());
+      throw;
+    }
   }
 
   //! Collective across workers: the totals of every worker's rows (running
@@ -267,12 +344,15 @@ class SyncExecutor : public Executor {
   ModelProgram& program_;
   decltype(workers_of(std::declval<S&>())) workers_;
   std::vector<std::unique_ptr<ReplicaProgram>> reps_;
-  std::vector<ReplicaResult> results_;
-  bool check_ = false;  // this step checks its reduced gradient (set before the replicas run)
+  std::vector<std::vector<ReplicaResult>> results_;  // [step of the execution][local replica]
+  bool check_ = false;  // this execution's training steps check their reduced gradient (set before the run)
   //! Whether the local replicas' slices of the reduced gradient are this
   //! worker's part of it only (ZeRO 2 and 3 across workers), not the whole.
   bool slices_span_workers_ = false;
-  double bad_ = 0;      // its NaN and infinite values (written by local replica 0)
+  double bad_ = 0;      // the current step's NaN and infinite values (written by local replica 0)
+  std::vector<double> bads_;       // each step's of the execution (replica 0 copies bad_ there)
+  std::vector<double> seen_bad_;   // per local replica: the total its current step's check saw
+  std::size_t done_ = 0;           // the execution's steps replica 0 completed
 };
 
 }  // namespace strata::detail

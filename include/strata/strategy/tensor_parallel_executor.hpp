@@ -297,6 +297,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       each_counted([&](std::span<const float> x) { kernels::host_memory().count_nonfinite(x.data(), x.size(), &local); });
       float bad[1] = {static_cast<float>(local)};
       ctx.all_reduce(std::span<float>(bad), Sum);
+      this->seen_bad_[r] = bad[0];
       if (r == 0) this->bad_ = bad[0];
       if (bad[0] != 0.f) return;  // skipped on every replica
     }
