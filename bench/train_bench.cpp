@@ -23,7 +23,9 @@
 //                             [--zero 0,1,2,3]     (ZeRO stage: ExecutorOptions::sharded_update; default: the
 //                                                   strategy's choice)
 //                             [--compression none,bf16,fp16]  (ExecutorOptions::compression)
-//                             (every combination of the last three lists runs interleaved, a row each, the first
+//                             [--steps-per-execution 1,8]  (CompileOptions::steps_per_execution: steps a run of
+//                                                   the replicas takes, the callbacks once per run)
+//                             (every combination of the last four lists runs interleaved, a row each, the first
 //                             the main row; each row also gives the run's peak resident memory, VmHWM)
 // Models: mlp (784-128-10), cnn, wide (784-2048-2048-10, 5.8M parameters: a
 // model where the gradient's communication matters, issue 25), deep
@@ -122,6 +124,7 @@ struct Setup {
   double bucket_mb = 0;        // a child's gradient buckets (ExecutorOptions::bucket_bytes), MiB
   int zero = -1;               // a child's ZeRO stage (ExecutorOptions::sharded_update); -1: the default
   std::string compression = "none";  // a child's ExecutorOptions::compression
+  std::size_t steps_per_execution = 1;  // a child's CompileOptions::steps_per_execution
 };
 
 
@@ -148,7 +151,7 @@ double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
   }
   auto m = s.scope([&] { return make(model); });
   m.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
-            {.seed = u.seed});
+            {.seed = u.seed, .steps_per_execution = u.steps_per_execution});
   (void)m.summary();  // builds, as the example's summary does, outside the timed region
   const std::size_t n = d.x.shape()[0];
   auto train = strata::data::from_tensor_slices(d.x, d.y).shuffle(n, u.seed).batch(u.batch).prefetch(2);
@@ -270,6 +273,7 @@ int main(int argc, char** argv) try {
   std::string data_dir, device = "cpu";
   std::vector<std::string> buckets{"0"};  // --bucket-mb: MiB per gradient bucket, one run of each per round
   std::vector<std::string> zeros{""}, compressions{"none"};  // --zero ("": the default), --compression
+  std::vector<int> executions{1};  // --steps-per-execution
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i], v = i + 1 < argc ? argv[i + 1] : "";
     if (k == "--models") models = bench::split_commas(v);
@@ -288,6 +292,8 @@ int main(int argc, char** argv) try {
     else if (k == "--zero") zeros = bench::split_commas(v);
     else if (k == "--zero-stage") u.zero = std::stoi(v);
     else if (k == "--compression") compressions = bench::split_commas(v);
+    else if (k == "--steps-per-execution") executions = bench::parse_ints(v);
+    else if (k == "--spe") u.steps_per_execution = std::stoul(v);
     else if (k == "--breakdown" || k == "--trace-overhead" || k == "--capture") {
       (k == "--breakdown" ? breakdown : k == "--capture" ? capture : overhead) = true;
       --i;  // a flag: no value
@@ -318,7 +324,13 @@ int main(int argc, char** argv) try {
       std::fprintf(stderr, "--compression is none, bf16 or fp16, got %s\n", c.c_str());
       return 2;
     }
+  for (int e : executions)
+    if (e < 1) {
+      std::fprintf(stderr, "--steps-per-execution takes step counts of at least 1, got %d\n", e);
+      return 2;
+    }
   u.bucket_mb = std::strtod(buckets.at(0).c_str(), nullptr);
+  u.steps_per_execution = static_cast<std::size_t>(executions.at(0));
   u.compression = compressions.at(0);
   // the rows: every (bucket size, stage, compression), the first the main one
   struct Variant {
@@ -327,13 +339,16 @@ int main(int argc, char** argv) try {
   std::vector<Variant> variants;
   for (const auto& b : buckets)
     for (const auto& z : zeros)
-      for (const auto& c : compressions) {
-        Variant v;
-        if (buckets.size() > 1 || b != "0") v.args += " --bucket-mb " + b, v.label += "buckets " + b + " MiB ";
-        if (!z.empty()) v.args += " --zero-stage " + z, v.label += "ZeRO " + z + " ";
-        if (compressions.size() > 1 || c != "none") v.args += " --compression " + c, v.label += c + " ";
-        variants.push_back(v);
-      }
+      for (const auto& c : compressions)
+        for (int e : executions) {
+          Variant v;
+          if (buckets.size() > 1 || b != "0") v.args += " --bucket-mb " + b, v.label += "buckets " + b + " MiB ";
+          if (!z.empty()) v.args += " --zero-stage " + z, v.label += "ZeRO " + z + " ";
+          if (compressions.size() > 1 || c != "none") v.args += " --compression " + c, v.label += c + " ";
+          if (executions.size() > 1 || e != 1)
+            v.args += " --spe " + std::to_string(e), v.label += std::to_string(e) + " steps/execution ";
+          variants.push_back(v);
+        }
   if (device != "cpu" && device != "gpu") {
     std::fprintf(stderr, "--device is cpu or gpu, got %s\n", device.c_str());
     return 2;

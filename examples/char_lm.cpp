@@ -171,7 +171,8 @@ int train_char_lm(S& strategy, const example::Args& a, const Corpus& c) {
                                           .warmup_target = static_cast<float>(a.learning_rate),
                                           .warmup_steps = warmup},
                           {.weight_decay = 0.1f, .global_clipnorm = 1.f}},
-                nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = a.seed});
+                nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {},
+                {.seed = a.seed, .steps_per_execution = a.steps_per_execution});
   const bool chief = strategy.any().worker_index() == 0;  // across workers, one speaks
   const std::string summary = model.summary();             // (every worker builds: a collective)
   if (!a.quiet && chief)

@@ -66,6 +66,7 @@ struct Args {
   double bucket_mb = 0;         // MiB per gradient bucket (0: one all-reduce after backward)
   strata::Compression compression = strata::Compression::None;
   double validation_split = 0;  // hold out this last fraction of the training examples (0: none)
+  std::size_t steps_per_execution = 1;  // steps a run of the replicas takes (CompileOptions::steps_per_execution)
   std::string tensorboard;      // TensorBoard event files into this directory ("": none)
   std::string trace;            // the run's timeline, trace-event JSON ("": none)
   std::string csv;              // CSVLogger: one row per epoch into this file ("": none)
@@ -153,6 +154,8 @@ inline constexpr OptionInfo option_table[] = {
      gradient_strategies},
     {"--compression", "none|bf16|fp16", "send the gradient in 16 bits, with error feedback (default none)",
      gradient_strategies},
+    {"--steps-per-execution", "N", "steps the replicas run on their own between two calls of the callbacks and the "
+                                   "progress line, 1-1000000 (default 1; Keras' steps_per_execution)"},
     {"--epochs", "N", "passes over the training set, 1-100000 (default {epochs})"},
     {"--batch", "N", "global batch, 1-1048576 (default 128)"},
     {"--data", "DIR", "the MNIST directory (default: the cache of scripts/fetch-mnist.sh)"},
@@ -451,6 +454,7 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
       else if (v == "fp16") a.compression = strata::Compression::FP16;
       else fail(prog, "--compression " + detail::quoted(v) + " is not a format: expected none, bf16 or fp16");
     }
+    else if (k == "--steps-per-execution") a.steps_per_execution = detail::whole<std::size_t>(prog, k, v, 1, 1000000);
     else if (k == "--epochs") a.epochs = detail::whole(prog, k, v, 1, 100000);
     else if (k == "--batch") a.batch = detail::whole<std::size_t>(prog, k, v, 1, std::size_t{1} << 20);
     else if (k == "--data") a.data = v;
@@ -540,6 +544,7 @@ inline std::vector<std::pair<std::string, std::string>> options_that_must_match(
   const auto or_none = [](const std::string& v) { return v.empty() ? std::string("(none)") : v; };
   return {{"--strategy", a.strategy},
           {"--epochs", std::to_string(a.epochs)},
+          {"--steps-per-execution", std::to_string(a.steps_per_execution)},
           {"--batch", std::to_string(a.batch)},
           {"--seed", std::to_string(a.seed)},
           {"--train-limit", a.train_limit ? std::to_string(a.train_limit) : std::string("(none)")},

@@ -113,7 +113,7 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
                                                                             std::max<std::int64_t>(1, epoch_steps),
                                                                             static_cast<float>(a.lr_decay), true}};
   model.compile(nn::Adam{rate}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
-                {.seed = a.seed});
+                {.seed = a.seed, .steps_per_execution = a.steps_per_execution});
   const bool chief = strategy.any().worker_index() == 0;  // across workers, one speaks
   // every worker builds here (summary builds the model, which broadcasts the chief's
   // initial weights: a collective), only the chief prints

@@ -225,6 +225,29 @@ TEST_CASE("TensorBoard callback: samples per second given the batch size, skippe
                        strata::Error);
 }
 
+TEST_CASE("TensorBoard callback: update_freq counts batches across executions of several steps") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  auto model = s.scope([] { return strata_test::blobs_mlp(); });
+  model.compile(nn::SGD{0.05}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {},
+                {.seed = 7, .steps_per_execution = 4});
+  const auto data = strata_test::blobs(96, 1);
+  TempDir d;
+  nn::TensorBoard tb{model, d.path / "logs", {.update_freq = 3, .batch_size = 16}};
+  const auto history = model.fit(strata::data::from_tensor_slices(data.x, data.y).batch(16),
+                                 {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&tb}});
+  std::map<std::string, std::vector<long>> steps;
+  const auto got = scalars(read_with_protobuf({tb.train_file()}), &steps);
+  // 6 batches an epoch in executions of 4 and 2: the batch count reaches 4, 6, 10, 12, each passing a multiple
+  // of 3; the scalars are at the batch count
+  CHECK(steps.at("train batch_loss") == std::vector<long>{4, 6, 10, 12});
+  CHECK(got.at("train batch_loss")[1] == static_cast<double>(static_cast<float>(history.at("loss")[0])));
+  // per epoch: 6 batches of 16 samples, whatever the executions
+  const auto& sps = got.at("train epoch_steps_per_second");
+  const auto& samples = got.at("train epoch_samples_per_second");
+  REQUIRE(samples.size() == 2);
+  for (std::size_t e = 0; e < 2; ++e) CHECK(samples[e] / sps[e] == doctest::Approx(16.0).epsilon(1e-6));
+}
+
 TEST_CASE("TensorBoard callback: while a trace records, each epoch's time per step in its categories") {
   strata::MirroredStrategy s{strata::cpu_replicas(2)};
   auto model = s.scope([] { return strata_test::blobs_mlp(); });

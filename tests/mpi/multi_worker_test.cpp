@@ -312,6 +312,65 @@ TEST_CASE("a dataset read from several files is sharded by file: each worker rea
   if (w == 0) std::filesystem::remove_all(dir);
 }
 
+// CompileOptions::steps_per_execution across workers: each worker's replicas
+// run N steps in one run (their collectives crossing the workers step by
+// step), the workers' hooks once per execution; by file, one sum of the N
+// batches' rows agrees on the global batches. The same bits as one step at a time.
+TEST_CASE("steps_per_execution across workers: one step at a time's weights and logs, auto-sharded and by file") {
+  namespace nn = strata::nn;
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), quick()};
+  const int W = s.num_workers(), w = s.worker_index();
+  long id = ::getpid();
+  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const auto dir = std::filesystem::temp_directory_path() / ("strata_mw_spe_" + std::to_string(id));
+  const std::size_t nfiles = static_cast<std::size_t>(W) + 1;  // uneven shares: worker 0 reads two files
+  std::vector<std::filesystem::path> files;
+  for (std::size_t f = 0; f < nfiles; ++f) files.push_back(dir / ("part" + std::to_string(f)));
+  if (w == 0) {
+    std::filesystem::create_directories(dir);
+    for (std::size_t f = 0; f < nfiles; ++f) write_samples(files[f], f * 40, 40);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto xy = samples_96();
+  struct Got {
+    std::vector<float> w;
+    std::vector<double> loss;
+    double eval = 0;
+    std::int64_t steps = 0;
+  };
+  const auto run = [&](std::size_t n, bool by_file) {
+    auto model = s.scope([] {
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh}}, nn::Dense{3}};
+    });
+    model.compile(nn::Adam{1e-2}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                  {.seed = 3, .steps_per_execution = n});
+    Got g;
+    if (by_file) {
+      auto data = strata::data::from_files(files, [](const std::filesystem::path& p) { return read_samples(p); });
+      g.loss = model.fit(s.distribute(data.batch(8)), {.epochs = 2, .verbose = nn::Verbosity::Silent}).at("loss");
+      g.eval = model.evaluate(s.distribute(data.batch(12)), {.verbose = nn::Verbosity::Silent}).at("loss");
+    } else {
+      auto data = strata::data::from_tensor_slices(xy.first, xy.second);
+      g.loss = model.fit(s.distribute(data.batch(8)), {.epochs = 2, .verbose = nn::Verbosity::Silent}).at("loss");
+      g.eval = model.evaluate(s.distribute(data.batch(12)), {.verbose = nn::Verbosity::Silent}).at("loss");
+    }
+    for (const auto& t : model.get_weights()) g.w.insert(g.w.end(), t.value.begin(), t.value.end());
+    g.steps = model.iterations();
+    return g;
+  };
+  for (bool by_file : {false, true}) {
+    CAPTURE(by_file);
+    const Got one = run(1, by_file);
+    const Got three = run(3, by_file);  // 12 (or 10) batches an epoch: executions of 3 and a shorter last
+    CHECK(three.steps == one.steps);
+    CHECK(three.w == one.w);
+    CHECK(three.loss == one.loss);
+    CHECK(three.eval == one.eval);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (w == 0) std::filesystem::remove_all(dir);
+}
+
 // The run fingerprint: a worker started with another global batch, seed,
 // learning rate, model or dataset size stops fit on every worker with a RunMismatch that
 // names it and the field, instead of training something else silently.
