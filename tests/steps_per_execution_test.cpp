@@ -155,7 +155,7 @@ class SeesTaken final : public strata::nn::detail::LayerBase<SeesTaken> {
 };
 }  // namespace
 
-TEST_CASE("an execution's batches are all taken before its steps run, which follow one another without the caller") {
+TEST_CASE("within an execution the replicas take each next batch themselves, one step ahead; the caller only the first") {
   const Blobs data = blobs(80, 11);
   for (std::size_t n : {1u, 4u}) {
     CAPTURE(n);
@@ -169,8 +169,31 @@ TEST_CASE("an execution's batches are all taken before its steps run, which foll
       return std::tuple{std::move(x), std::move(y)};
     });
     model.fit(s.distribute(ds), {.verbose = nn::Verbosity::Silent});
-    CHECK(seen == (n == 1 ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10} : std::vector<int>{4, 4, 4, 4, 8, 8, 8, 8, 10, 10}));
+    // one at a time: the caller takes batch k before step k; in executions of 4 (batches 0-3, 4-7, 8-9) the caller
+    // takes the first, and replica 0 takes batch k + 1 as step k starts (so a prefetching pipeline keeps running ahead)
+    CHECK(seen == (n == 1 ? std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10} : std::vector<int>{2, 3, 4, 4, 6, 7, 8, 8, 10, 10}));
   }
+}
+
+TEST_CASE("a batch that cannot be taken inside an execution: its own error, after the steps before it") {
+  const Blobs data = blobs(80, 11);
+  std::vector<std::vector<float>> w;
+  for (std::size_t n : {1u, 4u}) {
+    CAPTURE(n);
+    strata::MirroredStrategy s{strata::cpu_replicas(2)};
+    auto model = s.scope(strata_test::blobs_mlp);
+    model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7, .steps_per_execution = n});
+    int k = 0;  // batch 6 has one label too few: the feed refuses it
+    auto ds = strata::data::from_tensor_slices(data.x, data.y).batch(8).map([&k](Tensor<float> x, Tensor<std::int32_t> y) {
+      if (k++ == 6) y = Tensor<std::int32_t>{{7}};
+      return std::tuple{std::move(x), std::move(y)};
+    });
+    CHECK_THROWS_WITH_AS(model.fit(s.distribute(ds), {.verbose = nn::Verbosity::Silent}),
+                         doctest::Contains("must have the same first (batch) extent"), strata::ShapeError);
+    CHECK(model.iterations() == 6);  // batches 0-5 trained (with 4: replica 0 took batch 6 as step 5 started)
+    w.push_back(strata_test::flat_weights(model));
+  }
+  CHECK(w[0] == w[1]);
 }
 
 TEST_CASE("compile refuses steps_per_execution 0") {

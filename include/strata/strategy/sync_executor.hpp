@@ -17,6 +17,7 @@
 //!   class MyExecutor : public strata::detail::SyncExecutor<S, MyExecutor> { ... apply(ctx, r, it) ... };
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,6 +32,7 @@
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/memory.hpp>
 #include <strata/strategy/clip_norm.hpp>
+#include <strata/strategy/execution.hpp>
 #include <strata/strategy/executor.hpp>
 #include <strata/strategy/state_slices.hpp>
 #include <strata/strategy/variable.hpp>
@@ -76,8 +78,8 @@ class SyncExecutor : public Executor {
 
   //! Runs the pass an execution at a time (Pass::steps_per_execution
   //! global batches): one run of the replicas takes all of its steps, each
-  //! replica going on to the next batch by itself (the caller wakes them
-  //! once per execution, and runs the pass's hooks between executions).
+  //! going on to the next batch by itself (strategy/execution.hpp); the
+  //! caller wakes them once per execution and runs the pass's hooks between.
   PassTotals run_pass(Pass& pass) override {
     pass.runs_gradient_hook = true;  // between each replica's backward and Derived::apply
     PassTotals t;
@@ -87,33 +89,39 @@ class SyncExecutor : public Executor {
     // until all are. Predicting, each worker predicts its own rows alone.
     const bool own = pass.per_worker;
     const bool agree = own && pass.phase != Phase::Predict;
-    Execution e;
-    for (std::size_t steps = 0;;) {
-      e.batches.clear();
-      e.global.clear();
-      if (agree) {
-        const std::size_t per = std::max<std::size_t>(pass.steps_per_execution, 1);
-        const std::size_t want = pass.max_steps ? std::min(per, pass.max_steps - steps) : per;
+    const std::size_t per = std::max<std::size_t>(pass.steps_per_execution, 1);
+    const bool zero = pass.phase == Phase::Predict && !own && workers_.size() > 1;
+    for (std::size_t steps = 0; !pass.max_steps || steps < pass.max_steps;) {
+      const std::size_t limit = pass.max_steps ? std::min(per, pass.max_steps - steps) : per;
+      exec_.start(
+          pass, limit,
+          [this, zero](const Batch& b, std::size_t rows) {  // (the model is built by now)
+            if (zero) std::fill_n(b.predictions, rows * program_.output_width(), 0.f);  // other workers' rows: zero before the sum
+          },
+          deadline());
+      if (agree) {  // as many batches taken on every worker, then one sum of their rows
         std::vector<std::optional<Batch>> got;
         std::vector<double> rows;
-        for (std::size_t k = 0; k < want; ++k) {  // as many on every worker: one sum of their rows
+        for (std::size_t k = 0; k < limit; ++k) {
           got.push_back(pass.next());
           rows.push_back(got.back() ? static_cast<double>(got.back()->x->shape()[0]) : 0.0);
         }
         workers_.sum(std::span<double>(rows));
-        for (std::size_t k = 0; k < want && rows[k] > 0; ++k) {
-          e.batches.push_back(got[k] ? *got[k] : pass.empty());
-          e.global.push_back(static_cast<std::size_t>(rows[k]));
+        std::vector<Batch> batches;
+        std::vector<std::size_t> global;
+        for (std::size_t k = 0; k < limit && rows[k] > 0; ++k) {
+          batches.push_back(got[k] ? *got[k] : pass.empty());
+          global.push_back(static_cast<std::size_t>(rows[k]));
         }
-      } else {
-        e.batches = next_batches(pass, steps);
-        for (const Batch& b : e.batches) e.global.push_back(b.x->shape()[0]);
+        if (batches.empty()) break;
+        exec_.set(std::move(batches), std::move(global));
+      } else if (!exec_.take_first()) {
+        break;
       }
-      if (e.batches.empty()) break;
       pass.begin_step(steps);
-      execute(e, pass, own, t, steps);
-      steps += e.batches.size();
-      if (pass.end_step(steps - 1, t)) break;
+      const std::size_t ran = execute(pass, own, t, steps);
+      steps += ran;
+      if (pass.end_step(steps - 1, t) || exec_.data_ended()) break;
     }
     if (pass.phase != Phase::Predict) sum_totals(t);
     return t;
@@ -210,51 +218,52 @@ class SyncExecutor : public Executor {
     clip_in(c, mine, sq[0], clipnorm, scratch);
   }
 
-  //! The global batches of one execution, and each one's rows (`global`).
-  struct Execution {
-    std::vector<Batch> batches;
-    std::vector<std::size_t> global;
-  };
+  //! How long a replica waits for the next batch of an execution: the replicas' collective deadline.
+  std::chrono::milliseconds deadline() {
+    if constexpr (requires { s_.options().timeout; }) return s_.options().timeout;
+    else return std::chrono::minutes(2);
+  }
 
-  //! The steps of execution `e` (`own`: its batches are this worker's
-  //! shares), the first being step `first` of the pass: the replicas run
-  //! them in one run; then, in step order, each one's sums go into `t` and
-  //! a training step is applied or skipped (the finiteness policy), as if
-  //! each had run alone. A failure counts the steps replica 0 completed.
-  void execute(const Execution& e, Pass& pass, bool own, PassTotals& t, std::size_t first) {
-    const std::size_t n = e.batches.size();
+  //! The steps of the execution exec_ holds (`own`: its batches are this
+  //! worker's shares), the first being step `first` of the pass: the
+  //! replicas run them in one run; then, in step order, each one's sums go
+  //! into `t` and a training step is applied or skipped (the finiteness
+  //! policy), as if each had run alone. Returns the steps taken. A failure
+  //! counts the steps replica 0 completed; a batch that could not be taken
+  //! throws its error after the steps before it.
+  std::size_t execute(Pass& pass, bool own, PassTotals& t, std::size_t first) {
+    const std::size_t n = std::max<std::size_t>(pass.steps_per_execution, 1);  // the most it may take
     const int sync = s_.num_replicas_in_sync();
     const auto p = static_cast<std::size_t>(own ? s_.num_local_replicas() : sync);
     check_ = pass.phase == Phase::Train && pass.finite;
     if (results_.size() < n) results_.resize(n, std::vector<ReplicaResult>(reps_.size()));
     bads_.assign(n, 0.0);
     done_ = 0;
-    if (pass.phase == Phase::Predict && !own && workers_.size() > 1)  // other workers' rows: zero before the sum
-      for (std::size_t k = 0; k < n; ++k)
-        std::fill_n(e.batches[k].predictions, e.global[k] * program_.output_width(), 0.f);
     try {
-      run_replicas(e, pass, own, p, sync);
+      run_replicas(pass, own, p, sync);
     } catch (...) {
       derived().after_failure();
       try {
-        account(e, pass, t, first, done_);  // the steps replica 0 completed are applied
+        account(pass, t, first, done_);  // the steps replica 0 completed are applied
       } catch (...) {  // the failure being reported is the one that counts
       }
       throw;
     }
-    account(e, pass, t, first, done_);
+    account(pass, t, first, done_);
+    if (auto e = exec_.error()) std::rethrow_exception(e);  // the next batch's, after the steps before it
+    return done_;
   }
 
-  //! The first `done` steps of execution `e` in step order: their sums into
-  //! `t`, and each training step applied (the model's iteration advanced)
-  //! or skipped.
-  void account(const Execution& e, Pass& pass, PassTotals& t, std::size_t first, std::size_t done) {
+  //! The first `done` steps of the execution in step order: their sums
+  //! into `t`, and each training step applied (the model's iteration
+  //! advanced) or skipped.
+  void account(Pass& pass, PassTotals& t, std::size_t first, std::size_t done) {
     for (std::size_t k = 0; k < done; ++k) {
-      if (e.global[k] == 0) continue;
+      if (exec_.global(k) == 0) continue;
       if (pass.phase != Phase::Predict)
         for (std::size_t r = 0; r < reps_.size(); ++r)  // replica order: deterministic
           if (derived().counts(r)) t.add(results_[k][r].loss, results_[k][r].rows, results_[k][r].metrics);
-      t.samples += e.global[k];
+      t.samples += exec_.global(k);
       if (pass.phase != Phase::Train) continue;
       // A skipped step's loss and metrics stay in the totals (a NaN loss shows in the logs, with the count).
       if (bads_[k] > 0) {
@@ -267,12 +276,12 @@ class SyncExecutor : public Executor {
   }
 
   //! Every local replica's part of an execution's steps (within one
-  //! Strategy::run): each replica goes from one step to the next by itself,
-  //! the step's collectives keeping them in step. Each keeps the optimizer
+  //! Strategy::run): each replica goes from one step to the next by itself
+  //! (replica 0 taking each next batch as the step before starts), the
+  //! step's collectives keeping them in step. Each keeps the optimizer
   //! iteration and the run of skipped steps as the caller will (a skip is
-  //! one decision on every replica), and stops where max_bad_steps ends
-  //! the pass.
-  void run_replicas(const Execution& e, Pass& pass, bool own, std::size_t p, int sync) {
+  //! one decision on every replica), and stops where max_bad_steps ends the pass.
+  void run_replicas(Pass& pass, bool own, std::size_t p, int sync) {
     const std::int64_t it0 = *pass.iteration;
     const std::size_t max_bad = pass.finite ? pass.finite->max_bad_steps : 0;
     const std::size_t bad_run = pass.finite ? pass.finite->in_a_row : 0;
@@ -280,14 +289,22 @@ class SyncExecutor : public Executor {
     s_.run([&](auto& ctx) {
       const std::size_t r = local_index(ctx);
       const int g = ctx.replica_id_in_sync_group();
+      struct Leave {  // replica 0 hands nothing over after it leaves, however it leaves
+        ExecutionBatches* e;
+        ~Leave() {
+          if (e) e->close();
+        }
+      } leave{r == 0 ? &exec_ : nullptr};
       std::int64_t it = it0;
       std::size_t in_a_row = bad_run;
-      for (std::size_t k = 0; k < e.batches.size(); ++k) {
-        const std::size_t global = e.global[k];
+      for (std::size_t k = 0;; ++k) {
+        if (r == 0) exec_.take_next(k);
+        if (!exec_.wait_for(k, r)) break;
+        const std::size_t global = exec_.global(k);
         if (global != 0) {
           seen_bad_[r] = 0;
           if (r == 0) bad_ = 0;
-          step_on(ctx, r, g, e.batches[k], pass, global, own, p, sync, it, results_[k][r]);
+          step_on(ctx, r, g, exec_.batch(k), pass, global, own, p, sync, it, results_[k][r]);
           if (r == 0) bads_[k] = bad_;
         }
         if (r == 0) done_ = k + 1;
@@ -349,6 +366,7 @@ class SyncExecutor : public Executor {
   //! Whether the local replicas' slices of the reduced gradient are this
   //! worker's part of it only (ZeRO 2 and 3 across workers), not the whole.
   bool slices_span_workers_ = false;
+  ExecutionBatches exec_;           // the batches of the execution under way
   double bad_ = 0;      // the current step's NaN and infinite values (written by local replica 0)
   std::vector<double> bads_;       // each step's of the execution (replica 0 copies bad_ there)
   std::vector<double> seen_bad_;   // per local replica: the total its current step's check saw
