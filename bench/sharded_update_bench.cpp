@@ -6,6 +6,10 @@
 // (3) the fixed per-step cost of p replicas: an empty run(), and a run()
 //     with one 4-byte all-reduce (what every step pays whatever its work),
 //     at p up to more replicas than cores.
+// (4) the fixed cost of a fit step (a one-weight model, one row per replica:
+//     nothing but the step's round trips) one step at a time and with
+//     CompileOptions::steps_per_execution 64, where the replicas run 64 steps
+//     to one run.
 // Every figure is the median of --runs runs.
 //   ./build/bench/sharded_update_bench [--replicas 1,2,4] [--runs 5]
 #include <malloc.h>
@@ -103,6 +107,21 @@ double overhead_us(int p, bool reduce, int reps) {
   return (bench::now_s() - t0) / reps * 1e6;
 }
 
+// Microseconds per fit step of a one-weight model, one row per replica, `n` steps to an execution.
+double fit_step_us(int p, std::size_t n, std::size_t steps) {
+  strata::MirroredStrategy s{strata::cpu_replicas(p)};
+  const auto rows = static_cast<std::size_t>(p) * steps;
+  strata::Tensor<float> x{{rows, 1}}, y{{rows, 1}};
+  for (std::size_t i = 0; i < rows; ++i) x[i] = y[i] = static_cast<float>(i % 7) / 7.f;
+  auto model = s.scope([] { return nn::Sequential{nn::Input{{1}}, nn::Dense{1}}; });
+  model.compile(nn::SGD{1e-3}, nn::MeanSquaredError{}, {}, {.steps_per_execution = n});
+  auto ds = s.distribute(strata::data::from_tensor_slices(x, y).batch(static_cast<std::size_t>(p)));
+  model.fit(ds, {.verbose = nn::Verbosity::Silent, .steps_per_epoch = 64});  // warm up
+  const double t0 = bench::now_s();
+  model.fit(ds, {.verbose = nn::Verbosity::Silent});
+  return (bench::now_s() - t0) / static_cast<double>(steps) * 1e6;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,6 +151,17 @@ int main(int argc, char** argv) {
       b.push_back(overhead_us(p, true, 2000));
     }
     std::printf("%9d %16.1f %22.1f\n", p, median(a), median(b));
+  }
+  std::printf("\n# The fixed cost of a fit step: a one-weight model, one row per replica (median of %d fits of 2048 steps)\n",
+              runs);
+  std::printf("%9s %18s %24s %9s\n", "replicas", "1 step/run(us)", "64 steps/execution(us)", "speedup");
+  for (int p : {1, 2, 4, 8, 16}) {
+    std::vector<double> a, b;
+    for (int r = 0; r < runs; ++r) {
+      a.push_back(fit_step_us(p, 1, 2048));
+      b.push_back(fit_step_us(p, 64, 2048));
+    }
+    std::printf("%9d %18.1f %24.1f %8.2fx\n", p, median(a), median(b), median(a) / median(b));
   }
   std::printf("\n");
   const std::size_t n = 784 * 128 + 128 + 128 * 10 + 10;  // the MNIST MLP's parameters

@@ -89,13 +89,13 @@ struct Trained {
 //! 3 epochs of Adam (the gradient clipped to global norm 1) on blobs, the same data on every worker, batches
 //! of 10 (rows not divisible by the replicas); `local` replicas a worker at `mode`; then the state read on every
 //! worker (collective where it is sharded), a checkpoint written by the chief.
-Trained train(int local, ShardedUpdate mode, const std::filesystem::path& save = {}) {
+Trained train(int local, ShardedUpdate mode, const std::filesystem::path& save = {}, std::size_t per_execution = 1) {
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers(20s)};
   s.executor_options().sharded_update = mode;
   const auto data = strata_test::blobs(90, 11);
   auto m = s.scope(model);
   m.compile(nn::Adam{0.01, {.global_clipnorm = 1.f}}, nn::SparseCategoricalCrossentropy{{.from_logits = true}},
-            {nn::Accuracy{}}, {.seed = 7});
+            {nn::Accuracy{}}, {.seed = 7, .steps_per_execution = per_execution});
   m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(10)),
         {.epochs = 3, .verbose = nn::Verbosity::Silent});
   Trained t;
@@ -154,6 +154,16 @@ TEST_CASE("ZeRO 2 and 3 across workers: stage 0's weights, optimizer state, eval
     probe.communicator().barrier();  // the others' runs are over before the chief removes the file
     if (probe.is_chief()) std::filesystem::remove(path0);
   }
+}
+
+// Executions of several steps (CompileOptions::steps_per_execution): each step's gathers and reduce-scatters
+// queued on the progress threads one run after the other, the same bits as one step to a run.
+TEST_CASE("ZeRO 3 across workers in executions of 4 steps: one step at a time's weights and state") {
+  const Trained one = train(2, ShardedUpdate::Parameters);
+  const Trained four = train(2, ShardedUpdate::Parameters, {}, 4);  // 9 batches an epoch: executions of 4, 4, 1
+  CHECK(four.weights == one.weights);
+  CHECK(four.eval_loss == one.eval_loss);
+  CHECK(four.predictions == one.predictions);
 }
 
 TEST_CASE("a checkpoint of ZeRO 3 across workers resumes at ZeRO 0 across workers and in one process") {

@@ -34,16 +34,19 @@ class ExecutionBatches {
   //! A fresh execution of at most `limit` steps over `pass`'s batches;
   //! `taken(batch, rows)` readies each batch as it is taken (before any
   //! replica steps on it).
-  //! A replica waits at most `deadline` for a batch (then CollectiveTimeout).
+  //! A replica waits at most `deadline` for a batch (then CollectiveTimeout),
+  //! spinning first only when each replica has a core (`spin`).
   void start(Pass& pass, std::size_t limit, std::function<void(const Batch&, std::size_t)> taken = {},
-             std::chrono::milliseconds deadline = std::chrono::minutes(2)) {
+             std::chrono::milliseconds deadline = std::chrono::minutes(2), bool spin = true) {
     pass_ = &pass;
     deadline_ = deadline;
+    spin_ = spin ? 4096 : 0;
     taken_fn_ = std::move(taken);
     batches_.assign(limit, Batch{});
     global_.assign(limit, 0);
     ready_.store(0, std::memory_order_relaxed);
-    closed_ = ended_ = false;
+    closed_.store(false, std::memory_order_relaxed);
+    ended_ = false;
     error_ = nullptr;
   }
   //! The caller: takes the first batch; false when the data ended.
@@ -81,12 +84,12 @@ class ExecutionBatches {
   //! take it, at most the deadline); false: the execution ends before it.
   bool wait_for(std::size_t k, std::size_t r) {
     if (k >= batches_.size()) return false;
-    for (int spin = 0; spin < 4096; ++spin) {  // replica 0 takes it as the step before starts: usually there
+    for (int spin = 0; spin < spin_; ++spin) {  // replica 0 takes it as the step before starts: usually there
       if (ready_.load(std::memory_order_acquire) > k) return true;
-      if (spin > 64 && is_closed()) break;
+      if (closed_.load(std::memory_order_acquire)) break;
     }
     std::unique_lock lk(mu_);
-    if (!cv_.wait_for(lk, deadline_, [&] { return ready_.load(std::memory_order_acquire) > k || closed_; }))
+    if (!cv_.wait_for(lk, deadline_, [&] { return ready_.load(std::memory_order_acquire) > k || closed_.load(); }))
       throw CollectiveTimeout("strata: replica " + std::to_string(r) + " waited " +
                               std::to_string(deadline_.count()) + " ms for batch " + std::to_string(k) +
                               " of its execution (steps_per_execution), which local replica 0 takes from the data "
@@ -97,8 +100,8 @@ class ExecutionBatches {
   //! included): nothing more will be handed over.
   void close(bool data_ended = false) {
     {
-      std::lock_guard lk(mu_);
-      closed_ = true;
+      std::lock_guard lk(mu_);  // a waiter between its check and its sleep sees it
+      closed_.store(true, std::memory_order_release);
       ended_ = ended_ || data_ended;
     }
     cv_.notify_all();
@@ -135,10 +138,7 @@ class ExecutionBatches {
     }
     cv_.notify_all();
   }
-  [[nodiscard]] bool is_closed() const {
-    std::lock_guard lk(mu_);
-    return closed_;
-  }
+  [[nodiscard]] bool is_closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
   Pass* pass_ = nullptr;
   std::chrono::milliseconds deadline_{std::chrono::minutes(2)};
@@ -148,7 +148,9 @@ class ExecutionBatches {
   std::atomic<std::size_t> ready_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool closed_ = false, ended_ = false;
+  std::atomic<bool> closed_{false};
+  bool ended_ = false;
+  int spin_ = 4096;
   std::exception_ptr error_;
 };
 

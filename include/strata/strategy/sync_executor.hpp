@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -98,7 +99,7 @@ class SyncExecutor : public Executor {
           [this, zero](const Batch& b, std::size_t rows) {  // (the model is built by now)
             if (zero) std::fill_n(b.predictions, rows * program_.output_width(), 0.f);  // other workers' rows: zero before the sum
           },
-          deadline());
+          deadline(), reps_.size() <= std::max(1u, std::thread::hardware_concurrency()));
       if (agree) {  // as many batches taken on every worker, then one sum of their rows
         std::vector<std::optional<Batch>> got;
         std::vector<double> rows;
