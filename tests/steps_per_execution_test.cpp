@@ -111,6 +111,19 @@ TEST_CASE("steps_per_execution gives one step at a time's weights, logs, evaluat
       });
 }
 
+TEST_CASE("tensor parallelism (equal to one replica within rounding) gives its own one step at a time's bits") {
+  strata_test::Watchdog dog("steps_per_execution tensor_parallel", 300s);
+  strata::with_strategy("tensor_parallel", strata_test::small_choice(2), [](auto& s) {
+    const Run one = fit_with(s, 1);
+    const Run four = fit_with(s, 4);
+    CHECK(four.iterations == 20);
+    CHECK(four.w == one.w);
+    CHECK(four.losses == one.losses);
+    CHECK(four.eval_loss == one.eval_loss);
+    CHECK(four.predicted == one.predicted);
+  });
+}
+
 TEST_CASE("the batch hooks run once per execution: the first batch's index, the last's, batches_ended") {
   strata_test::Watchdog dog("hooks per execution", 300s);
   // every strategy of the catalogue, the parameter server and the pipeline included
