@@ -16,6 +16,7 @@
 #include <strata/strategy/buckets.hpp>
 
 #include "blobs.hpp"
+#include "identity_layer.hpp"
 #include "watchdog.hpp"
 
 namespace buckets_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
@@ -39,26 +40,20 @@ std::atomic<int> fail_on{-1};  // the replica whose probe throws in backward (-1
 //! The identity, with a look from inside backward: how many gradient
 //! buckets this replica's thread started since its forward (the layers
 //! after it have run their backward by then); throws on replica fail_on.
-class Probe final : public nn::detail::LayerBase<Probe> {
+class Probe final : public strata_test::Identity<Probe> {
  public:
   [[nodiscard]] std::string kind() const override { return "Probe"; }
-  strata::Shape build(const strata::Shape& input) override { return input; }
-  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
-    y.resize(c, x.shape());
-    if (x.size()) c.copy(y.data(), x.data(), x.size() * sizeof(float));
+  void on_forward(const nn::RunInfo& info) {
     replica_ = info.replica;
     at_forward_ = strata::detail::buckets_started_here();
   }
-  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
+  void on_backward() {
     const std::uint64_t started = strata::detail::buckets_started_here() - at_forward_;
     auto& least = seen.least[replica_ % 3];
     for (std::uint64_t cur = least.load(); started < cur && !least.compare_exchange_weak(cur, started);) {
     }
     seen.steps.fetch_add(1);
     if (replica_ == fail_on.load()) throw std::runtime_error("probe: replica " + std::to_string(replica_) + " fails in backward");
-    if (!dx) return;
-    dx->resize(c, dy.shape());
-    if (dy.size()) c.copy(dx->data(), dy.data(), dy.size() * sizeof(float));
   }
 
  private:

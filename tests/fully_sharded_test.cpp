@@ -18,6 +18,7 @@
 #include <strata/strategy/fully_sharded.hpp>
 
 #include "blobs.hpp"
+#include "identity_layer.hpp"
 #include "watchdog.hpp"
 
 namespace fully_sharded_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
@@ -30,21 +31,13 @@ using strata::ShardedUpdate;
 namespace {
 
 //! The identity; throws in forward on replica `fails` from training step `after`.
-class FailsOn final : public nn::detail::LayerBase<FailsOn> {
+class FailsOn final : public strata_test::Identity<FailsOn> {
  public:
   FailsOn(int fails, int after) : fails_(fails), after_(after) {}
   [[nodiscard]] std::string kind() const override { return "FailsOn"; }
-  strata::Shape build(const strata::Shape& input) override { return input; }
-  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
+  void on_forward(const nn::RunInfo& info) {
     if (info.training && info.replica == fails_ && info.step >= static_cast<std::uint64_t>(after_))
       throw strata::Error("replica " + std::to_string(fails_) + " fails in forward");
-    y.resize(c, x.shape());
-    if (x.size()) c.copy(y.data(), x.data(), x.size() * sizeof(float));
-  }
-  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
-    if (!dx) return;
-    dx->resize(c, dy.shape());
-    if (dy.size()) c.copy(dx->data(), dy.data(), dy.size() * sizeof(float));
   }
 
  private:

@@ -32,6 +32,7 @@
 #include "boom_layer.hpp"
 #include "checkpoint_files.hpp"
 #include "host_as_gpu.hpp"
+#include "identity_layer.hpp"
 #include "strategy_sweep.hpp"
 #include "watchdog.hpp"
 
@@ -147,20 +148,12 @@ TEST_CASE("the batch hooks run once per execution: the first batch's index, the 
 namespace {
 std::atomic<int> taken{0};  // batches the dataset handed out
 //! Identity that records, at replica 0's forward of each training step, how many batches were taken by then.
-class SeesTaken final : public strata::nn::detail::LayerBase<SeesTaken> {
+class SeesTaken final : public strata_test::Identity<SeesTaken> {
  public:
   explicit SeesTaken(std::vector<int>* seen) : seen_(seen) {}
   std::string kind() const override { return "SeesTaken"; }
-  strata::Shape build(const strata::Shape& in) override { return in; }
-  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
+  void on_forward(const nn::RunInfo& info) {
     if (info.training && info.replica == 0) seen_->push_back(taken.load());
-    y.resize(c, x.shape());
-    if (x.size()) std::copy_n(x.data(), x.size(), y.data());
-  }
-  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
-    if (!dx) return;
-    dx->resize(c, dy.shape());
-    if (dy.size()) std::copy_n(dy.data(), dy.size(), dx->data());
   }
 
  private:
@@ -328,20 +321,12 @@ TEST_CASE("a step that fails inside an execution: the steps before it are applie
 
 namespace {
 //! Identity, except that replica 1 sleeps `nap` in its forward of training step `at`.
-class Naps final : public strata::nn::detail::LayerBase<Naps> {
+class Naps final : public strata_test::Identity<Naps> {
  public:
   Naps(std::uint64_t at, std::chrono::milliseconds nap) : at_(at), nap_(nap) {}
   std::string kind() const override { return "Naps"; }
-  strata::Shape build(const strata::Shape& in) override { return in; }
-  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
+  void on_forward(const nn::RunInfo& info) {
     if (info.training && info.replica == 1 && info.step == at_) std::this_thread::sleep_for(nap_);
-    y.resize(c, x.shape());
-    if (x.size()) std::copy_n(x.data(), x.size(), y.data());
-  }
-  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
-    if (!dx) return;
-    dx->resize(c, dy.shape());
-    if (dy.size()) std::copy_n(dy.data(), dy.size(), dx->data());
   }
 
  private:

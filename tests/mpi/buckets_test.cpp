@@ -19,6 +19,7 @@
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"
+#include "../identity_layer.hpp"
 #include "../quick_workers.hpp"
 
 namespace mpi_buckets_test {  // each test file in its own namespace: a unity build joins them
@@ -33,24 +34,18 @@ std::atomic<int> fail_on{-1};             // the global replica whose probe thro
 
 //! The identity; in backward, how many gradient buckets this replica's
 //! thread started since its forward (the layers after it are done).
-class Probe final : public nn::detail::LayerBase<Probe> {
+class Probe final : public strata_test::Identity<Probe> {
  public:
   [[nodiscard]] std::string kind() const override { return "Probe"; }
-  strata::Shape build(const strata::Shape& input) override { return input; }
-  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
-    y.resize(c, x.shape());
-    if (x.size()) c.copy(y.data(), x.data(), x.size() * sizeof(float));
+  void on_forward(const nn::RunInfo& info) {
     replica_ = info.replica;
     at_forward_ = strata::detail::buckets_started_here();
   }
-  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
+  void on_backward() {
     const std::uint64_t started = strata::detail::buckets_started_here() - at_forward_;
     for (std::uint64_t cur = least.load(); started < cur && !least.compare_exchange_weak(cur, started);) {
     }
     if (replica_ == fail_on.load()) throw std::runtime_error("probe: replica " + std::to_string(replica_) + " fails");
-    if (!dx) return;
-    dx->resize(c, dy.shape());
-    if (dy.size()) c.copy(dx->data(), dy.data(), dy.size() * sizeof(float));
   }
 
  private:

@@ -27,6 +27,7 @@
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"
+#include "../identity_layer.hpp"
 #include "../max_diff.hpp"
 #include "../quick_workers.hpp"
 
@@ -39,21 +40,13 @@ using strata::ShardedUpdate;
 namespace {
 
 //! The identity; sleeps `ms` in forward on worker `worker`'s first replica from training step `after`.
-class Stalls final : public nn::detail::LayerBase<Stalls> {
+class Stalls final : public strata_test::Identity<Stalls> {
  public:
   Stalls(int worker, int ms, int after) : worker_(worker), ms_(ms), after_(after) {}
   [[nodiscard]] std::string kind() const override { return "Stalls"; }
-  strata::Shape build(const strata::Shape& input) override { return input; }
-  void forward(nn::Compute& c, const nn::Act& x, nn::Act& y, const nn::RunInfo& info) override {
+  void on_forward(const nn::RunInfo& info) {
     if (info.training && info.replica == worker_ && info.step >= static_cast<std::uint64_t>(after_))
       std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
-    y.resize(c, x.shape());
-    if (x.size()) c.copy(y.data(), x.data(), x.size() * sizeof(float));
-  }
-  void backward(nn::Compute& c, const nn::Act&, const nn::Act&, const nn::Act& dy, nn::Act* dx) override {
-    if (!dx) return;
-    dx->resize(c, dy.shape());
-    if (dy.size()) c.copy(dx->data(), dy.data(), dy.size() * sizeof(float));
   }
 
  private:

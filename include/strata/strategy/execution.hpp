@@ -109,8 +109,6 @@ class ExecutionBatches {
 
   [[nodiscard]] const Batch& batch(std::size_t k) const { return batches_[k]; }
   [[nodiscard]] std::size_t global(std::size_t k) const { return global_[k]; }
-  //! Batches taken (after the run: the execution's steps, at most).
-  [[nodiscard]] std::size_t taken() const noexcept { return ready_.load(std::memory_order_acquire); }
   //! Whether the pass's data ended within this execution.
   [[nodiscard]] bool data_ended() const {
     std::lock_guard lk(mu_);
