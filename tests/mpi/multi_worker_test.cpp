@@ -260,25 +260,38 @@ auto read_samples(const std::filesystem::path& p) {
   if (!f) throw std::runtime_error("truncated sample file " + p.string());
   return strata::data::from_tensor_slices(std::move(x), std::move(y));
 }
+//! W + 1 files of 40 samples in a fresh directory named after `name` (worker 0 writes them, every worker
+//! waits for it): sharded by file, worker 0 reads two, the others one. remove() once every worker is done.
+struct SampleFiles {
+  std::filesystem::path dir;
+  std::vector<std::filesystem::path> files;
+  int worker = 0;
+  SampleFiles(const std::string& name, int W, int w) : worker(w) {
+    long id = ::getpid();
+    MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    dir = std::filesystem::temp_directory_path() / (name + "_" + std::to_string(id));
+    for (int f = 0; f <= W; ++f) files.push_back(dir / ("part" + std::to_string(f)));
+    if (w == 0) {
+      std::filesystem::create_directories(dir);
+      for (std::size_t f = 0; f < files.size(); ++f) write_samples(files[f], f * 40, 40);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  void remove() const {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (worker == 0) std::filesystem::remove_all(dir);
+  }
+};
 }  // namespace
 
 TEST_CASE("a dataset read from several files is sharded by file: each worker reads its own files, uneven shares") {
   namespace nn = strata::nn;
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), quick()};
   const int W = s.num_workers(), w = s.worker_index();
-  long id = ::getpid();
-  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  const auto dir = std::filesystem::temp_directory_path() / ("strata_mw_files_" + std::to_string(id));
-  const std::size_t nfiles = static_cast<std::size_t>(W) + 1;  // worker 0 gets two files, the others one
-  std::vector<std::filesystem::path> files;
-  for (std::size_t f = 0; f < nfiles; ++f) files.push_back(dir / ("part" + std::to_string(f)));
-  if (w == 0) {
-    std::filesystem::create_directories(dir);
-    for (std::size_t f = 0; f < nfiles; ++f) write_samples(files[f], f * 40, 40);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  const SampleFiles samples("strata_mw_files", W, w);  // worker 0 gets two files, the others one
+  const std::size_t nfiles = samples.files.size();
   std::set<std::string> read;
-  auto data = strata::data::from_files(files, [&](const std::filesystem::path& p) {
+  auto data = strata::data::from_files(samples.files, [&](const std::filesystem::path& p) {
     read.insert(p.filename().string());
     return read_samples(p);
   });
@@ -308,8 +321,7 @@ TEST_CASE("a dataset read from several files is sharded by file: each worker rea
   CHECK(model.predict(s.distribute(data.batch(32).map([](strata::Tensor<float> x, strata::Tensor<std::int32_t>) {
                  return x;
                }))).shape()[0] == 40 * mine.size());
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (w == 0) std::filesystem::remove_all(dir);
+  samples.remove();
 }
 
 // CompileOptions::steps_per_execution across workers: each worker's replicas
@@ -319,18 +331,7 @@ TEST_CASE("a dataset read from several files is sharded by file: each worker rea
 TEST_CASE("steps_per_execution across workers: one step at a time's weights and logs, auto-sharded and by file") {
   namespace nn = strata::nn;
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), quick()};
-  const int W = s.num_workers(), w = s.worker_index();
-  long id = ::getpid();
-  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  const auto dir = std::filesystem::temp_directory_path() / ("strata_mw_spe_" + std::to_string(id));
-  const std::size_t nfiles = static_cast<std::size_t>(W) + 1;  // uneven shares: worker 0 reads two files
-  std::vector<std::filesystem::path> files;
-  for (std::size_t f = 0; f < nfiles; ++f) files.push_back(dir / ("part" + std::to_string(f)));
-  if (w == 0) {
-    std::filesystem::create_directories(dir);
-    for (std::size_t f = 0; f < nfiles; ++f) write_samples(files[f], f * 40, 40);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  const SampleFiles samples("strata_mw_spe", s.num_workers(), s.worker_index());  // uneven shares
   const auto xy = samples_96();
   struct Got {
     std::vector<float> w;
@@ -346,7 +347,7 @@ TEST_CASE("steps_per_execution across workers: one step at a time's weights and 
                   {.seed = 3, .steps_per_execution = n});
     Got g;
     if (by_file) {
-      auto data = strata::data::from_files(files, [](const std::filesystem::path& p) { return read_samples(p); });
+      auto data = strata::data::from_files(samples.files, [](const std::filesystem::path& p) { return read_samples(p); });
       g.loss = model.fit(s.distribute(data.batch(8)), {.epochs = 2, .verbose = nn::Verbosity::Silent}).at("loss");
       g.eval = model.evaluate(s.distribute(data.batch(12)), {.verbose = nn::Verbosity::Silent}).at("loss");
     } else {
@@ -367,8 +368,7 @@ TEST_CASE("steps_per_execution across workers: one step at a time's weights and 
     CHECK(three.loss == one.loss);
     CHECK(three.eval == one.eval);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (w == 0) std::filesystem::remove_all(dir);
+  samples.remove();
 }
 
 // The run fingerprint: a worker started with another global batch, seed,
