@@ -355,4 +355,27 @@ TEST_CASE("a replica stalled inside an execution is named within the collectives
   CHECK(model.iterations() == 5);  // steps 0-4 applied; step 5 never completed
 }
 
+TEST_CASE("a replica waiting for a batch that replica 0 is stuck taking is named within the deadline") {
+  // evaluation has no collective per step: replica 1 runs ahead and waits for the next batch itself
+  strata_test::Watchdog dog("stuck taking a batch", 60s);
+  const Blobs data = blobs(80, 11);
+  strata::MirroredStrategy s{strata::cpu_replicas(2), strata::CommOptions{.timeout = 1s}};
+  auto model = s.scope(strata_test::blobs_mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7, .steps_per_execution = 4});
+  int k = 0;  // batch 5 (the second of the second execution, taken by replica 0 as step 4 starts) takes 3 s
+  auto ds = strata::data::from_tensor_slices(data.x, data.y).batch(8).map([&k](Tensor<float> x, Tensor<std::int32_t> y) {
+    if (k++ == 5) std::this_thread::sleep_for(3s);
+    return std::tuple{std::move(x), std::move(y)};
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    model.evaluate(s.distribute(ds));
+  } catch (const strata::ReplicaError& e) {
+    what = e.what();
+  }
+  CHECK(what.find("replica 1 waited 1000 ms for batch 1 of its execution") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s + 3s);  // the deadline; then replica 0's slow batch returns
+}
+
 }  // namespace steps_per_execution_test
