@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <chrono>
@@ -46,10 +47,12 @@ struct Run {
 
 // `epochs` of AdamW (decay, global-norm clipping) on the tokens, batches of 12
 // (not divisible by 5 or 8); `sgd`: one step of plain SGD (max_steps 1).
-Run train_on(std::vector<strata::Device> devices, std::size_t T, int epochs = 2, bool sgd = false) {
+Run train_on(std::vector<strata::Device> devices, std::size_t T, int epochs = 2, bool sgd = false,
+             strata::Compression c = strata::Compression::None) {
   const Tokens d;
   strata::MirroredStrategy s{std::move(devices)};
   s.executor_options().tensor_parallel = T;
+  s.executor_options().compression = c;
   auto model = s.scope([] { return gpt(); });
   if (sgd)
     model.compile(nn::SGD{0.5}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 3});
@@ -60,8 +63,9 @@ Run train_on(std::vector<strata::Device> devices, std::size_t T, int epochs = 2,
                            {.epochs = epochs, .verbose = nn::Verbosity::Silent, .steps_per_epoch = sgd ? 1u : 0u});
   return {flat(model.get_weights()), h.at("loss"), model.gradient_reduction()};
 }
-Run train(int replicas, std::size_t T, int epochs = 2, bool sgd = false) {
-  return train_on(strata::cpu_replicas(replicas), T, epochs, sgd);
+Run train(int replicas, std::size_t T, int epochs = 2, bool sgd = false,
+          strata::Compression c = strata::Compression::None) {
+  return train_on(strata::cpu_replicas(replicas), T, epochs, sgd, c);
 }
 
 // Adam normalizes each step, so rounding differences of the gradient show in
@@ -213,7 +217,7 @@ TEST_CASE("tensor parallel: what cannot be split is refused with a sentence") {
   refused(3, 2, 4, "tensor_parallel = 2 does not divide the 3 replicas");
   {
     TP_STRATEGY(s, 2, 2);
-    s.executor_options().compression = strata::Compression::BF16;
+    s.executor_options().bucket_bytes = 1 << 20;
     CHECK_THROWS_WITH_AS(s.scope([] { return gpt(); }), doctest::Contains("does not combine with"), strata::Error);
   }
   {
@@ -254,6 +258,75 @@ TEST_CASE("tensor parallel on GPU replicas (the host's compute standing in) give
       const Run staged = train_on(strata::gpus(ids), 2);
       CHECK(staged.weights == cpu.weights);
       CHECK(staged.losses == cpu.losses);
+    }
+    {  // compressed: the GPU replicas' gradients are summed on the host, in 16 bits, as the CPU replicas' are
+      const Run cpu16 = train(replicas, 2, 2, false, strata::Compression::BF16);
+      strata_test::HostAsGpu host;
+      strata::detail::gpu_backend().make = [](int, strata::MatmulPrecision) -> std::unique_ptr<strata::kernels::Compute> {
+        return std::make_unique<DeviceLikeCompute>();
+      };
+      const Run staged = train_on(strata::gpus(ids), 2, 2, false, strata::Compression::BF16);
+      CHECK(staged.weights == cpu16.weights);
+      CHECK(staged.losses == cpu16.losses);
+      CHECK(staged.weights != cpu.weights);
+    }
+  }
+}
+
+// Compression (ExecutorOptions::compression) under tensor parallelism: each
+// member's gradient goes to the copies' sum in 16 bits with error feedback.
+TEST_CASE("tensor parallel with compression: the copies' sum in bf16 and fp16, near FP32's, the same bits run to run") {
+  using strata::Compression;
+  for (int replicas : {2, 4, 6}) {  // one copy (rounded, nothing sent), two, three
+    INFO(replicas, " replicas");
+    const Run fp32 = train(replicas, 2);
+    for (Compression c : {Compression::BF16, Compression::FP16}) {
+      INFO(strata::to_string(c));
+      const Run tp = train(replicas, 2, 2, false, c);
+      CHECK_MESSAGE(tp.choice.find("each member's gradient rounded to " + std::string(strata::to_string(c)) +
+                                   " for the copies' sum") != std::string::npos, tp.choice);
+      CHECK(tp.weights != fp32.weights);  // rounded: not FP32's bits
+      CHECK(max_diff(tp.weights, fp32.weights) < 2e-2f);
+      CHECK(tp.losses.back() == doctest::Approx(fp32.losses.back()).epsilon(1e-3));
+      CHECK(train(replicas, 2, 2, false, c).weights == tp.weights);  // deterministic: copy order, one rounding
+    }
+  }
+}
+
+// The bytes a replica hands to its sends and collectives (payload_bytes): the
+// layer sums' messages are the same compressed or not; the copies' sum of a
+// member's gradient is half. Member t of the MLP 6-8-3 split over T = 2 holds
+// 6 x 4 + 4 (its columns of the first Dense) + 4 x 3 (its rows of the second)
+// + 3 (the second's bias, replicated) = 43 floats.
+TEST_CASE("tensor parallel with compression: the copies' sum of each member's gradient puts half the bytes on the wire") {
+  Tensor<float> x{{30, 6}}, y{{30, 1}};
+  for (std::size_t i = 0; i < 30; ++i) {
+    for (std::size_t j = 0; j < 6; ++j) x[i * 6 + j] = std::cos(static_cast<float>(i * 6 + j));
+    y[i] = static_cast<float>(i % 3);
+  }
+  auto bytes = [&](int replicas, strata::Compression c) {
+    TP_STRATEGY(s, replicas, 2);
+    s.executor_options().compression = c;
+    auto model = s.scope([] {
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{8, {.activation = nn::Activation::ReLU}}, nn::Dense{3}};
+    });
+    model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 1});
+    const auto at = [&] { return s.run([](auto& ctx) { return ctx.communicator().payload_bytes(); }); };
+    const auto before = at();
+    model.fit(s.distribute(strata::data::from_tensor_slices(x, y).batch(10)), {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    const auto after = at();
+    std::vector<std::uint64_t> sent;
+    for (std::size_t r = 0; r < after.size(); ++r) sent.push_back(after[r] - before[r]);
+    return sent;
+  };
+  for (int replicas : {4, 6}) {
+    INFO(replicas, " replicas");
+    const std::uint64_t peers = static_cast<std::uint64_t>(replicas / 2 - 1), steps = 3, member = 43;
+    const auto fp32 = bytes(replicas, strata::Compression::None);
+    for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+      const auto half = bytes(replicas, c);
+      REQUIRE(half.size() == fp32.size());
+      for (std::size_t r = 0; r < fp32.size(); ++r) CHECK(fp32[r] - half[r] == steps * peers * member * 2);
     }
   }
 }

@@ -55,9 +55,10 @@ Run train(S& s, bool sgd = false) {
   return {flat(model.get_weights()), h.at("loss").back(), model.gradient_reduction()};
 }
 
-Run across_workers(int local, std::size_t T, bool sgd = false) {
+Run across_workers(int local, std::size_t T, bool sgd = false, strata::Compression c = strata::Compression::None) {
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers()};
   s.executor_options().tensor_parallel = T;
+  s.executor_options().compression = c;
   return train(s, sgd);
 }
 
@@ -110,6 +111,34 @@ TEST_CASE("tensor parallel across workers: the same as in one process's replicas
   in_one.executor_options().tensor_parallel = 2;
   const Run here = train(in_one), there = across_workers(2, 2);
   CHECK(max_diff(here.weights, there.weights) < 2e-4f);
+}
+
+// Compression: the copies' sum crosses workers in 16 bits (the members' parts
+// of the logical gradient, zeros elsewhere: those round to themselves).
+TEST_CASE("tensor parallel across workers with compression: near FP32, the chief's bits everywhere, the same run to run") {
+  const int W = workers();
+  for (int local : {2, 4}) {
+    INFO(W, " workers x ", local, " replicas, T = 2");
+    const Run fp32 = across_workers(local, 2);
+    for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+      INFO(strata::to_string(c));
+      const Run tp = across_workers(local, 2, false, c);
+      CHECK(tp.choice.find("rounded to " + std::string(strata::to_string(c))) != std::string::npos);
+      CHECK(tp.weights != fp32.weights);
+      CHECK(max_diff(tp.weights, fp32.weights) < 2e-2f);
+      CHECK(tp.loss == doctest::Approx(fp32.loss).epsilon(1e-3));
+      CHECK(chiefs(tp.weights) == tp.weights);
+      CHECK(across_workers(local, 2, false, c).weights == tp.weights);
+    }
+  }
+  // one copy a worker, against the same copies in one process (their sum in FP32, rounded once): between two
+  // workers a + b rounded once, the same bits; between more, MPI's sum rounds per step, within rounding
+  strata::MirroredStrategy in_one{strata::cpu_replicas(2 * W)};
+  in_one.executor_options().tensor_parallel = 2;
+  in_one.executor_options().compression = strata::Compression::BF16;
+  const Run here = train(in_one), there = across_workers(2, 2, false, strata::Compression::BF16);
+  if (W == 2) CHECK(there.weights == here.weights);
+  else CHECK(max_diff(there.weights, here.weights) < 2e-2f);
 }
 
 TEST_CASE("tensor parallel across workers: T must divide every worker's replicas; every worker refuses alike") {

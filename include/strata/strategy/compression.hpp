@@ -18,7 +18,11 @@
 //! - Deterministic: the sums are in replica order (the direct algorithm), so
 //!   two runs give the same bits; they are not FP32's bits.
 //! - Both the flat reduction and the gradient buckets use it (a bucket is
-//!   compressed when it starts and expanded when finish waits for it).
+//!   compressed when it starts and expanded when finish waits for it), and
+//!   tensor parallelism's sum of each member's gradient over the copies
+//!   (through_wire: in one process its peer sum, across workers the
+//!   all-reduce of the members' parts; on CPU and GPU replicas, whose
+//!   gradients it sums on the host).
 //!   detail::GradientCompression c;  c.place(Compression::BF16, n);
 //!   c.all_reduce(ctx, grad);  if (finite) { c.commit(); update(); }
 
@@ -59,8 +63,9 @@ inline void check_compression(Compression c, bool gpus, bool sharded, bool centr
   const std::string what = "strata: gradient compression (ExecutorOptions::compression = " + std::string(to_string(c)) +
                            ") ";
   if (gpus)
-    throw Error(what + "runs on CPU replicas (Mirrored, MultiWorkerMirrored); these replicas are GPUs, whose "
-                       "sums run on the devices in FP32: set compression = Compression::None there");
+    throw Error(what + "runs on CPU replicas (Mirrored, MultiWorkerMirrored; on GPU replicas under tensor "
+                       "parallelism only); these replicas are GPUs, whose sums run on the devices in FP32: set "
+                       "compression = Compression::None there");
   if (central)
     throw Error(what + "does not apply to central variables (CentralStorageStrategy on GPUs takes each replica's "
                        "FP32 gradient): set compression = Compression::None, or use MirroredStrategy");
@@ -134,6 +139,19 @@ class GradientCompression {
     if (on()) std::swap(residual_, next_);
   }
 
+  //! The reduction of the whole gradient `g` through 16 bits (on only):
+  //! compressed, `sum(w)` sums its 16-bit copy `w` (a span of bf16 or fp16,
+  //! g.size() long) in place over the replicas, and `g` becomes the result
+  //! in FP32. Any sum that adds in FP32 and rounds to 16 bits (a collective,
+  //! tensor parallelism's peer sum).
+  //!   comp.through_wire(g, [&](auto w) { coll.all_reduce(w, strata::Sum); });
+  template <class SumFn>
+  void through_wire(std::span<float> g, SumFn&& sum) {
+    compress(g, 0);
+    with_wire([&](auto w) { sum(w.first(g.size())); });
+    expand(g, 0);
+  }
+
   //! The flat reduction of `g` over `coll` with Sum: in 16 bits when on
   //! (and `coll` takes them: CPU replicas' contexts), else as it is.
   template <class Coll>
@@ -142,12 +160,7 @@ class GradientCompression {
                     coll.all_reduce(b, Sum);
                     coll.all_reduce(f, Sum);
                   }) {
-      if (on()) {
-        compress(g, 0);
-        with_wire([&](auto w) { coll.all_reduce(w, Sum); });
-        expand(g, 0);
-        return;
-      }
+      if (on()) return through_wire(g, [&](auto w) { coll.all_reduce(w, Sum); });
     }
     coll.all_reduce(g, Sum);
   }

@@ -37,7 +37,9 @@
 //! place and zeros elsewhere (member 0 the replicated parameters): each
 //! element is the sum over the copies, added in one order for every
 //! member. CPU or GPU replicas (a GPU's buffers go through host memory for
-//! the sums).
+//! the sums). Compression (ExecutorOptions::compression, compression.hpp)
+//! sends each member's gradient to the copies' sum in 16 bits, with error
+//! feedback, on CPU and GPU replicas alike (the sum runs on the host).
 
 #include <algorithm>
 #include <cstddef>
@@ -54,6 +56,7 @@
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/host/memory.hpp>
 #include <strata/strategy/clip_norm.hpp>
+#include <strata/strategy/compression.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/device_executor.hpp>
 #include <strata/strategy/executor_options.hpp>
@@ -86,6 +89,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     for (std::size_t r = 0; r < devs_.size(); ++r) {
       Replica& R = devs_[r];
       R.updater.reset();
+      R.comp.reset();  // the residual goes with the optimizer's state
       if (!this->program_.compiled()) continue;
       R.updater = R.c ? this->program_.make_updater_on(*R.c, R.value.size()) : this->program_.make_updater(R.value.size());
     }
@@ -110,6 +114,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       std::vector<Tensor<float>> mine;
       for (const Tensor<float>& s : slots) mine.push_back(shard_of(s, r % T_));
       devs_[r].updater->set_state(mine);
+      devs_[r].comp.reset();  // not in checkpoints: a resumed run's residual starts at zero
     }
   }
 
@@ -144,7 +149,10 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     kernels::Memory* m = nullptr;             // where its buffers live
     kernels::Buffer<float> value, grad;       // its shard (tensor_layout's elements)
     Tensor<float> host_grad;                  // a GPU's gradient on the host (the sums, the hook)
-    std::vector<float> in;                    // peer_sum's scratch
+    std::vector<float> in;                    // peer_sum's scratch (across workers: the logical gradient)
+    GradientCompression comp;                 // ExecutorOptions::compression: its residual, its 16-bit gradient
+    std::vector<bf16> in_bf;                  // peer_sum's scratch, compressed
+    std::vector<fp16> in_fp;
     kernels::Buffer<double> scratch;          // clipping's
     std::unique_ptr<Updater> updater;
     std::vector<float> predictions;           // members other than 0 predict here (member 0 writes the batch's)
@@ -193,6 +201,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     const std::vector<Device>& devices = this->s_.devices();
     groups_.clear();
     const std::size_t D = static_cast<std::size_t>(this->s_.num_replicas_in_sync()) / T_;
+    const int W = this->workers_.size();
     for (std::size_t r = 0; r < local; ++r) {
       Replica& R = devs_[r];
       if (devices[r].is_gpu()) R.owned = make_compute(devices[r], opts_.matmul);
@@ -203,14 +212,18 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       R.grad.resize(*R.m, Shape{mine.size()});
       if (mine.size()) R.m->upload(R.value.data(), mine.data(), mine.bytes());
       R.m->fill(R.grad.data(), 0.f, mine.size());
+      // compressed where the copies' sum runs: its member's elements, or (across workers) the logical gradient
+      R.comp.place(opts_.compression, W > 1 ? this->program_.num_params() : mine.size());
       std::vector<int> members;
       for (std::size_t t = 0; t < T_; ++t) members.push_back(static_cast<int>((r / T_) * T_ + t));
       groups_.push_back(std::make_unique<PeerTensorGroup<Link>>(std::move(members), r % T_));
     }
-    const int W = this->workers_.size();
     choice_ = this->program_.describe_tensor_split(static_cast<int>(T_)) + "; " + std::to_string(D) +
               (D == 1 ? " copy" : " data-parallel copies, each member's gradient summed with its peers'") +
               (W > 1 ? " (across " + std::to_string(W) + " workers: one all-reduce of the members' parts)" : "");
+    if (opts_.compression != Compression::None)
+      choice_ += std::string("; each member's gradient rounded to ") + std::string(to_string(opts_.compression)) +
+                 " for the copies' sum (error feedback: what the rounding lost added to its next step's)";
     host_.reset();
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
@@ -270,17 +283,22 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       if (n) R.m->download(R.host_grad.data(), g.data(), n * sizeof(float));
       hg = R.host_grad.span();
     }
-    if (D > 1 && this->workers_.size() == 1) {  // the copies are this process's: member order, exactly
+    if (this->workers_.size() == 1) {  // the copies are this process's: member order, exactly
       std::vector<int> peers;
       for (std::size_t d = 0; d < D; ++d) peers.push_back(static_cast<int>(d * T_ + t));
-      peer_sum(tensor_link(ctx), peers, copy, data_group_tag, hg.data(), n, R.in);  // (local ids are global)
+      auto& link = tensor_link(ctx);  // (local ids are global)
+      if (R.comp.on())  // in 16 bits (one copy: rounded alike, as it would travel)
+        R.comp.through_wire(hg, [&](auto w) { peer_sum(link, peers, copy, data_group_tag, w.data(), n, scratch(R, w)); });
+      else
+        peer_sum(link, peers, copy, data_group_tag, hg.data(), n, R.in);
     } else if (D > 1) {
       // across workers: each member's part at its place in the logical gradient (member 0 the replicated
       // parameters, as one replica holds them), zeros elsewhere; one hierarchical all-reduce sums each
-      // element over the copies, and every member takes its part back (a replicated one: the same sum on all)
+      // element over the copies, and every member takes its part back (a replicated one: the same sum on all);
+      // compressed, the zeros round to themselves and keep no residual
       R.in.assign(this->program_.num_params(), 0.f);
       move_segments(layout_[t], R.in, hg, true, t == 0);
-      ctx.all_reduce(std::span<float>(R.in), Sum);
+      R.comp.all_reduce(ctx, std::span<float>(R.in));
       move_segments(layout_[t], R.in, hg, false);
     }
     // what this replica counts of the model: copy 0's members, their own elements, member 0 the replicated ones too
@@ -299,8 +317,9 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       ctx.all_reduce(std::span<float>(bad), Sum);
       this->seen_bad_[r] = bad[0];
       if (r == 0) this->bad_ = bad[0];
-      if (bad[0] != 0.f) return;  // skipped on every replica
+      if (bad[0] != 0.f) return;  // skipped on every replica (the residual as it was)
     }
+    R.comp.commit();
     const float clipnorm = R.updater ? R.updater->global_clipnorm() : 0.f;
     if (clipnorm > 0.f) {
       double sq[1] = {0.0};
@@ -310,6 +329,13 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     }
     if (R.c && n) R.m->upload(g.data(), hg.data(), n * sizeof(float));
     if (R.updater) R.updater->apply({R.value.data(), n}, g, 0, it);
+  }
+
+  //! peer_sum's scratch for 16-bit elements of `w`'s type.
+  template <class W>
+  static auto& scratch(Replica& R, W) {
+    if constexpr (std::is_same_v<typename W::element_type, bf16>) return R.in_bf;
+    else return R.in_fp;
   }
 
   ExecutorOptions opts_;
@@ -328,10 +354,10 @@ std::unique_ptr<Executor> make_tensor_parallel(S& s, ModelProgram& program) {
   const ExecutorOptions& o = s.executor_options();
   if (o.tensor_parallel != 1) {
     if (o.sharded_update == ShardedUpdate::On || o.sharded_update == ShardedUpdate::Gradients ||
-        o.sharded_update == ShardedUpdate::Parameters || o.compression != Compression::None || o.bucket_bytes)
+        o.sharded_update == ShardedUpdate::Parameters || o.bucket_bytes)
       throw Error("ExecutorOptions::tensor_parallel: tensor parallelism reduces each member's gradient over the "
-                  "copies itself; it does not combine with sharded_update (ZeRO 1-3), compression or bucket_bytes "
-                  "(yet): leave them at Auto, None and 0");
+                  "copies itself; it does not combine with sharded_update (ZeRO 1-3) or bucket_bytes (yet): leave "
+                  "them at Auto and 0");
     if constexpr (requires(tensor_link_t<typename S::context_type>& c, std::span<float> x) {
                     c.send(x, 0, 0);
                     c.recv(x, 0, 0);

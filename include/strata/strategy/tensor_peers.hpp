@@ -29,22 +29,32 @@ inline constexpr int data_group_tag = 0x7e51;    //!< a member's gradient with i
 //! x[0, n) (host memory) becomes the sum over replicas `members` (their
 //! ids on `ctx`; this replica is members[me]) of theirs, added in member
 //! order, over `ctx`'s send / recv with `tag`: the same bits on every
-//! member. `in`: scratch for the received buffers.
-template <class Ctx>
-void peer_sum(Ctx& ctx, std::span<const int> members, std::size_t me, int tag, float* x, std::size_t n,
-              std::vector<float>& in) {
+//! member. `in`: scratch for the received buffers. Elements of 16 bits
+//! (bf16, fp16: a compressed gradient) travel as they are and are added in
+//! FP32, rounded to 16 bits once per element (as a direct all-reduce of them).
+template <class Ctx, class T>
+void peer_sum(Ctx& ctx, std::span<const int> members, std::size_t me, int tag, T* x, std::size_t n,
+              std::vector<T>& in) {
   const std::size_t m = members.size();
   if (m <= 1 || n == 0) return;
   for (std::size_t k = 0; k < m; ++k)
-    if (k != me) ctx.send(std::span<const float>(x, n), members[k], tag);
+    if (k != me) ctx.send(std::span<const T>(x, n), members[k], tag);
   in.resize(m * n);
   for (std::size_t k = 0; k < m; ++k)
-    if (k != me) ctx.recv(std::span<float>(in.data() + k * n, n), members[k], tag);
+    if (k != me) ctx.recv(std::span<T>(in.data() + k * n, n), members[k], tag);
     else std::copy_n(x, n, in.data() + k * n);
-  std::copy_n(in.data(), n, x);
-  for (std::size_t k = 1; k < m; ++k) {
-    const float* y = in.data() + k * n;
-    for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy_n(in.data(), n, x);
+    for (std::size_t k = 1; k < m; ++k) {
+      const float* y = in.data() + k * n;
+      for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      float acc = static_cast<float>(in[i]);
+      for (std::size_t k = 1; k < m; ++k) acc += static_cast<float>(in[k * n + i]);
+      x[i] = T(acc);
+    }
   }
 }
 

@@ -96,6 +96,7 @@ class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
         [&] {
           trace::Span span{"send", trace::Category::Collective, {{"bytes", b.bytes}, {"to", peer}, {"tag", tag}}};
           team_->send(rank_, peer, tag, b);
+          count(b.bytes);
         },
         what<T>("send", n));
   }
@@ -122,10 +123,11 @@ class ThreadCommunicator : public detail::CollectiveForms<ThreadCommunicator> {
         what<T>("recv", n));
   }
 
-  //! Bytes of element data this replica has handed to its collectives since
-  //! the team was made: each one's input, elements x element size (the
-  //! gradient an all-reduce carries; halved when it travels as bf16 or fp16).
-  //! Read it between collectives (its queued ones count once they ran).
+  //! Bytes of element data this replica has handed to its collectives and
+  //! sends since the team was made: each one's input, elements x element
+  //! size (the gradient an all-reduce carries; halved when it travels as bf16
+  //! or fp16; a message once sent). Read it between collectives (its queued
+  //! ones count once they ran).
   //!   const auto before = comm.payload_bytes();  comm.all_reduce(g, strata::Sum);  // + g.size() * 4
   [[nodiscard]] std::uint64_t payload_bytes() noexcept {
     return team_->slot(rank_).payload.load(std::memory_order_relaxed);
