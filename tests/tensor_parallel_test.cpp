@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <strata/data/dataset.hpp>
+#include <strata/io/tensor_file.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
 
@@ -329,6 +330,115 @@ TEST_CASE("tensor parallel with compression: the copies' sum of each member's gr
       for (std::size_t r = 0; r < fp32.size(); ++r) CHECK(fp32[r] - half[r] == steps * peers * member * 2);
     }
   }
+}
+
+// ZeRO 1 under tensor parallelism (ShardedUpdate::On): the optimizer state
+// sharded over every replica, each owning a slice of the logical parameters.
+struct Sharded {
+  std::vector<float> weights;
+  std::vector<std::vector<float>> state;  // the optimizer's slots, logical (as a checkpoint holds them)
+  std::string choice;
+};
+// `epochs` of AdamW (decay; clipping by the global norm when `clip`) on the tokens, batches of 12; the state
+// read from a checkpoint written after; `load`: a checkpoint to start from.
+Sharded run_sharded(std::vector<strata::Device> devices, std::size_t T, strata::ShardedUpdate mode, bool clip,
+                    int epochs = 2, const std::filesystem::path& load = {}) {
+  const Tokens d;
+  strata::MirroredStrategy s{std::move(devices)};
+  s.executor_options().tensor_parallel = T;
+  s.executor_options().sharded_update = mode;
+  auto model = s.scope([] { return gpt(); });
+  model.compile(nn::AdamW{1e-2f, {.weight_decay = 0.1f, .global_clipnorm = clip ? 1.f : 0.f}},
+                nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  if (!load.empty()) {
+    model.build(strata::Shape{8});
+    model.load_checkpoint(load);
+  }
+  model.fit(s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12)),
+            {.epochs = epochs, .verbose = nn::Verbosity::Silent});
+  const auto path = std::filesystem::temp_directory_path() / "strata_tp_sharded_state.ckpt";
+  model.save_checkpoint(path);
+  Sharded out{flat(model.get_weights()), {}, model.gradient_reduction()};
+  for (const auto& e : strata::io::read_tensor_file(path, "test").tensors)
+    if (e.name.rfind("optimizer/", 0) == 0) out.state.emplace_back(e.value.data(), e.value.data() + e.value.size());
+  std::filesystem::remove(path);
+  return out;
+}
+
+TEST_CASE("tensor parallel with ZeRO 1: the unsharded update's weights and optimizer state bit for bit") {
+  using strata::ShardedUpdate;
+  for (const auto& shape : {std::pair{2, std::size_t{2}}, std::pair{4, std::size_t{2}}, std::pair{6, std::size_t{2}},
+                            std::pair{4, std::size_t{4}}}) {
+    const int replicas = shape.first;
+    const std::size_t T = shape.second;
+    INFO(replicas, " replicas, T = ", T);
+    const Sharded off = run_sharded(strata::cpu_replicas(replicas), T, ShardedUpdate::Off, false);
+    const Sharded on = run_sharded(strata::cpu_replicas(replicas), T, ShardedUpdate::On, false);
+    CHECK_MESSAGE(on.choice.find("the update sharded (ZeRO 1) over the " + std::to_string(replicas) + " replicas") !=
+                      std::string::npos, on.choice);
+    CHECK(off.choice.find("ZeRO 1") == std::string::npos);
+    CHECK(on.weights == off.weights);  // the same sums, the same element-wise updates
+    REQUIRE(on.state.size() == 2);     // AdamW's moments, joined from every replica's slice
+    CHECK(on.state == off.state);
+    // clipping: the squared norm summed over the slices instead of the members' parts, within rounding
+    const Sharded clip_off = run_sharded(strata::cpu_replicas(replicas), T, ShardedUpdate::Off, true);
+    const Sharded clip_on = run_sharded(strata::cpu_replicas(replicas), T, ShardedUpdate::On, true);
+    CHECK(max_diff(clip_on.weights, clip_off.weights) < 1e-5f);
+  }
+}
+
+TEST_CASE("tensor parallel with ZeRO 1: checkpoints move between sharded and unsharded runs, and to another T") {
+  using strata::ShardedUpdate;
+  const auto dir = std::filesystem::temp_directory_path() / "strata_tp_zero1";
+  std::filesystem::create_directories(dir);
+  auto epoch_then_save = [&](ShardedUpdate mode, const std::string& name) {
+    const Tokens d;
+    TP_STRATEGY(s, 4, 2);
+    s.executor_options().sharded_update = mode;
+    auto model = s.scope([] { return gpt(); });
+    model.compile(nn::AdamW{1e-2f, {.weight_decay = 0.1f}}, nn::SparseCategoricalCrossentropy{{.from_logits = true}},
+                  {}, {.seed = 3});
+    model.fit(s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12)), {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    model.save_checkpoint(dir / name);
+  };
+  epoch_then_save(ShardedUpdate::On, "on.ckpt");
+  epoch_then_save(ShardedUpdate::Off, "off.ckpt");
+  const Sharded straight = run_sharded(strata::cpu_replicas(4), 2, ShardedUpdate::On, false, 2);
+  // the second epoch from either file, sharded or not: the uninterrupted run's bits
+  for (const char* file : {"on.ckpt", "off.ckpt"})
+    for (ShardedUpdate mode : {ShardedUpdate::On, ShardedUpdate::Off}) {
+      INFO(file, " continued ", mode == ShardedUpdate::On ? "sharded" : "unsharded");
+      const Sharded next = run_sharded(strata::cpu_replicas(4), 2, mode, false, 1, dir / file);
+      CHECK(next.weights == straight.weights);
+      CHECK(next.state == straight.state);
+    }
+  // at T = 4 (other members' layouts, other slices): one replica's rounding away
+  const Sharded t4 = run_sharded(strata::cpu_replicas(4), 4, ShardedUpdate::On, false, 1, dir / "on.ckpt");
+  CHECK(max_diff(t4.weights, straight.weights) < 2e-4f);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("tensor parallel with ZeRO 1 on GPU replicas (the host's compute standing in): the CPU replicas' bits") {
+  const Sharded cpu = run_sharded(strata::cpu_replicas(4), 2, strata::ShardedUpdate::On, true);
+  strata_test::HostAsGpu host;
+  strata::detail::gpu_backend().make = [](int, strata::MatmulPrecision) -> std::unique_ptr<strata::kernels::Compute> {
+    return std::make_unique<DeviceLikeCompute>();
+  };
+  const Sharded gpu = run_sharded(strata::gpus({0, 1, 2, 3}), 2, strata::ShardedUpdate::On, true);
+  CHECK(gpu.weights == cpu.weights);
+  CHECK(gpu.state == cpu.state);
+}
+
+TEST_CASE("tensor parallel: ZeRO 2 and 3, and compression with ZeRO 1, are refused with a sentence") {
+  auto refused = [](strata::ShardedUpdate mode, strata::Compression c, const std::string& words) {
+    TP_STRATEGY(s, 4, 2);
+    s.executor_options().sharded_update = mode;
+    s.executor_options().compression = c;
+    CHECK_THROWS_WITH_AS(s.scope([] { return gpt(); }), doctest::Contains(words.c_str()), strata::Error);
+  };
+  refused(strata::ShardedUpdate::Gradients, strata::Compression::None, "does not combine with sharded_update Gradients");
+  refused(strata::ShardedUpdate::Parameters, strata::Compression::None, "(ZeRO 2 and 3)");
+  refused(strata::ShardedUpdate::On, strata::Compression::BF16, "does not apply to the sharded update");
 }
 
 // A member that does not come to its group's sum is named by the others within

@@ -3,43 +3,33 @@
 //! chosen by ExecutorOptions::tensor_parallel = T: the strategy's R
 //! replicas form R / T data-parallel copies of the model, each split over T
 //! replicas (replica r is member r % T of copy r / T). The model says what a
-//! member holds (ModelProgram::tensor_layout: every attention layer's heads
-//! split, with their columns of the qkv projection and rows of the output
-//! projection; each MLP pair of Dense layers split column then row; the
-//! rest whole on every member); the split layers sum their partial results
-//! over their copy's members inside forward and backward (TensorGroup:
-//! one all-reduce after each row-parallel product, one for the input's
-//! gradient of each column-parallel one). Every member of a copy gets the
-//! copy's rows of the global batch (the copies split it as mirrored
-//! replicas do); after backward each member sums its gradient with the same
-//! member of the other copies, and updates what it holds with its own
-//! optimizer state: a member's optimizer state is 1/T of the split layers'
-//! (and the whole of the others'). The finiteness check and clipping by the
-//! global norm count each element of the model once (member 0 of copy 0
-//! counts the replicated parameters).
-//! The values, the optimizer state and checkpoints are logical: value()
-//! joins the members' shards, assign() and set_optimizer_state() split a
-//! logical vector, so a model trained at T = 2 continues at T = 1 or 4.
-//! Collectives: both sums are strata's own over the replica contexts'
-//! tagged send / recv (every member adds the members' buffers in member
-//! order: the same bits on each, and a run repeats bitwise), bounded by the
-//! communicator's deadline, a failed replica releasing the others.
-//! Against one replica: equal to float rounding, not bitwise (a split
-//! product adds its partial sums in another order).
+//! member holds (ModelProgram::tensor_layout: attention layers' heads, MLP
+//! pairs of Dense layers column then row, the rest whole on every member);
+//! the split layers sum their partial results over their copy's members
+//! inside forward and backward (TensorGroup). Every member of a copy gets
+//! the copy's rows of the batch; after backward each member sums its
+//! gradient with the same member of the other copies (CopiesSum,
+//! tensor_peers.hpp; compressed to 16 bits with ExecutorOptions::compression)
+//! and updates what it holds with its own optimizer state. The finiteness
+//! check and clipping by the global norm count each element once.
+//! ShardedUpdate::On (ZeRO 1, Megatron's distributed optimizer) shards the
+//! optimizer state over every replica of the job instead, each owning a
+//! slice of the logical parameters (logical_slices.hpp): the members' parts
+//! reduce-scattered, each slice updated, the slices all-gathered; the same
+//! sums, so without clipping the unsharded update's bits.
+//! Values, optimizer state and checkpoints are logical (value() joins the
+//! members' shards, assign() splits), so a model trained at T = 2 continues
+//! at T = 1 or 4. The sums are strata's own over tagged send / recv, in
+//! member order (bitwise run to run), bounded by the communicator's deadline.
+//! Against one replica: equal to float rounding (a split product adds its
+//! partial sums in another order). Across workers (MultiWorkerMirrored) a
+//! copy's members are replicas of one worker, as Megatron keeps a tensor
+//! group within a node; T must divide every worker's replicas and the
+//! copies' sum crosses workers in one all-reduce of the logical gradient.
+//! CPU or GPU replicas (a GPU's buffers go through host memory for the sums).
+//! docs/tensor-parallelism.md says the rest.
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
 //!   s.executor_options().tensor_parallel = 2;   // 2 copies of a model split over 2 replicas each
-//! Across workers (MultiWorkerMirroredStrategy under mpirun) a copy's
-//! members are replicas of one worker, as Megatron keeps a tensor group
-//! within a node: its two sums per block move activations, too many bytes
-//! for a link between hosts. T must divide every worker's replicas; the
-//! copies' gradient sum then crosses workers in one all-reduce of the
-//! logical gradient, each replica contributing its member's part at its
-//! place and zeros elsewhere (member 0 the replicated parameters): each
-//! element is the sum over the copies, added in one order for every
-//! member. CPU or GPU replicas (a GPU's buffers go through host memory for
-//! the sums). Compression (ExecutorOptions::compression, compression.hpp)
-//! sends each member's gradient to the copies' sum in 16 bits, with error
-//! feedback, on CPU and GPU replicas alike (the sum runs on the host).
 
 #include <algorithm>
 #include <cstddef>
@@ -60,6 +50,7 @@
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/device_executor.hpp>
 #include <strata/strategy/executor_options.hpp>
+#include <strata/strategy/logical_slices.hpp>
 #include <strata/strategy/state_slices.hpp>
 #include <strata/strategy/sync_executor.hpp>
 #include <strata/strategy/tensor_group.hpp>
@@ -89,14 +80,23 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     for (std::size_t r = 0; r < devs_.size(); ++r) {
       Replica& R = devs_[r];
       R.updater.reset();
-      R.comp.reset();  // the residual goes with the optimizer's state
+      R.copies.reset();  // the residual goes with the optimizer's state
       if (!this->program_.compiled()) continue;
-      R.updater = R.c ? this->program_.make_updater_on(*R.c, R.value.size()) : this->program_.make_updater(R.value.size());
+      if (sharded_) R.updater = this->program_.make_updater(R.mine.size());  // its slice, on the host
+      else R.updater = R.c ? this->program_.make_updater_on(*R.c, R.value.size()) : this->program_.make_updater(R.value.size());
     }
   }
-  //! Logical: copy 0's members' states joined by their layouts.
+  [[nodiscard]] bool state_reads_collective() const noexcept override { return sharded_ && this->workers_.size() > 1; }
+  //! Logical: copy 0's members' states joined by their layouts; sharded,
+  //! every replica's slice joined (across workers collective: every worker calls it).
   std::vector<Tensor<float>> optimizer_state() override {
     if (devs_.empty() || !devs_.front().updater) return {};
+    if (sharded_) {
+      std::vector<Range> slices;
+      for (const Replica& R : devs_) slices.push_back(R.mine);
+      return join_logical_slices(workers_comm(this->s_), this->program_.num_params(), std::span<const Range>(slices),
+                                 [&](std::size_t l) { return devs_[l].updater->state(); });
+    }
     std::vector<Tensor<float>> out;
     for (std::size_t t = 0; t < T_; ++t) {
       std::vector<Tensor<float>> mine = devs_[t].updater->state();
@@ -112,9 +112,11 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     check_state_slots(slots, this->program_.num_params());
     for (std::size_t r = 0; r < devs_.size(); ++r) {
       std::vector<Tensor<float>> mine;
-      for (const Tensor<float>& s : slots) mine.push_back(shard_of(s, r % T_));
+      if (sharded_) mine = state_slice(slots, devs_[r].mine);
+      else
+        for (const Tensor<float>& s : slots) mine.push_back(shard_of(s, r % T_));
       devs_[r].updater->set_state(mine);
-      devs_[r].comp.reset();  // not in checkpoints: a resumed run's residual starts at zero
+      devs_[r].copies.reset();  // not in checkpoints: a resumed run's residual starts at zero
     }
   }
 
@@ -138,6 +140,8 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     for (std::size_t r = 0; r < devs_.size(); ++r) {
       const Tensor<float> mine = shard_of(v, r % T_);
       if (mine.size()) devs_[r].m->upload(devs_[r].value.data(), mine.data(), mine.bytes());
+      const Range o = devs_[r].mine;  // sharded: the values of its logical slice, which it updates
+      devs_[r].slice_v.assign(v.data() + o.begin, v.data() + o.end);
     }
     host_.reset();
   }
@@ -149,13 +153,12 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     kernels::Memory* m = nullptr;             // where its buffers live
     kernels::Buffer<float> value, grad;       // its shard (tensor_layout's elements)
     Tensor<float> host_grad;                  // a GPU's gradient on the host (the sums, the hook)
-    std::vector<float> in;                    // peer_sum's scratch (across workers: the logical gradient)
-    GradientCompression comp;                 // ExecutorOptions::compression: its residual, its 16-bit gradient
-    std::vector<bf16> in_bf;                  // peer_sum's scratch, compressed
-    std::vector<fp16> in_fp;
+    CopiesSum copies;                         // its sum with its peers of the other copies (compressed or not)
     kernels::Buffer<double> scratch;          // clipping's
     std::unique_ptr<Updater> updater;
     std::vector<float> predictions;           // members other than 0 predict here (member 0 writes the batch's)
+    Range mine;                               // sharded: its slice of the logical parameters
+    std::vector<float> slice_v, slice_g;      // sharded: that slice's values and summed gradient
   };
 
   //! T divides the replicas of every worker (a copy's members are one
@@ -202,8 +205,12 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     groups_.clear();
     const std::size_t D = static_cast<std::size_t>(this->s_.num_replicas_in_sync()) / T_;
     const int W = this->workers_.size();
+    const std::size_t N = this->program_.num_params();
+    sharded_ = opts_.sharded_update == ShardedUpdate::On;
     for (std::size_t r = 0; r < local; ++r) {
       Replica& R = devs_[r];
+      R.mine = logical_slice(N, static_cast<std::size_t>(W), static_cast<std::size_t>(this->workers_.index()), local, r);
+      R.slice_v.assign(init.data() + R.mine.begin, init.data() + R.mine.end);
       if (devices[r].is_gpu()) R.owned = make_compute(devices[r], opts_.matmul);
       R.c = R.owned.get();
       R.m = R.c ? static_cast<kernels::Memory*>(R.c) : &kernels::host_memory();
@@ -213,14 +220,21 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       if (mine.size()) R.m->upload(R.value.data(), mine.data(), mine.bytes());
       R.m->fill(R.grad.data(), 0.f, mine.size());
       // compressed where the copies' sum runs: its member's elements, or (across workers) the logical gradient
-      R.comp.place(opts_.compression, W > 1 ? this->program_.num_params() : mine.size());
+      R.copies.place(opts_.compression, W > 1 ? N : mine.size());
       std::vector<int> members;
       for (std::size_t t = 0; t < T_; ++t) members.push_back(static_cast<int>((r / T_) * T_ + t));
       groups_.push_back(std::make_unique<PeerTensorGroup<Link>>(std::move(members), r % T_));
     }
+    const std::string p = std::to_string(this->s_.num_replicas_in_sync());
     choice_ = this->program_.describe_tensor_split(static_cast<int>(T_)) + "; " + std::to_string(D) +
-              (D == 1 ? " copy" : " data-parallel copies, each member's gradient summed with its peers'") +
-              (W > 1 ? " (across " + std::to_string(W) + " workers: one all-reduce of the members' parts)" : "");
+              (D == 1 ? " copy" : " data-parallel copies, each member's gradient summed with its peers'");
+    if (sharded_)
+      choice_ += "; the update sharded (ZeRO 1) over the " + p + " replicas" +
+                 (W > 1 ? " of " + std::to_string(W) + " workers" : std::string()) +
+                 ": the members' parts reduce-scattered over the logical parameters, each replica updating its 1/" +
+                 p + " slice with its 1/" + p + " of the optimizer state, the slices all-gathered";
+    else if (W > 1)
+      choice_ += " (across " + std::to_string(W) + " workers: one all-reduce of the members' parts)";
     if (opts_.compression != Compression::None)
       choice_ += std::string("; each member's gradient rounded to ") + std::string(to_string(opts_.compression)) +
                  " for the copies' sum (error feedback: what the rounding lost added to its next step's)";
@@ -269,13 +283,15 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     info.tensor_group = groups_[r].get();
   }
 
-  //! The copies' sum of member t's gradient, the checks over the whole model, the update of what it holds.
+  //! The copies' sum of member t's gradient, the checks over the whole model, the update of what it holds
+  //! (sharded, ZeRO 1: the members' parts of the logical gradient reduce-scattered over every replica, each
+  //! element the sum over the copies as unsharded; each replica checks and updates its slice, every element
+  //! of the model once; the slices all-gathered, each member taking its part).
   template <class C>
   void apply(C& ctx, std::size_t r, std::int64_t it) {
     Replica& R = devs_[r];
     const std::size_t t = r % T_, n = R.value.size();
     const std::size_t copy = static_cast<std::size_t>(ctx.replica_id_in_sync_group()) / T_;  // global
-    const std::size_t D = static_cast<std::size_t>(ctx.num_replicas_in_sync()) / T_;          // copies, all workers
     const std::span<float> g{R.grad.data(), n};
     std::span<float> hg = g;  // the gradient in host memory
     if (R.c) {
@@ -283,24 +299,26 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       if (n) R.m->download(R.host_grad.data(), g.data(), n * sizeof(float));
       hg = R.host_grad.span();
     }
-    if (this->workers_.size() == 1) {  // the copies are this process's: member order, exactly
-      std::vector<int> peers;
-      for (std::size_t d = 0; d < D; ++d) peers.push_back(static_cast<int>(d * T_ + t));
-      auto& link = tensor_link(ctx);  // (local ids are global)
-      if (R.comp.on())  // in 16 bits (one copy: rounded alike, as it would travel)
-        R.comp.through_wire(hg, [&](auto w) { peer_sum(link, peers, copy, data_group_tag, w.data(), n, scratch(R, w)); });
-      else
-        peer_sum(link, peers, copy, data_group_tag, hg.data(), n, R.in);
-    } else if (D > 1) {
-      // across workers: each member's part at its place in the logical gradient (member 0 the replicated
-      // parameters, as one replica holds them), zeros elsewhere; one hierarchical all-reduce sums each
-      // element over the copies, and every member takes its part back (a replicated one: the same sum on all);
-      // compressed, the zeros round to themselves and keep no residual
-      R.in.assign(this->program_.num_params(), 0.f);
-      move_segments(layout_[t], R.in, hg, true, t == 0);
-      R.comp.all_reduce(ctx, std::span<float>(R.in));
-      move_segments(layout_[t], R.in, hg, false);
+    if constexpr (SlicingContext<C>) {
+      if (sharded_) {
+        std::vector<float>& all = R.copies.logical(this->program_.num_params());
+        move_segments(layout_[t], all, hg, true, t == 0);
+        R.slice_g.resize(R.mine.size());
+        slices_reduce(ctx, std::span<const float>(all), std::span<float>(R.slice_g));
+        if (!checked(ctx, r, std::span<float>(R.slice_g), [&](auto&& f) { f(std::span<const float>(R.slice_g)); }))
+          return;
+        if (R.updater) R.updater->apply(R.slice_v, R.slice_g, 0, it);
+        slices_gather(ctx, std::span<const float>(R.slice_v), std::span<float>(all));
+        move_segments(layout_[t], all, hg, false);  // the values, staged where the gradient was
+        if (n) R.m->upload(R.value.data(), hg.data(), n * sizeof(float));
+        return;
+      }
     }
+    std::vector<int> peers;  // member t of every copy (in one process: local ids are global)
+    const std::size_t D = static_cast<std::size_t>(ctx.num_replicas_in_sync()) / T_;  // copies, all workers
+    for (std::size_t d = 0; d < D; ++d) peers.push_back(static_cast<int>(d * T_ + t));
+    R.copies.sum(ctx, tensor_link(ctx), peers, copy, this->workers_.size() > 1, layout_[t], t,
+                 this->program_.num_params(), hg);
     // what this replica counts of the model: copy 0's members, their own elements, member 0 the replicated ones too
     auto each_counted = [&](auto&& f) {
       if (copy != 0) return;
@@ -310,36 +328,41 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
         at += s.length;
       }
     };
-    if (this->check_) {
-      double local = 0;
-      each_counted([&](std::span<const float> x) { kernels::host_memory().count_nonfinite(x.data(), x.size(), &local); });
-      float bad[1] = {static_cast<float>(local)};
-      ctx.all_reduce(std::span<float>(bad), Sum);
-      this->seen_bad_[r] = bad[0];
-      if (r == 0) this->bad_ = bad[0];
-      if (bad[0] != 0.f) return;  // skipped on every replica (the residual as it was)
-    }
-    R.comp.commit();
-    const float clipnorm = R.updater ? R.updater->global_clipnorm() : 0.f;
-    if (clipnorm > 0.f) {
-      double sq[1] = {0.0};
-      each_counted([&](std::span<const float> x) { sq[0] += square_sum_in(nullptr, x, R.scratch); });
-      ctx.all_reduce(std::span<double>(sq), Sum);
-      clip_in(nullptr, hg, sq[0], clipnorm, R.scratch);
-    }
+    if (!checked(ctx, r, hg, each_counted)) return;  // (the residual as it was)
+    R.copies.commit();
     if (R.c && n) R.m->upload(g.data(), hg.data(), n * sizeof(float));
     if (R.updater) R.updater->apply({R.value.data(), n}, g, 0, it);
   }
 
-  //! peer_sum's scratch for 16-bit elements of `w`'s type.
-  template <class W>
-  static auto& scratch(Replica& R, W) {
-    if constexpr (std::is_same_v<typename W::element_type, bf16>) return R.in_bf;
-    else return R.in_fp;
+  //! The finiteness count and the squared norm over what `each(f)` visits
+  //! (f on spans: what replica r counts, each element of the model counted by
+  //! one replica), each one float all-reduced; `g` scaled when clipping.
+  //! False: the step is skipped (on every replica alike).
+  template <class C, class Each>
+  bool checked(C& ctx, std::size_t r, std::span<float> g, Each&& each) {
+    Replica& R = devs_[r];
+    if (this->check_) {
+      double local = 0;
+      each([&](std::span<const float> x) { kernels::host_memory().count_nonfinite(x.data(), x.size(), &local); });
+      float bad[1] = {static_cast<float>(local)};
+      ctx.all_reduce(std::span<float>(bad), Sum);
+      this->seen_bad_[r] = bad[0];
+      if (r == 0) this->bad_ = bad[0];
+      if (bad[0] != 0.f) return false;
+    }
+    const float clipnorm = R.updater ? R.updater->global_clipnorm() : 0.f;
+    if (clipnorm > 0.f) {
+      double sq[1] = {0.0};
+      each([&](std::span<const float> x) { sq[0] += square_sum_in(nullptr, x, R.scratch); });
+      ctx.all_reduce(std::span<double>(sq), Sum);
+      clip_in(nullptr, g, sq[0], clipnorm, R.scratch);
+    }
+    return true;
   }
 
   ExecutorOptions opts_;
   std::size_t T_ = 1;
+  bool sharded_ = false;  // ShardedUpdate::On: ZeRO 1 over the logical parameters
   std::vector<std::vector<TensorSegment>> layout_;  // per member: what it holds
   std::vector<Replica> devs_;
   std::vector<std::unique_ptr<PeerTensorGroup<Link>>> groups_;  // per replica: its copy's members
@@ -353,11 +376,15 @@ template <class S>
 std::unique_ptr<Executor> make_tensor_parallel(S& s, ModelProgram& program) {
   const ExecutorOptions& o = s.executor_options();
   if (o.tensor_parallel != 1) {
-    if (o.sharded_update == ShardedUpdate::On || o.sharded_update == ShardedUpdate::Gradients ||
-        o.sharded_update == ShardedUpdate::Parameters || o.bucket_bytes)
+    if (o.sharded_update == ShardedUpdate::Gradients || o.sharded_update == ShardedUpdate::Parameters ||
+        o.bucket_bytes)
       throw Error("ExecutorOptions::tensor_parallel: tensor parallelism reduces each member's gradient over the "
-                  "copies itself; it does not combine with sharded_update (ZeRO 1-3) or bucket_bytes (yet): leave "
-                  "them at Auto and 0");
+                  "copies itself; it does not combine with sharded_update Gradients or Parameters (ZeRO 2 and 3) or "
+                  "bucket_bytes (yet): leave them at Auto, Off or On (ZeRO 1) and 0");
+    check_compression(o.compression, false, o.sharded_update == ShardedUpdate::On, false);
+    if (o.sharded_update == ShardedUpdate::On && !SlicingContext<typename S::context_type>)
+      throw Error("ExecutorOptions::tensor_parallel with ShardedUpdate::On (ZeRO 1): this strategy's replicas cannot "
+                  "reduce-scatter and all-gather over every replica; use ShardedUpdate::Off");
     if constexpr (requires(tensor_link_t<typename S::context_type>& c, std::span<float> x) {
                     c.send(x, 0, 0);
                     c.recv(x, 0, 0);

@@ -18,6 +18,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/kernels/compute.hpp>
+#include <strata/strategy/compression.hpp>
 #include <strata/strategy/tensor_group.hpp>
 
 namespace strata::detail {
@@ -91,6 +92,62 @@ class PeerTensorGroup final : public TensorGroup {
   std::size_t me_ = 0;
   Link* ctx_ = nullptr;
   std::vector<float> in_, host_;
+};
+
+//! One member's gradient summed with the same member of the other copies
+//! (the data-parallel sum of tensor parallelism), compressed or not: in one
+//! process a peer sum in copy order over its copies' members; across
+//! workers one hierarchical all-reduce of the logical gradient, each member
+//! putting its part at its place (member 0 the replicated parameters) and
+//! zeros elsewhere, so each element has one order of additions whatever
+//! member holds it. Compressed (compression.hpp), the 16-bit values travel;
+//! the zeros round to themselves and keep no residual.
+class CopiesSum {
+ public:
+  //! At place time: the format, and the length compressed (a member's elements, or across workers the logical n).
+  void place(Compression c, std::size_t n) { comp_.place(c, n); }
+  //! The residual back to zero (optimizer reset, state set).
+  void reset() noexcept { comp_.reset(); }
+  //! The step is applied: its residual becomes the one the next step adds.
+  void commit() noexcept { comp_.commit(); }
+  //! A logical vector of n floats to use as scratch (the sharded update's).
+  std::vector<float>& logical(std::size_t n) {
+    in_.assign(n, 0.f);
+    return in_;
+  }
+
+  //! `hg` (member `t`'s gradient on the host, in layout `segs`) becomes its
+  //! sum over the copies: `peers` (this one peers[copy]) over `link` in one
+  //! process (`across` false), else the all-reduce of `ctx` over n logical elements.
+  template <class Ctx, class Link>
+  void sum(Ctx& ctx, Link& link, std::span<const int> peers, std::size_t copy, bool across,
+           std::span<const TensorSegment> segs, std::size_t t, std::size_t n, std::span<float> hg) {
+    if (!across) {
+      if (comp_.on())  // in 16 bits (one copy: rounded alike, as it would travel)
+        comp_.through_wire(hg, [&](auto w) {
+          peer_sum(link, peers, copy, data_group_tag, w.data(), hg.size(), scratch(w));
+        });
+      else
+        peer_sum(link, peers, copy, data_group_tag, hg.data(), hg.size(), in_);
+      return;
+    }
+    in_.assign(n, 0.f);
+    move_segments(segs, in_, hg, true, t == 0);
+    comp_.all_reduce(ctx, std::span<float>(in_));
+    move_segments(segs, in_, hg, false);
+  }
+
+ private:
+  template <class W>
+  auto& scratch(W) {
+    if constexpr (std::is_same_v<typename W::element_type, bf16>) return bf_;
+    else return fp_;
+  }
+
+  GradientCompression comp_;
+  std::vector<float> in_;  // the received buffers, or the logical gradient
+  std::vector<bf16> bf_;   // the received buffers, compressed
+  std::vector<fp16> fp_;
 };
 
 }  // namespace strata::detail
