@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include <strata/data/dataset.hpp>
+#include <strata/io/tensor_file.hpp>
 #include <strata/nn.hpp>
 #include <strata/strategy/by_name_mpi.hpp>
 #include <strata/strategy/multi_worker.hpp>
@@ -139,6 +141,97 @@ TEST_CASE("tensor parallel across workers with compression: near FP32, the chief
   const Run here = train(in_one), there = across_workers(2, 2, false, strata::Compression::BF16);
   if (W == 2) CHECK(there.weights == here.weights);
   else CHECK(max_diff(there.weights, here.weights) < 2e-2f);
+}
+
+// ZeRO 1 (ShardedUpdate::On) across workers: each replica of the job owns a slice of the logical parameters
+// (its worker's block, cut among the worker's replicas) and keeps that slice's optimizer state.
+struct ShardedRun {
+  std::vector<float> weights;
+  std::vector<std::vector<float>> state;  // from the chief's checkpoint, on the chief
+  std::string choice;
+};
+ShardedRun sharded_across(int local, strata::ShardedUpdate mode, int epochs = 2, const std::string& load = {},
+                          const std::string& save = {}) {
+  const Tokens d;
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers()};
+  s.executor_options().tensor_parallel = 2;
+  s.executor_options().sharded_update = mode;
+  auto model = s.scope([] { return gpt(); });
+  model.compile(nn::AdamW{1e-2f, {.weight_decay = 0.1f}}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {},
+                {.seed = 3});
+  if (!load.empty()) {
+    model.build(strata::Shape{8});
+    model.load_checkpoint(load);
+  }
+  model.fit(s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12)),
+            {.epochs = epochs, .verbose = nn::Verbosity::Silent});
+  const std::string path = save.empty() ? "/tmp/strata_mpi_tp_zero1_state.ckpt" : save;
+  model.save_checkpoint(path);  // every worker: the state is joined over them, the chief writes
+  ShardedRun out{flat(model.get_weights()), {}, model.gradient_reduction()};
+  if (s.is_chief())
+    for (const auto& e : strata::io::read_tensor_file(path, "test").tensors)
+      if (e.name.rfind("optimizer/", 0) == 0) out.state.emplace_back(e.value.data(), e.value.data() + e.value.size());
+  s.communicator().barrier();
+  return out;
+}
+
+TEST_CASE("tensor parallel across workers with ZeRO 1: the unsharded update's weights and state; checkpoints move") {
+  using strata::ShardedUpdate;
+  const int W = workers();
+  const bool two = W == 2;  // between two workers every sum is a + b, whichever collective adds it
+  for (int local : {2, 4}) {
+    INFO(W, " workers x ", local, " replicas, T = 2");
+    const ShardedRun off = sharded_across(local, ShardedUpdate::Off), on = sharded_across(local, ShardedUpdate::On);
+    CHECK(on.choice.find("the update sharded (ZeRO 1) over the " + std::to_string(W * local) + " replicas of " +
+                         std::to_string(W) + " workers") != std::string::npos);
+    if (two) CHECK(on.weights == off.weights);
+    else CHECK(max_diff(on.weights, off.weights) < 2e-4f);  // MPI adds three workers in other orders; Adam carries it
+    CHECK(chiefs(on.weights) == on.weights);
+    CHECK(on.state.size() == off.state.size());
+    for (std::size_t k = 0; k < on.state.size() && k < off.state.size(); ++k) {
+      if (two) CHECK(on.state[k] == off.state[k]);
+      else CHECK(max_diff(on.state[k], off.state[k]) < 1e-4f);
+    }
+  }
+  // one epoch sharded, saved (collective), then the second from the file, sharded and not
+  const std::string file = "/tmp/strata_mpi_tp_zero1_resume.ckpt";
+  sharded_across(2, ShardedUpdate::On, 1, {}, file);
+  const ShardedRun straight = sharded_across(2, ShardedUpdate::On);
+  for (ShardedUpdate mode : {ShardedUpdate::On, ShardedUpdate::Off}) {
+    const ShardedRun next = sharded_across(2, mode, 1, file);
+    if (two || mode == ShardedUpdate::On) CHECK(next.weights == straight.weights);  // sharded again: the same sums
+    else CHECK(max_diff(next.weights, straight.weights) < 2e-4f);
+  }
+  if (rank_is_last()) std::filesystem::remove(file);
+}
+
+TEST_CASE("tensor parallel across workers with ZeRO 1: save_checkpoint by the chief alone fails on every worker, saying why") {
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), strata_test::quick_workers(5s)};
+  if (s.num_workers() < 2) return;
+  s.executor_options().tensor_parallel = 2;
+  s.executor_options().sharded_update = strata::ShardedUpdate::On;
+  const Tokens d;
+  auto model = s.scope([] { return gpt(); });
+  model.compile(nn::Adam{1e-2}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  auto ds = s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12));
+  model.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  const std::string path = "/tmp/strata_mpi_tp_zero1_chief_alone.ckpt";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    if (s.is_chief()) model.save_checkpoint(path);  // wrong here: the others hold slices of the optimizer state
+    else model.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  } catch (const strata::Error& e) {
+    what = e.what();
+  }
+  INFO("worker ", s.worker_index(), ": ", what);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  if (s.is_chief()) {
+    CHECK(what.find("on every worker together") != std::string::npos);
+    CHECK(!std::filesystem::exists(path));
+  } else {
+    CHECK(!what.empty());
+  }
 }
 
 TEST_CASE("tensor parallel across workers: T must divide every worker's replicas; every worker refuses alike") {
