@@ -147,7 +147,8 @@ inline constexpr OptionInfo option_table[] = {
      tensor_strategies},
     {"--zero", "0|1|2|3", "ZeRO stage of {gradient_strategies}' CPU replicas: 0 every replica holds everything, 1 the "
                           "optimizer state sharded, 2 the gradient too, 3 the values too (a layer's gathered before "
-                          "its forward and backward); default: 1 from 3 replicas, else 0",
+                          "its forward and backward); default: 1 from 3 replicas, else 0 (tensor_parallel: 0 or "
+                          "1, default 0)",
      gradient_strategies},
     {"--bucket-mb", "MB", "gradient buckets of MB MiB (fractions allowed, 0-1024), each reduced as soon as backward "
                           "has finished it (default 0: one all-reduce after backward)",

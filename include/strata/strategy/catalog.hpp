@@ -71,6 +71,7 @@ inline constexpr std::array strategy_catalog{
                  .placement = PlacementKind::Mirrored,
                  .exact = false,
                  .takes_replicas = true,
+                 .takes_gradient_options = true,  // --zero 0|1 and --compression (buckets refused with a sentence)
                  .takes_tensor_parallel = true,
                  .help = "each copy of the model split over T replicas of a process (attention heads, MLP "
                          "pairs: Megatron's tensor parallelism), the copies data-parallel (under mpirun: across "
