@@ -284,9 +284,8 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   }
 
   //! The copies' sum of member t's gradient, the checks over the whole model, the update of what it holds
-  //! (sharded, ZeRO 1: the members' parts of the logical gradient reduce-scattered over every replica, each
-  //! element the sum over the copies as unsharded; each replica checks and updates its slice, every element
-  //! of the model once; the slices all-gathered, each member taking its part).
+  //! (sharded, ZeRO 1: the members' parts of the logical gradient reduce-scattered over every replica, the
+  //! sums unsharded's; each replica checks and updates its slice; the slices all-gathered, each takes its part).
   template <class C>
   void apply(C& ctx, std::size_t r, std::int64_t it) {
     Replica& R = devs_[r];
@@ -309,8 +308,9 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
           return;
         if (R.updater) R.updater->apply(R.slice_v, R.slice_g, 0, it);
         slices_gather(ctx, std::span<const float>(R.slice_v), std::span<float>(all));
-        move_segments(layout_[t], all, hg, false);  // the values, staged where the gradient was
-        if (n) R.m->upload(R.value.data(), hg.data(), n * sizeof(float));
+        // its part of the values: a CPU's in place, a GPU's staged where its gradient was
+        move_segments(layout_[t], all, R.c ? hg : std::span<float>(R.value.data(), n), false);
+        if (R.c && n) R.m->upload(R.value.data(), hg.data(), n * sizeof(float));
         return;
       }
     }
