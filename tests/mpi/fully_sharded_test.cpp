@@ -149,6 +149,63 @@ TEST_CASE("ZeRO 2 and 3 across workers: stage 0's weights, optimizer state, eval
   }
 }
 
+// ZeRO 1 across workers (ShardedUpdate::On): the optimizer state sharded over every worker's replicas (each a
+// slice of the flat parameters: its worker's block, cut among the worker's replicas); the gradient reduce-
+// scattered after backward, each slice updated, the slices all-gathered.
+TEST_CASE("ZeRO 1 across workers: stage 0's weights, optimizer state, evaluation and predictions; a checkpoint resumes") {
+  strata::MultiWorkerMirroredStrategy probe{strata::cpu_replicas(1), strata_test::quick_workers(20s)};
+  const bool two = probe.num_workers() == 2;
+  for (int local : {1, 2, 3}) {
+    CAPTURE(local);
+    const auto path0 = temp("zero1_off_" + std::to_string(local) + ".ckpt"), path = temp("zero1_" + std::to_string(local) + ".ckpt");
+    const Trained zero0 = train(local, ShardedUpdate::Off, path0), zero1 = train(local, ShardedUpdate::On, path);
+    if (two) {
+      CHECK(zero1.weights == zero0.weights);
+      CHECK(zero1.eval_loss == zero0.eval_loss);
+      CHECK(zero1.predictions == zero0.predictions);
+    } else {
+      CHECK(max_diff(zero1.weights, zero0.weights) < 1e-5f);
+      CHECK(std::abs(zero1.eval_loss - zero0.eval_loss) < 1e-5);
+    }
+    if (probe.is_chief()) {  // the chief's file holds every worker's slices, joined
+      const auto slots = optimizer_slots(path), slots0 = optimizer_slots(path0);
+      REQUIRE(slots.size() == 2);
+      REQUIRE(slots0.size() == 2);
+      for (std::size_t k = 0; k < 2; ++k) {
+        if (two) CHECK(slots[k] == slots0[k]);
+        else CHECK(max_diff(slots[k], slots0[k]) < 1e-5f);
+      }
+    }
+    probe.communicator().barrier();
+    if (probe.is_chief()) std::filesystem::remove(path0), std::filesystem::remove(path);
+  }
+  // one epoch at ZeRO 1, saved (collective), then a second from the file at ZeRO 1 and 0: the straight run's bits
+  const auto data = strata_test::blobs(60, 5);
+  const auto file = temp("zero1_resume.ckpt");
+  auto run = [&](ShardedUpdate mode, bool save, bool load) {
+    strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), strata_test::quick_workers(20s)};
+    s.executor_options().sharded_update = mode;
+    auto m = s.scope(model);
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    auto ds = s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12));
+    if (load) {
+      m.build(strata::Shape{6});
+      m.load_checkpoint(file);
+    } else {
+      m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    }
+    if (save) m.save_checkpoint(file);
+    m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    return strata_test::flat_weights(m);
+  };
+  const auto straight = run(ShardedUpdate::On, true, false);
+  CHECK(run(ShardedUpdate::On, false, true) == straight);
+  if (two) CHECK(run(ShardedUpdate::Off, false, true) == straight);
+  else CHECK(max_diff(run(ShardedUpdate::Off, false, true), straight) < 1e-5f);
+  probe.communicator().barrier();
+  if (probe.is_chief()) std::filesystem::remove(file);
+}
+
 // Executions of several steps (CompileOptions::steps_per_execution): each step's gathers and reduce-scatters
 // queued on the progress threads one run after the other, the same bits as one step to a run.
 TEST_CASE("ZeRO 3 across workers in executions of 4 steps: one step at a time's weights and state") {
@@ -265,7 +322,7 @@ TEST_CASE("a per-replica memory budget counts the whole job's replicas: stage 0 
           {.epochs = 1, .verbose = nn::Verbosity::Silent});
     return strata_test::flat_weights(m).size();
   };
-  // stage 2 or 3, whichever is the first that fits over every worker's replicas (never stage 1: one process only)
+  // stage 1, 2 or 3, whichever is the first that fits over every worker's replicas
   CHECK_THROWS_WITH_AS(make(ShardedUpdate::Off), doctest::Contains("would fit"), strata::Error);
   CHECK(make(ShardedUpdate::Parameters) == n);
 }
@@ -295,31 +352,34 @@ TEST_CASE("a worker stalled in its forward while the others wait in a parameter 
   }
 }
 
-TEST_CASE("save_checkpoint called by the chief alone under sharded state fails on every worker, naming why") {
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers(5s)};
-  if (s.num_workers() < 2) return;
-  s.executor_options().sharded_update = ShardedUpdate::Gradients;
-  const auto data = strata_test::blobs(40, 5);
-  auto m = s.scope(model);
-  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
-  auto ds = s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(10));
-  m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
-  const auto path = temp("chief_alone.ckpt");
-  const auto t0 = std::chrono::steady_clock::now();
-  std::string what;
-  try {
-    if (s.is_chief()) m.save_checkpoint(path);  // wrong here: the others hold shards of the optimizer state
-    else m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
-  } catch (const strata::Error& e) {
-    what = e.what();
-  }
-  INFO("worker ", s.worker_index(), ": ", what);
-  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
-  if (s.is_chief()) {
-    CHECK(what.find("on every worker together") != std::string::npos);
-    CHECK(!std::filesystem::exists(path));
-  } else {
-    CHECK(!what.empty());
+TEST_CASE("save_checkpoint called by the chief alone under sharded state (ZeRO 2, ZeRO 1) fails on every worker, naming why") {
+  for (ShardedUpdate mode : {ShardedUpdate::Gradients, ShardedUpdate::On}) {
+    CAPTURE(static_cast<int>(mode));
+    strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers(5s)};
+    if (s.num_workers() < 2) return;
+    s.executor_options().sharded_update = mode;
+    const auto data = strata_test::blobs(40, 5);
+    auto m = s.scope(model);
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    auto ds = s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(10));
+    m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    const auto path = temp("chief_alone.ckpt");
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      if (s.is_chief()) m.save_checkpoint(path);  // wrong here: the others hold shards of the optimizer state
+      else m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    } catch (const strata::Error& e) {
+      what = e.what();
+    }
+    INFO("worker ", s.worker_index(), ": ", what);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+    if (s.is_chief()) {
+      CHECK(what.find("on every worker together") != std::string::npos);
+      CHECK(!std::filesystem::exists(path));
+    } else {
+      CHECK(!what.empty());
+    }
   }
 }
 

@@ -20,7 +20,7 @@ enum class ShardedUpdate {
   //! (0.91-0.96x: two collectives instead of one cost more than half the
   //! update saves; docs/performance.md).
   Auto,
-  On,    //!< ZeRO stage 1: the optimizer state sharded wherever the replicas' collectives allow it (one process)
+  On,    //!< ZeRO stage 1: the optimizer state sharded over every replica (across workers too, where the replicas' collectives allow it)
   Off,   //!< ZeRO stage 0: every replica updates its whole copy
   //! ZeRO stage 2: the summed gradient sharded too (each bucket, or each
   //! layer, reduce-scattered as backward finishes it; a replica keeps its
@@ -127,21 +127,21 @@ struct ExecutorOptions {
 
 //! What `o` does to the gradient of `local` CPU replicas per worker over
 //! `workers` workers, in words (the examples' summary), by the mirrored
-//! executors' rules: ZeRO 1 within one process (Auto: from 3 replicas, not
-//! under compression), stages 2 and 3 over every worker's replicas, buckets at stage 0.
+//! executors' rules: Auto is ZeRO 1 in one process from 3 replicas (not under
+//! compression), else 0; stages 1-3 asked for shard over every worker's
+//! replicas; buckets at stage 0.
 //!   std::puts(strata::describe_gradient(s.executor_options(), 4, 1).c_str());
 inline std::string describe_gradient(const ExecutorOptions& o, std::size_t local, int workers) {
-  int stage = zero_stage(o.sharded_update, local);
-  if (o.sharded_update == ShardedUpdate::Gradients || o.sharded_update == ShardedUpdate::Parameters)
-    stage = zero_stage(o.sharded_update, local * static_cast<std::size_t>(workers > 1 ? workers : 1));
-  const bool automatic = o.sharded_update == ShardedUpdate::Auto;
-  if (stage == 1 && (workers > 1 || (automatic && o.compression != Compression::None))) stage = 0;
-  static constexpr const char* sharded[] = {"every replica holds the whole model (ZeRO 0)",
-                                            "the optimizer state sharded over the replicas (ZeRO 1)",
-                                            "gradient and optimizer state sharded over the replicas (ZeRO 2)",
-                                            "values, gradient and optimizer state sharded over the replicas (ZeRO 3)"};
+  const bool automatic = o.sharded_update == ShardedUpdate::Auto, across = workers > 1;
+  int stage = zero_stage(o.sharded_update, automatic ? local : local * static_cast<std::size_t>(across ? workers : 1));
+  if (stage == 1 && automatic && (across || o.compression != Compression::None)) stage = 0;
+  static constexpr const char* sharded[] = {"every replica holds the whole model",
+                                            "the optimizer state sharded over the replicas",
+                                            "gradient and optimizer state sharded over the replicas",
+                                            "values, gradient and optimizer state sharded over the replicas"};
   std::string out = sharded[stage];
-  if (stage >= 2 && workers > 1) out.insert(out.size() - 9, " of every worker");
+  if (stage >= 1 && across) out += " of every worker";
+  out += " (ZeRO " + std::to_string(stage) + ")";
   if (automatic) out += " (the default at " + std::to_string(local) + (local == 1 ? " replica)" : " replicas)");
   if (stage >= 2) out += "; each layer's gradient reduce-scattered as backward ends it";
   else if (stage == 1) out += "; one reduce-scatter after backward";

@@ -227,10 +227,9 @@ inline std::vector<Tensor<float>> owned_part(const ShardLayout& layout, std::siz
 
 //! Fails fast when one replica's model state at `stage` (model_state_bytes;
 //! the optimizer's slots counted from `program` once compiled) exceeds
-//! `budget` bytes (0: no budget), naming what it needs and what would fit
-//! (stage 1 only where `stage1` is available: in one process).
+//! `budget` bytes (0: no budget), naming what it needs and what would fit.
 inline void check_model_state_budget(std::size_t budget, int stage, std::size_t n, std::size_t p,
-                                     const ModelProgram& program, bool stage1 = true) {
+                                     const ModelProgram& program) {
   if (!budget) return;
   std::vector<std::size_t> units;  // a layer's parameters each (a variable's where there are no layers)
   try {
@@ -244,7 +243,7 @@ inline void check_model_state_budget(std::size_t budget, int stage, std::size_t 
   if (need <= budget) return;
   std::string fits;
   for (int st = stage + 1; st <= 3 && fits.empty() && p > 1; ++st)
-    if ((st != 1 || stage1) && model_state_bytes(st, n, p, slots, pair) <= budget) fits = "ZeRO stage " + std::to_string(st) + " would fit";
+    if (model_state_bytes(st, n, p, slots, pair) <= budget) fits = "ZeRO stage " + std::to_string(st) + " would fit";
   throw Error("the model state of one replica at ZeRO stage " + std::to_string(stage) + " over " + std::to_string(p) +
               " replicas is " + std::to_string(need) + " bytes (" + std::to_string(n) + " parameters: values, gradient, " +
               std::to_string(slots) + " optimizer slots) but ExecutorOptions::memory_budget_bytes is " +

@@ -65,6 +65,15 @@ void slices_gather(Ctx& ctx, std::span<const float> in, std::span<float> out) {
   else ctx.all_gather_async(in, out).wait();
 }
 
+//! A replica context's reduce-scatter and all-gather over every replica,
+//! as sharded_update (fully_sharded.hpp) calls them.
+template <SlicingContext Ctx>
+struct SliceCollectives {
+  Ctx& ctx;
+  void reduce_scatter(std::span<const float> in, std::span<float> out, SumOp) { slices_reduce(ctx, in, out); }
+  void all_gather(std::span<const float> in, std::span<float> out) { slices_gather(ctx, in, out); }
+};
+
 //! join_logical_slices across workers (collective).
 template <class Comm>
 std::vector<Tensor<float>> join_across(Comm& comm, std::size_t n, std::size_t k, std::span<const Range> slices,

@@ -17,7 +17,7 @@
 //! its compute's memory):
 //! - CPU replicas: the replica context itself (the strategy's reduce policy
 //!   and communicator; across workers its all-reduce is hierarchical);
-//! - GPU replicas: DeviceStep, over DeviceCollectives (device_collectives.hpp:
+//! - GPU replicas: DeviceStep (worker_sum.hpp), over DeviceCollectives (device_collectives.hpp:
 //!   a reduce kernel among virtual GPUs or GPUs with peer access, NCCL
 //!   between distinct GPUs, else staged through host memory) and, across
 //!   workers, WorkerSum (worker_sum.hpp: local sum on the devices, replica 0
@@ -28,7 +28,8 @@
 //! by the global norm sums the squares of the same slices in one more
 //! all-reduce (SyncExecutor::clip_gradient; sharded, each replica scales its slice).
 //! Sharded update (ZeRO stage 1, which TensorFlow's MirroredStrategy does
-//! not have; ShardedUpdate, Auto from 3 replicas in one process): the
+//! not have; ShardedUpdate, Auto from 3 replicas in one process, On also
+//! across workers over every worker's replicas: logical_slices.hpp): the
 //! gradients are reduce-scattered, each replica updates its 1/p slice with
 //! its 1/p of the optimizer state, the updated slices are all-gathered into
 //! every copy: the same sums, so bitwise the unsharded update's weights with
@@ -61,6 +62,7 @@
 #include <strata/strategy/device_executor.hpp>
 #include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/fully_sharded_executor.hpp>
+#include <strata/strategy/logical_slices.hpp>
 #include <strata/strategy/sync_executor.hpp>
 #include <strata/strategy/tensor_parallel_executor.hpp>
 #include <strata/strategy/worker_sum.hpp>
@@ -100,12 +102,16 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
       R.updater = R.c ? this->program_.make_updater_on(*R.c, n) : this->program_.make_updater(n);
     }
   }
-  //! Replica 0's (every replica's is the same); sharded, every replica's slice of it.
+  [[nodiscard]] bool state_reads_collective() const noexcept override { return sharded_ && this->workers_.size() > 1; }
+  //! Replica 0's (every replica's is the same); sharded, every replica's slice of it (across workers
+  //! collective: every worker calls it).
   std::vector<Tensor<float>> optimizer_state() override {
     if (devs_.empty() || !devs_.front().updater) return {};
     if (!sharded_) return devs_.front().updater->state();
-    return join_state_slices(this->program_.num_params(), devs_.size(),
-                             [&](std::size_t r) { return devs_[r].updater->state(); });
+    std::vector<Range> slices;
+    for (std::size_t r = 0; r < devs_.size(); ++r) slices.push_back(mine(r));
+    return join_logical_slices(workers_comm(this->s_), this->program_.num_params(), std::span<const Range>(slices),
+                               [&](std::size_t r) { return devs_[r].updater->state(); });
   }
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
     if (devs_.empty() || !devs_.front().updater)
@@ -152,44 +158,18 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     std::unique_ptr<Updater> updater;
   };
 
-  //! Replica r's collectives over DeviceCollectives (GPU replicas): the
-  //! replica context's calls, on its device's memory.
-  struct DeviceStep {
-    MirroredExecutor& ex;
-    std::size_t r;
-    void all_reduce(std::span<float> d, SumOp) {
-      Replica& R = ex.devs_[r];
-      const int me = static_cast<int>(r);
-      if (!ex.workers_sum_) return ex.colls_->all_reduce_sum(me, *R.c, d.data(), d.size());
-      // hierarchical: the local sum on the devices (replica order), replica 0
-      // sums it across workers, the others take its result
-      const bool local = ex.devs_.size() > 1;
-      if (local) ex.colls_->all_reduce_sum(me, *R.c, d.data(), d.size());
-      if (r == 0) ex.workers_sum_->all_reduce_sum(*R.c, d.data(), d.size());
-      if (local) ex.colls_->broadcast(me, *R.c, d.data(), d.size(), 0);
-    }
-    void broadcast(std::span<float> d, int root) {
-      ex.colls_->broadcast(static_cast<int>(r), *ex.devs_[r].c, d.data(), d.size(), root);
-    }
-    void reduce_scatter(std::span<const float> in, std::span<float> out, SumOp) {
-      ex.colls_->reduce_scatter_sum(static_cast<int>(r), *ex.devs_[r].c, in.data(), out.data(), in.size());
-    }
-    void all_gather(std::span<const float> in, std::span<float> out) {
-      ex.colls_->all_gather(static_cast<int>(r), *ex.devs_[r].c, in.data(), out.data(), out.size());
-    }
-  };
-
-  //! CPU replicas' contexts can reduce-scatter and all-gather (across MPI workers they may not).
-  static constexpr bool context_shards = requires(typename S::context_type& c, std::span<const float> in,
-                                                  std::span<float> out) {
-    c.reduce_scatter(in, out, Sum);
-    c.all_gather(in, out);
-  };
+  //! CPU replicas' contexts reduce-scatter and all-gather over every replica (across workers too).
+  static constexpr bool context_shards = SlicingContext<typename S::context_type>;
 
   //! Whether replica r applies the update (every one, or only the central one).
   [[nodiscard]] bool updates(std::size_t r) const noexcept { return !central_ || r == 0; }
-  //! Replica r's slice of the parameters (the sharded update's, the finiteness count's).
-  [[nodiscard]] Range mine(std::size_t r) const { return shard_range(this->program_.num_params(), devs_.size(), r); }
+  //! Replica r's slice of the parameters (the sharded update's, the finiteness count's): of the
+  //! logical vector over every worker's replicas when the update is sharded across workers.
+  [[nodiscard]] Range mine(std::size_t r) const {
+    const bool all = sharded_ && this->workers_.size() > 1;
+    return logical_slice(this->program_.num_params(), all ? static_cast<std::size_t>(this->workers_.size()) : 1,
+                         all ? static_cast<std::size_t>(this->workers_.index()) : 0, devs_.size(), r);
+  }
   [[nodiscard]] bool on_gpus() const { return this->s_.devices().front().is_gpu(); }
   //! The optimizer's global_clipnorm (replica 0 always updates; 0: none).
   [[nodiscard]] float clipnorm() const {
@@ -215,8 +195,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
       // the stages that would fit are counted over every worker's replicas (ZeRO 2 and 3 shard the whole
       // job's state; stage 1 shards within one process only)
       check_model_state_budget(opts_.memory_budget_bytes, sharded_ ? 1 : 0, init.size(),
-                               static_cast<std::size_t>(this->s_.num_replicas_in_sync()), this->program_,
-                               this->workers_.size() == 1);
+                               static_cast<std::size_t>(this->s_.num_replicas_in_sync()), this->program_);
     plan_.clear();
     if (opts_.bucket_bytes) plan_ = plan_buckets(this->program_.variable_shapes(), opts_.bucket_bytes);
     buckets_ = std::vector<GradientBuckets>(local);
@@ -238,14 +217,17 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
       R.c = R.owned.get();
       R.m = R.c ? static_cast<kernels::Memory*>(R.c) : &kernels::host_memory();
     }
-    // sharded in one process, from 3 replicas unless told; CPU replicas across workers where their context can
-    sharded_ = !central_ && (gpus ? this->workers_.size() == 1 : context_shards) &&
-               shards_update(opts_.sharded_update, local) &&
+    // sharded in one process, from 3 replicas unless told; CPU replicas across workers when told (On), over
+    // every worker's replicas
+    const bool one = this->workers_.size() == 1;
+    const auto p = static_cast<std::size_t>(this->s_.num_replicas_in_sync());
+    sharded_ = !central_ && (gpus ? one : context_shards) &&
+               (one ? shards_update(opts_.sharded_update, local) : opts_.sharded_update == ShardedUpdate::On && p > 1) &&
                (opts_.compression == Compression::None || opts_.sharded_update != ShardedUpdate::Auto);
-    if (!sharded_ && !central_ && !gpus && local > 1 && opts_.sharded_update == ShardedUpdate::On)
+    this->slices_span_workers_ = sharded_ && !one;  // each replica counts its slice of the job's
+    if (!sharded_ && !central_ && !gpus && p > 1 && opts_.sharded_update == ShardedUpdate::On)
       throw Error("ShardedUpdate::On (ZeRO 1): these CPU replicas' contexts cannot reduce-scatter and all-gather over "
-                  "every replica (MultiWorkerMirroredStrategy: the sharded update runs within one process so far); "
-                  "use ShardedUpdate::Off or Auto");
+                  "every replica; use ShardedUpdate::Off or Auto");
     if (!gpus) return;
     colls_ = make_device_collectives(devices, this->s_.options());
     choice_ = colls_->choice();
@@ -319,7 +301,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
     if (colls_) {
-      DeviceStep step{*this, r};
+      DeviceStep step{*colls_, workers_sum_.get(), *devs_[r].c, r, devs_.size()};
       update(ctx, step, r, it);
     } else {
       update(ctx, ctx, r, it);
@@ -332,20 +314,25 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     Replica& R = devs_[r];
     const std::size_t n = this->program_.num_params();
     const std::span<float> w{R.value.data(), n}, g{R.grad.data(), n};
-    if constexpr (requires(std::span<const float> in, std::span<float> out) {
-                    coll.reduce_scatter(in, out, Sum);
-                    coll.all_gather(in, out);
-                  }) {
-      if (sharded_) {
-        // a skipped step leaves every slice as it was
-        sharded_update(coll, *R.m, w, g, {R.shard.data(), mine(r).size()}, mine(r),
+    if (sharded_) {
+      // a skipped step leaves every slice as it was
+      auto run = [&](auto& c) {
+        sharded_update(c, *R.m, w, g, {R.shard.data(), mine(r).size()}, mine(r),
                        [&](std::span<float> ws, std::span<const float> gs) {
                          if (!this->finite_gradient(ctx, r, *R.m, R.bad, gs)) return false;
                          this->clip_gradient(ctx, R.c, R.norm, gs, {R.shard.data(), gs.size()}, clipnorm());
                          R.updater->apply(ws, gs, 0, it);
                          return true;
                        });
-        return;
+      };
+      if constexpr (requires(std::span<const float> in, std::span<float> out) {
+                      coll.reduce_scatter(in, out, Sum);
+                      coll.all_gather(in, out);
+                    })
+        return run(coll);
+      else if constexpr (SlicingContext<Coll>) {
+        SliceCollectives<Coll> c{coll};
+        return run(c);
       }
     }
     if (!buckets_.empty() && buckets_[r].active()) buckets_[r].finish();  // the same sums, bucket by bucket

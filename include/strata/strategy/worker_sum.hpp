@@ -20,8 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include <strata/comm/reduce_op.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/strategy/device.hpp>
+#include <strata/strategy/device_collectives.hpp>
 
 namespace strata {
 
@@ -76,6 +78,33 @@ inline WorkerSumMaker& nccl_worker_sum() {
   static WorkerSumMaker m;
   return m;
 }
+
+//! GPU replica r's collectives (of `local` in this process), as the
+//! mirrored executor's step calls them: the replica context's calls on its
+//! device's memory, over DeviceCollectives `colls` among the local replicas
+//! and, across workers (`workers` not null), hierarchical: the local sum on
+//! the devices (replica order), replica 0 sums it across workers, the
+//! others take its result.
+struct DeviceStep {
+  DeviceCollectives& colls;
+  WorkerSum* workers;
+  kernels::Compute& c;
+  std::size_t r, local;
+  void all_reduce(std::span<float> d, SumOp) {
+    const int me = static_cast<int>(r);
+    if (!workers) return colls.all_reduce_sum(me, c, d.data(), d.size());
+    if (local > 1) colls.all_reduce_sum(me, c, d.data(), d.size());
+    if (r == 0) workers->all_reduce_sum(c, d.data(), d.size());
+    if (local > 1) colls.broadcast(me, c, d.data(), d.size(), 0);
+  }
+  void broadcast(std::span<float> d, int root) { colls.broadcast(static_cast<int>(r), c, d.data(), d.size(), root); }
+  void reduce_scatter(std::span<const float> in, std::span<float> out, SumOp) {
+    colls.reduce_scatter_sum(static_cast<int>(r), c, in.data(), out.data(), in.size());
+  }
+  void all_gather(std::span<const float> in, std::span<float> out) {
+    colls.all_gather(static_cast<int>(r), c, in.data(), out.data(), out.size());
+  }
+};
 
 }  // namespace detail
 }  // namespace strata
