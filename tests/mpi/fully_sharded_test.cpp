@@ -1,7 +1,7 @@
-// ZeRO stages 2 and 3 across workers (issue 25), under mpirun -np 2 and -np 3:
-// MultiWorkerMirroredStrategy shards the gradient, the optimizer state and
-// (stage 3) the values over every replica of every worker, with one and two
-// replicas a worker. Pinned here: the weights and the joined optimizer state
+// ZeRO stages 1, 2 and 3 across workers (issue 25), under mpirun -np 2 and -np 3:
+// MultiWorkerMirroredStrategy shards the optimizer state, (stages 2, 3) the
+// gradient and (stage 3) the values over every replica of every worker, with
+// one to three replicas a worker. Pinned here: the weights and the joined optimizer state
 // are stage 0's bit for bit between two workers (within rounding at three,
 // where MPI's reduce-scatter and the all-reduce may add in other orders);
 // evaluation and predictions through gathered layers; a checkpoint written
