@@ -28,13 +28,13 @@
 // Each rank's compute is its own; the row is rank 0's. Its comment names the
 // all-reduce algorithm AutoReduce chose for each bucket (MiB/algorithm).
 // Compute happens on one thread; the buckets' reductions on a progress thread.
-// --zero 0|2|3 (ExecutorOptions::sharded_update; default 0) shards the gradient
-// and optimizer state (2) and the values (3) over the ranks; the comment then
+// --zero 0|1|2|3 (ExecutorOptions::sharded_update; default 0) shards the
+// optimizer state (1), the gradient too (2) and the values (3) over the ranks; the comment then
 // gives the ZeRO stage, the largest peak resident memory of any rank (VmHWM:
 // the process, its data and model included) and one replica's model state
 // by strategy/fully_sharded.hpp's formula (model_state_bytes).
 //   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp] [--batch 64] [--steps 30] [--warmup 12]
-//                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME] [--zero 0|2|3]
+//                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME] [--zero 0|1|2|3]
 //                                              [--ring-chunk-mb MB]  (MpiOptions::ring_chunk_bytes; 0: its default)
 //   bench/shaped_link.sh --rate 1gbit -- ./build-bench/bench/mpi_train_bench --bucket-mb 4   # over a shaped link
 #include <algorithm>
@@ -106,8 +106,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--zero") a.zero = std::atoi(v.c_str());
     else throw strata::Error("mpi_train_bench: unknown option " + k);
   }
-  if (a.zero != 0 && a.zero != 2 && a.zero != 3)
-    throw strata::Error("mpi_train_bench: --zero is 0, 2 or 3 (stage 1 shards within one process only)");
+  if (a.zero < 0 || a.zero > 3) throw strata::Error("mpi_train_bench: --zero is 0, 1, 2 or 3");
   if (a.optimizer != "sgd" && a.optimizer != "adam")
     throw strata::Error("mpi_train_bench: --optimizer is sgd or adam, not " + a.optimizer);
   return a;
@@ -155,9 +154,10 @@ int main(int argc, char** argv) {
   std::vector<strata::Range> plan{{0, model.count_params()}};
   if (const std::size_t bytes = s.executor_options().bucket_bytes) plan = strata::detail::plan_buckets(sizes, bytes);
   std::string algos;  // each bucket's (or the flat gradient's) MiB and algorithm
-  if (a.zero >= 2 && s.num_workers() > 1) {  // no all-reduce of the gradient: each layer's reduce-scattered
-    algos = a.zero == 3 ? " each layer's values all-gathered, its gradient reduce-scattered (MPI)"
-                        : " each layer's gradient reduce-scattered, the update's slices all-gathered (MPI)";
+  if (a.zero >= 1 && s.num_workers() > 1) {  // no all-reduce of the gradient: reduce-scattered
+    algos = a.zero == 3   ? " each layer's values all-gathered, its gradient reduce-scattered (MPI)"
+            : a.zero == 2 ? " each layer's gradient reduce-scattered, the update's slices all-gathered (MPI)"
+                          : " the gradient reduce-scattered after backward, the update's slices all-gathered (MPI)";
   } else {
     for (const auto& r : plan) {
       const std::size_t bytes = (r.end - r.begin) * sizeof(float);

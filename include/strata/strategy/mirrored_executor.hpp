@@ -192,8 +192,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     for (std::size_t r = 0; r < devs_.size(); ++r)
       if (sharded_) devs_[r].shard.resize(*devs_[r].m, Shape{mine(r).size()});
     if (!on_gpus())
-      // the stages that would fit are counted over every worker's replicas (ZeRO 2 and 3 shard the whole
-      // job's state; stage 1 shards within one process only)
+      // the stages that would fit are counted over every worker's replicas (each shards the whole job's state)
       check_model_state_budget(opts_.memory_budget_bytes, sharded_ ? 1 : 0, init.size(),
                                static_cast<std::size_t>(this->s_.num_replicas_in_sync()), this->program_);
     plan_.clear();
