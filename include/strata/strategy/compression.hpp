@@ -63,9 +63,9 @@ inline void check_compression(Compression c, bool gpus, bool sharded, bool centr
   const std::string what = "strata: gradient compression (ExecutorOptions::compression = " + std::string(to_string(c)) +
                            ") ";
   if (gpus)
-    throw Error(what + "runs on CPU replicas (Mirrored, MultiWorkerMirrored; on GPU replicas under tensor "
-                       "parallelism only); these replicas are GPUs, whose sums run on the devices in FP32: set "
-                       "compression = Compression::None there");
+    throw Error(what + "runs on CPU replicas (Mirrored, MultiWorkerMirrored); these replicas are GPUs, whose "
+                       "sums run on the devices in FP32: set compression = Compression::None there (under tensor "
+                       "parallelism GPU replicas do compress: their sums run on the host)");
   if (central)
     throw Error(what + "does not apply to central variables (CentralStorageStrategy on GPUs takes each replica's "
                        "FP32 gradient): set compression = Compression::None, or use MirroredStrategy");
