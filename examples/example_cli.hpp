@@ -285,7 +285,8 @@ inline std::string with_defaults(std::string_view help, const Args& d, bool vali
   put("{replica_strategies}",
       join(catalog_names([](const strata::StrategyInfo& s) { return s.takes_replicas; }), ", "));
   put("{gradient_strategies}",
-      join(catalog_names([](const strata::StrategyInfo& s) { return s.takes_gradient_options; }), " and "));
+      strata::detail::join_names(catalog_names([](const strata::StrategyInfo& s) { return s.takes_gradient_options; }),
+                                 " and "));
   put("{epochs}", std::to_string(d.epochs));
   put("{seed}", std::to_string(d.seed));
   put("{learning_rate}", shown(d.learning_rate));
