@@ -1,7 +1,8 @@
 #pragma once
-//! The sharded update (ZeRO stage 1) over the logical parameters, for
-//! replicas that each hold the model in a layout of their own (tensor
-//! parallelism's members, strategy/tensor_parallel_executor.hpp): every
+//! The sharded update (ZeRO stage 1) over the logical parameters, across
+//! workers and for replicas that each hold the model in a layout of their
+//! own (the mirrored executor's replicas of several workers, tensor
+//! parallelism's members: mirrored_executor.hpp, tensor_parallel_executor.hpp): every
 //! replica of the job owns one contiguous slice of the logical vector,
 //! the slices in replica order covering it (across workers: worker w's
 //! block shard_range(n, W, w), cut among its L replicas, the layout of the
