@@ -11,6 +11,7 @@
 
 #include <strata/strategy/by_name.hpp>
 #include <strata/strategy/catalog.hpp>
+#include <strata/strategy/executor_options.hpp>
 
 #include "../examples/example_cli.hpp"
 #include "strategy_sweep.hpp"
@@ -146,6 +147,41 @@ TEST_CASE("the examples' --help lists each strategy with the catalogue's line, a
         std::vector<std::string_view>{"parameter_server"});
   CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_pipeline_options; }) ==
         std::vector<std::string_view>{"pipeline"});
+}
+
+// The examples' "gradients:" line for CPU replicas: the stage the mirrored executors run, in words.
+TEST_CASE("describe_gradient names the ZeRO stage the mirrored executors run, in one process and across workers") {
+  using strata::ShardedUpdate;
+  auto said = [](ShardedUpdate mode, std::size_t local, int workers, std::size_t bucket = 0,
+                 strata::Compression c = strata::Compression::None) {
+    strata::ExecutorOptions o;
+    o.sharded_update = mode;
+    o.bucket_bytes = bucket;
+    o.compression = c;
+    return strata::describe_gradient(o, local, workers);
+  };
+  CHECK(said(ShardedUpdate::Auto, 4, 1) ==
+        "the optimizer state sharded over the replicas (ZeRO 1) (the default at 4 replicas); one reduce-scatter after "
+        "backward");
+  CHECK(said(ShardedUpdate::Auto, 2, 1) ==
+        "every replica holds the whole model (ZeRO 0) (the default at 2 replicas); one all-reduce after backward");
+  // across workers Auto stays stage 0; On shards over every worker's replicas, one replica a worker too
+  CHECK(said(ShardedUpdate::Auto, 4, 2) ==
+        "every replica holds the whole model (ZeRO 0) (the default at 4 replicas); one all-reduce after backward");
+  CHECK(said(ShardedUpdate::On, 1, 2) ==
+        "the optimizer state sharded over the replicas of every worker (ZeRO 1); one reduce-scatter after backward");
+  CHECK(said(ShardedUpdate::On, 1, 1) == "every replica holds the whole model (ZeRO 0); one all-reduce after backward");
+  CHECK(said(ShardedUpdate::Gradients, 2, 3) ==
+        "gradient and optimizer state sharded over the replicas of every worker (ZeRO 2); each layer's gradient "
+        "reduce-scattered as backward ends it");
+  CHECK(said(ShardedUpdate::Parameters, 3, 1) ==
+        "values, gradient and optimizer state sharded over the replicas (ZeRO 3); each layer's gradient "
+        "reduce-scattered as backward ends it");
+  CHECK(said(ShardedUpdate::Off, 2, 1, 1 << 20) ==
+        "every replica holds the whole model (ZeRO 0); buckets of 1024 KiB all-reduced as backward ends them");
+  CHECK(said(ShardedUpdate::Auto, 4, 1, 0, strata::Compression::BF16) ==
+        "every replica holds the whole model (ZeRO 0) (the default at 4 replicas); one all-reduce after backward; "
+        "bf16 on the wire (error feedback)");
 }
 
 TEST_CASE("the sweep runs a body under every in-process strategy that meets its needs, by the catalogue") {
