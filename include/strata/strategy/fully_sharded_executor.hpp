@@ -32,6 +32,7 @@
 #include <strata/kernels/host/memory.hpp>
 #include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/fully_sharded.hpp>
+#include <strata/strategy/logical_slices.hpp>
 #include <strata/strategy/sync_executor.hpp>
 
 namespace strata::detail {
@@ -255,24 +256,12 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     std::size_t here = 0, all = 0;
     for (std::size_t g = 0; g < p; ++g) (g >= first_ && g < first_ + local ? here : all) += layout_.owned(g);
     all += here;
-    // first a call no other collective of a run makes (3 int64s summed): a worker elsewhere (the chief
-    // alone saving while the others train on) fails the contract on every worker, naming both calls,
-    // instead of its all-gather meeting another all-gather of floats; and the slots agree
     auto& comm = this->s_.communicator();
-    const auto W = static_cast<std::int64_t>(comm.size());
-    const std::int64_t agree[3] = {0x5a45524f /* "ZERO" */, static_cast<std::int64_t>(slots), static_cast<std::int64_t>(all)};
-    std::int64_t sum[3] = {agree[0], agree[1], agree[2]};
-    try {
-      comm.all_reduce(std::span<std::int64_t>(sum), Sum);
-    } catch (const CollectiveMismatch& e) {
-      throw CollectiveMismatch(std::string("reading the sharded state (ZeRO 2 and 3 across workers: each worker holds "
-                                           "its shards only) is collective: call save_checkpoint (at stage 3 also "
-                                           "get_weights, save_weights) on every worker together, the chief alone "
-                                           "writes; ") + e.what());
-    }
-    if (sum[0] != W * agree[0] || sum[1] != W * agree[1] || sum[2] != W * agree[2])
-      throw Error("reading the sharded state across workers: the workers hold different optimizer slots (this one " +
-                  std::to_string(slots) + "): compile the model alike on every worker");
+    agree_on_state_read(comm,
+                        "reading the sharded state (ZeRO 2 and 3 across workers: each worker holds its shards only) "
+                        "is collective: call save_checkpoint (at stage 3 also get_weights, save_weights) on every "
+                        "worker together, the chief alone writes; ",
+                        slots, all);
     std::vector<Tensor<float>> out;
     std::vector<float> send(here), got(all);
     for (std::size_t k = 0; k < slots; ++k) {

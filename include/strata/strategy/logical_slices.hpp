@@ -75,25 +75,39 @@ struct SliceCollectives {
   void all_gather(std::span<const float> in, std::span<float> out) { slices_gather(ctx, in, out); }
 };
 
+//! The first call of a read of sharded state across workers (every worker
+//! holding only its shards): one no other collective of a run makes (three
+//! int64s summed), so that a worker elsewhere (the chief alone saving while
+//! the others train on) fails the contract on every worker, naming both
+//! calls and `collective` (the sentence saying the read is collective),
+//! instead of its gathers meeting other gathers; and every worker holds
+//! `slots` slots of `elements` in all (else an Error).
+template <class Comm>
+void agree_on_state_read(Comm& comm, const char* collective, std::size_t slots, std::size_t elements) {
+  const std::int64_t agree[3] = {0x5a45524f /* "ZERO" */, static_cast<std::int64_t>(slots),
+                                 static_cast<std::int64_t>(elements)};
+  std::int64_t sum[3] = {agree[0], agree[1], agree[2]};
+  try {
+    comm.all_reduce(std::span<std::int64_t>(sum), Sum);
+  } catch (const CollectiveMismatch& e) {
+    throw CollectiveMismatch(std::string(collective) + e.what());
+  }
+  const auto W = static_cast<std::int64_t>(comm.size());
+  if (sum[0] != W * agree[0] || sum[1] != W * agree[1] || sum[2] != W * agree[2])
+    throw Error("reading the sharded state across workers: the workers hold different optimizer slots (this one " +
+                std::to_string(slots) + "): compile the model alike on every worker");
+}
+
 //! join_logical_slices across workers (collective).
 template <class Comm>
 std::vector<Tensor<float>> join_across(Comm& comm, std::size_t n, std::size_t k, std::span<const Range> slices,
                                        const std::vector<std::vector<Tensor<float>>>& mine) {
   std::vector<Tensor<float>> out;
-  const std::int64_t agree[2] = {0x534c4943 /* "SLIC" */, static_cast<std::int64_t>(k)};
-  std::int64_t sum[2] = {agree[0], agree[1]};
-  try {
-    comm.all_reduce(std::span<std::int64_t>(sum), Sum);
-  } catch (const CollectiveMismatch& e) {
-    throw CollectiveMismatch(std::string("reading the sharded optimizer state (each worker holds its slices only) is "
-                                         "collective: call save_checkpoint on every worker together, the chief alone "
-                                         "writes; ") + e.what());
-  }
-  const auto W = static_cast<std::int64_t>(comm.size());
-  if (sum[0] != W * agree[0] || sum[1] != W * agree[1])
-    throw Error("reading the sharded optimizer state across workers: the workers hold different optimizer slots (this "
-                "one " + std::to_string(k) + "): compile the model alike on every worker");
-  const Range block = shard_range(n, static_cast<std::size_t>(W), static_cast<std::size_t>(comm.rank()));
+  agree_on_state_read(comm,
+                      "reading the sharded optimizer state (each worker holds its slices only) is collective: call "
+                      "save_checkpoint on every worker together, the chief alone writes; ",
+                      k, n);
+  const Range block = shard_range(n, static_cast<std::size_t>(comm.size()), static_cast<std::size_t>(comm.rank()));
   std::vector<float> send(block.size());
   for (std::size_t s = 0; s < k; ++s) {
     for (std::size_t l = 0; l < slices.size(); ++l)
