@@ -179,9 +179,13 @@ TEST_CASE("describe_gradient names the ZeRO stage the mirrored executors run, in
         "reduce-scattered as backward ends it");
   CHECK(said(ShardedUpdate::Off, 2, 1, 1 << 20) ==
         "every replica holds the whole model (ZeRO 0); buckets of 1024 KiB all-reduced as backward ends them");
+  // compression does not change the stage Auto picks (ZeRO 1 reduce-scatters in 16 bits)
   CHECK(said(ShardedUpdate::Auto, 4, 1, 0, strata::Compression::BF16) ==
-        "every replica holds the whole model (ZeRO 0) (the default at 4 replicas); one all-reduce after backward; "
-        "bf16 on the wire (error feedback)");
+        "the optimizer state sharded over the replicas (ZeRO 1) (the default at 4 replicas); one reduce-scatter after "
+        "backward; bf16 on the wire (error feedback)");
+  CHECK(said(ShardedUpdate::Auto, 2, 1, 0, strata::Compression::FP16) ==
+        "every replica holds the whole model (ZeRO 0) (the default at 2 replicas); one all-reduce after backward; "
+        "fp16 on the wire (error feedback)");
 }
 
 TEST_CASE("the sweep runs a body under every in-process strategy that meets its needs, by the catalogue") {

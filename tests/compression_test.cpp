@@ -4,7 +4,9 @@
 // once, with half the bytes of float; the residual (error feedback) keeps the
 // sum of the sent gradients within one rounding step of the true sum, which
 // rounding alone does not; Mirrored training in bf16 (flat and bucketed)
-// reaches the FP32 run's loss, bitwise the same run to run; what cannot
+// reaches the FP32 run's loss, bitwise the same run to run; ZeRO 1
+// reduce-scatters in 16 bits (the compressed all-reduce's weights and
+// moments bit for bit, half its reduce-scatter's bytes); what cannot
 // compress is refused at place time.
 #include <doctest/doctest.h>
 
@@ -13,10 +15,13 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <span>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <strata/core/half.hpp>
 #include <strata/strata.hpp>
@@ -81,12 +86,15 @@ Run train(int p, strata::Compression c, std::size_t bytes = 0, int epochs = 4,
   return {strata_test::flat_weights(model), h.at("loss").back()};
 }
 
-//! Bytes each replica handed to collectives during one epoch of blobs_mlp
-//! in batches of 32 (160 rows: 5 steps), finiteness check off (no other collective).
-std::uint64_t bytes_of_an_epoch(strata::Compression c, std::size_t bucket_bytes) {
-  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+//! Bytes each of `p` replicas handed to collectives during one epoch of
+//! blobs_mlp in batches of 32 (160 rows: 5 steps), finiteness check off (no
+//! other collective).
+std::vector<std::uint64_t> bytes_per_replica(strata::Compression c, std::size_t bucket_bytes, int p = 2,
+                                             strata::ShardedUpdate sharded = strata::ShardedUpdate::Auto) {
+  strata::MirroredStrategy s{strata::cpu_replicas(p)};
   s.executor_options().compression = c;
   s.executor_options().bucket_bytes = bucket_bytes;
+  s.executor_options().sharded_update = sharded;
   const auto data = strata_test::blobs(160, 11);
   auto model = s.scope(strata_test::blobs_mlp);
   model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
@@ -95,8 +103,41 @@ std::uint64_t bytes_of_an_epoch(strata::Compression c, std::size_t bucket_bytes)
   model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32)),
             {.epochs = 1, .verbose = nn::Verbosity::Silent, .check_finite = false});
   const auto after = at();
-  CHECK(after[1] - before[1] == after[0] - before[0]);  // both replicas send alike
-  return after[0] - before[0];
+  std::vector<std::uint64_t> out;
+  for (std::size_t r = 0; r < after.size(); ++r) out.push_back(after[r] - before[r]);
+  return out;
+}
+//! The same at 2 replicas, unsharded: both send alike.
+std::uint64_t bytes_of_an_epoch(strata::Compression c, std::size_t bucket_bytes) {
+  const auto b = bytes_per_replica(c, bucket_bytes);
+  CHECK(b[1] == b[0]);
+  return b[0];
+}
+
+//! The weights and Adam's moments (from a checkpoint) after 3 epochs of
+//! blobs_mlp under Mirrored with `p` replicas, `c` and `sharded`, clipping
+//! by the global norm at `clip` (0: none).
+struct Trained {
+  std::vector<float> weights;
+  std::vector<std::vector<float>> moments;
+};
+Trained train_state(int p, strata::Compression c, strata::ShardedUpdate sharded, float clip = 0) {
+  strata::MirroredStrategy s{strata::cpu_replicas(p)};
+  s.executor_options().compression = c;
+  s.executor_options().sharded_update = sharded;
+  const auto data = strata_test::blobs(160, 11);
+  auto model = s.scope(strata_test::blobs_mlp);
+  model.compile(nn::Adam{0.01, {.global_clipnorm = clip}}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+  model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32)),
+            {.epochs = 3, .verbose = nn::Verbosity::Silent});
+  Trained t{strata_test::flat_weights(model), {}};
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("strata_compression_" + std::to_string(::getpid()) + "_" + std::to_string(p) + ".ckpt");
+  model.save_checkpoint(path);
+  for (const auto& e : strata::io::read_tensor_file(path, "test").tensors)
+    if (e.name.rfind("optimizer/", 0) == 0) t.moments.emplace_back(e.value.data(), e.value.data() + e.value.size());
+  std::filesystem::remove(path);
+  return t;
 }
 
 }  // namespace
@@ -278,7 +319,7 @@ TEST_CASE("Mirrored training in bf16 and fp16 reaches the FP32 loss, the same bi
   const Run fp = train(2, strata::Compression::FP16, 128);
   CHECK(fp.loss == doctest::Approx(fp32.loss).epsilon(0.05));
   CHECK(train(2, strata::Compression::FP16).weights == fp.weights);
-  // Auto does not shard under compression (3 replicas would): it trains
+  // at 3 replicas Auto shards (ZeRO 1, its reduce-scatter in 16 bits): it trains
   CHECK(train(3, strata::Compression::BF16).loss == doctest::Approx(fp32.loss).epsilon(0.1));
   // None is the default: the FP32 bits (tests/pinned_test.cpp pins them)
   strata::MirroredStrategy s{strata::cpu_replicas(2)};
@@ -292,6 +333,51 @@ TEST_CASE("bf16 halves the bytes a training step's gradient puts on the wire") {
   CHECK(bytes_of_an_epoch(strata::Compression::BF16, 0) == fp32 / 2);
   CHECK(bytes_of_an_epoch(strata::Compression::FP16, 0) == fp32 / 2);
   CHECK(bytes_of_an_epoch(strata::Compression::BF16, 128) == fp32 / 2);  // bucketed
+}
+
+TEST_CASE("compressed ZeRO 1: the reduce-scatter in 16 bits gives the compressed all-reduce's weights and moments") {
+  // the direct reduction sums each element in replica order and rounds once, in the reduce-scatter as in the
+  // all-reduce; the residual is each replica's whole gradient's either way (that the update is sharded: the
+  // bytes below)
+  for (int p : {2, 3, 5}) {  // 5: more replicas than cores
+    for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+      CAPTURE(p);
+      CAPTURE(to_string(c));
+      const Trained flat = train_state(p, c, strata::ShardedUpdate::Off);
+      const Trained sharded = train_state(p, c, strata::ShardedUpdate::On);
+      REQUIRE(flat.moments.size() == 2);
+      CHECK(sharded.weights == flat.weights);
+      CHECK(sharded.moments == flat.moments);
+      if (p == 2 && c == strata::Compression::BF16)  // not FP32's bits: the rounding did something
+        CHECK(sharded.weights != train_state(p, strata::Compression::None, strata::ShardedUpdate::On).weights);
+    }
+  }
+  // Auto at 3 replicas shards under compression too: the same bits
+  CHECK(train_state(3, strata::Compression::BF16, strata::ShardedUpdate::Auto).weights ==
+        train_state(3, strata::Compression::BF16, strata::ShardedUpdate::Off).weights);
+  // clipping by the global norm: each replica scales its slice, the unsharded run the whole gradient
+  const Trained clipped = train_state(3, strata::Compression::BF16, strata::ShardedUpdate::On, 0.05f);
+  CHECK(clipped.weights == train_state(3, strata::Compression::BF16, strata::ShardedUpdate::Off, 0.05f).weights);
+  CHECK(clipped.weights != train_state(3, strata::Compression::BF16, strata::ShardedUpdate::On).weights);
+}
+
+TEST_CASE("compressed ZeRO 1 halves the reduce-scatter's bytes; the values' all-gather stays FP32") {
+  const std::size_t params = 6 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3;  // blobs_mlp
+  for (int p : {2, 3}) {
+    CAPTURE(p);
+    const auto fp32 = bytes_per_replica(strata::Compression::None, 0, p, strata::ShardedUpdate::On);
+    const auto bf = bytes_per_replica(strata::Compression::BF16, 0, p, strata::ShardedUpdate::On);
+    REQUIRE(bf.size() == static_cast<std::size_t>(p));
+    for (std::size_t r = 0; r < bf.size(); ++r) {
+      CAPTURE(r);
+      const std::size_t slice = strata::shard_range(params, static_cast<std::size_t>(p), r).size();
+      CHECK(fp32[r] == 5 * (params * 4 + slice * 4));  // 5 steps: the whole gradient in, its slice of values out
+      CHECK(bf[r] == 5 * (params * 2 + slice * 4));
+    }
+  }
+  // buckets do not apply to the sharded update (its reduce-scatter is cut by replica): the same bytes
+  CHECK(bytes_per_replica(strata::Compression::BF16, 128, 3, strata::ShardedUpdate::On) ==
+        bytes_per_replica(strata::Compression::BF16, 0, 3, strata::ShardedUpdate::On));
 }
 
 TEST_CASE("a custom loop's hook sees the FP32 gradient; the step then compresses it as fit's does") {
@@ -321,14 +407,17 @@ TEST_CASE("compression is refused where it cannot apply, saying why and what to 
     model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)),
               {.epochs = 1, .verbose = nn::Verbosity::Silent});
   };
-  SUBCASE("the sharded update") {
-    strata::MirroredStrategy s{strata::cpu_replicas(2)};
-    s.executor_options().sharded_update = strata::ShardedUpdate::On;
-    CHECK_THROWS_WITH_AS(fails(s),
-                         doctest::Contains("does not apply to the sharded update (ShardedUpdate On, Gradients, "
-                                           "Parameters: its reduce-scatter carries FP32 shards): set sharded_update = "
-                                           "ShardedUpdate::Off"),
-                         strata::Error);
+  SUBCASE("ZeRO 2 and 3: the residual is the whole gradient's, the memory they free") {
+    for (strata::ShardedUpdate mode : {strata::ShardedUpdate::Gradients, strata::ShardedUpdate::Parameters}) {
+      strata::MirroredStrategy s{strata::cpu_replicas(2)};
+      s.executor_options().sharded_update = mode;
+      CHECK_THROWS_WITH_AS(fails(s),
+                           doctest::Contains("compression keeps each replica's residual of the whole gradient (error "
+                                             "feedback), the memory stages 2 and 3 free; they reduce-scatter each "
+                                             "layer in FP32; use ShardedUpdate::On (ZeRO 1 compresses its "
+                                             "reduce-scatter) or Off, or no compression"),
+                           strata::Error);
+    }
   }
   SUBCASE("GPU replicas") {
     strata_test::HostAsGpu host;

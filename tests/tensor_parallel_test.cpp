@@ -4,7 +4,7 @@
 // bitwise, save logical checkpoints that continue at another T, predict and
 // evaluate as one replica does, and refuse what cannot be split with a sentence;
 // the copies' sum compressed to 16 bits (half the bytes), and ZeRO 1 over the
-// logical parameters (the unsharded bits, logical checkpoints) (issue 25).
+// logical parameters (the unsharded bits, logical checkpoints; compressed too) (issue 25).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -344,11 +344,13 @@ struct Sharded {
 // `epochs` of AdamW (decay; clipping by the global norm when `clip`) on the tokens, batches of 12; the state
 // read from a checkpoint written after; `load`: a checkpoint to start from.
 Sharded run_sharded(std::vector<strata::Device> devices, std::size_t T, strata::ShardedUpdate mode, bool clip,
-                    int epochs = 2, const std::filesystem::path& load = {}) {
+                    int epochs = 2, const std::filesystem::path& load = {},
+                    strata::Compression c = strata::Compression::None) {
   const Tokens d;
   strata::MirroredStrategy s{std::move(devices)};
   s.executor_options().tensor_parallel = T;
   s.executor_options().sharded_update = mode;
+  s.executor_options().compression = c;
   auto model = s.scope([] { return gpt(); });
   model.compile(nn::AdamW{1e-2f, {.weight_decay = 0.1f, .global_clipnorm = clip ? 1.f : 0.f}},
                 nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
@@ -386,6 +388,29 @@ TEST_CASE("tensor parallel with ZeRO 1: the unsharded update's weights and optim
     const Sharded clip_off = run_sharded(strata::cpu_replicas(replicas), T, ShardedUpdate::Off, true);
     const Sharded clip_on = run_sharded(strata::cpu_replicas(replicas), T, ShardedUpdate::On, true);
     CHECK(max_diff(clip_on.weights, clip_off.weights) < 1e-5f);
+  }
+}
+
+// Compressed, each member's part of the logical gradient (zeros elsewhere, which round to themselves) goes
+// to the reduce-scatter in 16 bits: each element's nonzero terms added in FP32 in copy order and rounded
+// once, as the copies' peer sum does, so the compressed unsharded update's bits.
+TEST_CASE("tensor parallel with ZeRO 1 and compression: the compressed unsharded update's bits") {
+  using strata::ShardedUpdate;
+  for (const auto& shape : {std::pair{2, std::size_t{2}}, std::pair{4, std::size_t{2}}, std::pair{6, std::size_t{2}},
+                            std::pair{4, std::size_t{4}}}) {
+    for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+      const int replicas = shape.first;
+      const std::size_t T = shape.second;
+      INFO(replicas, " replicas, T = ", T, ", ", strata::to_string(c));
+      const Sharded off = run_sharded(strata::cpu_replicas(replicas), T, ShardedUpdate::Off, false, 2, {}, c);
+      const Sharded on = run_sharded(strata::cpu_replicas(replicas), T, ShardedUpdate::On, false, 2, {}, c);
+      CHECK_MESSAGE(on.choice.find("rounded to " + std::string(strata::to_string(c)) + " for the reduce-scatter") !=
+                        std::string::npos, on.choice);
+      CHECK(on.weights == off.weights);
+      CHECK(on.state == off.state);
+      if (c == strata::Compression::BF16 && replicas == 4 && T == 2)  // rounded: not FP32's bits
+        CHECK(on.weights != run_sharded(strata::cpu_replicas(replicas), T, ShardedUpdate::On, false).weights);
+    }
   }
 }
 
@@ -431,7 +456,7 @@ TEST_CASE("tensor parallel with ZeRO 1 on GPU replicas (the host's compute stand
   CHECK(gpu.state == cpu.state);
 }
 
-TEST_CASE("tensor parallel: ZeRO 2 and 3, and compression with ZeRO 1, are refused with a sentence") {
+TEST_CASE("tensor parallel: ZeRO 2 and 3 are refused with a sentence, compressed or not") {
   auto refused = [](strata::ShardedUpdate mode, strata::Compression c, const std::string& words) {
     TP_STRATEGY(s, 4, 2);
     s.executor_options().sharded_update = mode;
@@ -440,7 +465,7 @@ TEST_CASE("tensor parallel: ZeRO 2 and 3, and compression with ZeRO 1, are refus
   };
   refused(strata::ShardedUpdate::Gradients, strata::Compression::None, "does not combine with sharded_update Gradients");
   refused(strata::ShardedUpdate::Parameters, strata::Compression::None, "(ZeRO 2 and 3)");
-  refused(strata::ShardedUpdate::On, strata::Compression::BF16, "does not apply to the sharded update");
+  refused(strata::ShardedUpdate::Gradients, strata::Compression::BF16, "(ZeRO 2 and 3)");
 }
 
 // A member that does not come to its group's sum is named by the others within

@@ -17,8 +17,10 @@
 //!   infinity, which Pass::finite catches) keeps the residual as it was.
 //! - Deterministic: the sums are in replica order (the direct algorithm), so
 //!   two runs give the same bits; they are not FP32's bits.
-//! - Both the flat reduction and the gradient buckets use it (a bucket is
-//!   compressed when it starts and expanded when finish waits for it), and
+//! - The flat reduction, the gradient buckets (a bucket is compressed when
+//!   it starts and expanded when finish waits for it), the sharded update
+//!   (ZeRO 1: the gradient reduce-scattered in 16 bits, the updated values
+//!   all-gathered in FP32: scattered, CompressedSlices) use it, and
 //!   tensor parallelism's sum of each member's gradient over the copies
 //!   (through_wire: in one process its peer sum, across workers the
 //!   all-reduce of the members' parts; on CPU and GPU replicas, whose
@@ -32,6 +34,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -56,9 +59,9 @@ namespace strata {
 namespace detail {
 
 //! Refuses compression where a placement cannot apply it, at place time:
-//! GPU replicas (their sums run on the devices in FP32), the sharded update
-//! (its reduce-scatter carries FP32 shards), central variables on a GPU.
-inline void check_compression(Compression c, bool gpus, bool sharded, bool central) {
+//! GPU replicas (their sums run on the devices in FP32), central variables
+//! on a GPU. (ZeRO 2 and 3 refuse it themselves: fully_sharded_executor.hpp.)
+inline void check_compression(Compression c, bool gpus, bool central) {
   if (c == Compression::None) return;
   const std::string what = "strata: gradient compression (ExecutorOptions::compression = " + std::string(to_string(c)) +
                            ") ";
@@ -69,10 +72,6 @@ inline void check_compression(Compression c, bool gpus, bool sharded, bool centr
   if (central)
     throw Error(what + "does not apply to central variables (CentralStorageStrategy on GPUs takes each replica's "
                        "FP32 gradient): set compression = Compression::None, or use MirroredStrategy");
-  if (sharded)
-    throw Error(what + "does not apply to the sharded update (ShardedUpdate On, Gradients, Parameters: its "
-                       "reduce-scatter carries FP32 shards): set sharded_update = ShardedUpdate::Off to compress "
-                       "(Auto does not shard under compression), or compression = Compression::None");
 }
 
 //! One replica's compression state: its residual (error feedback), the one
@@ -152,6 +151,24 @@ class GradientCompression {
     expand(g, 0);
   }
 
+  //! The sharded update's reduction (ZeRO 1; on only): the whole gradient
+  //! `g` compressed, `scatter(w, s)` reduce-scatters its 16-bit copy `w`
+  //! over the replicas into `s` (this replica's slice of the sum, as long
+  //! as `slice`, 16 bits), and `slice` becomes that in FP32. The values'
+  //! all-gather after the update stays FP32 (the master weights).
+  //!   comp.scattered(g, shard, [&](auto w, auto s) { ctx.reduce_scatter(w, s, strata::Sum); });
+  template <class ScatterFn>
+  void scattered(std::span<const float> g, std::span<float> slice, ScatterFn&& scatter) {
+    compress(g, 0);
+    with_wire([&](auto w) {
+      using T = std::remove_const_t<typename decltype(w)::element_type>;
+      std::vector<T>& s = slice_buffer(T{});
+      s.resize(slice.size());
+      scatter(std::span<const T>(w.first(g.size())), std::span<T>(s));
+      for (std::size_t i = 0; i < slice.size(); ++i) slice[i] = static_cast<float>(s[i]);
+    });
+  }
+
   //! The flat reduction of `g` over `coll` with Sum: in 16 bits when on
   //! (and `coll` takes them: CPU replicas' contexts), else as it is.
   template <class Coll>
@@ -185,10 +202,26 @@ class GradientCompression {
   }
 
  private:
+  std::vector<bf16>& slice_buffer(bf16) { return bf_slice_; }
+  std::vector<fp16>& slice_buffer(fp16) { return fp_slice_; }
+
   Compression c_ = Compression::None;
   std::vector<float> residual_, next_;
-  std::vector<bf16> bf_;
-  std::vector<fp16> fp_;
+  std::vector<bf16> bf_, bf_slice_;  // the 16-bit gradient; the sharded update's slice of its sum
+  std::vector<fp16> fp_, fp_slice_;
+};
+
+//! Collectives `coll` (sharded_update's: fully_sharded.hpp) whose
+//! reduce-scatter goes through 16 bits with `comp` (on), the values'
+//! all-gather FP32: compressed ZeRO 1.
+template <class Coll>
+struct CompressedSlices {
+  Coll& coll;
+  GradientCompression& comp;
+  void reduce_scatter(std::span<const float> in, std::span<float> out, SumOp) {
+    comp.scattered(in, out, [&](auto w, auto s) { coll.reduce_scatter(w, s, Sum); });
+  }
+  void all_gather(std::span<const float> in, std::span<float> out) { coll.all_gather(in, out); }
 };
 
 }  // namespace detail

@@ -127,14 +127,14 @@ struct ExecutorOptions {
 
 //! What `o` does to the gradient of `local` CPU replicas per worker over
 //! `workers` workers, in words (the examples' summary), by the mirrored
-//! executors' rules: Auto is ZeRO 1 in one process from 3 replicas (not under
-//! compression), else 0; stages 1-3 asked for shard over every worker's
+//! executors' rules: Auto is ZeRO 1 in one process from 3 replicas, else 0;
+//! stages 1-3 asked for shard over every worker's
 //! replicas; buckets at stage 0.
 //!   std::puts(strata::describe_gradient(s.executor_options(), 4, 1).c_str());
 inline std::string describe_gradient(const ExecutorOptions& o, std::size_t local, int workers) {
   const bool automatic = o.sharded_update == ShardedUpdate::Auto, across = workers > 1;
   int stage = zero_stage(o.sharded_update, automatic ? local : local * static_cast<std::size_t>(across ? workers : 1));
-  if (stage == 1 && automatic && (across || o.compression != Compression::None)) stage = 0;
+  if (stage == 1 && automatic && across) stage = 0;
   static constexpr const char* sharded[] = {"every replica holds the whole model",
                                             "the optimizer state sharded over the replicas",
                                             "gradient and optimizer state sharded over the replicas",

@@ -308,9 +308,9 @@ std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program) {
   if (s.devices().front().is_gpu()) {
     why = "GPU replicas shard the optimizer state only (ZeRO 1) so far";
   } else if (o.compression != Compression::None) {
-    why = "compression sends the all-reduced gradient in 16 bits (ZeRO 0); stages 2 and 3 reduce-scatter each layer "
-          "in FP32";
-    instead = "use ShardedUpdate::Off, or no compression";
+    why = "compression keeps each replica's residual of the whole gradient (error feedback), the memory stages 2 "
+          "and 3 free; they reduce-scatter each layer in FP32";
+    instead = "use ShardedUpdate::On (ZeRO 1 compresses its reduce-scatter) or Off, or no compression";
   } else if (!ShardingContext<typename S::context_type>) {
     why = "its replica contexts cannot all-gather and reduce-scatter over every replica without waiting";
     instead = "use ShardedUpdate::Off";

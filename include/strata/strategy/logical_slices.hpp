@@ -53,9 +53,10 @@ concept SlicingContext = requires(Ctx& c, std::span<const float> in, std::span<f
   { c.all_gather_async(in, out) } -> std::same_as<Work>;
 };
 
-//! `out` (this replica's slice) = its slice of the sum of every replica's `in` (logical).
-template <SlicingContext Ctx>
-void slices_reduce(Ctx& ctx, std::span<const float> in, std::span<float> out) {
+//! `out` (this replica's slice) = its slice of the sum of every replica's `in` (logical); float, or
+//! bf16/fp16 (compressed: compression.hpp) where the context takes them.
+template <SlicingContext Ctx, class T = float>
+void slices_reduce(Ctx& ctx, std::span<const T> in, std::span<T> out) {
   if constexpr (requires { ctx.reduce_scatter(in, out, Sum); }) ctx.reduce_scatter(in, out, Sum);
   else ctx.reduce_scatter_async(in, out, Sum).wait();
 }
@@ -71,7 +72,10 @@ void slices_gather(Ctx& ctx, std::span<const float> in, std::span<float> out) {
 template <SlicingContext Ctx>
 struct SliceCollectives {
   Ctx& ctx;
-  void reduce_scatter(std::span<const float> in, std::span<float> out, SumOp) { slices_reduce(ctx, in, out); }
+  template <class T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out, SumOp) {
+    slices_reduce(ctx, in, out);
+  }
   void all_gather(std::span<const float> in, std::span<float> out) { slices_gather(ctx, in, out); }
 };
 

@@ -38,7 +38,7 @@
 //! 0 keeps optimizer state and applies the update to its copy, the central
 //! one; the others take its values each step.
 //! CPU replicas: gradient buckets (ExecutorOptions::bucket_bytes, buckets.hpp) cut the all-reduce
-//! above; compression (ExecutorOptions::compression, compression.hpp) sends it in 16 bits.
+//! above; compression (ExecutorOptions::compression, compression.hpp) sends it (or ZeRO 1's reduce-scatter) in 16 bits.
 //! On the host's compute substituted for a GPU's (tests/host_as_gpu.hpp)
 //! the GPU replicas run this very code and give the CPU run's bits.
 
@@ -48,6 +48,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <strata/comm/reduce_op.hpp>
@@ -181,7 +182,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     this->reps_.clear();  // bound to the buffers below
     if (devs_.size() != local) make_replicas(local);
     if (colls_) colls_->reset();
-    check_compression(opts_.compression, on_gpus(), sharded_, central_);
+    check_compression(opts_.compression, on_gpus(), central_);
     for (Replica& R : devs_) {
       R.comp.place(opts_.compression, init.size());
       R.value.resize(*R.m, Shape{init.size()});
@@ -221,8 +222,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     const bool one = this->workers_.size() == 1;
     const auto p = static_cast<std::size_t>(this->s_.num_replicas_in_sync());
     sharded_ = !central_ && (gpus ? one : context_shards) &&
-               (one ? shards_update(opts_.sharded_update, local) : opts_.sharded_update == ShardedUpdate::On && p > 1) &&
-               (opts_.compression == Compression::None || opts_.sharded_update != ShardedUpdate::Auto);
+               (one ? shards_update(opts_.sharded_update, local) : opts_.sharded_update == ShardedUpdate::On && p > 1);
     this->slices_span_workers_ = sharded_ && !one;  // each replica counts its slice of the job's
     if (!sharded_ && !central_ && !gpus && p > 1 && opts_.sharded_update == ShardedUpdate::On)
       throw Error("ShardedUpdate::On (ZeRO 1): these CPU replicas' contexts cannot reduce-scatter and all-gather over "
@@ -314,15 +314,24 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     const std::size_t n = this->program_.num_params();
     const std::span<float> w{R.value.data(), n}, g{R.grad.data(), n};
     if (sharded_) {
-      // a skipped step leaves every slice as it was
-      auto run = [&](auto& c) {
+      // a skipped step leaves every slice (and the residual) as it was
+      auto step = [&](auto& c) {
         sharded_update(c, *R.m, w, g, {R.shard.data(), mine(r).size()}, mine(r),
                        [&](std::span<float> ws, std::span<const float> gs) {
                          if (!this->finite_gradient(ctx, r, *R.m, R.bad, gs)) return false;
+                         R.comp.commit();
                          this->clip_gradient(ctx, R.c, R.norm, gs, {R.shard.data(), gs.size()}, clipnorm());
                          R.updater->apply(ws, gs, 0, it);
                          return true;
                        });
+      };
+      auto run = [&](auto& c) {  // compressed: the reduce-scatter in 16 bits (CPU replicas)
+        if constexpr (requires(std::span<const bf16> i, std::span<bf16> o) { c.reduce_scatter(i, o, Sum); })
+          if (R.comp.on()) {
+            CompressedSlices<std::remove_reference_t<decltype(c)>> z{c, R.comp};
+            return step(z);
+          }
+        step(c);
       };
       if constexpr (requires(std::span<const float> in, std::span<float> out) {
                       coll.reduce_scatter(in, out, Sum);

@@ -114,15 +114,15 @@ class MultiWorkerReplicaContext {
   template <MutableBuffer R, ReduceOperation Op>
     requires std::ranges::borrowed_range<R>
   Work all_reduce_async(R&& data, Op op);
-  //! ZeRO 2 and 3 across workers, queued as all_reduce_async (strategy/multi_worker_sharding.hpp):
-  //! `in` summed over every replica, this replica's slice of it into `out`; every slice joined into `out`.
-  Work reduce_scatter_async(std::span<const float> in, std::span<float> out, SumOp);
+  //! ZeRO across workers, queued as all_reduce_async (multi_worker_sharding.hpp): `in` (float, or bf16/fp16)
+  //! summed over every replica, this replica's slice into `out`; the slices joined.
+  template <WireElement T> Work reduce_scatter_async(std::span<const T> in, std::span<T> out, SumOp);
   Work all_gather_async(std::span<const float> in, std::span<float> out);
 
  private:
-  void reduce_scatter_now(std::span<const float> in, std::span<float> out);
+  template <WireElement T> void reduce_scatter_now(std::span<const T> in, std::span<T> out);
   void all_gather_now(std::span<const float> in, std::span<float> out);
-  template <class F>
+  template <class T, class F>  // T: the elements' type (for the description)
   Work queued(const char* what, std::size_t n, F&& f);
 
   MultiWorkerMirroredStrategy& s_;

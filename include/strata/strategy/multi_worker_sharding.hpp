@@ -3,7 +3,8 @@
 //! replica of every worker: what ZeRO stages 2 and 3 run across workers
 //! (strategy/fully_sharded_executor.hpp, in ShardLayout's layout across
 //! workers). Hierarchical, as the context's all-reduce:
-//! - reduce-scatter of a unit of n floats: the local replicas' sum onto
+//! - reduce-scatter of a unit of n floats (or bf16/fp16: compressed ZeRO 1, each step of the
+//!   sum in FP32, rounded once): the local replicas' sum onto
 //!   local replica 0 (shared memory), an MPI reduce-scatter between the
 //!   workers' leaders (worker w keeps block shard_range(n, W, w) of the
 //!   sum), the block broadcast locally, each local replica keeping its part
@@ -37,10 +38,10 @@
 
 namespace strata {
 
-template <class F>
+template <class T, class F>
 Work MultiWorkerReplicaContext::queued(const char* what, std::size_t n, F&& f) {
   return s_.async_[static_cast<std::size_t>(local_.rank())]->submit(
-      detail::Described<float>{what, n}, [ctx = *this, f = std::forward<F>(f)]() mutable {
+      detail::Described<T>{what, n}, [ctx = *this, f = std::forward<F>(f)]() mutable {
         try {
           f(ctx);
         } catch (const std::exception& e) {
@@ -51,13 +52,14 @@ Work MultiWorkerReplicaContext::queued(const char* what, std::size_t n, F&& f) {
       });
 }
 
-inline Work MultiWorkerReplicaContext::reduce_scatter_async(std::span<const float> in, std::span<float> out, SumOp) {
-  return queued("reduce_scatter", in.size(),
-                [in, out](MultiWorkerReplicaContext& c) { c.reduce_scatter_now(in, out); });
+template <WireElement T>
+Work MultiWorkerReplicaContext::reduce_scatter_async(std::span<const T> in, std::span<T> out, SumOp) {
+  return queued<T>("reduce_scatter", in.size(),
+                [in, out](MultiWorkerReplicaContext& c) { c.reduce_scatter_now<T>(in, out); });
 }
 
 inline Work MultiWorkerReplicaContext::all_gather_async(std::span<const float> in, std::span<float> out) {
-  return queued("all_gather", out.size(), [in, out](MultiWorkerReplicaContext& c) { c.all_gather_now(in, out); });
+  return queued<float>("all_gather", out.size(), [in, out](MultiWorkerReplicaContext& c) { c.all_gather_now(in, out); });
 }
 
 namespace detail {
@@ -69,7 +71,8 @@ inline Range local_part(std::size_t n, std::size_t workers, std::size_t worker, 
 }
 }  // namespace detail
 
-inline void MultiWorkerReplicaContext::reduce_scatter_now(std::span<const float> in, std::span<float> out) {
+template <WireElement T>
+void MultiWorkerReplicaContext::reduce_scatter_now(std::span<const T> in, std::span<T> out) {
   const auto W = static_cast<std::size_t>(s_.num_workers()), w = static_cast<std::size_t>(s_.worker_index());
   const auto L = static_cast<std::size_t>(local_.size()), l = static_cast<std::size_t>(local_.rank());
   const Range block = shard_range(in.size(), W, w);
@@ -80,10 +83,10 @@ inline void MultiWorkerReplicaContext::reduce_scatter_now(std::span<const float>
                      ", its output " + std::to_string(out.size()));
   if (L == 1) return s_.leader([&] { s_.comm_.reduce_scatter(in, out, Sum); });
   const bool lead = l == 0;
-  std::vector<float> acc(lead ? in.size() : 0), part(block.size());
-  local_.reduce_to_one(in, std::span<float>(acc), 0, Sum);
-  if (lead) s_.leader([&] { s_.comm_.reduce_scatter(std::span<const float>(acc), std::span<float>(part), Sum); });
-  local_.broadcast(std::span<float>(part), 0);
+  std::vector<T> acc(lead ? in.size() : 0), part(block.size());
+  local_.reduce_to_one(in, std::span<T>(acc), 0, Sum);
+  if (lead) s_.leader([&] { s_.comm_.reduce_scatter(std::span<const T>(acc), std::span<T>(part), Sum); });
+  local_.broadcast(std::span<T>(part), 0);
   std::copy_n(part.data() + (mine.begin - block.begin), mine.size(), out.data());
 }
 

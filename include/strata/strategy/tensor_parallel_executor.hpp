@@ -12,14 +12,12 @@
 //! tensor_peers.hpp; compressed to 16 bits with ExecutorOptions::compression)
 //! and updates what it holds with its own optimizer state. The finiteness
 //! check and clipping by the global norm count each element once.
-//! ShardedUpdate::On (ZeRO 1, Megatron's distributed optimizer) shards the
-//! optimizer state over every replica of the job instead, each owning a
-//! slice of the logical parameters (logical_slices.hpp): the members' parts
-//! reduce-scattered, each slice updated, the slices all-gathered; the same
-//! sums, so without clipping the unsharded update's bits.
-//! Values, optimizer state and checkpoints are logical (value() joins the
-//! members' shards, assign() splits), so a model trained at T = 2 continues
-//! at T = 1 or 4. The sums are strata's own over tagged send / recv, in
+//! ShardedUpdate::On (ZeRO 1, Megatron's distributed optimizer) shards the optimizer state over every
+//! replica of the job instead, each owning a slice of the logical parameters (logical_slices.hpp): the
+//! members' parts reduce-scattered (compressed too), each slice updated, the slices all-gathered; the
+//! same sums, so without clipping the unsharded update's bits. Values, optimizer state and checkpoints
+//! are logical (value() joins the members' shards, assign() splits), so a model trained at T = 2
+//! continues at T = 1 or 4. The sums are strata's own over tagged send / recv, in
 //! member order (bitwise run to run), bounded by the communicator's deadline.
 //! Against one replica: equal to float rounding (a split product adds its
 //! partial sums in another order). Across workers (MultiWorkerMirrored) a
@@ -219,8 +217,8 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       R.grad.resize(*R.m, Shape{mine.size()});
       if (mine.size()) R.m->upload(R.value.data(), mine.data(), mine.bytes());
       R.m->fill(R.grad.data(), 0.f, mine.size());
-      // compressed where the copies' sum runs: its member's elements, or (across workers) the logical gradient
-      R.copies.place(opts_.compression, W > 1 ? N : mine.size());
+      // compressed where the copies' sum runs: its member's elements, or (across workers, sharded) the logical gradient
+      R.copies.place(opts_.compression, W > 1 || sharded_ ? N : mine.size());
       std::vector<int> members;
       for (std::size_t t = 0; t < T_; ++t) members.push_back(static_cast<int>((r / T_) * T_ + t));
       groups_.push_back(std::make_unique<PeerTensorGroup<Link>>(std::move(members), r % T_));
@@ -237,7 +235,8 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       choice_ += " (across " + std::to_string(W) + " workers: one all-reduce of the members' parts)";
     if (opts_.compression != Compression::None)
       choice_ += std::string("; each member's gradient rounded to ") + std::string(to_string(opts_.compression)) +
-                 " for the copies' sum (error feedback: what the rounding lost added to its next step's)";
+                 (sharded_ ? " for the reduce-scatter" : " for the copies' sum") +
+                 " (error feedback: what the rounding lost added to its next step's)";
     host_.reset();
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
@@ -303,9 +302,10 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
         std::vector<float>& all = R.copies.logical(this->program_.num_params());
         move_segments(layout_[t], all, hg, true, t == 0);
         R.slice_g.resize(R.mine.size());
-        slices_reduce(ctx, std::span<const float>(all), std::span<float>(R.slice_g));
+        R.copies.scattered(ctx, std::span<const float>(all), std::span<float>(R.slice_g));
         if (!checked(ctx, r, std::span<float>(R.slice_g), [&](auto&& f) { f(std::span<const float>(R.slice_g)); }))
           return;
+        R.copies.commit();
         if (R.updater) R.updater->apply(R.slice_v, R.slice_g, 0, it);
         slices_gather(ctx, std::span<const float>(R.slice_v), std::span<float>(all));
         // its part of the values: a CPU's in place, a GPU's staged where its gradient was
@@ -381,7 +381,7 @@ std::unique_ptr<Executor> make_tensor_parallel(S& s, ModelProgram& program) {
       throw Error("ExecutorOptions::tensor_parallel: tensor parallelism reduces each member's gradient over the "
                   "copies itself; it does not combine with sharded_update Gradients or Parameters (ZeRO 2 and 3) or "
                   "bucket_bytes (yet): leave them at Auto, Off or On (ZeRO 1) and 0");
-    check_compression(o.compression, false, o.sharded_update == ShardedUpdate::On, false);
+    check_compression(o.compression, false, false);
     if (o.sharded_update == ShardedUpdate::On && !SlicingContext<typename S::context_type>)
       throw Error("ExecutorOptions::tensor_parallel with ShardedUpdate::On (ZeRO 1): this strategy's replicas cannot "
                   "reduce-scatter and all-gather over every replica; use ShardedUpdate::Off");

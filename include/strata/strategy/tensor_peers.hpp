@@ -19,6 +19,7 @@
 #include <strata/core/error.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/strategy/compression.hpp>
+#include <strata/strategy/logical_slices.hpp>
 #include <strata/strategy/tensor_group.hpp>
 
 namespace strata::detail {
@@ -114,6 +115,14 @@ class CopiesSum {
   std::vector<float>& logical(std::size_t n) {
     in_.assign(n, 0.f);
     return in_;
+  }
+  //! The sharded update's reduction (ZeRO 1): this replica's `slice` of the
+  //! sum over every replica of `all` (logical: each member's part at its
+  //! place, zeros elsewhere), reduce-scattered in 16 bits when compressed.
+  template <SlicingContext Ctx>
+  void scattered(Ctx& ctx, std::span<const float> all, std::span<float> slice) {
+    if (comp_.on()) comp_.scattered(all, slice, [&](auto w, auto s) { slices_reduce(ctx, w, s); });
+    else slices_reduce(ctx, all, slice);
   }
 
   //! `hg` (member `t`'s gradient on the host, in layout `segs`) becomes its
