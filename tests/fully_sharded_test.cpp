@@ -263,7 +263,7 @@ TEST_CASE("what ZeRO 2 and 3 refuse, with the reason") {
     break;
   }
   CHECK(refused);
-  // compression (16 bits on the all-reduce, ZeRO 0), GPU replicas: said when the executor is made
+  // compression (its residual is the whole gradient's, the memory stage 3 frees): said when the executor is made
   strata::MirroredStrategy c{strata::cpu_replicas(2)};
   c.executor_options().sharded_update = ShardedUpdate::Parameters;
   c.executor_options().compression = strata::Compression::BF16;

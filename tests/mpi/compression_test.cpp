@@ -4,7 +4,8 @@
 // every algorithm giving the same bits; MultiWorkerMirroredStrategy's
 // hierarchical all-reduce compresses its gradients across workers, flat or
 // bucketed, bitwise an in-process Mirrored run of as many replicas (one a
-// worker), and halves the bytes its leader sends.
+// worker), and halves the bytes its leader sends; ZeRO 1 across workers
+// reduce-scatters in 16 bits (the compressed all-reduce's bits).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -30,9 +31,11 @@ namespace {
 
 //! The weights after 2 epochs of Adam on blobs under `s`, compressed by `c`, buckets of `bytes`.
 template <class S>
-std::vector<float> train(S& s, strata::Compression c, std::size_t bytes, bool check_finite = true) {
+std::vector<float> train(S& s, strata::Compression c, std::size_t bytes, bool check_finite = true,
+                         strata::ShardedUpdate sharded = strata::ShardedUpdate::Auto) {
   s.executor_options().compression = c;
   s.executor_options().bucket_bytes = bytes;
+  s.executor_options().sharded_update = sharded;
   const auto data = strata_test::blobs(160, 11);
   auto model = s.scope(strata_test::blobs_mlp);
   model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
@@ -43,10 +46,11 @@ std::vector<float> train(S& s, strata::Compression c, std::size_t bytes, bool ch
 
 //! The same across workers, `local` replicas each; `sent`: the bytes this worker's MPI communicator
 //! carried (the finiteness check off: no collective a step but the gradient's).
-std::vector<float> across_workers(int local, strata::Compression c, std::size_t bytes, std::uint64_t* sent = nullptr) {
+std::vector<float> across_workers(int local, strata::Compression c, std::size_t bytes, std::uint64_t* sent = nullptr,
+                                  strata::ShardedUpdate sharded = strata::ShardedUpdate::Auto) {
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers(20s)};
   const std::uint64_t before = s.communicator().payload_bytes();
-  auto w = train(s, c, bytes, /*check_finite=*/sent == nullptr);
+  auto w = train(s, c, bytes, /*check_finite=*/sent == nullptr, sharded);
   if (sent) *sent = s.communicator().payload_bytes() - before;
   return w;
 }
@@ -112,6 +116,28 @@ TEST_CASE("compressed gradients cross workers: bitwise an in-process run, flat o
   REQUIRE(none > grads);
   CHECK(bf - other == grads / 2);
   CHECK(fp - other == grads / 2);
+}
+
+// ZeRO 1 across workers (ShardedUpdate::On) compressed: each replica's whole gradient rounded with its
+// residual, the 16-bit vectors reduce-scattered over every worker's replicas (the local sum rounded, then
+// a + b between two workers, as the compressed all-reduce adds them), the updated FP32 slices all-gathered.
+TEST_CASE("compressed ZeRO 1 across workers: the compressed all-reduce's bits, half the reduce-scatter's bytes") {
+  using strata::ShardedUpdate;
+  for (int local : {1, 2}) {
+    INFO(local, " replicas a worker");
+    const auto flat = across_workers(local, strata::Compression::BF16, 0, nullptr, ShardedUpdate::Off);
+    CHECK(across_workers(local, strata::Compression::BF16, 0, nullptr, ShardedUpdate::On) == flat);
+    CHECK(across_workers(local, strata::Compression::FP16, 0, nullptr, ShardedUpdate::On) ==
+          across_workers(local, strata::Compression::FP16, 0, nullptr, ShardedUpdate::Off));
+    CHECK(across_workers(local, strata::Compression::None, 0, nullptr, ShardedUpdate::On) != flat);
+    std::uint64_t fp32 = 0, bf = 0;
+    across_workers(local, strata::Compression::None, 0, &fp32, ShardedUpdate::On);
+    across_workers(local, strata::Compression::BF16, 0, &bf, ShardedUpdate::On);
+    const std::size_t params = 6 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3;  // blobs_mlp
+    // the leader's reduce-scatter of the whole gradient, 2 epochs of 5 steps, in half the bytes; its
+    // all-gather of the FP32 values and the rest unchanged
+    CHECK(fp32 - bf == 2 * 5 * params * 2);
+  }
 }
 
 }  // namespace mpi_compression_test

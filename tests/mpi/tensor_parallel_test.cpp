@@ -152,11 +152,12 @@ struct ShardedRun {
   std::string choice;
 };
 ShardedRun sharded_across(int local, strata::ShardedUpdate mode, int epochs = 2, const std::string& load = {},
-                          const std::string& save = {}) {
+                          const std::string& save = {}, strata::Compression c = strata::Compression::None) {
   const Tokens d;
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers()};
   s.executor_options().tensor_parallel = 2;
   s.executor_options().sharded_update = mode;
+  s.executor_options().compression = c;
   auto model = s.scope([] { return gpt(); });
   model.compile(nn::AdamW{1e-2f, {.weight_decay = 0.1f}}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {},
                 {.seed = 3});
@@ -204,6 +205,25 @@ TEST_CASE("tensor parallel across workers with ZeRO 1: the unsharded update's we
     else CHECK(max_diff(next.weights, straight.weights) < 2e-4f);
   }
   if (rank_is_last()) std::filesystem::remove(file);
+}
+
+TEST_CASE("tensor parallel across workers with ZeRO 1 and compression: the compressed unsharded update's weights") {
+  using strata::ShardedUpdate;
+  const int W = workers();
+  for (int local : {2, 4}) {
+    INFO(W, " workers x ", local, " replicas, T = 2, bf16");
+    const ShardedRun off = sharded_across(local, ShardedUpdate::Off, 2, {}, {}, strata::Compression::BF16);
+    const ShardedRun on = sharded_across(local, ShardedUpdate::On, 2, {}, {}, strata::Compression::BF16);
+    CHECK(on.choice.find("rounded to bf16 for the reduce-scatter") != std::string::npos);
+    if (W == 2) {  // the local sum rounded, then a + b: as the compressed all-reduce adds
+      CHECK(on.weights == off.weights);
+      CHECK(on.state == off.state);
+    } else {
+      CHECK(max_diff(on.weights, off.weights) < 2e-2f);  // MPI rounds per step of its own orders
+    }
+    CHECK(chiefs(on.weights) == on.weights);
+    CHECK(on.weights != sharded_across(local, ShardedUpdate::On).weights);  // rounded: not FP32's bits
+  }
 }
 
 TEST_CASE("tensor parallel across workers with ZeRO 1: save_checkpoint by the chief alone fails on every worker, saying why") {
