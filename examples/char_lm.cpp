@@ -157,8 +157,7 @@ std::string sample(M& model, const strata::data::CharVocab& vocab, std::vector<s
 template <class S>
 int train_char_lm(S& strategy, const example::Args& a, const Corpus& c) {
   if constexpr (requires { strategy.executor_options(); })  // --zero, --bucket-mb, --compression
-    if (const auto* info = strata::find_strategy(a.strategy); info && info->takes_gradient_options)
-      example::apply_gradient_options(a, strategy.executor_options());
+    example::apply_gradient_options(a, strategy.executor_options());
   auto model = strategy.scope([&] { return make_gpt(a, c.vocab.size()); });
   const std::size_t n = c.train_x.shape()[0];
   const auto steps = static_cast<std::int64_t>((n + a.batch - 1) / a.batch) * a.epochs;

@@ -103,6 +103,7 @@ inline constexpr auto ps_strategies = &strata::StrategyInfo::takes_ps_options;
 inline constexpr auto pipeline_strategies = &strata::StrategyInfo::takes_pipeline_options;
 inline constexpr auto gradient_strategies = &strata::StrategyInfo::takes_gradient_options;
 inline constexpr auto tensor_strategies = &strata::StrategyInfo::takes_tensor_parallel;
+inline constexpr auto compression_strategies = &strata::StrategyInfo::takes_compression;
 
 //! The catalogue's names whose `keep` holds, in its order.
 template <class Keep>
@@ -153,8 +154,9 @@ inline constexpr OptionInfo option_table[] = {
     {"--bucket-mb", "MB", "gradient buckets of MB MiB (fractions allowed, 0-1024), each reduced as soon as backward "
                           "has finished it (default 0: one all-reduce after backward)",
      gradient_strategies},
-    {"--compression", "none|bf16|fp16", "send the gradient in 16 bits, with error feedback (default none)",
-     gradient_strategies},
+    {"--compression", "none|bf16|fp16", "sum the gradient in 16 bits on the wire, with error feedback (the "
+                                        "replicas', or a pipeline's data-parallel copies'; default none)",
+     compression_strategies},
     {"--steps-per-execution", "N", "steps the replicas run on their own between two calls of the callbacks and the "
                                    "progress line, 1-1000000 (default 1; Keras' steps_per_execution)"},
     {"--epochs", "N", "passes over the training set, 1-100000 (default {epochs})"},
@@ -590,11 +592,16 @@ inline strata::Device device_of(Args& a) {
 }
 
 //! --zero, --bucket-mb and --compression into the executor options `o`
-//! (set before the model is made).
+//! of a strategy of --strategy's row (set before the model is made): what it takes.
+//!   if constexpr (requires { s.executor_options(); }) example::apply_gradient_options(a, s.executor_options());
 inline void apply_gradient_options(const Args& a, strata::ExecutorOptions& o) {
-  if (a.zero) o.sharded_update = *strata::sharded_update_for_stage(*a.zero);
-  o.bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
-  o.compression = a.compression;
+  const auto* info = strata::find_strategy(a.strategy);
+  if (!info) return;
+  if (info->takes_gradient_options) {
+    if (a.zero) o.sharded_update = *strata::sharded_update_for_stage(*a.zero);
+    o.bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
+  }
+  if (info->takes_compression) o.compression = a.compression;
 }
 
 //! What strata::with_strategy needs from the command line.

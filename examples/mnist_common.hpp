@@ -103,8 +103,7 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
                 const std::function<strata::nn::Sequential()>& make_model, double target) {
   namespace nn = strata::nn;
   if constexpr (requires { strategy.executor_options(); })  // --zero, --bucket-mb, --compression
-    if (const auto* info = strata::find_strategy(a.strategy); info && info->takes_gradient_options)
-      apply_gradient_options(a, strategy.executor_options());
+    apply_gradient_options(a, strategy.executor_options());
   auto model = strategy.scope(make_model);
   // --lr-decay: the rate times lr_decay after each epoch's steps (Keras' ExponentialDecay, staircase)
   const auto epoch_steps = static_cast<std::int64_t>((mnist.train_images.shape()[0] + a.batch - 1) / a.batch);

@@ -60,6 +60,9 @@ TEST_CASE("the catalogue: unique names, a help line each, the eight strategies")
   // tensor_parallel's copies, and pipeline's stages (--tensor-parallel T splits each)
   CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_tensor_parallel; }) ==
         std::vector<std::string_view>{"tensor_parallel", "pipeline"});
+  // --compression: every strategy whose gradient's sum travels (the replicas', or a pipeline's copies')
+  CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_compression; }) ==
+        std::vector<std::string_view>{"mirrored", "tensor_parallel", "pipeline", "multi_worker_mirrored"});
   CHECK(strata::find_strategy("mirored") == nullptr);
   CHECK(strata::find_strategy("") == nullptr);
 }

@@ -6,8 +6,9 @@
 // rounding alone does not; Mirrored training in bf16 (flat and bucketed)
 // reaches the FP32 run's loss, bitwise the same run to run; ZeRO 1
 // reduce-scatters in 16 bits (the compressed all-reduce's weights and
-// moments bit for bit, half its reduce-scatter's bytes); what cannot
-// compress is refused at place time.
+// moments bit for bit, half its reduce-scatter's bytes); a pipeline's
+// data-parallel copies sum in 16 bits (compressed Mirrored's bits, checked
+// after the sum); what cannot compress is refused at place time.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -378,6 +379,65 @@ TEST_CASE("compressed ZeRO 1 halves the reduce-scatter's bytes; the values' all-
   // buckets do not apply to the sharded update (its reduce-scatter is cut by replica): the same bytes
   CHECK(bytes_per_replica(strata::Compression::BF16, 128, 3, strata::ShardedUpdate::On) ==
         bytes_per_replica(strata::Compression::BF16, 0, 3, strata::ShardedUpdate::On));
+}
+
+//! blobs_mlp under a pipeline of `stages` stages and `copies` data-parallel copies, `micro` micro-batches.
+Run pipeline(int stages, int copies, strata::Compression c, std::size_t micro = 1, std::string* said = nullptr) {
+  strata::PipelineStrategy s{strata::cpu_replicas(stages * copies)};
+  s.pipeline_options().micro_batches = micro;
+  s.pipeline_options().data_parallel = static_cast<std::size_t>(copies);
+  s.executor_options().compression = c;
+  nn::History h;
+  auto model = strata_test::fit_blobs(s, strata_test::blobs(160, 11), 32, 4, &h);
+  if (said) *said = model.gradient_reduction();
+  return {strata_test::flat_weights(model), h.at("loss").back()};
+}
+
+// A pipeline's data-parallel copies (PipelineOptions::data_parallel) sum each stage's gradient in 16 bits:
+// each copy rounds its own with its residual, the copies' values are added in FP32 in copy order and
+// rounded once (across ranks: MPI's 16-bit all-reduce), and the finiteness is checked after the sum.
+TEST_CASE("a pipeline's copies sum their gradients in 16 bits, as compressed mirrored replicas do") {
+  for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+    CAPTURE(to_string(c));
+    // one stage, one micro-batch: each copy is a mirrored replica (bitwise in FP32: tests/pipeline_test.cpp)
+    std::string said;
+    CHECK(pipeline(1, 2, c, 1, &said).weights == train(2, c).weights);
+    CHECK(said == "each copy's gradient rounded to " + std::string(to_string(c)) + " for the copies' sum (error feedback)");
+    CHECK(pipeline(1, 1, c).weights == train(1, c).weights);  // one copy: rounded as it would travel
+  }
+  // two stages of two copies, 3 micro-batches: near FP32, not its bits, the same bits run to run
+  const Run fp32 = pipeline(2, 2, strata::Compression::None, 3);
+  const Run bf = pipeline(2, 2, strata::Compression::BF16, 3);
+  CHECK(bf.weights != fp32.weights);
+  CHECK(bf.loss == doctest::Approx(fp32.loss).epsilon(0.05));
+  CHECK(pipeline(2, 2, strata::Compression::BF16, 3).weights == bf.weights);
+}
+
+// Each copy's fp16 value is finite, their sum is not: the check after the sum skips the step everywhere
+// (the weights as they were), where a check of each copy's gradient alone would let infinity in.
+TEST_CASE("a pipeline's compressed copies' sum that overflows fp16 skips the step; one that does not applies") {
+  const auto data = strata_test::blobs(32, 3);
+  auto after_one_step = [&](float each) {
+    strata::PipelineStrategy s{strata::cpu_replicas(2)};
+    s.pipeline_options().data_parallel = 2;
+    s.executor_options().compression = strata::Compression::FP16;
+    auto model = s.scope(strata_test::blobs_mlp);
+    model.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+    model.build(strata::Shape{6});
+    const auto before = strata_test::flat_weights(model);
+    for (const auto& b : s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32))) {
+      model.train_step(b, [&](strata::ReplicaGradient& g) { g.values[0] = each; });
+      break;
+    }
+    const auto w = strata_test::flat_weights(model);
+    for (float v : w) REQUIRE(std::isfinite(v));
+    return std::pair{before, w};
+  };
+  const auto [before, skipped] = after_one_step(40000.f);  // 2 x 40000 > 65504: infinity in fp16
+  CHECK(skipped == before);
+  const auto [before2, applied] = after_one_step(20000.f);  // 40000: finite
+  CHECK(applied != before2);
+  CHECK(applied[0] == doctest::Approx(before2[0] - 0.1f * 40000.f).epsilon(1e-3));
 }
 
 TEST_CASE("a custom loop's hook sees the FP32 gradient; the step then compresses it as fit's does") {

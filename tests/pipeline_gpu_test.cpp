@@ -71,9 +71,11 @@ nn::Sequential compiled(strata::PipelineStrategy& s) {
 }
 
 // A pipeline of `devices` (stages x copies), trained `epochs` on batches of `batch`.
-Trained train(const std::vector<strata::Device>& devices, strata::PipelineOptions o, std::size_t batch, int epochs) {
+Trained train(const std::vector<strata::Device>& devices, strata::PipelineOptions o, std::size_t batch, int epochs,
+              strata::Compression c = strata::Compression::None) {
   strata::PipelineStrategy s{devices};
   s.pipeline_options() = std::move(o);
+  s.executor_options().compression = c;
   auto model = compiled(s);
   const auto h = model.fit(s.distribute(dataset(batch)), {.epochs = epochs, .verbose = nn::Verbosity::Silent});
   Trained t{strata_test::flat_weights(model), {}};
@@ -121,6 +123,19 @@ TEST_CASE("data x pipeline on GPU stages: 2 copies of 2 stages give the CPU run'
     const Trained cpu = train(cpus(4), o, batch, 1);
     strata_test::HostAsGpu host;
     const Trained gpu = train(gpus(4), o, batch, 1);
+    CHECK(gpu.weights == cpu.weights);
+    CHECK(gpu.losses == cpu.losses);
+  }
+}
+
+TEST_CASE("compressed copies of GPU stages (staged on the host) give the compressed CPU run's bits") {
+  for (std::size_t D : {1u, 2u}) {  // one copy: the gradient rounded too, as it would travel
+    CAPTURE(D);
+    const strata::PipelineOptions o{.stages = {}, .micro_batches = 2, .data_parallel = D};
+    const Trained cpu = train(cpus(2 * static_cast<int>(D)), o, 25, 1, strata::Compression::BF16);
+    CHECK(cpu.weights != train(cpus(2 * static_cast<int>(D)), o, 25, 1).weights);
+    strata_test::HostAsGpu host;
+    const Trained gpu = train(gpus(2 * static_cast<int>(D)), o, 25, 1, strata::Compression::BF16);
     CHECK(gpu.weights == cpu.weights);
     CHECK(gpu.losses == cpu.losses);
   }

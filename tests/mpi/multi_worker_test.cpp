@@ -372,7 +372,7 @@ TEST_CASE("steps_per_execution across workers: one step at a time's weights and 
 }
 
 // The run fingerprint: a worker started with another global batch, seed,
-// learning rate, model or dataset size stops fit on every worker with a RunMismatch that
+// learning rate, model, dataset size or steps_per_execution stops fit on every worker with a RunMismatch that
 // names it and the field, instead of training something else silently.
 TEST_CASE("workers that disagree on the run's fingerprint all raise RunMismatch naming the rank and the field") {
   namespace nn = strata::nn;
@@ -389,17 +389,19 @@ TEST_CASE("workers that disagree on the run's fingerprint all raise RunMismatch 
     std::uint64_t seed = 5;
     double lr = 1e-2;
     std::size_t rows = 40;  // the dataset's size (rows 32: 4 batches of 8 instead of 5)
+    std::size_t spe = 1;    // steps per execution: the callbacks' (and their collectives') rhythm
   };
   const Case base{"none"};
   for (Case c : {Case{"global batch", 16}, Case{"seed", 8, 4, 6}, Case{"optimizer", 8, 4, 5, 0.02},
-                 Case{"parameter count", 8, 5}, Case{"batches per epoch", 8, 4, 5, 1e-2, 32}}) {
+                 Case{"parameter count", 8, 5}, Case{"batches per epoch", 8, 4, 5, 1e-2, 32},
+                 Case{"steps per execution", 8, 4, 5, 1e-2, 40, 2}}) {
     CAPTURE(c.field);
     const Case& mine = me ? c : base;
     std::string what;
     try {
       auto model = s.scope([&] { return nn::Sequential{nn::Input{{4}}, nn::Dense{mine.units}, nn::Dense{2}}; });
       model.compile(nn::SGD{mine.lr}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {},
-                    {.seed = mine.seed});
+                    {.seed = mine.seed, .steps_per_execution = mine.spe});
       model.fit(s.distribute(strata::data::from_tensor_slices(x, y).take(mine.rows).batch(mine.batch)),
                 {.epochs = 1, .verbose = nn::Verbosity::Silent});
     } catch (const strata::RunMismatch& e) {

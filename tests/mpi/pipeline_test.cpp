@@ -104,6 +104,30 @@ TEST_CASE("stages on ranks train bitwise as the same pipeline in one process, ev
   }
 }
 
+// Compression (ExecutorOptions::compression): the copies of a stage, on ranks, sum their 16-bit gradients
+// in an MPI all-reduce; between two copies each element is a + b rounded once, as the threads' sum in
+// memory adds them, so the in-process pipeline's bits.
+TEST_CASE("compressed copies on ranks sum in 16 bits: the in-process compressed pipeline's bits") {
+  const int W = world();
+  if (W % 2) return;
+  for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+    CAPTURE(strata::to_string(c));
+    const strata::PipelineOptions o{.stages = {}, .micro_batches = 3, .data_parallel = 2};
+    strata::MultiWorkerPipelineStrategy ranks{quick()};
+    ranks.pipeline_options() = o;
+    ranks.executor_options().compression = c;
+    strata::PipelineStrategy threads{strata::cpu_replicas(W)};
+    threads.pipeline_options() = o;
+    threads.executor_options().compression = c;
+    const Run a = train(ranks, 25, 2), b = train(threads, 25, 2);
+    CHECK(a.w == b.w);
+    CHECK(a.loss == b.loss);
+    strata::PipelineStrategy fp32{strata::cpu_replicas(W)};
+    fp32.pipeline_options() = o;
+    CHECK(train(fp32, 25, 2).w != a.w);  // rounded: not FP32's bits
+  }
+}
+
 // Tensor parallelism within the stages (PipelineOptions::tensor_parallel): a
 // rank per member; the members' sums over the ranks add in member order as
 // the threads' do, so the job gives the in-process pipeline's bits.

@@ -43,10 +43,12 @@ struct StrategyInfo {
   bool takes_replicas = false;          //!< reads StrategyChoice::replicas (--replicas)
   bool takes_ps_options = false;        //!< reads workers, servers, staleness, cluster (--workers ...)
   bool takes_pipeline_options = false;  //!< reads stages, micro_batches, data_parallel, schedule (--stages ...)
-  //! Its executor options shard, bucket and compress the gradient (--zero, --bucket-mb, --compression).
+  //! Its executor options shard and bucket the gradient (--zero, --bucket-mb).
   bool takes_gradient_options = false;
   //! Reads --tensor-parallel T: StrategyChoice::tensor_parallel (tensor_parallel), stage_tensor_parallel (pipeline).
   bool takes_tensor_parallel = false;
+  //! Its executor options compress the gradient's sum (--compression: ExecutorOptions::compression).
+  bool takes_compression = false;
   std::string_view help = {};           //!< one line for --help
 
   //! Its replicas may be GPUs (StrategyChoice::device, --device gpu): a
@@ -66,13 +68,15 @@ inline constexpr std::array strategy_catalog{
                  .placement = PlacementKind::Mirrored,
                  .takes_replicas = true,
                  .takes_gradient_options = true,
+                 .takes_compression = true,
                  .help = "replicas in this process, each with a copy of every variable; gradients all-reduced"},
     StrategyInfo{.name = "tensor_parallel",
                  .placement = PlacementKind::Mirrored,
                  .exact = false,
                  .takes_replicas = true,
-                 .takes_gradient_options = true,  // --zero 0|1 and --compression (buckets refused with a sentence)
+                 .takes_gradient_options = true,  // --zero 0|1 (buckets refused with a sentence)
                  .takes_tensor_parallel = true,
+                 .takes_compression = true,
                  .help = "each copy of the model split over T replicas of a process (attention heads, MLP "
                          "pairs: Megatron's tensor parallelism), the copies data-parallel (under mpirun: across "
                          "the ranks too)"},
@@ -91,6 +95,7 @@ inline constexpr std::array strategy_catalog{
                  .whole_model = false,
                  .takes_pipeline_options = true,
                  .takes_tensor_parallel = true,
+                 .takes_compression = true,  // the data-parallel copies' sum
                  .help = "the model's layers split into stages, micro-batches flowing through them (under "
                          "mpirun: a stage per rank); with T, each stage split over T replicas by tensor "
                          "parallelism"},
@@ -99,6 +104,7 @@ inline constexpr std::array strategy_catalog{
                  .needs_mpi = true,
                  .takes_replicas = true,
                  .takes_gradient_options = true,
+                 .takes_compression = true,
                  .help = "mirrored across the processes of an mpirun job, each a worker with its own replicas"},
 };
 

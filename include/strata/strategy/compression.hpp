@@ -77,8 +77,10 @@ inline void check_compression(Compression c, bool gpus, bool central) {
 //! One replica's compression state: its residual (error feedback), the one
 //! about to replace it, and the 16-bit copy of its gradient that travels.
 class GradientCompression {
+ public:
   // (first: members defined below call them, and their return types are deduced)
-  //! f(the 16-bit buffer, as a span of its type).
+  //! f(the 16-bit buffer, as a span of its type: bf16 or fp16): what
+  //! compress wrote and a sum reads (on only).
   template <class F>
   decltype(auto) with_wire(F&& f) {
     if (c_ == Compression::BF16) return f(std::span<bf16>(bf_));
@@ -90,7 +92,6 @@ class GradientCompression {
     return f(std::span<const fp16>(fp_));
   }
 
- public:
   //! At place time: the format and the gradient's length; residual zero.
   void place(Compression c, std::size_t n) {
     c_ = c;
@@ -149,6 +150,27 @@ class GradientCompression {
     compress(g, 0);
     with_wire([&](auto w) { sum(w.first(g.size())); });
     expand(g, 0);
+  }
+
+  //! Elements [0, n) of this 16-bit buffer become the sum of it and the
+  //! buffers of `others` (each compressed alike), added in FP32 in that
+  //! order and rounded once: a sum over copies in memory, as the direct
+  //! all-reduce adds them (the pipeline's copies in one process).
+  void sum_wires(std::span<const GradientCompression* const> others, std::size_t n) {
+    with_wire([&](auto w) {
+      using T = typename decltype(w)::element_type;
+      std::vector<const T*> in;
+      for (const GradientCompression* o : others)
+        o->with_wire([&](auto x) {
+          if constexpr (std::is_same_v<typename decltype(x)::element_type, const T>) in.push_back(x.data());
+        });
+      if (in.size() != others.size()) throw Error("strata: gradient compression: the copies compress in other formats");
+      for (std::size_t i = 0; i < n; ++i) {
+        float acc = static_cast<float>(w[i]);
+        for (const T* x : in) acc += static_cast<float>(x[i]);
+        w[i] = T(acc);
+      }
+    });
   }
 
   //! The sharded update's reduction (ZeRO 1; on only): the whole gradient

@@ -171,11 +171,12 @@ std::unique_ptr<Executor> make_executor(S& s, ModelProgram& program) {
   if constexpr (requires { s.executor_options().compression; }) {
     // what only the mirrored executors read: said, not ignored, elsewhere
     constexpr bool mirrored = std::same_as<typename S::placement_policy, Mirrored>;
+    constexpr bool pipeline = std::same_as<typename S::placement_policy, Pipeline>;
     const ExecutorOptions& o = s.executor_options();
-    if (o.compression != Compression::None && !mirrored)
+    if (o.compression != Compression::None && !mirrored && !pipeline)
       throw Error("ExecutorOptions::compression: the gradient is sent in 16 bits by the mirrored strategies' "
-                  "all-reduce (MirroredStrategy, MultiWorkerMirroredStrategy); this strategy does not reduce it "
-                  "that way: leave compression at None");
+                  "all-reduce (MirroredStrategy, MultiWorkerMirroredStrategy) and a pipeline's copies' sum; this "
+                  "strategy does not reduce it that way: leave compression at None");
     if (o.tensor_parallel != 1 && std::same_as<typename S::placement_policy, Pipeline>)
       throw Error("ExecutorOptions::tensor_parallel: a pipeline's stages are split by its own option, "
                   "PipelineOptions::tensor_parallel (s.pipeline_options().tensor_parallel = T, D x S x T replicas); "

@@ -10,7 +10,8 @@
 //! ExecutorOptions::bucket_bytes, one per gradient bucket, started during
 //! backward on each replica's progress thread). At fit's start
 //! the workers agree on a run fingerprint (MultiWorkerExecutor::begin_fit):
-//! a worker started with another model, optimizer, batch or seed stops the
+//! a worker started with another model, optimizer, batch, seed or
+//! steps_per_execution stops the
 //! run on every worker with a RunMismatch naming it, instead of training
 //! something else silently.
 //!   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2)};   // under mpirun
@@ -64,7 +65,10 @@ class MultiWorkerExecutor final : public ForwardingExecutor {
     if (!first && !placed()) pass.empty();     // out of data here: build from the Input, as the others do
     std::optional<std::size_t> rows;  // the global batch
     if (first && first->x) rows.emplace(first->x->shape()[0]);
-    detail::mpi::agree_on_run(comm_, run_fingerprint(program_, rows, pass), "fingerprint");
+    auto fields = run_fingerprint(program_, rows, pass);
+    // the workers' callbacks (and their collectives: logs, saves) run once per execution: alike everywhere
+    fields.emplace_back("steps per execution", std::to_string(pass.steps_per_execution));
+    detail::mpi::agree_on_run(comm_, fields, "fingerprint");
     return inner_->begin_fit(pass);
   }
 

@@ -122,7 +122,8 @@ inline std::unique_ptr<Executor> detail::make_executor<MultiWorkerPipelineStrate
   return std::make_unique<MultiWorkerExecutor>(
       std::make_unique<PipelineExecutor<RankStages>>(RankStages{s.communicator(), s.devices().front(),
                                                                 s.executor_options().matmul},
-                                                     program, s.pipeline_options(), s.pipeline_stats()),
+                                                     program, s.pipeline_options(), s.pipeline_stats(),
+                                                     s.executor_options().compression),
       s.communicator(), program);
 }
 

@@ -1,35 +1,27 @@
 #pragma once
-//! The executor of Pipeline placement (model parallelism), written once for
-//! stages on threads in one process and on the ranks of an MPI job: the
-//! model's layers are split into S stages, each holding its layers' slice
-//! of the variables, of the gradient and of the optimizer state. A batch is
-//! cut into M micro-batches; stage s receives each one's input activations
-//! from stage s - 1 and sends its output to s + 1 (send/recv, tag 0), and in
-//! backward the gradients flow the other way (tag 1), in the order of the
-//! schedule (pipeline_options.hpp, pipeline_stage.hpp). The micro-batches'
-//! parameter gradients are summed in micro-batch order, then each stage
-//! applies the update to its slice: one optimizer step per batch, the step
-//! one replica takes on the whole batch (with M = 1, bitwise). The executor
-//! knows no layers: only the ModelProgram's stage API (strategy/program.hpp).
-//! With PipelineOptions::data_parallel = D, D copies of the pipeline run
-//! side by side (lane d * S + s: copy d, stage s), each on its share of the
-//! batch's rows, with its own activations and gradient; the copies of a
-//! stage sum their gradients in copy order and apply the update once.
-//! Clipping by the global norm (the optimizer's global_clipnorm): after the
-//! copies' sum, copy 0 of each stage adds its squares, one all-reduce of a
-//! double over every lane (Stages::sum_squares) gives each stage the whole
-//! model's norm, and each scales its gradient before its update.
-//! With PipelineOptions::tensor_parallel = T, each stage is split over T
-//! members by tensor parallelism (lane ((d * S + s) * T + t): member t of
-//! stage s of copy d; its neighbours T lanes away): a member holds its
-//! shard of the stage's parameters (the model's tensor_layout with the
-//! stages, in buffers of its own, joined into the logical value as a GPU
-//! stage's are read back), sums its split layers' partial results with its
-//! stage's other members (PeerTensorGroup over the transport's send / recv),
-//! and updates its shard with its own optimizer state after the copies' sum
-//! of member t's gradients; the finiteness count and the norm count each
-//! element once (member 0 the replicated ones), and member 0 of the last
-//! stage gives the results and predictions.
+//! The executor of Pipeline placement (model parallelism), written once for stages on threads in one
+//! process and on the ranks of an MPI job: the model's layers are split into S stages, each holding its
+//! layers' slice of the variables, of the gradient and of the optimizer state. A batch is cut into M
+//! micro-batches; stage s receives each one's input activations from stage s - 1 and sends its output to
+//! s + 1 (send/recv, tag 0), and in backward the gradients flow the other way (tag 1), in the order of
+//! the schedule (pipeline_options.hpp, pipeline_stage.hpp). The micro-batches' parameter gradients are
+//! summed in micro-batch order, then each stage applies the update to its slice: one optimizer step per
+//! batch, the step one replica takes on the whole batch (with M = 1, bitwise). The executor knows no
+//! layers: only the ModelProgram's stage API (strategy/program.hpp).
+//! With PipelineOptions::data_parallel = D, D copies of the pipeline run side by side (lane d * S + s:
+//! copy d, stage s), each on its share of the batch's rows, with its own activations and gradient; the
+//! copies of a stage sum their gradients in copy order (compressed: in 16 bits, with error feedback, the
+//! finiteness checked after the sum) and apply the update once. Clipping by the global norm: after the
+//! copies' sum, copy 0 of each stage adds its squares, one all-reduce of a double over every lane
+//! (Stages::sum_squares) gives each stage the whole model's norm, and each scales its gradient.
+//! With PipelineOptions::tensor_parallel = T, each stage is split over T members by tensor parallelism
+//! (lane ((d * S + s) * T + t): member t of stage s of copy d; its neighbours T lanes away): a member
+//! holds its shard of the stage's parameters (the model's tensor_layout with the stages, in buffers of
+//! its own, joined into the logical value as a GPU stage's are read back), sums its split layers' partial
+//! results with its stage's other members (PeerTensorGroup over the transport's send / recv), and
+//! updates its shard with its own optimizer state after the copies' sum of member t's gradients; the
+//! finiteness count and the norm count each element once (member 0 the replicated ones), and member 0
+//! of the last stage gives the results and predictions.
 //!
 //! What differs by transport is a Stages model (pipeline_stage.hpp says what it offers).
 //!   strata::PipelineStrategy s{strata::cpu_replicas(2)};
@@ -46,8 +38,6 @@
 #include <vector>
 
 #include <strata/core/partition.hpp>
-#include <strata/kernels/host/maps.hpp>
-#include <strata/kernels/host/memory.hpp>
 #include <strata/policy/placement.hpp>
 #include <strata/strategy/clip_norm.hpp>
 #include <strata/strategy/device_compute.hpp>
@@ -67,8 +57,9 @@ class PipelineExecutor final : public Executor {
   using Link = typename Transport::link_type;
 
  public:
-  PipelineExecutor(Transport t, ModelProgram& program, PipelineOptions opts, PipelineStats& stats)
-      : tr_(std::move(t)), program_(program), opts_(std::move(opts)), stats_(stats) {}
+  PipelineExecutor(Transport t, ModelProgram& program, PipelineOptions opts, PipelineStats& stats,
+                   Compression compression = Compression::None)
+      : tr_(std::move(t)), program_(program), opts_(std::move(opts)), stats_(stats), compression_(compression) {}
   // The lanes' programs and updaters hold memory of the computes: they go first (members in reverse order).
   ~PipelineExecutor() override = default;
 
@@ -87,9 +78,12 @@ class PipelineExecutor final : public Executor {
   [[nodiscard]] bool is_chief() const noexcept override { return tr_.is_chief(); }
   //! Tensor parallelism (T > 1): what its stages' members split, in words.
   [[nodiscard]] std::string collectives_choice() const override {
-    if (ln_.T == 1 || !placed_) return {};
+    std::string c = compression_ == Compression::None ? std::string()
+                    : "each copy's gradient rounded to " + std::string(to_string(compression_)) +
+                          " for the copies' sum (error feedback)";
+    if (ln_.T == 1 || !placed_) return c;
     return program_.describe_tensor_split(static_cast<int>(ln_.T), ranges_) + " (within each of " +
-           std::to_string(ranges_.size()) + " pipeline stages)";
+           std::to_string(ranges_.size()) + " pipeline stages)" + (c.empty() ? c : "; " + c);
   }
   [[nodiscard]] bool state_settled_between_steps() const noexcept override { return Transport::settled; }
 
@@ -145,6 +139,7 @@ class PipelineExecutor final : public Executor {
     updaters_.clear();
     state_.clear();
     opt_slots_ = 0;
+    ln_.place_compression(compression_);  // the residual goes with the optimizer's state
     if (!placed_ || !program_.compiled()) return;
     updaters_.resize(ln_.segs.size());
     ln_.for_here([&](std::size_t s, std::size_t t) {
@@ -172,6 +167,7 @@ class PipelineExecutor final : public Executor {
       throw ShapeError("set_optimizer_state: " + std::to_string(slots.size()) + " slots for an optimizer of " +
                        std::to_string(state_.size()));
     check_state_slots(slots, ln_.value.size());
+    ln_.place_compression(compression_);  // not in checkpoints: a resumed run's residual starts at zero
     for (std::size_t k = 0; k < state_.size(); ++k) std::copy_n(slots[k].data(), ln_.value.size(), state_[k].data());
     ln_.for_here([&](std::size_t s, std::size_t t) {
       updaters_[s * ln_.T + t]->set_state(state_segments(slots, ln_.segs[s * ln_.T + t]));
@@ -307,7 +303,7 @@ class PipelineExecutor final : public Executor {
     const Range r = slices_[s];
     const std::span<float> g = L.gradient();
     // where the lane's final gradient is read: a CPU stage's in place; a GPU stage's on the host when staged
-    const bool staged = train && ln_.gpu && (pass.gradient_hook || D > 1 || ln_.T > 1);
+    const bool staged = train && ln_.gpu && (pass.gradient_hook || D > 1 || ln_.T > 1 || L.comp.on());
     if (staged) L.host = Tensor<float>{Shape{g.size()}};
     const std::span<float> hg = ln_.gpu ? L.host.span() : g;
     double count = 0;
@@ -327,17 +323,26 @@ class PipelineExecutor final : public Executor {
           pass.gradient_hook(rg);
           if (ln_.gpu && D == 1 && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
-        if (pb.check)
-          count = ln_.gpu && !staged ? count_nonfinite(L) : ln_.counted_sum(j, hg, [](std::span<const float> x) {
-            return static_cast<double>(kernels::host::count_nonfinite(x.data(), x.size()));
-          });
+        if (pb.check) count = ln_.gpu && !staged ? count_nonfinite(L) : ln_.nonfinite(j, hg);
+        if (L.comp.on()) L.comp.compress(hg, 0);  // (after the hook: it sees FP32)
       });
-    const double bad = tr_.agree(ctx, pb, d, s, t, count);
+    double bad = tr_.agree(ctx, pb, d, s, t, count);  // (with copies: every copy's gradient final)
+    if (train && bad == 0 && L.comp.on()) {  // the copies' sum in 16 bits, checked after it (an fp16 sum may overflow)
+      count = 0;
+      if (d == ln_.copies.begin)
+        timed([&] {
+          ln_.sum_compressed(d, j, hg, [&](auto w) { tr_.sum_copies(s, t, w); });
+          if (ln_.gpu && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
+          if (pb.check) count = ln_.nonfinite(j, hg);
+        });
+      if (pb.check) bad = tr_.sum_squares(ctx, count);  // (a sum over every lane: the same decision everywhere)
+      if (bad == 0) L.comp.commit();
+    }
     if (d == ln_.copies.begin && s == ln_.here.begin && t == ln_.members.begin) bad_ = bad;
     const float clip = train && bad == 0 ? clipnorm() : 0.f;
     if (train && bad == 0 && d == ln_.copies.begin)
       timed([&] {
-        if (D > 1) {  // on the host (a GPU stage's staged there)
+        if (D > 1 && !L.comp.on()) {  // on the host (a GPU stage's staged there)
           for (std::size_t c = d + 1; c < ln_.copies.end; ++c) {  // in copy order: the same sum on every run
             const float* o = ln_.gpu ? ln_.lanes[c][j].host.data() : ln_.lanes[c][j].grad.data();
             for (std::size_t i = 0; i < hg.size(); ++i) hg[i] += o[i];
@@ -368,6 +373,7 @@ class PipelineExecutor final : public Executor {
   ModelProgram& program_;
   PipelineOptions opts_;
   PipelineStats& stats_;
+  Compression compression_ = Compression::None;  // ExecutorOptions::compression: the copies' sum in 16 bits
   bool placed_ = false;
   bool remote_ = false;  // some lanes run elsewhere (other ranks)
   std::vector<std::size_t> counts_, widths_;
@@ -386,7 +392,7 @@ struct ExecutorFor<Pipeline> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
     return std::make_unique<PipelineExecutor<ThreadStages<S>>>(ThreadStages<S>{s}, program, s.pipeline_options(),
-                                                               s.pipeline_stats());
+                                                               s.pipeline_stats(), s.executor_options().compression);
   }
 };
 

@@ -23,7 +23,9 @@
 
 #include <strata/core/partition.hpp>
 #include <strata/kernels/buffer.hpp>
+#include <strata/kernels/host/maps.hpp>
 #include <strata/kernels/host/memory.hpp>
+#include <strata/strategy/compression.hpp>
 #include <strata/strategy/device.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/pipeline_stage.hpp>
@@ -143,6 +145,32 @@ class PipelineLanes {
       });
   }
 
+  //! Compression (ExecutorOptions::compression): every lane here compresses
+  //! its gradient with a residual of its own (none: off), zeroed here.
+  void place_compression(Compression c) {
+    for (std::size_t d = copies.begin; d < copies.end; ++d)
+      for_here([&](std::size_t s, std::size_t t) { lanes[d][s * T + t].comp.place(c, lanes[d][s * T + t].grad.size()); });
+  }
+  //! Lane j of copy d (the lowest here; every copy here compressed its
+  //! gradient) sums the copies here's 16-bit gradients in copy order (in
+  //! FP32, rounded once), `across(w)` sums that with the copies elsewhere
+  //! (16 bits), and `hg` (its gradient on the host) becomes the sum in FP32.
+  template <class Across>
+  void sum_compressed(std::size_t d, std::size_t j, std::span<float> hg, Across&& across) {
+    std::vector<const GradientCompression*> others;
+    for (std::size_t c = d + 1; c < copies.end; ++c) others.push_back(&lanes[c][j].comp);
+    GradientCompression& comp = lanes[d][j].comp;
+    comp.sum_wires(others, hg.size());
+    comp.with_wire([&](auto w) { across(w.first(hg.size())); });
+    comp.expand(hg, 0);
+  }
+
+  //! The non-finite values lane j counts of its gradient `hg` (host memory).
+  [[nodiscard]] double nonfinite(std::size_t j, std::span<const float> hg) const {
+    return counted_sum(j, hg, [](std::span<const float> x) {
+      return static_cast<double>(kernels::host::count_nonfinite(x.data(), x.size()));
+    });
+  }
   //! The sum of f over the parts of lane j's gradient `x` (host memory) it
   //! counts: all of it (T = 1), else its member's own elements and, member
   //! 0, the replicated ones (each element of the model once over a copy).

@@ -139,8 +139,9 @@ class RankStages {
     comm_->all_reduce(std::span<double>(v), Sum);
     return v[0];
   }
-  //! The D copies of stage s (member t) sum its gradient.
-  void sum_copies(std::size_t /*s*/, std::size_t /*t*/, std::span<float> g) {
+  //! The D copies of stage s (member t) sum its gradient (float, or bf16/fp16 when compressed).
+  template <class T>
+  void sum_copies(std::size_t /*s*/, std::size_t /*t*/, std::span<T> g) {
     if (copies_comm_) copies_comm_->all_reduce(g, Sum);
   }
   //! At a training pass's end: every lane's variables and optimizer state

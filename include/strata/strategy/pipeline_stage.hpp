@@ -53,6 +53,7 @@
 #include <strata/core/trace.hpp>
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/compute.hpp>
+#include <strata/strategy/compression.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/program.hpp>
 
@@ -220,6 +221,7 @@ struct StageLane {
   kernels::Buffer<float> grad;    //!< its stage's gradient for its copy's rows
   Tensor<float> host;             //!< a GPU stage's gradient staged on the host (the hook, the copies' sum)
   kernels::Buffer<double> bad;    //!< a GPU stage's finiteness count
+  GradientCompression comp;       //!< ExecutorOptions::compression: its residual and 16-bit gradient (on the host)
   bool borrowed = false;          //!< `value` views another's (the executor's host copy, or copy 0's member)
   std::vector<ReplicaResult> results;  //!< a tensor-parallel member other than 0: its results, not reported
   std::vector<float> predictions;      //!< and its predictions

@@ -92,7 +92,8 @@ class ThreadStages {
     return v[0];
   }
   //! The copies' gradients of stage s (member t) are all here: nothing to add.
-  void sum_copies(std::size_t /*s*/, std::size_t /*t*/, std::span<float> /*g*/) {}
+  template <class T>
+  void sum_copies(std::size_t /*s*/, std::size_t /*t*/, std::span<T> /*g*/) {}
   void end_pass(Tensor<float>& /*value*/, std::vector<Tensor<float>>& /*state*/,
                 const std::vector<std::vector<TensorSegment>>& /*parts*/, PipelineStats& /*stats*/) {}
 
