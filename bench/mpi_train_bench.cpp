@@ -33,12 +33,16 @@
 // gives the ZeRO stage, the largest peak resident memory of any rank (VmHWM:
 // the process, its data and model included) and one replica's model state
 // by strategy/fully_sharded.hpp's formula (model_state_bytes).
+// --compression none|bf16|fp16 (ExecutorOptions::compression) sends the gradient (or ZeRO 1's
+// reduce-scatter) in 16 bits; the comment gives the MiB rank 0's MPI communicator carried per timed step.
 //   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp] [--batch 64] [--steps 30] [--warmup 12]
 //                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME] [--zero 0|1|2|3]
 //                                              [--ring-chunk-mb MB]  (MpiOptions::ring_chunk_bytes; 0: its default)
+//                                              [--compression none|bf16|fp16]
 //   bench/shaped_link.sh --rate 1gbit -- ./build-bench/bench/mpi_train_bench --bucket-mb 4   # over a shaped link
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -88,6 +92,7 @@ struct Args {
   int steps = 30, warmup = 12;
   double bucket_mb = 0, ring_chunk_mb = 0;
   int zero = 0;
+  strata::Compression compression = strata::Compression::None;
 };
 
 
@@ -104,7 +109,11 @@ Args parse(int argc, char** argv) {
     else if (k == "--bucket-mb") a.bucket_mb = std::max(0.0, std::atof(v.c_str()));
     else if (k == "--ring-chunk-mb") a.ring_chunk_mb = std::max(0.0, std::atof(v.c_str()));
     else if (k == "--zero") a.zero = std::atoi(v.c_str());
-    else throw strata::Error("mpi_train_bench: unknown option " + k);
+    else if (k == "--compression") {
+      if (v == "bf16") a.compression = strata::Compression::BF16;
+      else if (v == "fp16") a.compression = strata::Compression::FP16;
+      else if (v != "none") throw strata::Error("mpi_train_bench: --compression is none, bf16 or fp16, not " + v);
+    } else throw strata::Error("mpi_train_bench: unknown option " + k);
   }
   if (a.zero < 0 || a.zero > 3) throw strata::Error("mpi_train_bench: --zero is 0, 1, 2 or 3");
   if (a.optimizer != "sgd" && a.optimizer != "adam")
@@ -122,6 +131,7 @@ int main(int argc, char** argv) {
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), opts};
   s.executor_options().bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
   s.executor_options().sharded_update = *strata::sharded_update_for_stage(a.zero);
+  s.executor_options().compression = a.compression;
   const int ranks = s.num_workers();
   const std::size_t global = a.batch * static_cast<std::size_t>(ranks);
 
@@ -134,9 +144,11 @@ int main(int argc, char** argv) {
   model.fit(s.distribute(synthetic(static_cast<std::size_t>(a.warmup), global, 2)), fit);
   auto timed = synthetic(static_cast<std::size_t>(a.steps), global, 3);
   strata::trace::Session trace{strata::trace::Options{}};  // totals only
+  const std::uint64_t wire0 = s.communicator().payload_bytes();
   const double t0 = bench::now_s();
   model.fit(s.distribute(std::move(timed)), fit);
   const double seconds = bench::now_s() - t0;
+  const double wire_mib = static_cast<double>(s.communicator().payload_bytes() - wire0) / 1048576.0 / a.steps;
   trace.finish();
 
   using C = strata::trace::Category;
@@ -180,10 +192,12 @@ int main(int argc, char** argv) {
   const double steps = a.steps, step_ms = 1e3 * seconds / steps;
   const double compute_ms = 1e3 * compute / steps, exposed_ms = 1e3 * exposed / steps;
   std::printf("%-18s %5d %7.1f %11.0f %9.1f %10.1f %10.1f %8.1f   # %s, %s, batch %zu/rank, %d steps; ZeRO %d, "
-              "peak %.0f MiB, state %.1f MiB/replica;%s\n",
+              "peak %.0f MiB, state %.1f MiB/replica, MPI %.2f MiB/step%s;%s\n",
               a.label.empty() ? "strata" : a.label.c_str(), ranks, a.bucket_mb,
               static_cast<double>(global) * steps / seconds, step_ms, compute_ms, exposed_ms,
               step_ms - compute_ms - exposed_ms, a.model.c_str(), a.optimizer.c_str(), a.batch, a.steps, stage, peak[0],
-              state_mib, algos.c_str());
+              state_mib, wire_mib,
+              a.compression == strata::Compression::None ? "" : a.compression == strata::Compression::BF16 ? " (bf16)" : " (fp16)",
+              algos.c_str());
   return 0;
 }

@@ -115,7 +115,7 @@ std::uint64_t bytes_of_an_epoch(strata::Compression c, std::size_t bucket_bytes)
   return b[0];
 }
 
-//! The weights and Adam's moments (from a checkpoint) after 3 epochs of
+//! The weights and Adam's moments (from a checkpoint) after 2 epochs of
 //! blobs_mlp under Mirrored with `p` replicas, `c` and `sharded`, clipping
 //! by the global norm at `clip` (0: none).
 struct Trained {
@@ -130,7 +130,7 @@ Trained train_state(int p, strata::Compression c, strata::ShardedUpdate sharded,
   auto model = s.scope(strata_test::blobs_mlp);
   model.compile(nn::Adam{0.01, {.global_clipnorm = clip}}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
   model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32)),
-            {.epochs = 3, .verbose = nn::Verbosity::Silent});
+            {.epochs = 2, .verbose = nn::Verbosity::Silent});
   Trained t{strata_test::flat_weights(model), {}};
   const auto path = std::filesystem::temp_directory_path() /
                     ("strata_compression_" + std::to_string(::getpid()) + "_" + std::to_string(p) + ".ckpt");
@@ -342,6 +342,7 @@ TEST_CASE("compressed ZeRO 1: the reduce-scatter in 16 bits gives the compressed
   // bytes below)
   for (int p : {2, 3, 5}) {  // 5: more replicas than cores
     for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+      if (c == strata::Compression::FP16 && p != 3) continue;  // (the time of the sanitizer builds)
       CAPTURE(p);
       CAPTURE(to_string(c));
       const Trained flat = train_state(p, c, strata::ShardedUpdate::Off);
