@@ -51,6 +51,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/strategy/buckets.hpp>
+#include <strata/strategy/compression.hpp>
 #include <strata/strategy/fully_sharded.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
@@ -110,9 +111,9 @@ Args parse(int argc, char** argv) {
     else if (k == "--ring-chunk-mb") a.ring_chunk_mb = std::max(0.0, std::atof(v.c_str()));
     else if (k == "--zero") a.zero = std::atoi(v.c_str());
     else if (k == "--compression") {
-      if (v == "bf16") a.compression = strata::Compression::BF16;
-      else if (v == "fp16") a.compression = strata::Compression::FP16;
-      else if (v != "none") throw strata::Error("mpi_train_bench: --compression is none, bf16 or fp16, not " + v);
+      const auto c = strata::compression_named(v);
+      if (!c) throw strata::Error("mpi_train_bench: --compression is none, bf16 or fp16, not " + v);
+      a.compression = *c;
     } else throw strata::Error("mpi_train_bench: unknown option " + k);
   }
   if (a.zero < 0 || a.zero > 3) throw strata::Error("mpi_train_bench: --zero is 0, 1, 2 or 3");
@@ -191,13 +192,14 @@ int main(int argc, char** argv) {
   if (!s.is_chief()) return 0;
   const double steps = a.steps, step_ms = 1e3 * seconds / steps;
   const double compute_ms = 1e3 * compute / steps, exposed_ms = 1e3 * exposed / steps;
+  const std::string sent_as =
+      a.compression == strata::Compression::None ? "" : " (" + std::string(strata::to_string(a.compression)) + ")";
   std::printf("%-18s %5d %7.1f %11.0f %9.1f %10.1f %10.1f %8.1f   # %s, %s, batch %zu/rank, %d steps; ZeRO %d, "
               "peak %.0f MiB, state %.1f MiB/replica, MPI %.2f MiB/step%s;%s\n",
               a.label.empty() ? "strata" : a.label.c_str(), ranks, a.bucket_mb,
               static_cast<double>(global) * steps / seconds, step_ms, compute_ms, exposed_ms,
               step_ms - compute_ms - exposed_ms, a.model.c_str(), a.optimizer.c_str(), a.batch, a.steps, stage, peak[0],
               state_mib, wire_mib,
-              a.compression == strata::Compression::None ? "" : a.compression == strata::Compression::BF16 ? " (bf16)" : " (fp16)",
-              algos.c_str());
+              sent_as.c_str(), algos.c_str());
   return 0;
 }

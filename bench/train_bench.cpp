@@ -50,6 +50,7 @@
 #include <strata/nn/max_pool2d.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
+#include <strata/strategy/compression.hpp>
 #include <strata/strategy/fully_sharded.hpp>
 
 #if STRATA_HAS_NCCL  // bench/meson.build links strata-nccl whenever NCCL is built, else strata-cuda
@@ -145,9 +146,7 @@ double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
     s.executor_options().bucket_bytes = static_cast<std::size_t>(u.bucket_mb * 1048576.0);
   if constexpr (requires { s.executor_options().sharded_update; }) {
     if (u.zero >= 0) s.executor_options().sharded_update = *strata::sharded_update_for_stage(u.zero);
-    s.executor_options().compression = u.compression == "bf16"   ? strata::Compression::BF16
-                                       : u.compression == "fp16" ? strata::Compression::FP16
-                                                                 : strata::Compression::None;
+    s.executor_options().compression = strata::compression_named(u.compression).value_or(strata::Compression::None);
   }
   auto m = s.scope([&] { return make(model); });
   m.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
@@ -320,7 +319,7 @@ int main(int argc, char** argv) try {
       return 2;
     }
   for (const auto& c : compressions)
-    if (c != "none" && c != "bf16" && c != "fp16") {
+    if (!strata::compression_named(c)) {
       std::fprintf(stderr, "--compression is none, bf16 or fp16, got %s\n", c.c_str());
       return 2;
     }

@@ -32,6 +32,7 @@
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
 #include <strata/strategy/catalog.hpp>
+#include <strata/strategy/compression.hpp>
 
 #include "output_paths.hpp"
 
@@ -453,9 +454,7 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
     else if (k == "--zero") a.zero = detail::whole(prog, k, v, 0, 3);
     else if (k == "--bucket-mb") a.bucket_mb = detail::decimal(prog, k, v, 0, 1024, false, "a number from 0 to 1024");
     else if (k == "--compression") {
-      if (v == "none") a.compression = strata::Compression::None;
-      else if (v == "bf16") a.compression = strata::Compression::BF16;
-      else if (v == "fp16") a.compression = strata::Compression::FP16;
+      if (const auto c = strata::compression_named(v)) a.compression = *c;
       else fail(prog, "--compression " + detail::quoted(v) + " is not a format: expected none, bf16 or fp16");
     }
     else if (k == "--steps-per-execution") a.steps_per_execution = detail::whole<std::size_t>(prog, k, v, 1, 1000000);
@@ -557,9 +556,7 @@ inline std::vector<std::pair<std::string, std::string>> options_that_must_match(
           {"--lr-decay", detail::exact(a.lr_decay)},
           {"--zero", a.zero ? std::to_string(*a.zero) : std::string("(default)")},
           {"--bucket-mb", detail::exact(a.bucket_mb)},
-          {"--compression", a.compression == strata::Compression::None   ? "none"
-                            : a.compression == strata::Compression::BF16 ? "bf16"
-                                                                          : "fp16"},
+          {"--compression", std::string(strata::to_string(a.compression))},
           {"--early-stopping", a.early_stopping ? std::to_string(*a.early_stopping) : std::string("(none)")},
           {"--checkpoint-dir", or_none(a.checkpoint_dir)},
           {"--min-accuracy", detail::shown(a.min_accuracy)},

@@ -459,6 +459,14 @@ TEST_CASE("a custom loop's hook sees the FP32 gradient; the step then compresses
   CHECK(strata_test::flat_weights(model) == fitted);
 }
 
+TEST_CASE("the formats' names read back (the examples' and benches' --compression)") {
+  for (strata::Compression c : {strata::Compression::None, strata::Compression::BF16, strata::Compression::FP16})
+    CHECK(strata::compression_named(to_string(c)) == c);
+  CHECK_FALSE(strata::compression_named("fp8").has_value());
+  CHECK_FALSE(strata::compression_named("BF16").has_value());
+  CHECK_FALSE(strata::compression_named("").has_value());
+}
+
 TEST_CASE("compression is refused where it cannot apply, saying why and what to use instead") {
   const auto fails = [](auto& s) {
     s.executor_options().compression = strata::Compression::BF16;

@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,13 @@ namespace strata {
     case Compression::None: break;
   }
   return "none";
+}
+//! The format named "none", "bf16" or "fp16" (to_string's words: the
+//! examples' and benches' --compression), else nullopt.
+[[nodiscard]] constexpr std::optional<Compression> compression_named(std::string_view name) noexcept {
+  for (Compression c : {Compression::None, Compression::BF16, Compression::FP16})
+    if (to_string(c) == name) return c;
+  return std::nullopt;
 }
 
 namespace detail {
