@@ -13,7 +13,7 @@
 //! copies of a stage sum their gradients in copy order (compressed: in 16 bits, with error feedback, the
 //! finiteness checked after the sum) and apply the update once. Clipping by the global norm: after the
 //! copies' sum, copy 0 of each stage adds its squares, one all-reduce of a double over every lane
-//! (Stages::sum_squares) gives each stage the whole model's norm, and each scales its gradient.
+//! (Stages::sum_lanes) gives each stage the whole model's norm, and each scales its gradient.
 //! With PipelineOptions::tensor_parallel = T, each stage is split over T members by tensor parallelism
 //! (lane ((d * S + s) * T + t): member t of stage s of copy d; its neighbours T lanes away): a member
 //! holds its shard of the stage's parameters (the model's tensor_layout with the stages, in buffers of
@@ -335,7 +335,7 @@ class PipelineExecutor final : public Executor {
           if (ln_.gpu && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
           if (pb.check) count = ln_.nonfinite(j, hg);
         });
-      if (pb.check) bad = tr_.sum_squares(ctx, count);  // (a sum over every lane: the same decision everywhere)
+      if (pb.check) bad = tr_.sum_lanes(ctx, count);  // the same decision on every lane
       if (bad == 0) L.comp.commit();
     }
     if (d == ln_.copies.begin && s == ln_.here.begin && t == ln_.members.begin) bad_ = bad;
@@ -358,7 +358,7 @@ class PipelineExecutor final : public Executor {
         if (d == 0 && ln_.T == 1) mine_sq = square_sum_in(L.c, g, L.bad);
         else if (d == 0)
           mine_sq = ln_.counted_sum(j, hg, [&](std::span<const float> x) { return square_sum_in(nullptr, x, L.bad); });
-        const double sq = tr_.sum_squares(ctx, mine_sq);
+        const double sq = tr_.sum_lanes(ctx, mine_sq);
         if (d != ln_.copies.begin) return;
         clip_in(L.c, g, sq, clip, L.bad);
         if (!g.empty()) updaters_[j]->apply(L.values(), g, 0, it);

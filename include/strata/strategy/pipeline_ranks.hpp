@@ -132,9 +132,10 @@ class RankStages {
       }
     return v[0];
   }
-  //! Every rank's: the sum of the ranks' `local` (clipping's squared norms), one all-reduce over the job.
+  //! Every rank's: the sum of the ranks' `local` (clipping's squared norms, a compressed sum's non-finite
+  //! count), one all-reduce over the job.
   template <class Ctx>
-  double sum_squares(Ctx& /*ctx*/, double local) {
+  double sum_lanes(Ctx& /*ctx*/, double local) {
     double v[1] = {local};
     comm_->all_reduce(std::span<double>(v), Sum);
     return v[0];

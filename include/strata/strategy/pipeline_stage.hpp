@@ -24,8 +24,9 @@
 //! send/recv; link(ctx): what a stage's tensor-parallel members sum over,
 //! of type link_type), joins them after the backward (agree: the
 //! finiteness count, the results and predictions of the lanes elsewhere),
-//! sums a lane's copies held elsewhere (sum_copies), sums the stages'
-//! squared norms for clipping (sum_squares) and shares the other lanes'
+//! sums a lane's copies held elsewhere (sum_copies), sums a number over
+//! every lane (sum_lanes: clipping's squared norms, a compressed copies'
+//! sum's non-finite count) and shares the other lanes'
 //! state at a pass's end (end_pass); and size(), words, check(options),
 //! place, prepare, is_chief, settled, and device(d, s, t) and matmul()
 //! (where lane (d, s, t) runs). Within a

@@ -84,9 +84,10 @@ class ThreadStages {
     ctx.all_reduce(std::span<float>(bad), Sum);  // with copies, also: every copy's gradient is final
     return bad[0];
   }
-  //! Every lane's: the sum of the lanes' `local` (clipping's squared norms), one all-reduce of a double.
+  //! Every lane's: the sum of the lanes' `local` (clipping's squared norms, a compressed sum's non-finite
+  //! count), one all-reduce of a double.
   template <class Ctx>
-  double sum_squares(Ctx& ctx, double local) {
+  double sum_lanes(Ctx& ctx, double local) {
     double v[1] = {local};
     ctx.all_reduce(std::span<double>(v), Sum);
     return v[0];
