@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <vector>
 
 #include <strata/data/dataset.hpp>
@@ -54,6 +55,31 @@ inline std::vector<float> flat_weights(const strata::nn::Sequential& m) {
   std::vector<float> out;
   for (const auto& w : m.get_weights()) out.insert(out.end(), w.value.begin(), w.value.end());
   return out;
+}
+
+//! A checkpoint's round trip (the ZeRO resume tests, in one process and
+//! across workers): a model of `make` in `s`'s scope (its executor options
+//! set by the caller) on blobs(60, 5) in batches of 12, an epoch of Adam
+//! 0.01 (seed 3), then (`save`) a checkpoint at `path`, or (`load`) the
+//! model built and that checkpoint loaded instead of the epoch; then an
+//! epoch more. The weights. Across workers every worker calls it (saving
+//! joins the shards, the chief writes).
+template <class S, class Make>
+std::vector<float> epoch_saved_epoch(S& s, Make make, const std::filesystem::path& path, bool save, bool load) {
+  namespace nn = strata::nn;
+  const Blobs data = blobs(60, 5);
+  auto m = s.scope(make);
+  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  auto ds = s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12));
+  if (load) {
+    m.build(strata::Shape{6});
+    m.load_checkpoint(path);
+  } else {
+    m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  }
+  if (save) m.save_checkpoint(path);
+  m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  return flat_weights(m);
 }
 
 }  // namespace strata_test

@@ -158,23 +158,12 @@ TEST_CASE("ZeRO 3 gathers each layer's values while the layer before it (forward
 
 TEST_CASE("a checkpoint of ZeRO 3 resumes at ZeRO 0 and other replica counts, bit for bit") {
   strata_test::Watchdog dog("fully sharded checkpoint", 60s);
-  const auto data = strata_test::blobs(60, 5);
   const auto path = std::filesystem::temp_directory_path() /
                     ("strata_fully_sharded_resume_" + std::to_string(::getpid()) + ".ckpt");
   auto run = [&](int p, ShardedUpdate mode, bool save, bool load) {
     strata::MirroredStrategy s{strata::cpu_replicas(p)};
     s.executor_options().sharded_update = mode;
-    auto m = s.scope(model);
-    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
-    auto ds = s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12));
-    if (load) {
-      m.build(strata::Shape{6});
-      m.load_checkpoint(path);
-    }
-    else m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
-    if (save) m.save_checkpoint(path);
-    m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
-    return strata_test::flat_weights(m);
+    return strata_test::epoch_saved_epoch(s, model, path, save, load);
   };
   const auto straight = run(3, ShardedUpdate::Parameters, true, false);  // epoch 1, saved, epoch 2
   CHECK(run(3, ShardedUpdate::Off, false, true) == straight);

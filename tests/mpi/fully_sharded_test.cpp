@@ -109,28 +109,14 @@ std::vector<std::vector<float>> optimizer_slots(const std::filesystem::path& pat
   return out;
 }
 
-//! `local` replicas a worker at `mode`, on blobs in batches of 12: an epoch of Adam then (`save`) a
-//! checkpoint at `path` (every worker joining its shards, the chief writing), or (`load`) the model
-//! built and that checkpoint loaded instead of the epoch; then an epoch more. The weights; `workers`:
-//! the job's count.
+//! strata_test::epoch_saved_epoch (blobs.hpp: an epoch, a checkpoint saved or loaded, an epoch more) across
+//! workers of `local` replicas at `mode`. The weights; `workers`: the job's count.
 std::vector<float> epoch_saved_epoch(int local, ShardedUpdate mode, const std::filesystem::path& path, bool save,
                                      bool load, int* workers = nullptr) {
-  const auto data = strata_test::blobs(60, 5);
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers(20s)};
   if (workers) *workers = s.num_workers();
   s.executor_options().sharded_update = mode;
-  auto m = s.scope(model);
-  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
-  auto ds = s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12));
-  if (load) {
-    m.build(strata::Shape{6});
-    m.load_checkpoint(path);
-  } else {
-    m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
-  }
-  if (save) m.save_checkpoint(path);  // every worker joins its shards; the chief writes
-  m.fit(ds, {.epochs = 1, .verbose = nn::Verbosity::Silent});
-  return strata_test::flat_weights(m);
+  return strata_test::epoch_saved_epoch(s, model, path, save, load);  // (blobs.hpp)
 }
 
 }  // namespace
