@@ -103,6 +103,7 @@ inline constexpr auto replica_strategies = &strata::StrategyInfo::takes_replicas
 inline constexpr auto ps_strategies = &strata::StrategyInfo::takes_ps_options;
 inline constexpr auto pipeline_strategies = &strata::StrategyInfo::takes_pipeline_options;
 inline constexpr auto gradient_strategies = &strata::StrategyInfo::takes_gradient_options;
+inline constexpr auto bucket_strategies = &strata::StrategyInfo::takes_buckets;
 inline constexpr auto tensor_strategies = &strata::StrategyInfo::takes_tensor_parallel;
 inline constexpr auto compression_strategies = &strata::StrategyInfo::takes_compression;
 
@@ -153,8 +154,9 @@ inline constexpr OptionInfo option_table[] = {
                           "1, default 0)",
      gradient_strategies},
     {"--bucket-mb", "MB", "gradient buckets of MB MiB (fractions allowed, 0-1024), each reduced as soon as backward "
-                          "has finished it (default 0: one all-reduce after backward)",
-     gradient_strategies},
+                          "has finished it (default 0: one all-reduce after backward; pipeline: its data-parallel "
+                          "copies' sum on the ranks of an mpirun job)",
+     bucket_strategies},
     {"--compression", "none|bf16|fp16", "sum the gradient in 16 bits on the wire, with error feedback (the "
                                         "replicas', or a pipeline's data-parallel copies'; default none)",
      compression_strategies},
@@ -594,10 +596,8 @@ inline strata::Device device_of(Args& a) {
 inline void apply_gradient_options(const Args& a, strata::ExecutorOptions& o) {
   const auto* info = strata::find_strategy(a.strategy);
   if (!info) return;
-  if (info->takes_gradient_options) {
-    if (a.zero) o.sharded_update = *strata::sharded_update_for_stage(*a.zero);
-    o.bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
-  }
+  if (info->takes_gradient_options && a.zero) o.sharded_update = *strata::sharded_update_for_stage(*a.zero);
+  if (info->takes_buckets) o.bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
   if (info->takes_compression) o.compression = a.compression;
 }
 

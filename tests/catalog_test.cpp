@@ -63,6 +63,11 @@ TEST_CASE("the catalogue: unique names, a help line each, the eight strategies")
   // --compression: every strategy whose gradient's sum travels (the replicas', or a pipeline's copies')
   CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_compression; }) ==
         std::vector<std::string_view>{"mirrored", "tensor_parallel", "pipeline", "multi_worker_mirrored"});
+  // --bucket-mb: the same rows (a pipeline's copies sum by buckets across ranks); --zero: not the pipeline's
+  CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_buckets; }) ==
+        std::vector<std::string_view>{"mirrored", "tensor_parallel", "pipeline", "multi_worker_mirrored"});
+  CHECK(example::catalog_names([](const strata::StrategyInfo& s) { return s.takes_gradient_options; }) ==
+        std::vector<std::string_view>{"mirrored", "tensor_parallel", "multi_worker_mirrored"});
   CHECK(strata::find_strategy("mirored") == nullptr);
   CHECK(strata::find_strategy("") == nullptr);
 }

@@ -9,17 +9,22 @@
 // divide is an error on every rank.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
+#include <strata/strategy/buckets.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
 #include "../blobs.hpp"
 #include "../boom_layer.hpp"
+#include "../identity_layer.hpp"
 #include "../tiny_gpt.hpp"
 
 #include <unistd.h>
@@ -126,6 +131,110 @@ TEST_CASE("compressed copies on ranks sum in 16 bits: the in-process compressed 
     fp32.pipeline_options() = o;
     CHECK(train(fp32, 25, 2).w != a.w);  // rounded: not FP32's bits
   }
+}
+
+namespace {
+
+std::atomic<std::uint64_t> most{0};  // buckets this rank had started when its probe's backward ran (most)
+std::atomic<int> fail_rank{-1};      // the rank whose probe throws in a backward with buckets under way
+
+//! The identity; in backward, how many gradient buckets this rank started
+//! since the probe's last forward (the later layers' of its stage).
+class Probe final : public strata_test::Identity<Probe> {
+ public:
+  [[nodiscard]] std::string kind() const override { return "Probe"; }
+  void on_forward(const nn::RunInfo& /*info*/) { at_forward_ = strata::detail::buckets_started_here(); }
+  void on_backward() {
+    const std::uint64_t started = strata::detail::buckets_started_here() - at_forward_;
+    for (std::uint64_t cur = most.load(); started > cur && !most.compare_exchange_weak(cur, started);) {
+    }
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == fail_rank.load() && started > 0) throw std::runtime_error("probe: rank " + std::to_string(rank) + " fails");
+  }
+
+ private:
+  std::uint64_t at_forward_ = 0;
+};
+
+//! Layers: Dense 16 (L2) | Probe | Dense 12 || Dense 8 (L2) | ReLU | Dense 3: the probe in stage 0, after
+//! the later layers of its stage (of the whole model at one stage).
+nn::Sequential probed_mlp() {
+  return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
+                        Probe{},        nn::Dense{12},
+                        nn::Dense{8, {.l2 = 2e-3f}}, nn::ReLU{},
+                        nn::Dense{3}};
+}
+
+//! 2 copies of the probed MLP's stages on the ranks (2 epochs of Adam, batches of 25 of 201 rows: the last,
+//! of one row, leaves copy 1 an empty share), the copies' sum by buckets of `bytes` (0: flat).
+std::vector<float> train_buckets(Schedule k, std::size_t bytes, strata::Compression c, std::string* summary = nullptr) {
+  const std::size_t S = static_cast<std::size_t>(world()) / 2;
+  strata::MultiWorkerPipelineStrategy s{quick()};
+  s.pipeline_options() = {.stages = S == 1 ? std::vector<strata::Range>{{0, 6}} : std::vector<strata::Range>{{0, 3}, {3, 6}},
+                          .micro_batches = 3, .schedule = k, .data_parallel = 2};
+  s.executor_options().bucket_bytes = bytes;
+  s.executor_options().compression = c;
+  const auto data = strata_test::blobs(201, 11);
+  auto model = s.scope(probed_mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                {.seed = 5});
+  model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(25)),
+            {.epochs = 2, .verbose = nn::Verbosity::Silent});
+  if (summary) *summary = model.gradient_reduction();
+  return strata_test::flat_weights(model);
+}
+
+}  // namespace
+
+// Gradient buckets (ExecutorOptions::bucket_bytes) for the copies on ranks: each bucket of a stage's
+// gradient all-reduced among its copies as the last micro-batch's backward finishes its layers. Between
+// two copies each element is a + b whatever the cut, so the flat sum's bits, compressed or not.
+TEST_CASE("the copies' sum by buckets on ranks: the flat sum's bits, the later layers' buckets under way first") {
+  const int W = world();
+  if (W % 2) return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const std::size_t S = static_cast<std::size_t>(W) / 2;
+  for (strata::Compression c : {strata::Compression::None, strata::Compression::BF16})
+    for (Schedule k : {Schedule::GPipe, Schedule::OneFOneB}) {
+      CAPTURE(strata::to_string(c));
+      CAPTURE(strata::to_string(k));
+      most = 0;
+      const auto flat = train_buckets(k, 0, c);
+      CHECK(most.load() == 0);  // flat: nothing summed during backward
+      // the probe's stage's variables after it, from the end: one stage: b3 k3 b8 k8 b12 k12; two: b12 k12.
+      // 1 byte: a bucket each; 128 bytes: {b8 k3 b3} {k8} {b12 k12} (one stage), {b12 k12} (two); 1 MiB: one
+      for (std::size_t bytes : {std::size_t{1}, std::size_t{128}, std::size_t{1} << 20}) {
+        CAPTURE(bytes);
+        most = 0;
+        std::string summary;
+        CHECK(train_buckets(k, bytes, c, &summary) == flat);
+        const std::uint64_t want = bytes == 1 ? (S == 1 ? 6 : 2) : bytes == 128 ? (S == 1 ? 3 : 1) : 0;
+        if (static_cast<std::size_t>(rank) % S == 0) CHECK(most.load() == want);  // the probe's stage
+        CHECK(summary.find("the copies' sum in ") != std::string::npos);
+        CHECK(summary.find("each started as the last micro-batch's backward ends it") != std::string::npos);
+      }
+    }
+}
+
+TEST_CASE("a copy failing with the copies' buckets under way is named on every rank, within the timeout") {
+  const int W = world();
+  if (W % 2) return;
+  const int S = W / 2;
+  fail_rank = S;  // copy 1 of stage 0, in the backward of its probe after its later layers' buckets started
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    train_buckets(Schedule::OneFOneB, 1, strata::Compression::None);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  fail_rank = -1;
+  CAPTURE(what);
+  CHECK(what.find("probe: rank " + std::to_string(S) + " fails") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // at once, not at the 20 s timeout
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 // Tensor parallelism within the stages (PipelineOptions::tensor_parallel): a

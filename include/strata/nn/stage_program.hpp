@@ -39,8 +39,10 @@ class LayerStage final : public StageProgram {
     for (std::size_t l = r_.begin; l < r_.end; ++l) {
       if (split_) specs_.push_back(clone_layer(l)->params());  // its shard's
       else specs_.push_back(m.specs[l]);
+      layer_at_.push_back(n);
       for (const auto& p : specs_.back()) n += p.shape.elements();
     }
+    layer_at_.push_back(n);
     if (n != value.size() || n != grad.size())
       throw Error(m.kind + ": a pipeline stage of layers " + std::to_string(r_.begin) + " to " +
                   std::to_string(r_.end - 1) + " holds " + std::to_string(n) + " parameters, bound to " +
@@ -118,9 +120,11 @@ class LayerStage final : public StageProgram {
     out.nonfinite.reset();
   }
 
-  std::span<const float> backward(std::size_t slot, const float* dout, bool first) override {
+  std::span<const float> backward(std::size_t slot, const float* dout, bool first,
+                                  const LastBackward* last) override {
     Slot& s = slots_.at(slot);
     if (!has_backward()) return {};
+    std::size_t done = r_.size();  // with `last`: layers [done, end) here are finished and told
     const Act* dy = &s.d;  // the last stage: the loss's gradient, kept by loss()
     if (dout) {
       const Act& y = s.acts.back();
@@ -142,27 +146,22 @@ class LayerStage final : public StageProgram {
       const bool need_dx = l > m_.first_trainable;
       Act* next = need_dx ? &d_[cur == 0 ? 1 : 0] : nullptr;
       s.layers[i]->backward(c_, in, s.acts[i], *dy, next);
+      if (last) {  // its gradient final: told at once
+        finish_layers(i, done, first, *last);
+        done = i;
+      }
       if (!need_dx) break;
       dx = next;
       dy = next;
       cur = 1 - cur;
     }
-    if (first && mg_.size()) c_.copy(grad_.data(), mg_.data(), mg_.size() * sizeof(float));
-    else if (!first) c_.axpy(1.f, mg_.data(), grad_.data(), mg_.size());
+    if (last) finish_layers(0, done, first, *last);  // the rest (a functional model's: all of it)
+    else add_micro_gradient(0, mg_.size(), first);
     if (!has_input_gradient() || !dx) return {};
     return {dx->data(), dx->size()};
   }
 
-  void finish_gradient(int copies) override {
-    // L2 on the parameters of this stage (a member's: its shard's): this copy's 1/copies share (as a replica's)
-    std::size_t off = 0;
-    for (const auto& layer : specs_)
-      for (const ParamSpec& p : layer) {
-        const std::size_t n = p.shape.elements();
-        if (p.l2 > 0.f) c_.axpy(2.f * p.l2 / static_cast<float>(copies), value_.data() + off, grad_.data() + off, n);
-        off += n;
-      }
-  }
+  void finish_gradient(int copies) override { add_l2(0, specs_.size(), copies); }
 
   [[nodiscard]] std::size_t activation_bytes(std::size_t slot) const override {
     const Slot& s = slots_.at(slot);
@@ -178,6 +177,32 @@ class LayerStage final : public StageProgram {
     std::vector<Act> acts;
   };
   [[nodiscard]] const Shape& in_shape() const { return r_.begin ? m_.shapes[r_.begin - 1] : m_.input_shape; }
+  //! Elements [b, e) of the micro-batch's parameter gradients into the
+  //! batch's: written (`first`) or added (elementwise: any cut gives the same bits).
+  void add_micro_gradient(std::size_t b, std::size_t e, bool first) {
+    if (b == e) return;
+    if (first) c_.copy(grad_.data() + b, mg_.data() + b, (e - b) * sizeof(float));
+    else c_.axpy(1.f, mg_.data() + b, grad_.data() + b, e - b);
+  }
+  //! L2 on the parameters of layers [lo, hi) here (a member's: its
+  //! shard's): this copy's 1/copies share (as a replica's), parameter by parameter.
+  void add_l2(std::size_t lo, std::size_t hi, int copies) {
+    for (std::size_t i = lo, off = layer_at_[lo]; i < hi; ++i)
+      for (const ParamSpec& p : specs_[i]) {
+        const std::size_t n = p.shape.elements();
+        if (p.l2 > 0.f) c_.axpy(2.f * p.l2 / static_cast<float>(copies), value_.data() + off, grad_.data() + off, n);
+        off += n;
+      }
+  }
+  //! Layers [lo, hi) here have run their last backward of the batch: their
+  //! gradients summed with the earlier micro-batches', their L2 share added,
+  //! and told final.
+  void finish_layers(std::size_t lo, std::size_t hi, bool first, const LastBackward& last) {
+    if (lo >= hi) return;
+    add_micro_gradient(layer_at_[lo], layer_at_[hi], first);
+    add_l2(lo, hi, last.copies);
+    if (last.ready) last.ready->ready(layer_at_[lo], layer_at_[hi]);
+  }
   //! Layer l as this stage runs it (a member's: split as the plan says).
   [[nodiscard]] std::unique_ptr<Layer> clone_layer(std::size_t l) const {
     auto layer = m_.layers[l]->clone();
@@ -194,6 +219,7 @@ class LayerStage final : public StageProgram {
   std::optional<TensorSplit> split_;               // a tensor-parallel member's stage
   TensorGroup* group_ = nullptr;                   // its group
   std::vector<std::vector<ParamSpec>> specs_;      // per layer here: its parameters (a split layer's shard's)
+  std::vector<std::size_t> layer_at_;              // per layer here, and the end: where its parameters start
   std::vector<Slot> slots_;
   Act y_, d_[2];
   NodeGrads graph_;  // a functional model's backward (nn/graph_run.hpp)

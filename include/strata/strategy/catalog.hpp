@@ -43,8 +43,11 @@ struct StrategyInfo {
   bool takes_replicas = false;          //!< reads StrategyChoice::replicas (--replicas)
   bool takes_ps_options = false;        //!< reads workers, servers, staleness, cluster (--workers ...)
   bool takes_pipeline_options = false;  //!< reads stages, micro_batches, data_parallel, schedule (--stages ...)
-  //! Its executor options shard and bucket the gradient (--zero, --bucket-mb).
+  //! Its executor options shard the gradient (--zero: ExecutorOptions::sharded_update).
   bool takes_gradient_options = false;
+  //! Its executor options sum the gradient by buckets as backward ends them (--bucket-mb:
+  //! ExecutorOptions::bucket_bytes; pipeline: its copies' sum across ranks).
+  bool takes_buckets = false;
   //! Reads --tensor-parallel T: StrategyChoice::tensor_parallel (tensor_parallel), stage_tensor_parallel (pipeline).
   bool takes_tensor_parallel = false;
   //! Its executor options compress the gradient's sum (--compression: ExecutorOptions::compression).
@@ -68,13 +71,15 @@ inline constexpr std::array strategy_catalog{
                  .placement = PlacementKind::Mirrored,
                  .takes_replicas = true,
                  .takes_gradient_options = true,
+                 .takes_buckets = true,
                  .takes_compression = true,
                  .help = "replicas in this process, each with a copy of every variable; gradients all-reduced"},
     StrategyInfo{.name = "tensor_parallel",
                  .placement = PlacementKind::Mirrored,
                  .exact = false,
                  .takes_replicas = true,
-                 .takes_gradient_options = true,  // --zero 0|1 (buckets refused with a sentence)
+                 .takes_gradient_options = true,  // --zero 0|1
+                 .takes_buckets = true,           // (refused with a sentence)
                  .takes_tensor_parallel = true,
                  .takes_compression = true,
                  .help = "each copy of the model split over T replicas of a process (attention heads, MLP "
@@ -94,6 +99,7 @@ inline constexpr std::array strategy_catalog{
                  .placement = PlacementKind::Pipeline,
                  .whole_model = false,
                  .takes_pipeline_options = true,
+                 .takes_buckets = true,  // the data-parallel copies' sum across ranks
                  .takes_tensor_parallel = true,
                  .takes_compression = true,  // the data-parallel copies' sum
                  .help = "the model's layers split into stages, micro-batches flowing through them (under "
@@ -104,6 +110,7 @@ inline constexpr std::array strategy_catalog{
                  .needs_mpi = true,
                  .takes_replicas = true,
                  .takes_gradient_options = true,
+                 .takes_buckets = true,
                  .takes_compression = true,
                  .help = "mirrored across the processes of an mpirun job, each a worker with its own replicas"},
 };

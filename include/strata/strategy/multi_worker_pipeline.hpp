@@ -123,7 +123,7 @@ inline std::unique_ptr<Executor> detail::make_executor<MultiWorkerPipelineStrate
       std::make_unique<PipelineExecutor<RankStages>>(RankStages{s.communicator(), s.devices().front(),
                                                                 s.executor_options().matmul},
                                                      program, s.pipeline_options(), s.pipeline_stats(),
-                                                     s.executor_options().compression),
+                                                     s.executor_options()),
       s.communicator(), program);
 }
 

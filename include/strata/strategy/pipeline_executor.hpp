@@ -1,29 +1,24 @@
 #pragma once
 //! The executor of Pipeline placement (model parallelism), written once for stages on threads in one
-//! process and on the ranks of an MPI job: the model's layers are split into S stages, each holding its
-//! layers' slice of the variables, of the gradient and of the optimizer state. A batch is cut into M
-//! micro-batches; stage s receives each one's input activations from stage s - 1 and sends its output to
-//! s + 1 (send/recv, tag 0), and in backward the gradients flow the other way (tag 1), in the order of
-//! the schedule (pipeline_options.hpp, pipeline_stage.hpp). The micro-batches' parameter gradients are
-//! summed in micro-batch order, then each stage applies the update to its slice: one optimizer step per
-//! batch, the step one replica takes on the whole batch (with M = 1, bitwise). The executor knows no
-//! layers: only the ModelProgram's stage API (strategy/program.hpp).
-//! With PipelineOptions::data_parallel = D, D copies of the pipeline run side by side (lane d * S + s:
-//! copy d, stage s), each on its share of the batch's rows, with its own activations and gradient; the
-//! copies of a stage sum their gradients in copy order (compressed: in 16 bits, with error feedback, the
-//! finiteness checked after the sum) and apply the update once. Clipping by the global norm: after the
-//! copies' sum, copy 0 of each stage adds its squares, one all-reduce of a double over every lane
-//! (Stages::sum_lanes) gives each stage the whole model's norm, and each scales its gradient.
-//! With PipelineOptions::tensor_parallel = T, each stage is split over T members by tensor parallelism
-//! (lane ((d * S + s) * T + t): member t of stage s of copy d; its neighbours T lanes away): a member
-//! holds its shard of the stage's parameters (the model's tensor_layout with the stages, in buffers of
-//! its own, joined into the logical value as a GPU stage's are read back), sums its split layers' partial
-//! results with its stage's other members (PeerTensorGroup over the transport's send / recv), and
-//! updates its shard with its own optimizer state after the copies' sum of member t's gradients; the
-//! finiteness count and the norm count each element once (member 0 the replicated ones), and member 0
-//! of the last stage gives the results and predictions.
-//!
-//! What differs by transport is a Stages model (pipeline_stage.hpp says what it offers).
+//! process and on the ranks of an MPI job (what differs is a Stages model: pipeline_stage.hpp). The
+//! model's layers are split into S stages, each holding its layers' slice of the variables, gradient and
+//! optimizer state. A batch is cut into M micro-batches, which flow forward from stage to stage (send /
+//! recv, tag 0) and their gradients back (tag 1) in the schedule's order (pipeline_options.hpp); the
+//! micro-batches' parameter gradients are summed in order, then each stage updates its slice: the step
+//! one replica takes on the whole batch (M = 1: bitwise). The executor knows no layers, only the
+//! ModelProgram's stage API (strategy/program.hpp).
+//! D data-parallel copies (PipelineOptions::data_parallel; lane d * S + s) run on shares of the rows and
+//! sum a stage's gradients in copy order (compressed: in 16 bits with error feedback, the finiteness
+//! checked after the sum; across ranks with ExecutorOptions::bucket_bytes: by buckets started as the last
+//! backward ends them, pipeline_buckets.hpp), then update once. Clipping by the global norm: copy 0 of
+//! each stage adds its squares after that sum, one all-reduce of a double (Stages::sum_lanes) gives the
+//! norm, and each stage scales its gradient.
+//! T tensor-parallel members per stage (PipelineOptions::tensor_parallel; lane ((d * S + s) * T + t), its
+//! neighbours T lanes away) each hold their shard of the stage's parameters (the model's tensor_layout,
+//! in buffers of their own, joined into the logical value as a GPU stage's are read back), sum their
+//! split layers' partial results with the stage's other members (PeerTensorGroup over send / recv), and
+//! update their shard after the copies' sum of member t's gradients; the finiteness count and the norm
+//! count each element once (member 0 the replicated ones); member 0 of the last stage gives the results.
 //!   strata::PipelineStrategy s{strata::cpu_replicas(2)};
 //!   s.pipeline_options().micro_batches = 4;   // before making the model in s.scope(...)
 
@@ -42,6 +37,7 @@
 #include <strata/strategy/clip_norm.hpp>
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/executor.hpp>
+#include <strata/strategy/pipeline_buckets.hpp>
 #include <strata/strategy/pipeline_lanes.hpp>
 #include <strata/strategy/pipeline_options.hpp>
 #include <strata/strategy/pipeline_profile.hpp>
@@ -57,9 +53,10 @@ class PipelineExecutor final : public Executor {
   using Link = typename Transport::link_type;
 
  public:
+  //! `eo`: the strategy's compression and bucket_bytes (the copies' sum).
   PipelineExecutor(Transport t, ModelProgram& program, PipelineOptions opts, PipelineStats& stats,
-                   Compression compression = Compression::None)
-      : tr_(std::move(t)), program_(program), opts_(std::move(opts)), stats_(stats), compression_(compression) {}
+                   const ExecutorOptions& eo = {})
+      : tr_(std::move(t)), program_(program), opts_(std::move(opts)), stats_(stats), eo_(eo) {}
   // The lanes' programs and updaters hold memory of the computes: they go first (members in reverse order).
   ~PipelineExecutor() override = default;
 
@@ -76,11 +73,12 @@ class PipelineExecutor final : public Executor {
     if (ln_.own) ln_.upload(ln_.copies.begin);
   }
   [[nodiscard]] bool is_chief() const noexcept override { return tr_.is_chief(); }
-  //! Tensor parallelism (T > 1): what its stages' members split, in words.
+  //! In words: the copies' sum (compressed, by buckets) and, T > 1, what the stages' members split.
   [[nodiscard]] std::string collectives_choice() const override {
-    std::string c = compression_ == Compression::None ? std::string()
-                    : "each copy's gradient rounded to " + std::string(to_string(compression_)) +
+    std::string c = eo_.compression == Compression::None ? std::string()
+                    : "each copy's gradient rounded to " + std::string(to_string(eo_.compression)) +
                           " for the copies' sum (error feedback)";
+    if (auto b = bk_.words(eo_.bucket_bytes, ln_.lanes.size()); !b.empty()) c += (c.empty() ? "" : "; ") + b;
     if (ln_.T == 1 || !placed_) return c;
     return program_.describe_tensor_split(static_cast<int>(ln_.T), ranges_) + " (within each of " +
            std::to_string(ranges_.size()) + " pipeline stages)" + (c.empty() ? c : "; " + c);
@@ -139,7 +137,7 @@ class PipelineExecutor final : public Executor {
     updaters_.clear();
     state_.clear();
     opt_slots_ = 0;
-    ln_.place_compression(compression_);  // the residual goes with the optimizer's state
+    ln_.place_compression(eo_.compression);  // the residual goes with the optimizer's state
     if (!placed_ || !program_.compiled()) return;
     updaters_.resize(ln_.segs.size());
     ln_.for_here([&](std::size_t s, std::size_t t) {
@@ -167,7 +165,7 @@ class PipelineExecutor final : public Executor {
       throw ShapeError("set_optimizer_state: " + std::to_string(slots.size()) + " slots for an optimizer of " +
                        std::to_string(state_.size()));
     check_state_slots(slots, ln_.value.size());
-    ln_.place_compression(compression_);  // not in checkpoints: a resumed run's residual starts at zero
+    ln_.place_compression(eo_.compression);  // not in checkpoints: a resumed run's residual starts at zero
     for (std::size_t k = 0; k < state_.size(); ++k) std::copy_n(slots[k].data(), ln_.value.size(), state_[k].data());
     ln_.for_here([&](std::size_t s, std::size_t t) {
       updaters_[s * ln_.T + t]->set_state(state_segments(slots, ln_.segs[s * ln_.T + t]));
@@ -199,6 +197,9 @@ class PipelineExecutor final : public Executor {
   void layout() {
     slices_ = stage_param_slices(ranges_, counts_, stats_);
     ln_.layout(program_, ranges_, slices_);
+    // the copies' sum by buckets where it travels: a rank's one CPU lane (T = 1), its copies on other ranks
+    const bool travels = requires { tr_.copies_link(); } && ln_.lanes.size() > 1 && ln_.T == 1 && !ln_.gpu;
+    bk_.plan(program_.variable_shapes(), slices_[ln_.here.begin], travels ? eo_.bucket_bytes : 0);
   }
 
   //! Balance::Measured (every stage here), on the first training batch:
@@ -242,6 +243,7 @@ class PipelineExecutor final : public Executor {
     } catch (...) {
       for (auto& copy : ln_.lanes)  // a GPU may still run what a failed step queued
         for (StageLane& L : copy) settle(L);
+      bk_.drop();
       throw;
     }
     if (train && ln_.own) ln_.stale = true;
@@ -286,7 +288,7 @@ class PipelineExecutor final : public Executor {
       results = L.results.data();
       if (b.predictions) L.predictions.resize(pb.predictions.size()), mine.predictions = L.predictions.data();
     }
-    const StageWork w{.s = s,
+    StageWork w{.s = s,
                       .S = S,
                       .me = static_cast<int>((d * S + s) * ln_.T + t),
                       .stride = static_cast<int>(ln_.T),
@@ -298,7 +300,13 @@ class PipelineExecutor final : public Executor {
                       .it = it,
                       .results = results,
                       .stat = stat,
-                      .staged = ln_.gpu ? L.m : nullptr};
+                      .staged = ln_.gpu ? L.m : nullptr,
+                      .last = nullptr};
+    double count = 0;
+    const bool buckets = train && bk_.on() && !pass.gradient_hook;  // (a hook sees the whole gradient first)
+    if constexpr (requires { tr_.copies_link(); })
+      if (buckets) w.last = bk_.begin(L.gradient(), L.comp, static_cast<int>(D), pb.check ? &count : nullptr,
+                                      tr_.copies_link());
     double busy = run_stage_batch(ctx, *L.stage, mine, w);
     const Range r = slices_[s];
     const std::span<float> g = L.gradient();
@@ -306,16 +314,11 @@ class PipelineExecutor final : public Executor {
     const bool staged = train && ln_.gpu && (pass.gradient_hook || D > 1 || ln_.T > 1 || L.comp.on());
     if (staged) L.host = Tensor<float>{Shape{g.size()}};
     const std::span<float> hg = ln_.gpu ? L.host.span() : g;
-    double count = 0;
-    const auto timed = [&](auto&& fn) {
-      const auto t0 = clock::now();
-      fn();
-      busy += std::chrono::duration<double>(clock::now() - t0).count();
-    };
+    const auto timed = [&](auto&& fn) { add_seconds(busy, fn); };
     if (train)
       timed([&] {
         if (pb.m[d] == 0) L.m->fill(g.data(), 0.f, g.size());  // an empty share: a zero gradient
-        L.stage->finish_gradient(static_cast<int>(D));         // this copy's share of the L2 gradient
+        if (!buckets || pb.m[d] == 0) L.stage->finish_gradient(static_cast<int>(D));  // its share of the L2 gradient
         if (staged && !g.empty()) L.m->download(hg.data(), g.data(), g.size_bytes());
         if (pass.gradient_hook) {  // a member's: its shard, in its own layout (as tensor parallelism's replicas)
           ReplicaGradient rg{hg, ln_.T == 1 ? r.begin : 0, ln_.T == 1 ? ln_.value.size() : hg.size(), w.me,
@@ -323,6 +326,7 @@ class PipelineExecutor final : public Executor {
           pass.gradient_hook(rg);
           if (ln_.gpu && D == 1 && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
+        if (buckets) return bk_.finish();  // (each bucket counted, compressed, summed as backward ended it)
         if (pb.check) count = ln_.gpu && !staged ? count_nonfinite(L) : ln_.nonfinite(j, hg);
         if (L.comp.on()) L.comp.compress(hg, 0);  // (after the hook: it sees FP32)
       });
@@ -331,7 +335,7 @@ class PipelineExecutor final : public Executor {
       count = 0;
       if (d == ln_.copies.begin)
         timed([&] {
-          ln_.sum_compressed(d, j, hg, [&](auto w) { tr_.sum_copies(s, t, w); });
+          if (!buckets) ln_.sum_compressed(d, j, hg, [&](auto w) { tr_.sum_copies(s, t, w); });
           if (ln_.gpu && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
           if (pb.check) count = ln_.nonfinite(j, hg);
         });
@@ -342,12 +346,8 @@ class PipelineExecutor final : public Executor {
     const float clip = train && bad == 0 ? clipnorm() : 0.f;
     if (train && bad == 0 && d == ln_.copies.begin)
       timed([&] {
-        if (D > 1 && !L.comp.on()) {  // on the host (a GPU stage's staged there)
-          for (std::size_t c = d + 1; c < ln_.copies.end; ++c) {  // in copy order: the same sum on every run
-            const float* o = ln_.gpu ? ln_.lanes[c][j].host.data() : ln_.lanes[c][j].grad.data();
-            for (std::size_t i = 0; i < hg.size(); ++i) hg[i] += o[i];
-          }
-          tr_.sum_copies(s, t, hg);  // the copies elsewhere
+        if (D > 1 && !L.comp.on() && !buckets) {  // on the host (a GPU stage's staged there)
+          ln_.sum_copies(d, j, hg, [&](std::span<float> x) { tr_.sum_copies(s, t, x); });
           if (ln_.gpu && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
         if (!g.empty() && clip == 0.f) updaters_[j]->apply(L.values(), g, 0, it);
@@ -373,7 +373,8 @@ class PipelineExecutor final : public Executor {
   ModelProgram& program_;
   PipelineOptions opts_;
   PipelineStats& stats_;
-  Compression compression_ = Compression::None;  // ExecutorOptions::compression: the copies' sum in 16 bits
+  ExecutorOptions eo_;  // compression: the copies' sum in 16 bits; bucket_bytes: by buckets, bk_, where it travels
+  CopyBuckets bk_;
   bool placed_ = false;
   bool remote_ = false;  // some lanes run elsewhere (other ranks)
   std::vector<std::size_t> counts_, widths_;
@@ -392,7 +393,7 @@ struct ExecutorFor<Pipeline> {
   template <class S>
   static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
     return std::make_unique<PipelineExecutor<ThreadStages<S>>>(ThreadStages<S>{s}, program, s.pipeline_options(),
-                                                               s.pipeline_stats(), s.executor_options().compression);
+                                                               s.pipeline_stats(), s.executor_options());
   }
 };
 

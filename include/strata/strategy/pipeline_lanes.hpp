@@ -151,6 +151,17 @@ class PipelineLanes {
     for (std::size_t d = copies.begin; d < copies.end; ++d)
       for_here([&](std::size_t s, std::size_t t) { lanes[d][s * T + t].comp.place(c, lanes[d][s * T + t].grad.size()); });
   }
+  //! Lane j of copy d (the lowest here) adds the copies here's gradients
+  //! to its own `hg` (host memory) in copy order (the same sum on every
+  //! run), then `across(hg)` sums that with the copies elsewhere.
+  template <class Across>
+  void sum_copies(std::size_t d, std::size_t j, std::span<float> hg, Across&& across) {
+    for (std::size_t c = d + 1; c < copies.end; ++c) {
+      const float* o = gpu ? lanes[c][j].host.data() : lanes[c][j].grad.data();
+      for (std::size_t i = 0; i < hg.size(); ++i) hg[i] += o[i];
+    }
+    across(hg);
+  }
   //! Lane j of copy d (the lowest here; every copy here compressed its
   //! gradient) sums the copies here's 16-bit gradients in copy order (in
   //! FP32, rounded once), `across(w)` sums that with the copies elsewhere

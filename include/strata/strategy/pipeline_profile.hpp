@@ -47,7 +47,7 @@ inline std::vector<double> measure_layers(ModelProgram& program, std::span<float
     timed(L - 1, [&] { one[L - 1]->loss(0, *b.y, rows, info, r); });
     const float* dout = nullptr;
     for (std::size_t l = L; l-- > 0 && one[l]->has_backward();)
-      timed(l, [&] { dout = one[l]->backward(0, dout, true).data(); });
+      timed(l, [&] { dout = one[l]->backward(0, dout, true, nullptr).data(); });
   }
   return t;
 }

@@ -93,13 +93,18 @@ class RankStages {
     }
     try {
       lane(link, d_, s_, t_);
-    } catch (const CollectiveError&) {
-      throw;  // a wait that failed: the job's failure, already known to the others (or named by them)
+    } catch (const CollectiveError& e) {
+      // a wait that failed: the job's failure, already known to the others (or named by them); the
+      // copies, which may be waiting for this lane in a gradient bucket's sum, hear it too
+      tell_copies(e.what());
+      throw;
     } catch (const std::exception& e) {
       // this lane's own error (a layer's, labels out of range): every other rank's wait ends with it
-      comm_->abort("rank " + std::to_string(comm_->rank()) + " (stage " + std::to_string(s_) +
-                   (T_ > 1 ? " member " + std::to_string(t_) : std::string()) + " of copy " + std::to_string(d_) +
-                   "): " + e.what());
+      const std::string why = "rank " + std::to_string(comm_->rank()) + " (stage " + std::to_string(s_) +
+                              (T_ > 1 ? " member " + std::to_string(t_) : std::string()) + " of copy " +
+                              std::to_string(d_) + "): " + e.what();
+      comm_->abort(why);
+      tell_copies(why);
       throw;
     }
   }
@@ -145,6 +150,9 @@ class RankStages {
   void sum_copies(std::size_t /*s*/, std::size_t /*t*/, std::span<T> g) {
     if (copies_comm_) copies_comm_->all_reduce(g, Sum);
   }
+  //! The copies of this lane's stage (D > 1), for gradient buckets
+  //! (pipeline_buckets.hpp): their sums start there without waiting.
+  MpiCommunicator& copies_link() { return *copies_comm_; }
   //! At a training pass's end: every lane's variables and optimizer state
   //! (`state`: this rank's part current; `parts[s * T + t]`: the elements of
   //! member t of stage s) from its copy 0 (rank s * T + t) to every rank
@@ -182,6 +190,14 @@ class RankStages {
   static Link& link(Link& l) noexcept { return l; }
 
  private:
+  //! A failed lane's copies stop waiting for it (their sums run on a communicator of their own).
+  void tell_copies(const std::string& why) noexcept {
+    if (!copies_comm_) return;
+    try {
+      copies_comm_->abort(why);
+    } catch (...) {  // the failure being reported is the one that counts
+    }
+  }
 
   MpiCommunicator* comm_;
   Device device_;

@@ -210,6 +210,8 @@ struct StageWork {
   //! A GPU stage's memory: what it sends, and the predictions, are
   //! downloaded from there first (host-staged); null: a CPU stage.
   kernels::Memory* staged = nullptr;
+  //! The last backward's (LastBackward): the gradient told as it becomes final; null: finished after.
+  const LastBackward* last = nullptr;
 };
 
 //! One lane (a copy's stage) as the process running it holds it
@@ -265,19 +267,22 @@ inline void settle(StageLane& L) noexcept {
   }
 }
 
+//! Runs fn(), adding the seconds it took to `into` (a stage's busy time, a layer's measured time).
+template <class F>
+void add_seconds(double& into, F&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  into += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 //! Runs stage w.s's forwards and backwards of the batch `b` (activations in
 //! with tag 0 from me - stride, out to me + stride; gradients back with tag 1); the
 //! parameter gradients are left in the stage's gradient slice (the first
 //! micro-batch writes, the others add). Returns the seconds it computed.
 template <class Ctx>
 double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWork& w) {
-  using clock = std::chrono::steady_clock;
   double busy = 0;
-  const auto timed = [&](auto&& fn) {
-    const auto t0 = clock::now();
-    fn();
-    busy += std::chrono::duration<double>(clock::now() - t0).count();
-  };
+  const auto timed = [&](auto&& fn) { add_seconds(busy, fn); };
   const bool train = w.phase == Phase::Train, last = w.s + 1 == w.S;
   const std::size_t slots = train ? in_flight(w.schedule, w.s, w.S, std::max<std::size_t>(1, w.m)) : 1;
   const std::size_t in_w = st.input_width(), out_w = st.output_width();
@@ -344,7 +349,7 @@ double run_stage_batch(Ctx& ctx, StageProgram& st, const Batch& b, const StageWo
     timed([&] {
       trace::Span span{micro_name(StageOp::B, task.m), trace::Category::Backward,
                        {{"stage", w.s}, {"micro_batch", task.m}}};
-      din = st.backward(slot, dout, task.m == 0);
+      din = st.backward(slot, dout, task.m == 0, task.m + 1 == w.m ? w.last : nullptr);  // (every schedule ends on m - 1)
     });
     if (w.s > 0 && st.has_input_gradient()) ctx.send(to_host(din), w.me - w.stride, 1);
   }

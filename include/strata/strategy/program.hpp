@@ -153,6 +153,17 @@ struct StageStep {
   float scale = 1.f;            //!< each example's loss is multiplied by this (1 / batch)
 };
 
+//! A batch's last backward on a stage when its gradient is wanted as it
+//! becomes final (the pipeline copies' gradient buckets): each layer's
+//! parameter gradients are finished right after its backward (summed with
+//! the earlier micro-batches', plus 1 / `copies` of the regularization
+//! gradient: finish_gradient's share, not added again after) and told to
+//! `ready` (offsets in the stage's slice, from its end down to 0).
+struct LastBackward {
+  GradientReady* ready = nullptr;
+  int copies = 1;
+};
+
 //! A contiguous range of a model's layers bound to their slice of the
 //! parameters and of the gradient (made by ModelProgram::make_stage), with
 //! the activations of `slots()` micro-batches kept between a forward and
@@ -181,11 +192,16 @@ class StageProgram {
   //! Backward of the slot's micro-batch from `dout` (its output's gradient;
   //! null on the last stage: the kept one): parameter gradients written
   //! (`first`) or added into the bound gradient slice; returns the input's
-  //! gradient (empty without has_input_gradient()).
-  virtual std::span<const float> backward(std::size_t slot, const float* dout, bool first) = 0;
-  //! After a step's last backward: adds 1 / `copies` of the regularization
-  //! gradient (each of the pipeline's `copies` data-parallel copies adds its
-  //! share, as replicas do, so that their sum adds it once).
+  //! gradient (empty without has_input_gradient()). With `last` (the
+  //! batch's last backward here), each layer's parameter gradients are
+  //! finished as it ends them (LastBackward): the bits of backward, then
+  //! finish_gradient.
+  virtual std::span<const float> backward(std::size_t slot, const float* dout, bool first,
+                                          const LastBackward* last) = 0;
+  //! After a step's last backward (unless it was given a LastBackward):
+  //! adds 1 / `copies` of the regularization gradient (each of the
+  //! pipeline's `copies` data-parallel copies adds its share, as replicas
+  //! do, so that their sum adds it once).
   virtual void finish_gradient(int copies) = 0;
   //! Bytes of activations (and the output gradient kept) the slot holds now.
   [[nodiscard]] virtual std::size_t activation_bytes(std::size_t slot) const = 0;
