@@ -40,6 +40,11 @@
 //                                              [--ring-chunk-mb MB]  (MpiOptions::ring_chunk_bytes; 0: its default)
 //                                              [--compression none|bf16|fp16]
 //   bench/shaped_link.sh --rate 1gbit -- ./build-bench/bench/mpi_train_bench --bucket-mb 4   # over a shaped link
+// --stages S (0: off) trains MultiWorkerPipelineStrategy instead: the model's layers in S stages (balanced
+// by parameters), ranks / S data-parallel copies of them, --micro M micro-batches a copy (1F1B);
+// --bucket-mb and --compression then apply to the copies' sum (started as the last micro-batch's backward
+// ends each bucket); compute and exposed are rank 0's lane's (stage 0 of copy 0: exposed includes its
+// waits for the next stage's gradients, the pipeline's bubble), and the row's label column says pipe SxD.
 #include <algorithm>
 #include <cstdio>
 #include <cstdint>
@@ -54,6 +59,7 @@
 #include <strata/strategy/compression.hpp>
 #include <strata/strategy/fully_sharded.hpp>
 #include <strata/strategy/multi_worker.hpp>
+#include <strata/strategy/multi_worker_pipeline.hpp>
 
 #include "bench_util.hpp"
 
@@ -93,6 +99,7 @@ struct Args {
   int steps = 30, warmup = 12;
   double bucket_mb = 0, ring_chunk_mb = 0;
   int zero = 0;
+  int stages = 0, micro = 4;  // --stages S: a pipeline of S stages, ranks / S copies; --micro M
   strata::Compression compression = strata::Compression::None;
 };
 
@@ -110,6 +117,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--bucket-mb") a.bucket_mb = std::max(0.0, std::atof(v.c_str()));
     else if (k == "--ring-chunk-mb") a.ring_chunk_mb = std::max(0.0, std::atof(v.c_str()));
     else if (k == "--zero") a.zero = std::atoi(v.c_str());
+    else if (k == "--stages") a.stages = std::max(0, std::atoi(v.c_str()));
+    else if (k == "--micro") a.micro = std::max(1, std::atoi(v.c_str()));
     else if (k == "--compression") {
       const auto c = strata::compression_named(v);
       if (!c) throw strata::Error("mpi_train_bench: --compression is none, bf16 or fp16, not " + v);
@@ -122,11 +131,56 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+using C = strata::trace::Category;
+double own(const strata::trace::TrackTotals& t, C c) { return 1e-9 * static_cast<double>(t.self_ns[static_cast<int>(c)]); }
+
+//! --stages S: the pipeline's row (see the top of the file).
+int run_pipeline(const Args& a) {
+  strata::MultiWorkerPipelineStrategy s;
+  const int ranks = s.communicator().size();
+  if (ranks % a.stages) throw strata::Error("mpi_train_bench: --stages must divide the ranks");
+  const std::size_t D = static_cast<std::size_t>(ranks / a.stages);
+  s.pipeline_options().micro_batches = static_cast<std::size_t>(a.micro);
+  s.pipeline_options().data_parallel = D;
+  s.executor_options().bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
+  s.executor_options().compression = a.compression;
+  const std::size_t global = a.batch * D;
+  auto model = s.scope([&] { return make(a.model); });
+  auto loss = nn::SparseCategoricalCrossentropy{{.from_logits = true}};
+  if (a.optimizer == "adam") model.compile(nn::Adam{1e-3}, loss, {}, {.seed = 1});
+  else model.compile(nn::SGD{0.01}, loss, {}, {.seed = 1});
+  const nn::FitOptions fit{.epochs = 1, .verbose = nn::Verbosity::Silent, .check_finite = false};
+  model.fit(s.distribute(synthetic(static_cast<std::size_t>(a.warmup), global, 2)), fit);
+  auto timed = synthetic(static_cast<std::size_t>(a.steps), global, 3);
+  strata::trace::Session trace{strata::trace::Options{}};  // totals only
+  const double t0 = bench::now_s();
+  model.fit(s.distribute(std::move(timed)), fit);
+  const double seconds = bench::now_s() - t0;
+  trace.finish();
+  double compute = 0, exposed = 0;
+  for (const auto& t : trace.totals()) {
+    if (t.name.rfind("stage 0", 0) != 0) continue;  // this rank's lane (rank 0: stage 0 of copy 0)
+    compute = own(t, C::Forward) + own(t, C::Backward) + own(t, C::Loss) + own(t, C::Update);
+    exposed = own(t, C::Collective) + own(t, C::Wait);
+  }
+  if (s.communicator().rank() != 0) return 0;
+  const double steps = a.steps, step_ms = 1e3 * seconds / steps;
+  const double compute_ms = 1e3 * compute / steps, exposed_ms = 1e3 * exposed / steps;
+  const std::string label = a.label.empty() ? "pipe " + std::to_string(a.stages) + "x" + std::to_string(D) : a.label;
+  std::printf("%-18s %5d %7.1f %11.0f %9.1f %10.1f %10.1f %8.1f   # %s, %s, batch %zu/copy in %d micro-batches, "
+              "%d steps; %s\n",
+              label.c_str(), ranks, a.bucket_mb, static_cast<double>(global) * steps / seconds, step_ms, compute_ms,
+              exposed_ms, step_ms - compute_ms - exposed_ms, a.model.c_str(), a.optimizer.c_str(), a.batch, a.micro,
+              a.steps, model.gradient_reduction().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   strata::detail::mpi::runtime();
   const Args a = parse(argc, argv);
+  if (a.stages > 0) return run_pipeline(a);
   strata::MultiWorkerOptions opts;
   if (a.ring_chunk_mb > 0) opts.mpi.ring_chunk_bytes = static_cast<std::size_t>(a.ring_chunk_mb * 1048576.0);
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), opts};
@@ -152,8 +206,6 @@ int main(int argc, char** argv) {
   const double wire_mib = static_cast<double>(s.communicator().payload_bytes() - wire0) / 1048576.0 / a.steps;
   trace.finish();
 
-  using C = strata::trace::Category;
-  auto own = [](const strata::trace::TrackTotals& t, C c) { return 1e-9 * static_cast<double>(t.self_ns[static_cast<int>(c)]); };
   double compute = 0, exposed = 0;
   for (const auto& t : trace.totals()) {
     if (t.name != "replica 0") continue;
