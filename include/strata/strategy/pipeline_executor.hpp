@@ -289,19 +289,19 @@ class PipelineExecutor final : public Executor {
       if (b.predictions) L.predictions.resize(pb.predictions.size()), mine.predictions = L.predictions.data();
     }
     StageWork w{.s = s,
-                      .S = S,
-                      .me = static_cast<int>((d * S + s) * ln_.T + t),
-                      .stride = static_cast<int>(ln_.T),
-                      .schedule = opts_.schedule,
-                      .phase = pb.phase,
-                      .share = pb.share[d],
-                      .m = pb.m[d],
-                      .global = pb.global,
-                      .it = it,
-                      .results = results,
-                      .stat = stat,
-                      .staged = ln_.gpu ? L.m : nullptr,
-                      .last = nullptr};
+                .S = S,
+                .me = static_cast<int>((d * S + s) * ln_.T + t),
+                .stride = static_cast<int>(ln_.T),
+                .schedule = opts_.schedule,
+                .phase = pb.phase,
+                .share = pb.share[d],
+                .m = pb.m[d],
+                .global = pb.global,
+                .it = it,
+                .results = results,
+                .stat = stat,
+                .staged = ln_.gpu ? L.m : nullptr,
+                .last = nullptr};
     double count = 0;
     const bool buckets = train && bk_.on() && !pass.gradient_hook;  // (a hook sees the whole gradient first)
     if constexpr (requires { tr_.copies_link(); })
