@@ -134,6 +134,39 @@ Args parse(int argc, char** argv) {
 using C = strata::trace::Category;
 double own(const strata::trace::TrackTotals& t, C c) { return 1e-9 * static_cast<double>(t.self_ns[static_cast<int>(c)]); }
 
+//! What one rank measured of the timed fit: its seconds, one track's compute and exposed seconds, and
+//! the MiB a step its communicator was handed.
+struct Timing {
+  double seconds = 0, compute = 0, exposed = 0, wire_mib = 0;
+};
+
+//! Compiles `model` (--optimizer), fits --warmup global batches of `global` rows, then times a fit of
+//! --steps under a trace session (totals only): compute and exposed of the track `mine(name)` picks,
+//! `payload()` (the communicator's bytes so far) around the timed fit. Both strategies' rows use it.
+template <class S, class Mine, class Payload>
+Timing timed_fit(S& s, nn::Sequential& model, const Args& a, std::size_t global, Mine mine, Payload payload) {
+  auto loss = nn::SparseCategoricalCrossentropy{{.from_logits = true}};
+  if (a.optimizer == "adam") model.compile(nn::Adam{1e-3}, loss, {}, {.seed = 1});
+  else model.compile(nn::SGD{0.01}, loss, {}, {.seed = 1});
+  const nn::FitOptions fit{.epochs = 1, .verbose = nn::Verbosity::Silent, .check_finite = false};
+  model.fit(s.distribute(synthetic(static_cast<std::size_t>(a.warmup), global, 2)), fit);
+  auto timed = synthetic(static_cast<std::size_t>(a.steps), global, 3);
+  strata::trace::Session trace{strata::trace::Options{}};  // totals only
+  const std::uint64_t wire0 = payload();
+  const double t0 = bench::now_s();
+  model.fit(s.distribute(std::move(timed)), fit);
+  Timing r;
+  r.seconds = bench::now_s() - t0;
+  r.wire_mib = static_cast<double>(payload() - wire0) / 1048576.0 / a.steps;
+  trace.finish();
+  for (const auto& t : trace.totals()) {
+    if (!mine(t.name)) continue;
+    r.compute = own(t, C::Forward) + own(t, C::Backward) + own(t, C::Loss) + own(t, C::Update);
+    r.exposed = own(t, C::Collective) + own(t, C::Wait);
+  }
+  return r;
+}
+
 //! --stages S: the pipeline's row (see the top of the file).
 int run_pipeline(const Args& a) {
   strata::MultiWorkerPipelineStrategy s;
@@ -146,23 +179,11 @@ int run_pipeline(const Args& a) {
   s.executor_options().compression = a.compression;
   const std::size_t global = a.batch * D;
   auto model = s.scope([&] { return make(a.model); });
-  auto loss = nn::SparseCategoricalCrossentropy{{.from_logits = true}};
-  if (a.optimizer == "adam") model.compile(nn::Adam{1e-3}, loss, {}, {.seed = 1});
-  else model.compile(nn::SGD{0.01}, loss, {}, {.seed = 1});
-  const nn::FitOptions fit{.epochs = 1, .verbose = nn::Verbosity::Silent, .check_finite = false};
-  model.fit(s.distribute(synthetic(static_cast<std::size_t>(a.warmup), global, 2)), fit);
-  auto timed = synthetic(static_cast<std::size_t>(a.steps), global, 3);
-  strata::trace::Session trace{strata::trace::Options{}};  // totals only
-  const double t0 = bench::now_s();
-  model.fit(s.distribute(std::move(timed)), fit);
-  const double seconds = bench::now_s() - t0;
-  trace.finish();
-  double compute = 0, exposed = 0;
-  for (const auto& t : trace.totals()) {
-    if (t.name.rfind("stage 0", 0) != 0) continue;  // this rank's lane (rank 0: stage 0 of copy 0)
-    compute = own(t, C::Forward) + own(t, C::Backward) + own(t, C::Loss) + own(t, C::Update);
-    exposed = own(t, C::Collective) + own(t, C::Wait);
-  }
+  const Timing m = timed_fit(
+      s, model, a, global,
+      [](const std::string& name) { return name.rfind("stage 0", 0) == 0; },  // rank 0's lane: stage 0 of copy 0
+      [] { return std::uint64_t{0}; });
+  const double seconds = m.seconds, compute = m.compute, exposed = m.exposed;
   if (s.communicator().rank() != 0) return 0;
   const double steps = a.steps, step_ms = 1e3 * seconds / steps;
   const double compute_ms = 1e3 * compute / steps, exposed_ms = 1e3 * exposed / steps;
@@ -191,27 +212,10 @@ int main(int argc, char** argv) {
   const std::size_t global = a.batch * static_cast<std::size_t>(ranks);
 
   auto model = s.scope([&] { return make(a.model); });
-  auto loss = nn::SparseCategoricalCrossentropy{{.from_logits = true}};
-  if (a.optimizer == "adam") model.compile(nn::Adam{1e-3}, loss, {}, {.seed = 1});
-  else model.compile(nn::SGD{0.01}, loss, {}, {.seed = 1});
-  const nn::FitOptions fit{.epochs = 1, .verbose = nn::Verbosity::Silent, .check_finite = false};
-
-  model.fit(s.distribute(synthetic(static_cast<std::size_t>(a.warmup), global, 2)), fit);
-  auto timed = synthetic(static_cast<std::size_t>(a.steps), global, 3);
-  strata::trace::Session trace{strata::trace::Options{}};  // totals only
-  const std::uint64_t wire0 = s.communicator().payload_bytes();
-  const double t0 = bench::now_s();
-  model.fit(s.distribute(std::move(timed)), fit);
-  const double seconds = bench::now_s() - t0;
-  const double wire_mib = static_cast<double>(s.communicator().payload_bytes() - wire0) / 1048576.0 / a.steps;
-  trace.finish();
-
-  double compute = 0, exposed = 0;
-  for (const auto& t : trace.totals()) {
-    if (t.name != "replica 0") continue;
-    compute = own(t, C::Forward) + own(t, C::Backward) + own(t, C::Loss) + own(t, C::Update);
-    exposed = own(t, C::Collective) + own(t, C::Wait);
-  }
+  const Timing m = timed_fit(
+      s, model, a, global, [](const std::string& name) { return name == "replica 0"; },
+      [&] { return s.communicator().payload_bytes(); });
+  const double seconds = m.seconds, compute = m.compute, exposed = m.exposed, wire_mib = m.wire_mib;
   double peak[1] = {bench::peak_rss_mib()};  // before get_weights, which at ZeRO 3 joins a whole copy here
   s.communicator().all_reduce(std::span<double>(peak), strata::Max);
   std::vector<std::size_t> sizes;  // the gradient's layout: each variable's elements
