@@ -115,6 +115,44 @@ TEST_CASE("notices of a communicator freed on both ranks never reach the next on
   }
 }
 
+// A mismatch that a collective reveals (a run's fingerprint, the contract's
+// headers) is raised by every rank from the same data. The rank that sees it
+// first must not tell the others as if it had failed alone: its notice would
+// end a peer still finishing the all-gather with "rank 1 failed: an exception
+// thrown outside any collective ..." instead of the mismatch (CI saw it in
+// the parameter server's cluster agreement, on 4 ranks of 2 cores).
+TEST_CASE("a mismatch every rank raises unwinds past its communicator telling no one") {
+  const std::vector<strata::RunField> fields{{"global batch", world_rank() == 1 ? "64" : "128"}};
+  const auto agree = [&](strata::MpiCommunicator& c) {
+    CHECK_THROWS_WITH_AS(strata::detail::mpi::agree_on_run(c, fields, "fingerprint"),
+                         doctest::Contains("fingerprint mismatch: rank 1 has global batch 64, rank 0 has 128"),
+                         strata::RunMismatch);
+  };
+  std::optional<strata::MpiCommunicator> kept;  // rank 0's copy outlives the mismatch
+  if (world_rank() == 1) {
+    try {  // the mismatch unwinds past rank 1's communicator (Exchange::closing)
+      strata::MpiCommunicator c = strata::MpiCommunicator::world(slow().mpi);
+      strata::detail::mpi::agree_on_run(c, fields, "fingerprint");
+    } catch (const strata::RunMismatch& e) {
+      CHECK(std::string(e.what()).find("rank 1 has global batch 64") != std::string::npos);
+    }
+  } else {
+    agree(kept.emplace(strata::MpiCommunicator::world(slow().mpi)));
+  }
+  // rank 1 has unwound (any notice it sent left before this barrier began)
+  strata::MpiCommunicator after = strata::MpiCommunicator::world(slow().mpi);
+  CHECK_NOTHROW(after.barrier());
+  if (kept) {
+    std::optional<strata::detail::mpi::AbortNotice> notice;
+    const auto until = std::chrono::steady_clock::now() + 500ms;
+    while (!notice && std::chrono::steady_clock::now() < until) {
+      const strata::detail::mpi::SerialMpi lock("looking for a notice", 2s);
+      notice = strata::detail::mpi::take_abort_notice(kept->native_handle());
+    }
+    CHECK_MESSAGE(!notice, "rank 1 told rank 0 of an agreed mismatch: " << (notice ? notice->why : ""));
+  }
+}
+
 TEST_CASE("both ranks save to one path: the chief alone writes, no race, a failed write fails on both") {
   strata::MultiWorkerMirroredStrategy s{{strata::cpu(0)}, slow()};
   std::int64_t pid[1] = {world_rank() == 0 ? static_cast<std::int64_t>(::getpid()) : 0};

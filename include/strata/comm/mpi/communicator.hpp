@@ -134,6 +134,9 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
   [[nodiscard]] int size() const noexcept { return ex_.size(); }
   [[nodiscard]] const MpiOptions& options() const noexcept { return ex_.options(); }
   [[nodiscard]] MPI_Comm native_handle() const noexcept { return ex_.comm(); }
+  //! The error about to be raised, every rank raises from the last call's
+  //! result (a run's fingerprint that differs): its unwinding tells no one.
+  void agreed_failure() noexcept { ex_.agreed_failure(); }
   //! Whether the ranks exchange data through shared memory (one node, the
   //! shared-memory transport enabled) rather than over a network.
   [[nodiscard]] bool shares_memory() const noexcept { return !ex_.network(); }

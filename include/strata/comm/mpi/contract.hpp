@@ -89,6 +89,16 @@ inline bool same_call(const WireCall& a, const WireCall& b) noexcept {
          a.separate == b.separate;
 }
 
+//! Every rank's all-reduce or barrier equals rank `me`'s and is valid (the
+//! common case, checked without allocating); anything else takes contract_violation.
+inline bool all_same_plain_call(const std::vector<WireCall>& calls, int me) noexcept {
+  const auto& a = calls[static_cast<std::size_t>(me)];
+  if (a.kind != static_cast<std::uint8_t>(CallKind::all_reduce) && a.kind != static_cast<std::uint8_t>(CallKind::barrier))
+    return false;
+  if (a.in_count != a.out_count) return false;
+  return std::all_of(calls.begin(), calls.end(), [&](const auto& b) { return same_call(a, b); });
+}
+
 //! Empty when the calls of all ranks (index = rank) agree; otherwise the
 //! message every rank raises: what is wrong, which ranks differ from rank 0,
 //! and what each rank passed.

@@ -89,6 +89,7 @@ class Exchange {
       throw CollectiveAborted("strata: " + d.str() + " on rank " + std::to_string(rank_) +
                               ": this communicator is unusable: " + poisoned_ + " (create a new one to continue)");
     const std::uint64_t seq = ++entered_;
+    agreed_ = false;
     now_ = Activity{};
     cur_ = d;
     cur_seq_ = seq;
@@ -154,9 +155,10 @@ class Exchange {
       }
       return !missing && sends.test_all();
     }, [&] { return who_never_arrived(); });
-    if (!agree()) {
+    if (!all_same_plain_call(calls_, rank_)) {
       if (auto why = contract_violation(calls_, rank_); !why.empty()) {
         drain_payloads();
+        agreed_failure();  // every rank saw the same headers: each raises it
         throw CollectiveMismatch(why);
       }
     }
@@ -169,6 +171,7 @@ class Exchange {
   //! Starts a set-up step outside the numbered collectives (creating or
   //! splitting a communicator, agreeing on a run): its own deadline.
   void begin_setup(std::string_view what) {
+    agreed_ = false;
     now_ = Activity{.kind = Activity::setup, .call = what};
     deadline_ = std::chrono::steady_clock::now() + opts_.timeout;
   }
@@ -214,6 +217,7 @@ class Exchange {
   //! and starts its deadline (point-to-point messages take no sequence number:
   //! they never meet the collectives' headers).
   void begin_message(const Activity& a) {
+    agreed_ = false;
     now_ = a;
     if (!poisoned_.empty())
       throw CollectiveAborted("strata: " + activity() + " on rank " + std::to_string(rank_) +
@@ -302,17 +306,23 @@ class Exchange {
 
   //! In its owner's destructor: if an exception thrown since this was made
   //! is unwinding the stack (outside any strata call), the other ranks are
-  //! told unless they know of a failure already (abort): their next call on
-  //! it fails at once, naming this rank, not at its deadline. (An exception
-  //! nothing catches unwinds nothing: the terminate handler tells them.)
+  //! told unless they know of a failure already (abort, agreed_failure): their
+  //! next call on it fails at once, naming this rank, not at its deadline.
+  //! (An uncaught exception unwinds nothing: the terminate handler tells them.)
   void closing() noexcept {
-    if (std::uncaught_exceptions() <= unwinding_at_birth_ || comm_ == MPI_COMM_NULL || !poisoned_.empty()) return;
+    if (std::uncaught_exceptions() <= unwinding_at_birth_ || comm_ == MPI_COMM_NULL || !poisoned_.empty() || agreed_) return;
     try {
       abort("an exception thrown outside any collective unwound past its communicator (its strategy); its message "
             "is in that rank's output");
     } catch (...) {
     }
   }
+
+  //! The error this rank is about to raise, every rank raises from the same
+  //! data (a mismatch in the contract's headers, a run's fingerprint): its
+  //! unwinding tells no one (closing), or a peer still finishing the
+  //! collective would end with "rank N failed" instead of the mismatch.
+  void agreed_failure() noexcept { agreed_ = true; }
 
   //! This communicator is unusable from now on, for `why`.
   void poison(std::string why) {
@@ -330,17 +340,6 @@ class Exchange {
   //! Every rank but this one ("1", "0, 2, 3").
   [[nodiscard]] std::string others() const { return all_ranks_but(rank_, size_); }
   [[nodiscard]] std::string who_never_arrived() const { return mpi::who_never_arrived(got_, last_seen_); }
-
-  //! Every rank's all-reduce or barrier equals ours and is valid (the common
-  //! case, checked without allocating); anything else takes the full check.
-  [[nodiscard]] bool agree() const noexcept {
-    const auto& a = calls_[static_cast<std::size_t>(rank_)];
-    if (a.kind != static_cast<std::uint8_t>(CallKind::all_reduce) &&
-        a.kind != static_cast<std::uint8_t>(CallKind::barrier))
-      return false;
-    if (a.in_count != a.out_count) return false;
-    return std::all_of(calls_.begin(), calls_.end(), [&](const auto& b) { return same_call(a, b); });
-  }
 
   //! After a disagreement: take (and drop) the payloads other ranks sent
   //! separately and let ours be taken, so the communicator stays consistent.
@@ -389,6 +388,7 @@ class Exchange {
   std::vector<const void*> ptrs_;  // per rank: its direct payload
   std::string poisoned_;
   bool remote_abort_ = false, abort_sent_ = false;
+  bool agreed_ = false;  // the last call ended in a failure every rank raises (agreed_failure)
   const std::atomic<bool>* interrupt_ = nullptr;
   Activity now_{};
   CallDesc cur_;

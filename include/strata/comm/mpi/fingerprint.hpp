@@ -110,16 +110,20 @@ inline std::string fingerprint_mismatch(std::span<const std::int64_t> all, int r
 }
 
 //! Every rank of `comm` (an MpiCommunicator, or anything with a bounded
-//! int64 all_gather, rank() and size()) agrees on `fields`: RunMismatch on
-//! every rank if any differ, CollectiveTimeout naming a rank that never
-//! arrives. Collective.
+//! int64 all_gather, rank(), size() and agreed_failure()) agrees on `fields`:
+//! RunMismatch on every rank if any differ (agreed: its unwinding past the
+//! communicator sends no abort notice that could end a peer still in the
+//! all-gather otherwise), CollectiveTimeout naming a rank that never arrives.
+//! Collective.
 template <class Comm>
 void agree_on_run(Comm& comm, const std::vector<RunField>& fields, std::string_view what) {
   const std::vector<std::int64_t> mine = encode_fingerprint(fields);
   std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(comm.size()));
   comm.all_gather(mine, all);
-  if (auto why = fingerprint_mismatch(all, comm.size(), what); !why.empty())
+  if (auto why = fingerprint_mismatch(all, comm.size(), what); !why.empty()) {
+    comm.agreed_failure();
     throw RunMismatch("strata: " + why + " (seen on rank " + std::to_string(comm.rank()) + ")");
+  }
 }
 
 }  // namespace detail::mpi

@@ -53,7 +53,10 @@ class MpiContract final : public Contract {
     mpi_.all_gather(mine, all_);
     calls_.resize(p);
     for (std::size_t r = 0; r < p; ++r) std::memcpy(static_cast<void*>(&calls_[r]), all_.data() + r * words, sizeof(mpi::WireCall));
-    if (std::string why = mpi::contract_violation(calls_, mpi_.rank()); !why.empty()) throw CollectiveMismatch(why);
+    if (std::string why = mpi::contract_violation(calls_, mpi_.rank()); !why.empty()) {
+      mpi_.agreed_failure();  // every rank gathered the same calls: each raises it, none need be told
+      throw CollectiveMismatch(why);
+    }
     if (counts != nullptr) {
       counts->resize(p);
       for (std::size_t r = 0; r < p; ++r) (*counts)[r] = static_cast<std::size_t>(calls_[r].in_count);

@@ -114,6 +114,8 @@ class PsLink {
   //! `all` (sized for every rank's) in rank order: the communicator's
   //! all-gather, under its contract and timeout.
   void all_gather(const std::vector<std::int64_t>& mine, std::vector<std::int64_t>& all) { comm_.all_gather(mine, all); }
+  //! The error about to be raised, every rank raises from the last all-gather (MpiCommunicator::agreed_failure).
+  void agreed_failure() noexcept { comm_.agreed_failure(); }
 
  private:
   static const std::vector<int>& none() {
