@@ -15,6 +15,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <strata/nn.hpp>
@@ -147,10 +148,68 @@ TEST_CASE("a mismatch every rank raises unwinds past its communicator telling no
     const auto until = std::chrono::steady_clock::now() + 500ms;
     while (!notice && std::chrono::steady_clock::now() < until) {
       const strata::detail::mpi::SerialMpi lock("looking for a notice", 2s);
-      notice = strata::detail::mpi::take_abort_notice(kept->native_handle());
+      notice = strata::detail::mpi::take_abort_notice(kept->native_handle(), kept->token());
     }
     CHECK_MESSAGE(!notice, "rank 1 told rank 0 of an agreed mismatch: " << (notice ? notice->why : ""));
   }
+}
+
+// Open MPI holds a message for a context no live communicator has until one
+// is made with it: a notice sent on a communicator its receiver freed first
+// can reach a later one. Notices carry their communicator's token (agreed at
+// its creation), and a communicator drops notices of another.
+TEST_CASE("a notice carrying another communicator's token is dropped; its own is taken") {
+  namespace m = strata::detail::mpi;
+  strata::MpiCommunicator c = strata::MpiCommunicator::world(slow().mpi);
+  strata::MpiCommunicator other = strata::MpiCommunicator::world(slow().mpi);
+  CHECK(c.token() != other.token());  // each creation draws its own
+  std::vector<std::int64_t> tokens(2);
+  c.all_gather(std::vector<std::int64_t>{c.token()}, tokens);
+  CHECK(tokens[0] == tokens[1]);  // the same on every rank
+  const auto send = [&](std::int64_t token, const char* why) {
+    const m::SerialMpi lock("sending a notice", 2s);
+    m::send_abort_notice(c.native_handle(), 1, 2, token, why, 2s);
+  };
+  const auto arrived = [&] {  // whether a notice waits on c (within 2 s)
+    for (const auto until = std::chrono::steady_clock::now() + 2s; std::chrono::steady_clock::now() < until;) {
+      const m::SerialMpi lock("looking for a notice", 2s);
+      int flag = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, m::tag_abort, c.native_handle(), &flag, MPI_STATUS_IGNORE);
+      if (flag) return true;
+    }
+    return false;
+  };
+  const auto take = [&] {
+    const m::SerialMpi lock("taking a notice", 2s);
+    return m::take_abort_notice(c.native_handle(), c.token());
+  };
+  // a stale notice is taken and dropped
+  if (world_rank() == 1) send(c.token() ^ 1, "a stale notice");
+  other.barrier();
+  if (world_rank() == 0) {
+    REQUIRE(arrived());
+    CHECK_FALSE(take());
+    CHECK_FALSE(arrived());  // dropped, not left
+  }
+  other.barrier();
+  // one arriving while rank 0 waits in a collective does not end it
+  if (world_rank() == 1) {
+    send(c.token() ^ 1, "a stale notice");
+    std::this_thread::sleep_for(300ms);  // rank 0 polls meanwhile, and sees it
+  }
+  CHECK_NOTHROW(c.barrier());
+  // the communicator's own notice is taken, once
+  if (world_rank() == 1) send(c.token(), "its own notice");
+  other.barrier();
+  if (world_rank() == 0) {
+    REQUIRE(arrived());
+    const std::optional<m::AbortNotice> n = take();
+    REQUIRE(n);
+    CHECK(n->rank == 1);
+    CHECK(n->why == "its own notice");
+    CHECK_FALSE(take());
+  }
+  other.barrier();
 }
 
 TEST_CASE("both ranks save to one path: the chief alone writes, no race, a failed write fails on both") {

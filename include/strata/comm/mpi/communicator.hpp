@@ -134,6 +134,8 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
   [[nodiscard]] int size() const noexcept { return ex_.size(); }
   [[nodiscard]] const MpiOptions& options() const noexcept { return ex_.options(); }
   [[nodiscard]] MPI_Comm native_handle() const noexcept { return ex_.comm(); }
+  //! Its identity, agreed at creation (the same on every rank): its abort notices carry it.
+  [[nodiscard]] std::int64_t token() const noexcept { return ex_.token(); }
   //! The error about to be raised, every rank raises from the last call's
   //! result (a run's fingerprint that differs): its unwinding tells no one.
   void agreed_failure() noexcept { ex_.agreed_failure(); }

@@ -50,25 +50,22 @@ class Exchange {
     inbox_.resize(static_cast<std::size_t>(size_));
     calls_.resize(static_cast<std::size_t>(size_));
     begin_setup("creating a communicator");
-    const Transport t = detect_transport(
+    t_ = detect_transport(
         comm_, size_, [&](MPI_Request& req, std::string_view what) { wait_collective(req, what); },
         [&](std::string_view what) { check_still_in_time(what); });
     now_ = Activity{};
-    network_ = t.network;
-    node_size_ = t.node_size;
-    node_rank_ = t.node_rank;
-    network_why_ = t.why;
-    live_.emplace(comm_, rank_, size_, opts_.timeout);
+    live_.emplace(comm_, rank_, size_, t_.token, opts_.timeout);
   }
 
   [[nodiscard]] MPI_Comm comm() const noexcept { return comm_; }
+  [[nodiscard]] std::int64_t token() const noexcept { return t_.token; }  //!< its abort notices carry it
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int size() const noexcept { return size_; }
   [[nodiscard]] const MpiOptions& options() const noexcept { return opts_; }
-  [[nodiscard]] bool network() const noexcept { return network_; }
-  [[nodiscard]] const std::string& network_why() const noexcept { return network_why_; }
-  [[nodiscard]] int node_size() const noexcept { return node_size_; }
-  [[nodiscard]] int node_rank() const noexcept { return node_rank_; }
+  [[nodiscard]] bool network() const noexcept { return t_.network; }
+  [[nodiscard]] const std::string& network_why() const noexcept { return t_.why; }
+  [[nodiscard]] int node_size() const noexcept { return t_.node_size; }
+  [[nodiscard]] int node_rank() const noexcept { return t_.node_rank; }
   [[nodiscard]] std::uint64_t completed() const noexcept { return completed_; }
   [[nodiscard]] const std::string& poisoned() const noexcept { return poisoned_; }
   //! Every rank's call of the collective in progress (index = rank).
@@ -125,7 +122,7 @@ class Exchange {
                         &sends.reqs.back()),
               "MPI_Isend");
         if (!fused_)
-          each_payload_block(bytes, network_, [&](std::size_t off, std::size_t len) {
+          each_payload_block(bytes, t_.network, [&](std::size_t off, std::size_t len) {
             payload_sends_.reqs.push_back(MPI_REQUEST_NULL);
             check(MPI_Isend(static_cast<const std::byte*>(payload) + off, as_count(len, "all_reduce"), MPI_BYTE, r,
                             tag_data, comm_, &payload_sends_.reqs.back()),
@@ -242,7 +239,7 @@ class Exchange {
         auto& box = inbox_[static_cast<std::size_t>(r)];
         if (box.size() < bytes) box.resize(bytes);
         ptrs_[static_cast<std::size_t>(r)] = box.data();
-        each_payload_block(bytes, network_, [&](std::size_t off, std::size_t len) {
+        each_payload_block(bytes, t_.network, [&](std::size_t off, std::size_t len) {
           recvs.reqs.push_back(MPI_REQUEST_NULL);
           check(MPI_Irecv(box.data() + off, static_cast<int>(len), MPI_BYTE, r, tag_data, comm_, &recvs.reqs.back()),
                 "MPI_Irecv");
@@ -301,7 +298,7 @@ class Exchange {
     // never freed: a peer that frees its copy before taking the notice would
     // otherwise see it arrive on its next communicator given the same context
     comm_.keep_forever();
-    send_abort_notice(comm_, rank_, size_, why, opts_.timeout);
+    send_abort_notice(comm_, rank_, size_, t_.token, why, opts_.timeout);
   }
 
   //! In its owner's destructor: if an exception thrown since this was made
@@ -360,7 +357,7 @@ class Exchange {
   }
 
   void check_abort_notice() {
-    const std::optional<AbortNotice> n = take_abort_notice(comm_);
+    const std::optional<AbortNotice> n = take_abort_notice(comm_, t_.token);
     if (!n) return;
     remote_abort_ = true;
     poison("rank " + std::to_string(n->rank) + " failed: " + n->why);
@@ -372,9 +369,7 @@ class Exchange {
   std::optional<ListedComm> live_;  // after comm_: off the list before the communicator is freed
   int rank_ = 0, size_ = 1;
   MpiOptions opts_;
-  bool network_ = false;
-  int node_size_ = 1, node_rank_ = 0;
-  std::string network_why_;
+  Transport t_;  // shared memory or network, and the token (transport.hpp)
   std::uint64_t entered_ = 0, completed_ = 0;
   std::vector<std::uint64_t> last_seen_;       // per rank: the last collective it arrived at with us
   std::vector<std::vector<std::byte>> inbox_;  // per rank: its header (+ payload) of this collective

@@ -6,13 +6,16 @@
 //! its wait ends at once with the failed rank's reason instead of at the
 //! deadline. Exchange (exchange.hpp) sends and checks them; and the
 //! messages it drops after a disagreement. A communicator on which a
-//! notice was sent is never freed (Exchange::abort): a notice its receiver
-//! had not taken when it freed its own copy would otherwise reach the next
-//! communicator MPI gave the same context and break its message order.
+//! notice was sent is never freed (Exchange::abort), and every notice
+//! carries its communicator's token (agreed at its creation, transport.hpp):
+//! a notice its receiver had not taken when it freed its own copy can reach
+//! a later communicator that MPI gave the same context (Open MPI holds
+//! messages for an unknown context until one is made), which drops it
+//! instead of failing on it.
 //! Every live communicator is listed (LiveComms), so that an exception no
 //! one catches (std::terminate) tells the peers on all of them.
-//!   detail::mpi::send_abort_notice(comm, rank, size, "rank 1: out of memory", timeout);
-//!   if (auto n = detail::mpi::take_abort_notice(comm)) throw CollectiveAborted(n->why);
+//!   detail::mpi::send_abort_notice(comm, rank, size, token, "rank 1: out of memory", timeout);
+//!   if (auto n = detail::mpi::take_abort_notice(comm, token)) throw CollectiveAborted(n->why);
 
 #include <algorithm>
 #include <atomic>
@@ -42,12 +45,15 @@ inline void relax(int i) noexcept {
   if (i > 2000) std::this_thread::yield();
 }
 
-//! Tells every rank of `comm` but `rank` that it failed, `why` (its first
-//! 2000 characters). Bounded: returns within min(timeout, 2 s) even if
-//! ranks are gone.
-inline void send_abort_notice(MPI_Comm comm, int rank, int size, const std::string& why,
+//! Tells every rank of `comm` (whose token is `token`) but `rank` that it
+//! failed, `why` (its first 2000 characters). Bounded: returns within
+//! min(timeout, 2 s) even if ranks are gone.
+inline void send_abort_notice(MPI_Comm comm, int rank, int size, std::int64_t token, const std::string& why,
                               std::chrono::milliseconds timeout) {
-  const std::string msg = why.substr(0, 2000);  // small: sent eagerly, so it leaves even if nobody receives yet
+  // small: sent eagerly, so it leaves even if nobody receives yet
+  std::string msg(sizeof token, '\0');
+  std::memcpy(msg.data(), &token, sizeof token);
+  msg += why.substr(0, 2000);
   Pending sends;
   for (int r = 0; r < size; ++r)
     if (r != rank) {
@@ -67,19 +73,26 @@ struct AbortNotice {
   std::string why;  //!< its reason
 };
 
-//! The abort notice that has arrived on `comm`, if one has (taken: it is not seen twice).
-inline std::optional<AbortNotice> take_abort_notice(MPI_Comm comm) {
-  int flag = 0;
-  MPI_Status st;
-  MPI_Message msg = MPI_MESSAGE_NULL;
-  MPI_Improbe(MPI_ANY_SOURCE, tag_abort, comm, &flag, &msg, &st);
-  if (!flag) return std::nullopt;
-  int count = 0;
-  MPI_Get_count(&st, MPI_CHAR, &count);
-  AbortNotice n{st.MPI_SOURCE, std::string(static_cast<std::size_t>(count), '\0')};
-  // matched and small (sent eagerly): already here, so this receive does not wait on the sender
-  MPI_Mrecv(n.why.data(), count, MPI_CHAR, &msg, MPI_STATUS_IGNORE);
-  return n;
+//! The abort notice that has arrived on `comm` (whose token is `token`), if
+//! one has (taken: it is not seen twice). Notices of an earlier communicator
+//! given the same context (another token) are taken and dropped.
+inline std::optional<AbortNotice> take_abort_notice(MPI_Comm comm, std::int64_t token) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Improbe(MPI_ANY_SOURCE, tag_abort, comm, &flag, &msg, &st);
+    if (!flag) return std::nullopt;
+    int count = 0;
+    MPI_Get_count(&st, MPI_CHAR, &count);
+    std::string body(static_cast<std::size_t>(count), '\0');
+    // matched and small (sent eagerly): already here, so this receive does not wait on the sender
+    MPI_Mrecv(body.data(), count, MPI_CHAR, &msg, MPI_STATUS_IGNORE);
+    std::int64_t theirs = 0;
+    if (body.size() < sizeof theirs) continue;  // not a notice of strata's
+    std::memcpy(&theirs, body.data(), sizeof theirs);
+    if (theirs == token) return AbortNotice{st.MPI_SOURCE, body.substr(sizeof theirs)};
+  }
 }
 
 //! A live communicator, as an uncaught exception's notices need it: listed
@@ -87,6 +100,7 @@ inline std::optional<AbortNotice> take_abort_notice(MPI_Comm comm) {
 struct LiveComm {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
+  std::int64_t token = 0;  //!< its notices carry it
   std::chrono::milliseconds timeout{0};
   //! Its peers know already, or need not be told (it failed, or was told of a failure).
   std::atomic<bool> settled{false};
@@ -111,7 +125,7 @@ class LiveComms {
   void tell_all(const std::string& why) {
     std::lock_guard lk(mu_);
     for (LiveComm* c : all_)
-      if (!c->settled.exchange(true)) send_abort_notice(c->comm, c->rank, c->size, why, c->timeout);
+      if (!c->settled.exchange(true)) send_abort_notice(c->comm, c->rank, c->size, c->token, why, c->timeout);
   }
 
  private:
@@ -165,10 +179,12 @@ inline void install_terminate_notices() {
 //! of a failure already.
 class ListedComm {
  public:
-  ListedComm(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout) : c_(new LiveComm) {
+  ListedComm(MPI_Comm comm, int rank, int size, std::int64_t token, std::chrono::milliseconds timeout)
+      : c_(new LiveComm) {
     c_->comm = comm;
     c_->rank = rank;
     c_->size = size;
+    c_->token = token;
     c_->timeout = timeout;
     LiveComms::get().add(c_.get());
     install_terminate_notices();
