@@ -2,9 +2,10 @@
 // forms' results, works in flight completed in issue order, blocking calls
 // and point-to-point messages issued while works are pending, test() before
 // and after a peer arrives, a peer that stalls named by CollectiveTimeout, an
-// abort notice ending pending work with CollectiveAborted. Rank 1 waits for
-// rank 0 through a file where MPI itself cannot be used (one thread at a time
-// calls MPI, and rank 0's progress thread holds it while its work waits).
+// abort notice ending pending work with CollectiveAborted; a blocking call on
+// another communicator running while a pending collective waits for it. Rank 1
+// waits for rank 0 through a file where the one communicator cannot be used
+// (its calls run in issue order, behind the pending work).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -147,6 +148,28 @@ TEST_CASE("works in flight complete in issue order; blocking calls and messages 
   for (int i = 0; i < k; ++i) CHECK(same_bits(bufs[static_cast<std::size_t>(i)], want[static_cast<std::size_t>(i)]));
   CHECK(msg == std::vector<float>(3000, 1.0f));
   CHECK(c.completed() == static_cast<std::uint64_t>(2 * k + 1));  // k blocking, k async, the barrier
+}
+
+// Two communicators: rank 0's blocking call on b runs while its collective on a waits on the progress
+// thread for rank 1, which joins it only after b's. The wait hands the MPI lock over between its looks
+// (SerialMpi::let_others_in); held throughout, both ranks would wait for the timeout.
+TEST_CASE("a blocking call on one communicator runs while another's pending collective waits for it") {
+  auto world = make(5s);
+  const int r = world.rank();
+  auto a = world.split(0, r), b = world.split(0, r);
+  std::vector<float> x(1000, 1.0f + static_cast<float>(r)), y(1000, 10.0f * static_cast<float>(r + 1));
+  const auto t0 = std::chrono::steady_clock::now();
+  if (r == 0) {
+    strata::Work w = a.all_reduce_async(x, strata::Sum);  // rank 1 arrives only after b's all-reduce
+    b.all_reduce(y, strata::Sum);
+    w.wait();
+  } else {
+    b.all_reduce(y, strata::Sum);
+    a.all_reduce(x, strata::Sum);
+  }
+  CHECK(x == std::vector<float>(1000, 3.0f));
+  CHECK(y == std::vector<float>(1000, 30.0f));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);  // not the 5 s timeout
 }
 
 TEST_CASE("test(): false while the peer has not arrived, true after") {

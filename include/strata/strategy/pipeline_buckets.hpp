@@ -11,8 +11,8 @@
 //! Between two copies each element's sum is a + b, so the weights are the
 //! flat sum's bit for bit; with more copies, as the copies' all-reduce
 //! algorithm adds each bucket (the direct one: the same bits too). With
-//! several stages, the rank's send to the stage before it waits for the
-//! process-wide MPI lock while a bucket is summed (comm/mpi/runtime.hpp).
+//! several stages, the rank's send to the stage before it runs between two
+//! looks of a bucket's sum (the MPI lock is handed over: comm/mpi/runtime.hpp).
 //!   CopyBuckets bk;  bk.plan(program.variable_shapes(), slice, 4 << 20);
 //!   const LastBackward* last = bk.begin(grad, comp, copies, &count, link);  ... backward(..., last) ...
 //!   bk.finish();   // every bucket summed (and expanded)

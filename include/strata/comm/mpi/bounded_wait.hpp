@@ -23,8 +23,9 @@ enum class Pace { busy, patient };
 
 //! The one bounded wait of strata's MPI code (the communicator's calls, the
 //! parameter servers' messages): looks at `ready()` until it returns true,
-//! then returns true; every 16th look calls `checks()` (abort notices, the
-//! interrupt flag: it may throw) and returns false once `deadline` has
+//! then returns true; every 16th look lets another thread waiting for the
+//! MPI lock in (SerialMpi::let_others_in), calls `checks()` (abort notices,
+//! the interrupt flag: it may throw) and returns false once `deadline` has
 //! passed, for the caller to raise its CollectiveTimeout naming what it
 //! awaited.
 template <class Ready, class Checks>
@@ -32,6 +33,7 @@ template <class Ready, class Checks>
   for (int i = 0;; ++i) {
     if (ready()) return true;
     if ((i & 15) == 15) {  // fast waits never pay for these checks
+      SerialMpi::let_others_in();  // another thread's MPI calls, between two looks
       checks();
       if (std::chrono::steady_clock::now() > deadline) return false;
     }

@@ -110,6 +110,7 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
     work_.stop();
     freeing_.emplace("freeing a communicator", ex_.options().timeout, std::nothrow);
     ex_.closing();
+    ex_.keep_if_failed();
   }
 
   //! Ranks with the same `color` form a new communicator, ordered by `key`
@@ -134,6 +135,9 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
   [[nodiscard]] int size() const noexcept { return ex_.size(); }
   [[nodiscard]] const MpiOptions& options() const noexcept { return ex_.options(); }
   [[nodiscard]] MPI_Comm native_handle() const noexcept { return ex_.comm(); }
+  //! Whether it will never be freed: a notice was sent on it, a collective
+  //! abandoned, or this process saw a failure while it lived (notices.hpp).
+  [[nodiscard]] bool never_freed() const noexcept { return ex_.never_freed(); }
   //! Its identity, agreed at creation (the same on every rank): its abort notices carry it.
   [[nodiscard]] std::int64_t token() const noexcept { return ex_.token(); }
   //! The error about to be raised, every rank raises from the last call's

@@ -282,7 +282,7 @@ class Exchange {
     if (poison_on_timeout) poison(activity() + " timed out");
     // even a wait that leaves the communicator usable (a recv that took
     // nothing) gave up on a peer that may never come: the exit must not wait for it
-    else runtime().note_failure(opts_.timeout);
+    else failure_seen(opts_.timeout);
     throw CollectiveTimeout(msg);
   }
 
@@ -325,8 +325,11 @@ class Exchange {
   void poison(std::string why) {
     if (poisoned_.empty()) poisoned_ = std::move(why);
     if (live_) live_->settle();  // an uncaught exception later need not tell the others
-    runtime().note_failure(opts_.timeout);
+    failure_seen(opts_.timeout);
   }
+  //! A failure seen while it lived keeps it (its owner's destructor calls this); whether it is never freed.
+  void keep_if_failed() noexcept { if (live_ && live_->kept()) comm_.keep_forever(); }
+  [[nodiscard]] bool never_freed() const noexcept { return comm_.kept() || (live_ && live_->kept()); }
 
   //! Header and payload travel as one message up to here (under eager limits).
   static constexpr std::size_t fused_max = 4096;

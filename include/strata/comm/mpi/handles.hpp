@@ -83,6 +83,7 @@ class CommHandle {
   //! Never free it: a collective given up on it may still be in progress
   //! (MPI would touch the freed communicator when it progresses).
   void keep_forever() noexcept { keep_ = true; }
+  [[nodiscard]] bool kept() const noexcept { return keep_; }
   ~CommHandle() { reset(); }
   //! A duplicate of `parent`, made without blocking, so that a rank that
   //! never calls this is reported (CollectiveTimeout after `timeout`), not waited for.

@@ -104,6 +104,8 @@ struct LiveComm {
   std::chrono::milliseconds timeout{0};
   //! Its peers know already, or need not be told (it failed, or was told of a failure).
   std::atomic<bool> settled{false};
+  //! Live when this process saw a failure: never freed (LiveComms::keep_all).
+  std::atomic<bool> kept{false};
 };
 
 //! Every live communicator of this process.
@@ -121,6 +123,16 @@ class LiveComms {
     std::lock_guard lk(mu_);
     std::erase(all_, c);
   }
+  //! A failure was seen (a timeout, a notice, this rank's own): every
+  //! communicator live now is never freed. A peer may have sent this rank
+  //! a message on any of them that it will never take (a pipeline stage's
+  //! activation, a ring's chunk); Open MPI keeps a message that reaches a
+  //! freed context until a new communicator gets it, and would deliver it
+  //! there. Kept, the context is never given again in this process.
+  void keep_all() {
+    std::lock_guard lk(mu_);
+    for (LiveComm* c : all_) c->kept = true;
+  }
   //! Sends `why` to the peers on every live communicator not settled (and settles it).
   void tell_all(const std::string& why) {
     std::lock_guard lk(mu_);
@@ -132,6 +144,14 @@ class LiveComms {
   std::mutex mu_;
   std::vector<LiveComm*> all_;
 };
+
+//! This process saw a failure (a wait that timed out, an abort notice, its
+//! own): the exit waits at most `timeout` for the others (runtime.hpp), and
+//! every communicator live now is never freed (LiveComms::keep_all).
+inline void failure_seen(std::chrono::milliseconds timeout) {
+  runtime().note_failure(timeout);
+  LiveComms::get().keep_all();
+}
 
 //! Tells the peers on every live communicator that this rank failed with
 //! `e` (an exception no one caught), so that their collectives end at once
@@ -203,6 +223,8 @@ class ListedComm {
   void settle() noexcept {
     if (c_) c_->settled = true;
   }
+  //! Whether a failure seen while it lived means it must never be freed (LiveComms::keep_all).
+  [[nodiscard]] bool kept() const noexcept { return c_ && c_->kept; }
 
  private:
   std::unique_ptr<LiveComm> c_;

@@ -35,6 +35,7 @@
 #include <strata/comm/mpi/exchange.hpp>
 #include <strata/comm/mpi/handles.hpp>
 #include <strata/comm/mpi/mpi.hpp>
+#include <strata/comm/mpi/notices.hpp>
 #include <strata/comm/mpi/runtime.hpp>
 
 namespace strata::detail::mpi {
@@ -329,7 +330,7 @@ void await_requests(Requests& r, std::chrono::milliseconds timeout, Describe tim
   };
   if (poll_until(std::chrono::steady_clock::now() + timeout, Pace::patient, done, [] {})) return;
   const std::string what = timed_out(pending_peers(r, timeout));
-  runtime().note_failure(timeout);  // the job's exit must not wait for these peers forever
+  failure_seen(timeout);  // the job's exit must not wait for these peers forever; nothing live is freed
   throw CollectiveTimeout(what);
 }
 
@@ -345,7 +346,7 @@ Probed probe_tagged(MPI_Comm comm, int source, std::span<const int> tags, std::c
   };
   if (poll_until(std::chrono::steady_clock::now() + timeout, Pace::patient, found, [] {})) return m;
   const std::string what = timed_out(std::vector<int>{});
-  runtime().note_failure(timeout);
+  failure_seen(timeout);
   throw CollectiveTimeout(what);
 }
 

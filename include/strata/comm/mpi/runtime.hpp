@@ -7,7 +7,11 @@
 //! lock, while it calls MPI, whichever thread runs it: the caller's, or a
 //! communicator's progress thread running its non-blocking collectives
 //! (c10d's MPI process group does the same). So MPI_THREAD_SERIALIZED is
-//! enough for non-blocking work too. MPI calls a program makes itself while
+//! enough for non-blocking work too. An operation that waits hands the lock
+//! to a thread that asks for it between two of its looks
+//! (SerialMpi::let_others_in), so that a long sum on a progress thread does
+//! not hold back another thread's send (a pipeline stage's, while its
+//! copies' gradient bucket is summed). MPI calls a program makes itself while
 //! strata's non-blocking work is pending must hold it as well. After a
 //! collective failed (timeout, disagreement that poisoned a communicator, a
 //! rank that threw) the exit waits at most the failing communicator's timeout
@@ -63,7 +67,7 @@ class SerialMpi {
   SerialMpi(const SerialMpi&) = delete;
   SerialMpi& operator=(const SerialMpi&) = delete;
   ~SerialMpi() {
-    if (!held_ || --depth() > 0) return;
+    if (!held_ || depth() == 0 || --depth() > 0) return;  // (0: lost in a handover that timed out)
     State& s = state();
     {
       std::lock_guard lk(s.mu);
@@ -117,6 +121,38 @@ class SerialMpi {
     return d;
   }
   bool held_ = false;
+
+ public:
+  //! Inside an operation's wait (bounded_wait.hpp, between two looks): when
+  //! another thread waits for the lock, this thread hands it over and takes
+  //! it back after the operations queued before it (their MPI calls then run
+  //! between two of this wait's looks: a pipeline stage's send while its
+  //! copies' gradient bucket is summed on a progress thread). The calls stay
+  //! one thread at a time, and one communicator's operations stay in issue
+  //! order (they run on one thread: progress.hpp). Nothing when this thread
+  //! does not hold the lock or nobody waits. Bounded as taking it is: past
+  //! the bound, CollectiveTimeout names the operation that kept it.
+  static void let_others_in() {
+    if (depth() == 0) return;
+    State& s = state();
+    std::unique_lock lk(s.mu);
+    if (s.next == s.serving + 1) return;  // nobody else has asked
+    const char* mine = s.what;
+    s.what = "none";
+    ++s.serving;
+    while (s.abandoned.erase(s.serving)) ++s.serving;
+    const std::uint64_t ticket = s.next++;
+    s.cv.notify_all();
+    const auto bound = 2 * s.longest + std::chrono::seconds(1);
+    if (!s.cv.wait_for(lk, bound, [&] { return s.serving == ticket; })) {
+      s.abandoned.insert(ticket);
+      depth() = 0;  // not held any more: this thread's SerialMpi objects release nothing
+      throw CollectiveTimeout(std::string("strata: ") + mine + " could not take MPI back: another strata MPI "
+                              "operation (" + s.what + ") has held it for over " + std::to_string(bound.count()) +
+                              " ms (one thread at a time calls MPI: MPI_THREAD_SERIALIZED)");
+    }
+    s.what = mine;
+  }
 };
 
 //! How long MPI initialization may wait for the other ranks:
