@@ -44,6 +44,26 @@ strata::MultiWorkerOptions slow() {  // a deadline far above what the tests allo
   return o;
 }
 
+namespace m = strata::detail::mpi;
+
+// Rank 1's abort notice to rank 0 on `c`, carrying `token` (as Exchange::abort sends it).
+void send_notice(strata::MpiCommunicator& c, std::int64_t token, const char* why) {
+  const m::SerialMpi lock("sending a notice", 2s);
+  m::send_abort_notice(c.native_handle(), 1, 2, token, why, 2s);
+}
+
+// The notice of `c`'s own token that arrives within `wait` (looked for at least once), taken.
+std::optional<m::AbortNotice> notice_within(strata::MpiCommunicator& c, std::chrono::milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    {
+      const m::SerialMpi lock("looking for a notice", 2s);
+      if (auto n = m::take_abort_notice(c.native_handle(), c.token())) return n;
+    }
+    if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+  }
+}
+
 // Seconds rank 0's barrier took to fail, and its message.
 std::pair<double, std::string> failed_barrier(strata::MultiWorkerMirroredStrategy& s) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -146,12 +166,7 @@ TEST_CASE("a mismatch every rank raises unwinds past its communicator telling no
   strata::MpiCommunicator after = strata::MpiCommunicator::world(slow().mpi);
   CHECK_NOTHROW(after.barrier());
   if (kept) {
-    std::optional<strata::detail::mpi::AbortNotice> notice;
-    const auto until = std::chrono::steady_clock::now() + 500ms;
-    while (!notice && std::chrono::steady_clock::now() < until) {
-      const strata::detail::mpi::SerialMpi lock("looking for a notice", 2s);
-      notice = strata::detail::mpi::take_abort_notice(kept->native_handle(), kept->token());
-    }
+    const std::optional<m::AbortNotice> notice = notice_within(*kept, 500ms);
     CHECK_MESSAGE(!notice, "rank 1 told rank 0 of an agreed mismatch: " << (notice ? notice->why : ""));
   }
 }
@@ -161,17 +176,12 @@ TEST_CASE("a mismatch every rank raises unwinds past its communicator telling no
 // can reach a later one. Notices carry their communicator's token (agreed at
 // its creation), and a communicator drops notices of another.
 TEST_CASE("a notice carrying another communicator's token is dropped; its own is taken") {
-  namespace m = strata::detail::mpi;
   strata::MpiCommunicator c = strata::MpiCommunicator::world(slow().mpi);
   strata::MpiCommunicator other = strata::MpiCommunicator::world(slow().mpi);
   CHECK(c.token() != other.token());  // each creation draws its own
   std::vector<std::int64_t> tokens(2);
   c.all_gather(std::vector<std::int64_t>{c.token()}, tokens);
   CHECK(tokens[0] == tokens[1]);  // the same on every rank
-  const auto send = [&](std::int64_t token, const char* why) {
-    const m::SerialMpi lock("sending a notice", 2s);
-    m::send_abort_notice(c.native_handle(), 1, 2, token, why, 2s);
-  };
   const auto arrived = [&] {  // whether a notice waits on c (within 2 s)
     for (const auto until = std::chrono::steady_clock::now() + 2s; std::chrono::steady_clock::now() < until;) {
       const m::SerialMpi lock("looking for a notice", 2s);
@@ -181,12 +191,9 @@ TEST_CASE("a notice carrying another communicator's token is dropped; its own is
     }
     return false;
   };
-  const auto take = [&] {
-    const m::SerialMpi lock("taking a notice", 2s);
-    return m::take_abort_notice(c.native_handle(), c.token());
-  };
+  const auto take = [&] { return notice_within(c, 0ms); };
   // a stale notice is taken and dropped
-  if (world_rank() == 1) send(c.token() ^ 1, "a stale notice");
+  if (world_rank() == 1) send_notice(c, c.token() ^ 1, "a stale notice");
   other.barrier();
   if (world_rank() == 0) {
     REQUIRE(arrived());
@@ -196,12 +203,12 @@ TEST_CASE("a notice carrying another communicator's token is dropped; its own is
   other.barrier();
   // one arriving while rank 0 waits in a collective does not end it
   if (world_rank() == 1) {
-    send(c.token() ^ 1, "a stale notice");
+    send_notice(c, c.token() ^ 1, "a stale notice");
     std::this_thread::sleep_for(300ms);  // rank 0 polls meanwhile, and sees it
   }
   CHECK_NOTHROW(c.barrier());
   // the communicator's own notice is taken, once
-  if (world_rank() == 1) send(c.token(), "its own notice");
+  if (world_rank() == 1) send_notice(c, c.token(), "its own notice");
   other.barrier();
   if (world_rank() == 0) {
     REQUIRE(arrived());
@@ -222,14 +229,12 @@ TEST_CASE("a notice carrying another communicator's token is dropped; its own is
 // (Without it, the pipeline test's failing case, run before others, made a
 // later case's ring time out in 2 runs of 8.)
 TEST_CASE("a failure seen keeps every live communicator; one made after is freed as usual") {
-  namespace m = strata::detail::mpi;
   strata::MpiCommunicator a = strata::MpiCommunicator::world(slow().mpi);
   strata::MpiCommunicator b = strata::MpiCommunicator::world(slow().mpi);
   CHECK_FALSE(a.never_freed());
   CHECK_FALSE(b.never_freed());
   if (world_rank() == 1) {
-    const m::SerialMpi lock("sending a notice", 2s);
-    m::send_abort_notice(a.native_handle(), 1, 2, a.token(), "rank 1 gives up", 2s);
+    send_notice(a, a.token(), "rank 1 gives up");
   } else {
     CHECK_THROWS_WITH_AS(a.barrier(), doctest::Contains("rank 1 failed: rank 1 gives up"), strata::CollectiveAborted);
   }
