@@ -401,4 +401,60 @@ TEST_CASE("ReplicaContext forwards the async forms with its algorithm") {
   for (bool b : got) CHECK(b);
 }
 
+TEST_CASE("FollowedWork: the rest runs once, after the operation, on the waiting thread; not when dropped") {
+  using strata::detail::FollowedWork;
+  using strata::detail::WorkState;
+  auto started = [] { return std::make_shared<WorkState>("op", std::chrono::seconds(5), nullptr); };
+  SUBCASE("test() is false until the operation ended, then runs the rest once") {
+    auto st = started();
+    int runs = 0;
+    strata::Work w(std::make_unique<FollowedWork>(strata::Work(st), [&] { ++runs; }));
+    CHECK_FALSE(w.test());
+    CHECK_FALSE(w.is_completed());
+    CHECK(runs == 0);
+    st->finish(nullptr);
+    CHECK(w.test());
+    CHECK(w.is_completed());
+    w.wait();
+    CHECK(runs == 1);
+  }
+  SUBCASE("wait() from another thread's completion; the rest's error is the outcome, repeated") {
+    auto st = started();
+    std::thread done([st] {
+      std::this_thread::sleep_for(20ms);
+      st->finish(nullptr);
+    });
+    strata::Work w(std::make_unique<FollowedWork>(strata::Work(st), [] { throw strata::Error("upload failed"); }));
+    CHECK_THROWS_WITH_AS(w.wait(), "upload failed", strata::Error);
+    CHECK_THROWS_WITH_AS(w.test(), "upload failed", strata::Error);
+    done.join();
+  }
+  SUBCASE("the operation's error: thrown, and the rest never runs") {
+    auto st = started();
+    int runs = 0;
+    strata::Work w(std::make_unique<FollowedWork>(strata::Work(st), [&] { ++runs; }));
+    st->finish(std::make_exception_ptr(strata::CollectiveAborted("peer 1 failed")));
+    CHECK_THROWS_AS(w.wait(), strata::CollectiveAborted);
+    CHECK_THROWS_AS(w.wait(), strata::CollectiveAborted);
+    CHECK(runs == 0);
+  }
+  SUBCASE("dropped unwaited: the operation settles, the rest does not run") {
+    auto st = started();
+    int runs = 0;
+    std::thread done([st] {
+      std::this_thread::sleep_for(20ms);
+      st->finish(nullptr);
+    });
+    {
+      strata::Work w(std::make_unique<FollowedWork>(strata::Work(st), [&] { ++runs; }));
+    }
+    {
+      std::lock_guard lk(st->mu);
+      CHECK(st->done);  // the handle waited for it before going
+    }
+    CHECK(runs == 0);
+    done.join();
+  }
+}
+
 }  // namespace async_comm_test

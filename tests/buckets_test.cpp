@@ -1,7 +1,9 @@
 // Gradient buckets (issue 25): the all-reduce cut into buckets started while
 // backward goes on gives the flat reduction's weights bit for bit, the first
 // bucket is under way before the first layer's backward runs, and a replica
-// failing while buckets are in flight is named within the deadline.
+// failing while buckets are in flight is named within the deadline. The same
+// for GPU replicas, run on the host's compute (host_as_gpu.hpp): their
+// buckets go through the device collectives' started sum (host-staged here).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -10,12 +12,14 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/strata.hpp>
 #include <strata/strategy/buckets.hpp>
 
 #include "blobs.hpp"
+#include "host_as_gpu.hpp"
 #include "identity_layer.hpp"
 #include "watchdog.hpp"
 
@@ -71,8 +75,8 @@ nn::Sequential probed_mlp() {
 //! The weights after `epochs` of Adam on blobs under Mirrored with `p`
 //! replicas and buckets of `bytes` (0: flat).
 std::vector<float> train(int p, std::size_t bytes, strata::ShardedUpdate sharded, int epochs = 3,
-                         nn::Sequential (*make)() = probed_mlp) {
-  strata::MirroredStrategy s{strata::cpu_replicas(p)};
+                         nn::Sequential (*make)() = probed_mlp, bool gpus = false) {
+  strata::MirroredStrategy s{gpus ? strata::virtual_gpus(0, p) : strata::cpu_replicas(p)};
   s.executor_options().bucket_bytes = bytes;
   s.executor_options().sharded_update = sharded;
   const auto data = strata_test::blobs(150, 11);
@@ -186,13 +190,41 @@ TEST_CASE("the later layers' buckets are under way before the first layer's back
   }
 }
 
-TEST_CASE("a replica failing while buckets are in flight is named within the deadline") {
-  strata_test::Watchdog dog("buckets failure", 60s);
+TEST_CASE("GPU replicas bucket too: the CPU flat run's bits, the later buckets under way in backward") {
+  strata_test::Watchdog dog("buckets on GPU replicas", 120s);
+  strata_test::HostAsGpu host;  // every gpu(i) computes on the host, its collectives staged through it
   for (int p : {2, 3}) {
     CAPTURE(p);
+    const auto flat = train(p, 0, strata::ShardedUpdate::Off);
+    CHECK(train(p, 0, strata::ShardedUpdate::Off, 3, probed_mlp, true) == flat);
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{128}, std::size_t{1} << 20}) {
+      CAPTURE(bytes);
+      reset_seen();
+      CHECK(train(p, bytes, strata::ShardedUpdate::Off, 3, probed_mlp, true) == flat);
+      REQUIRE(seen.steps.load() > 0);
+      // one variable per bucket: the last two layers' four started before the probe's backward; 128
+      // bytes: two (the last layer's variables with the middle one's bias, 140 B; the middle one's
+      // weight, 512 B); one bucket for the whole model: none
+      const std::uint64_t expected = bytes == 1 ? 4 : bytes == 128 ? 2 : 0;
+      for (int r = 0; r < p; ++r) CHECK(seen.least[r].load() == expected);
+    }
+  }
+  // the sharded update keeps its flat reduce-scatter: no bucket starts, the same bits
+  reset_seen();
+  CHECK(train(3, 1, strata::ShardedUpdate::Auto, 2, probed_mlp, true) ==
+        train(3, 0, strata::ShardedUpdate::Auto, 2, probed_mlp, true));
+  CHECK(seen.least[0].load() == 0);
+}
+
+TEST_CASE("a replica failing while buckets are in flight is named within the deadline") {
+  strata_test::Watchdog dog("buckets failure", 60s);
+  strata_test::HostAsGpu host;  // the GPU replicas' case on the host's compute
+  for (auto [p, gpus] : {std::pair{2, false}, std::pair{3, false}, std::pair{2, true}, std::pair{3, true}}) {
+    CAPTURE(p);
+    CAPTURE(gpus);
     strata::CommOptions opts;
     opts.timeout = 5s;
-    strata::MirroredStrategy s{strata::cpu_replicas(p), opts};
+    strata::MirroredStrategy s{gpus ? strata::virtual_gpus(0, p) : strata::cpu_replicas(p), opts};
     s.executor_options().bucket_bytes = 1;
     s.executor_options().sharded_update = strata::ShardedUpdate::Off;
     const auto data = strata_test::blobs(64, 3);

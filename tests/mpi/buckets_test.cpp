@@ -4,6 +4,7 @@
 // flat reduction's weights bit for bit, with one and two replicas a worker;
 // the later layers' buckets are under way before the first layer's
 // backward; a replica failing with buckets in flight is named on every worker.
+// GPU replicas (on the host's compute) bucket across workers too.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -19,6 +20,7 @@
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"
+#include "../host_as_gpu.hpp"
 #include "../identity_layer.hpp"
 #include "../quick_workers.hpp"
 
@@ -60,8 +62,9 @@ nn::Sequential probed_mlp() {
 
 //! The weights after 3 epochs of Adam on blobs (the same data on every
 //! worker, each replica its rows of every global batch), buckets of `bytes`.
-std::vector<float> train(int local, std::size_t bytes) {
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers(20s)};
+std::vector<float> train(int local, std::size_t bytes, bool gpus = false) {
+  strata::MultiWorkerMirroredStrategy s{gpus ? strata::virtual_gpus(0, local) : strata::cpu_replicas(local),
+                                        strata_test::quick_workers(20s)};
   s.executor_options().bucket_bytes = bytes;
   const auto data = strata_test::blobs(150, 11);
   auto model = s.scope(probed_mlp);
@@ -86,6 +89,22 @@ TEST_CASE("bucketed and flat all-reduces across workers give the same weights bi
       CHECK(train(local, bytes) == flat);
       // the buckets of the layers after the probe were started before its backward ran
       CHECK(least.load() == (bytes == 1 ? 4u : bytes == 128 ? 2u : bytes == 600 ? 1u : 0u));
+    }
+  }
+}
+
+TEST_CASE("GPU replicas across workers (on the host's compute) bucket too: the CPU flat run's bits") {
+  // each bucket's local sum is started in backward (host-staged on the host's compute), its sum across
+  // workers and the local copy of it follow when the update waits for it, in bucket order on every worker
+  for (int local : {1, 2}) {
+    CAPTURE(local);
+    const auto flat = train(local, 0);
+    strata_test::HostAsGpu host;
+    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{128}, std::size_t{1} << 20}) {
+      CAPTURE(bytes);
+      least = ~0ull;
+      CHECK(train(local, bytes, true) == flat);
+      CHECK(least.load() == (bytes == 1 ? 4u : bytes == 128 ? 2u : 0u));
     }
   }
 }

@@ -48,6 +48,8 @@
 
 namespace strata {
 
+class Work;
+
 namespace detail {
 
 //! The shared state of one queued operation: completed once, by the thread
@@ -90,6 +92,32 @@ class PolledWork {
   [[nodiscard]] virtual bool is_completed() const = 0;
   virtual bool test() = 0;
   virtual void wait() = 0;
+  //! A Work dropped before it was waited for: its operation settles
+  //! (bounded, as wait()); what was only to follow it may be left out.
+  virtual void settle() { wait(); }
+};
+
+//! A Work followed by `then`, run once by the first test() that finds the
+//! Work completed or by wait(), on that caller's thread: the rest of a
+//! collective done in two parts (a staged copy's upload, a sum across
+//! workers after the local one). Its outcome is the Work's error, else
+//! then's. Dropped unwaited, the Work settles and `then` does not run.
+//! `then` may own what the Work's operation uses: it is destroyed after it.
+class FollowedWork final : public PolledWork {
+ public:
+  FollowedWork(Work first, std::function<void()> then);
+  ~FollowedWork() override;
+  [[nodiscard]] bool is_completed() const override { return ended_; }
+  bool test() override;
+  void wait() override;
+  void settle() override;
+
+ private:
+  void follow();
+  std::function<void()> then_;  // declared before first_: outlives its operation
+  std::unique_ptr<Work> first_;
+  bool ended_ = false;
+  std::exception_ptr error_;
 };
 
 }  // namespace detail
@@ -179,7 +207,8 @@ class Work {
   void settle() noexcept {
     if (!s_ && !p_) return;
     try {
-      wait();
+      if (p_) p_->settle();
+      else wait();
     } catch (...) {  // dropped: the communicator reports the failure at its next operation
     }
     s_.reset();
@@ -190,4 +219,55 @@ class Work {
   std::unique_ptr<detail::PolledWork> p_;
 };
 
+namespace detail {
+
+inline FollowedWork::FollowedWork(Work first, std::function<void()> then)
+    : then_(std::move(then)), first_(std::make_unique<Work>(std::move(first))) {}
+
+inline FollowedWork::~FollowedWork() = default;
+
+inline void FollowedWork::follow() {
+  ended_ = true;
+  try {
+    if (then_) then_();
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+}
+
+inline bool FollowedWork::test() {
+  if (!ended_) {
+    try {
+      if (!first_->test()) return false;
+    } catch (...) {
+      ended_ = true;
+      error_ = std::current_exception();
+      throw;
+    }
+    follow();
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+inline void FollowedWork::wait() {
+  if (!ended_) {
+    try {
+      first_->wait();
+    } catch (...) {
+      ended_ = true;
+      error_ = std::current_exception();
+      throw;
+    }
+    follow();
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+inline void FollowedWork::settle() {
+  ended_ = true;
+  first_.reset();  // settles the operation (bounded) and drops its error
+}
+
+}  // namespace detail
 }  // namespace strata

@@ -8,18 +8,22 @@
 //! replicas reduce in host memory in replica order, each uploads the sum.
 //!   auto coll = strata::detail::make_device_collectives(devices, opts);
 //!   coll->all_reduce_sum(r, compute, grad, n);   // on replica r's thread, every replica
+//!   strata::Work w = coll->all_reduce_sum_async(r, compute, bucket, m);  ...;  w.wait();
 //!   coll->broadcast(r, compute, grad, n, 0);      // every replica takes replica 0's
 //!   coll->reduce_scatter_sum(r, compute, grad, shard, n);  coll->all_gather(r, compute, shard, value, n);
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <strata/comm/algorithm/direct.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/threads/communicator.hpp>
 #include <strata/comm/threads/team.hpp>
+#include <strata/comm/work.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/strategy/device.hpp>
@@ -37,6 +41,15 @@ class DeviceCollectives {
   //! Replica `rank`'s `n` floats at `data` (memory of `c`) become the sum of
   //! every replica's, added in replica order (bitwise the same on each).
   virtual void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) = 0;
+  //! all_reduce_sum started, not waited for (gradient buckets): the same
+  //! sum, in the same order as the replica's other calls; `data` is the
+  //! operation's until the returned Work ended (comm/work.hpp), and the
+  //! replica's calls on `c` queued after that wait see the sum. By default
+  //! the blocking call and a completed Work.
+  virtual Work all_reduce_sum_async(int rank, kernels::Compute& c, float* data, std::size_t n) {
+    all_reduce_sum(rank, c, data, n);
+    return Work{};
+  }
   //! Replica `rank`'s `n` floats at `data` (memory of `c`) become replica `root`'s.
   virtual void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) = 0;
   //! The sum of every replica's `n` floats at `in`, added in replica order;
@@ -71,6 +84,17 @@ class HostStagedCollectives final : public DeviceCollectives {
     if (n) c.download(mine.data(), data, n * sizeof(float));
     comm(rank).all_reduce(mine, Sum, Direct{});
     if (n) c.upload(data, mine.data(), n * sizeof(float));
+  }
+  //! Downloaded into a copy of its own (several buckets are in flight), the
+  //! team's direct all-reduce queued on the replica's progress thread, and
+  //! the upload once the Work is waited for (on the replica's thread).
+  Work all_reduce_sum_async(int rank, kernels::Compute& c, float* data, std::size_t n) override {
+    auto copy = std::make_shared<std::vector<float>>(n);
+    if (n) c.download(copy->data(), data, n * sizeof(float));
+    Work sum = comm(rank).all_reduce_async(std::span<float>(*copy), Sum, Direct{});
+    return Work(std::make_unique<FollowedWork>(std::move(sum), [copy, &c, data, n] {
+      if (n) c.upload(data, copy->data(), n * sizeof(float));
+    }));
   }
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
     std::vector<float>& mine = staged(rank, n);

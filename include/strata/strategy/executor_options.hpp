@@ -97,17 +97,17 @@ struct ExecutorOptions {
   //! skipped steps read every `read_every` steps. Other placements refuse it.
   bool capture_steps = false;
   std::size_t read_every = 100;
-  //! Gradient buckets (strategy/buckets.hpp; issue 25), CPU replicas of
-  //! Mirrored and MultiWorkerMirrored: the gradient is cut into contiguous
+  //! Gradient buckets (strategy/buckets.hpp; issue 25), CPU and GPU replicas
+  //! of Mirrored and MultiWorkerMirrored: the gradient is cut into contiguous
   //! buckets of whole variables of at least this many bytes (the first, of
   //! the last layers, closed at min(this, 1 MiB), as DDP's), in backward
   //! order, each all-reduced (non-blocking) as soon as backward has finished
   //! it, while backward goes on; the update waits for every bucket. 0: one
   //! flat all-reduce after backward. With the direct reduction (the default
   //! in one process) the weights are bitwise the flat run's. The flat
-  //! reduction stays where a bucket would not help or cannot be: GPU
-  //! replicas, the sharded update (Auto from 3 replicas: set ShardedUpdate::
-  //! Off to bucket there), a custom loop's gradient hook.
+  //! reduction stays where a bucket would not help or cannot be: the
+  //! sharded update (Auto from 3 replicas: set ShardedUpdate::Off to bucket
+  //! there), central variables, a custom loop's gradient hook.
   //!   s.executor_options().bucket_bytes = 4 << 20;   // before making the model
   std::size_t bucket_bytes = 0;
   //! Gradient compression (Compression); None: FP32 on the wire.

@@ -37,8 +37,8 @@
 //! Central (CentralStorageStrategy with CentralVariables::Gpu): only replica
 //! 0 keeps optimizer state and applies the update to its copy, the central
 //! one; the others take its values each step.
-//! CPU replicas: gradient buckets (ExecutorOptions::bucket_bytes, buckets.hpp) cut the all-reduce
-//! above; compression (ExecutorOptions::compression, compression.hpp) sends it (or ZeRO 1's reduce-scatter) in 16 bits.
+//! Gradient buckets (ExecutorOptions::bucket_bytes, buckets.hpp) cut the all-reduce above, on
+//! CPU and GPU replicas; CPU replicas: compression (ExecutorOptions::compression, compression.hpp) sends it (or ZeRO 1's reduce-scatter) in 16 bits.
 //! On the host's compute substituted for a GPU's (tests/host_as_gpu.hpp)
 //! the GPU replicas run this very code and give the CPU run's bits.
 
@@ -278,20 +278,25 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     if (colls_) colls_->reset();
   }
 
-  //! Replica r's buckets for this step (compressed with its gradient), where they apply: CPU
-  //! replicas whose context starts an all-reduce without waiting. Flat instead on GPU replicas
-  //! (their collectives are queued on streams already), with the sharded update (its reduce-scatter
-  //! is cut by replica, not by bucket) or central variables, and when a custom loop's hook must
-  //! see the whole gradient before any of it is reduced.
+  //! Replica r's buckets for this step, where they apply: CPU replicas whose context starts an
+  //! all-reduce without waiting (compressed with their gradient), and GPU replicas (the device
+  //! collectives' started sum: DeviceStep::all_reduce_async). Flat instead with the sharded update
+  //! (its reduce-scatter is cut by replica, not by bucket) or central variables, and when a custom
+  //! loop's hook must see the whole gradient before any of it is reduced.
   template <class Ctx>
   GradientReady* ready_for(Ctx& ctx, std::size_t r, const Pass& pass) {
+    if (opts_.bucket_bytes == 0 || sharded_ || central_ || pass.gradient_hook || plan_.empty()) return nullptr;
+    Replica& R = devs_[r];
+    const std::span<float> g{R.grad.data(), this->program_.num_params()};
+    if (colls_) {  // compression is refused on GPU replicas (check_compression)
+      buckets_[r].begin(&plan_, g, [step = DeviceStep{*colls_, workers_sum_.get(), *R.c, r, devs_.size()}](
+                                       std::span<float> b) mutable { return step.all_reduce_async(b, Sum); });
+      return &buckets_[r];
+    }
     if constexpr (requires(std::span<float> b) {
                     { ctx.all_reduce_async(b, Sum) } -> std::same_as<Work>;
                   }) {
-      if (opts_.bucket_bytes == 0 || colls_ || sharded_ || central_ || pass.gradient_hook || plan_.empty())
-        return nullptr;
-      const std::span<float> g{devs_[r].grad.data(), this->program_.num_params()};
-      buckets_[r].begin(&plan_, g, devs_[r].comp.bucket_start(ctx, g), devs_[r].comp.bucket_done(g));
+      buckets_[r].begin(&plan_, g, R.comp.bucket_start(ctx, g), R.comp.bucket_done(g));
       return &buckets_[r];
     }
     return nullptr;

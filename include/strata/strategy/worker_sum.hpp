@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <strata/comm/reduce_op.hpp>
+#include <strata/comm/work.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/strategy/device.hpp>
 #include <strata/strategy/device_collectives.hpp>
@@ -96,6 +97,20 @@ struct DeviceStep {
     if (local > 1) colls.all_reduce_sum(me, c, d.data(), d.size());
     if (r == 0) workers->all_reduce_sum(c, d.data(), d.size());
     if (local > 1) colls.broadcast(me, c, d.data(), d.size(), 0);
+  }
+  //! all_reduce started (a gradient bucket's): the local sum now on the
+  //! devices; across workers, replica 0's sum over the workers and the
+  //! others' copy of it when the Work is waited for (every replica waits
+  //! for its buckets in issue order, so every worker sums them in one order).
+  Work all_reduce_async(std::span<float> d, SumOp) {
+    const int me = static_cast<int>(r);
+    if (!workers) return colls.all_reduce_sum_async(me, c, d.data(), d.size());
+    Work local = this->local > 1 ? colls.all_reduce_sum_async(me, c, d.data(), d.size()) : Work{};
+    return Work(std::make_unique<FollowedWork>(std::move(local), [step = *this, d]() mutable {
+      const int rank = static_cast<int>(step.r);
+      if (step.r == 0) step.workers->all_reduce_sum(step.c, d.data(), d.size());
+      if (step.local > 1) step.colls.broadcast(rank, step.c, d.data(), d.size(), 0);
+    }));
   }
   void broadcast(std::span<float> d, int root) { colls.broadcast(static_cast<int>(r), c, d.data(), d.size(), root); }
   void reduce_scatter(std::span<const float> in, std::span<float> out, SumOp) {
