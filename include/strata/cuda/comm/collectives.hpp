@@ -4,9 +4,12 @@
 //! choose_gpu_reduce (comm/gpu_choice.hpp) from where the replicas are.
 //!   auto coll = strata::cuda::make_collectives(strata::virtual_gpus(0, 4), {});
 //!   coll->choice();   // "4 replicas share GPU 0 (virtual GPUs): a direct reduce kernel ..."
+//! A gradient bucket's sum (all_reduce_sum_async) runs on a side stream of
+//! the replica's GPU, beside the backward on its compute's stream.
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,18 +18,66 @@
 #include <strata/cuda/comm/peer_access.hpp>
 #include <strata/comm/gpu_choice.hpp>
 #include <strata/cuda/compute.hpp>
+#include <strata/cuda/stream.hpp>
 #include <strata/strategy/device_collectives.hpp>
 
 namespace strata::cuda {
+
+namespace detail {
+
+//! Per GPU replica, a second stream on its GPU where its gradient buckets
+//! are summed (all_reduce_sum_async), so that a bucket's sum runs beside the
+//! backward that goes on on the compute's stream, and the event that hands
+//! each bucket over: the side stream waits (on the device, the host does
+//! not) for what the compute's stream had queued when the bucket started.
+//! The update's calls, queued after the host waited for the bucket's Work,
+//! follow its sum. Made on first use.
+class SideStreams {
+ public:
+  explicit SideStreams(std::size_t replicas) : sides_(replicas) {}
+  //! Replica `rank`'s side stream, made to wait for the work queued on `gpu`'s stream so far.
+  cudaStream_t after(int rank, CudaCompute& gpu) {
+    DeviceGuard g{gpu.device()};
+    std::optional<Side>& s = sides_.at(static_cast<std::size_t>(rank));
+    if (!s) s.emplace(gpu.device());
+    s->handoff.record(gpu.stream());
+    s->handoff.wait(s->stream.get());
+    return s->stream.get();
+  }
+
+ private:
+  struct Side {
+    explicit Side(int device) : stream(device) {}
+    Stream stream;
+    Event handoff;  // made on the stream's device (the guard above)
+  };
+  std::vector<std::optional<Side>> sides_;
+};
+
+//! Replica `rank`'s compute as a GPU's (a device team and NCCL reduce GPU memory).
+inline CudaCompute& gpu_of(int rank, kernels::Compute& c, const char* who) {
+  auto* gpu = dynamic_cast<CudaCompute*>(&c);
+  if (!gpu)
+    throw Error(std::string(who) + ": replica " + std::to_string(rank) + " computes on " + c.name() +
+                ", not on a GPU (it reduces GPU memory)");
+  return *gpu;
+}
+
+}  // namespace detail
 
 //! The direct reduce kernel among replicas whose memories reach each other.
 class DeviceTeamCollectives final : public strata::detail::DeviceCollectives {
  public:
   DeviceTeamCollectives(const std::vector<Device>& devices, CommOptions opts, std::string why)
-      : team_(devices, opts), why_(std::move(why)) {}
+      : sides_(devices.size()), team_(devices, opts), why_(std::move(why)) {}
 
   void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) override {
     DeviceCommunicator{team_, rank, stream_of(rank, c)}.all_reduce(std::span<float>(data, n), Sum);
+  }
+  //! On the replica's side stream (detail::SideStreams), after what its compute's stream queued.
+  Work all_reduce_sum_async(int rank, kernels::Compute& c, float* data, std::size_t n) override {
+    const cudaStream_t side = sides_.after(rank, detail::gpu_of(rank, c, "DeviceTeamCollectives"));
+    return DeviceCommunicator{team_, rank, side}.all_reduce_async(std::span<float>(data, n), Sum);
   }
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
     DeviceCommunicator{team_, rank, stream_of(rank, c)}.broadcast(std::span<float>(data, n), root);
@@ -48,13 +99,10 @@ class DeviceTeamCollectives final : public strata::detail::DeviceCollectives {
     return shard_range(n, static_cast<std::size_t>(team_.size()), static_cast<std::size_t>(rank)).size();
   }
   static cudaStream_t stream_of(int rank, kernels::Compute& c) {
-    auto* gpu = dynamic_cast<CudaCompute*>(&c);
-    if (!gpu)
-      throw Error("DeviceTeamCollectives: replica " + std::to_string(rank) + " computes on " + c.name() +
-                  ", not on a GPU (a device team reduces GPU memory)");
-    return gpu->stream();
+    return detail::gpu_of(rank, c, "DeviceTeamCollectives").stream();
   }
 
+  detail::SideStreams sides_;  // declared first: its streams outlive the team's work on them
   DeviceTeam team_;
   std::string why_;
 };

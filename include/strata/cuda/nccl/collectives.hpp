@@ -28,6 +28,15 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
   void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) override {
     comm_of(rank, c).all_reduce(std::span<float>(data, n), Sum);
   }
+  //! On the replica's side stream (cuda::detail::SideStreams), after what its compute's stream queued:
+  //! NCCL's kernel runs beside the backward. The replica's calls on either stream are issued in one
+  //! order (the update's after the host waited for every bucket), as NCCL requires.
+  Work all_reduce_sum_async(int rank, kernels::Compute& c, float* data, std::size_t n) override {
+    const cudaStream_t side = sides_.after(rank, cuda::detail::gpu_of(rank, c, "NcclCollectives"));
+    auto& comm = side_comms_[static_cast<std::size_t>(rank)];
+    if (!comm || comm->stream() != side) comm.emplace(team_->communicator(rank, side));
+    return comm->all_reduce_async(std::span<float>(data, n), Sum);
+  }
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
     comm_of(rank, c).broadcast(std::span<float>(data, n), root);
   }
@@ -51,27 +60,28 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
   }
   //! Replica `rank`'s communicator on its compute's stream (each replica touches only its own slot).
   NcclCommunicator& comm_of(int rank, kernels::Compute& c) {
-    auto* gpu = dynamic_cast<cuda::CudaCompute*>(&c);
-    if (!gpu)
-      throw Error("NcclCollectives: replica " + std::to_string(rank) + " computes on " + c.name() +
-                  ", not on a GPU");
+    const cudaStream_t stream = cuda::detail::gpu_of(rank, c, "NcclCollectives").stream();
     auto& comm = comms_[static_cast<std::size_t>(rank)];
-    if (!comm || comm->stream() != gpu->stream()) comm.emplace(team_->communicator(rank, gpu->stream()));
+    if (!comm || comm->stream() != stream) comm.emplace(team_->communicator(rank, stream));
     return *comm;
   }
 
   void rebuild() {
     comms_.clear();
+    side_comms_.clear();
     team_.reset();
     team_ = std::make_unique<NcclTeam>(devices_, opts_);
     comms_.resize(devices_.size());
+    side_comms_.resize(devices_.size());
   }
 
   std::vector<int> devices_;
   CommOptions opts_;
   std::string why_;
+  cuda::detail::SideStreams sides_{devices_.size()};  // before the team: its streams outlive the communicators
   std::unique_ptr<NcclTeam> team_;
-  std::vector<std::optional<NcclCommunicator>> comms_;
+  std::vector<std::optional<NcclCommunicator>> comms_;       // on each replica's compute stream
+  std::vector<std::optional<NcclCommunicator>> side_comms_;  // on its side stream (the buckets')
 };
 
 //! The collectives of GPU replicas `devices` in a program with NCCL: NCCL
