@@ -140,4 +140,23 @@ TEST_CASE("compressed ZeRO 1 across workers: the compressed all-reduce's bits, h
   }
 }
 
+// ZeRO 2 and 3 across workers compressed: each layer's gradient rounded with the replica's residual at its
+// place as backward ends it, reduce-scattered in 16 bits over every worker's replicas: per element ZeRO 1's
+// rounding and sums, so its weights; the gradient's bytes between the workers halved.
+TEST_CASE("compressed ZeRO 2 and 3 across workers: compressed ZeRO 1's bits, half the gradient's bytes") {
+  using strata::ShardedUpdate;
+  const std::size_t params = 6 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3;  // blobs_mlp
+  for (int local : {1, 2}) {
+    INFO(local, " replicas a worker");
+    const auto one = across_workers(local, strata::Compression::BF16, 0, nullptr, ShardedUpdate::On);
+    for (ShardedUpdate stage : {ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
+      CHECK(across_workers(local, strata::Compression::BF16, 0, nullptr, stage) == one);
+      std::uint64_t fp32 = 0, bf = 0;
+      across_workers(local, strata::Compression::None, 0, &fp32, stage);
+      across_workers(local, strata::Compression::BF16, 0, &bf, stage);
+      CHECK(fp32 - bf == 2 * 5 * params * 2);  // every layer's reduce-scatter between the workers in 2 bytes
+    }
+  }
+}
+
 }  // namespace mpi_compression_test

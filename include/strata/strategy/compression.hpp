@@ -20,7 +20,9 @@
 //! - The flat reduction, the gradient buckets (a bucket is compressed when
 //!   it starts and expanded when finish waits for it), the sharded update
 //!   (ZeRO 1: the gradient reduce-scattered in 16 bits, the updated values
-//!   all-gathered in FP32: scattered, CompressedSlices) use it, and
+//!   all-gathered in FP32: scattered, CompressedSlices) use it, ZeRO 2 and
+//!   3 round and reduce-scatter each layer as backward ends it
+//!   (ShardedCompression: one residual, zeroed by a skipped step), and
 //!   tensor parallelism's sum of each member's gradient over the copies
 //!   (through_wire: in one process its peer sum, across workers the
 //!   all-reduce of the members' parts; on CPU and GPU replicas, whose
@@ -31,6 +33,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,9 +69,24 @@ namespace strata {
 
 namespace detail {
 
+//! out[i] = round(g[i] + res[i]) in 16 bits (T: bf16 or fp16), next[i] =
+//! what the rounding lost (0 where the rounded value is not finite: an
+//! overflow or a NaN, whose step the finiteness check skips). `next` may be
+//! `res` (the residual updated in place).
+template <class T>
+void round_with_residual(std::span<const float> g, const float* res, float* next, T* out) {
+  for (std::size_t i = 0; i < g.size(); ++i) {  // (written so that it vectorizes)
+    const float v = g[i] + res[i];
+    const T h(v);
+    const float lost = v - static_cast<float>(h);
+    out[i].bits = h.bits;
+    next[i] = lost - lost == 0.f ? lost : 0.f;  // finite (infinity and NaN give NaN)
+  }
+}
+
 //! Refuses compression where a placement cannot apply it, at place time:
 //! GPU replicas (their sums run on the devices in FP32), central variables
-//! on a GPU. (ZeRO 2 and 3 refuse it themselves: fully_sharded_executor.hpp.)
+//! on a GPU. (ZeRO 2 and 3 compress with ShardedCompression.)
 inline void check_compression(Compression c, bool gpus, bool central) {
   if (c == Compression::None) return;
   const std::string what = "strata: gradient compression (ExecutorOptions::compression = " + std::string(to_string(c)) +
@@ -122,19 +140,7 @@ class GradientCompression {
   //! sent as round(v), the next residual v - round(v) (0 where round(v) is
   //! not finite: an overflow or a NaN, whose step the finiteness check skips).
   void compress(std::span<const float> g, std::size_t at) {
-    with_wire([&](auto w) {
-      using T = typename decltype(w)::element_type;
-      const float* res = residual_.data() + at;
-      float* next = next_.data() + at;
-      T* out = w.data() + at;
-      for (std::size_t i = 0; i < g.size(); ++i) {  // (written so that it vectorizes)
-        const float v = g[i] + res[i];
-        const T h(v);
-        const float lost = v - static_cast<float>(h);
-        out[i].bits = h.bits;
-        next[i] = lost - lost == 0.f ? lost : 0.f;  // finite (infinity and NaN give NaN)
-      }
-    });
+    with_wire([&](auto w) { round_with_residual(g, residual_.data() + at, next_.data() + at, w.data() + at); });
   }
   //! g = the reduced 16-bit values of [at, at + g.size()), in FP32.
   void expand(std::span<float> g, std::size_t at) const {
@@ -239,6 +245,62 @@ class GradientCompression {
   std::vector<float> residual_, next_;
   std::vector<bf16> bf_, bf_slice_;  // the 16-bit gradient; the sharded update's slice of its sum
   std::vector<fp16> fp_, fp_slice_;
+};
+
+//! Compression at ZeRO stages 2 and 3 (fully_sharded_executor.hpp), one
+//! replica's: as backward ends each layer, its gradient window plus the
+//! residual at the layer's place is rounded into a 16-bit window (a pair,
+//! as the gradient windows), reduce-scattered in 16 bits into the replica's
+//! 16-bit slice and expanded into its FP32 slice once waited for. One
+//! residual of the whole gradient, updated in place as each layer is
+//! rounded (n floats a replica: what error feedback costs at these stages,
+//! counted by the memory budget); a skipped step zeroes it, as a resumed run
+//! starts it. The applied steps' residuals are GradientCompression's, so a
+//! run without skipped steps gives compressed ZeRO 1's weights bit for bit.
+//!   comp.place(Compression::BF16, n, layout.window_pair(), layout.owned(r));
+//!   sh.begin_step(gather, [&](const auto& k) { return comp.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at); });
+class ShardedCompression {
+ public:
+  void place(Compression c, std::size_t n, std::size_t pair, std::size_t owned) {
+    c_ = c;
+    const bool bf = c == Compression::BF16, fp = c == Compression::FP16;
+    residual_.assign(on() ? n : 0, 0.f);
+    bf_pair_.assign(bf ? pair : 0, bf16{});
+    bf_owned_.assign(bf ? owned : 0, bf16{});
+    fp_pair_.assign(fp ? pair : 0, fp16{});
+    fp_owned_.assign(fp ? owned : 0, fp16{});
+  }
+  [[nodiscard]] bool on() const noexcept { return c_ != Compression::None; }
+  //! The residual back to zero (a skipped step, an optimizer reset, its state set).
+  void reset() noexcept { std::fill(residual_.begin(), residual_.end(), 0.f); }
+  [[nodiscard]] std::span<const float> residual() const noexcept { return residual_; }
+
+  //! Starts the unit at `begin` of the flat layout (gradient `in`, in window
+  //! `window`) reduce-scattered through 16 bits into `out` (at `owned_at` of
+  //! the replica's owned vector) over `ctx`; `out` holds the FP32 sum once
+  //! the Work was waited for.
+  template <class Ctx>
+  Work scatter(Ctx& ctx, std::size_t begin, int window, std::span<const float> in, std::span<float> out,
+               std::size_t owned_at) {
+    auto go = [&](auto& pair, auto& owned) {
+      using T = typename std::remove_reference_t<decltype(pair)>::value_type;
+      T* wire = pair.data() + (window == 0 ? 0 : pair.size() - in.size());
+      round_with_residual(in, residual_.data() + begin, residual_.data() + begin, wire);
+      const std::span<T> sum(owned.data() + owned_at, out.size());
+      Work w = ctx.reduce_scatter_async(std::span<const T>(wire, in.size()), sum, Sum);
+      return Work(std::make_unique<FollowedWork>(std::move(w), [sum, out] {
+        for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(sum[i]);
+      }));
+    };
+    if (c_ == Compression::BF16) return go(bf_pair_, bf_owned_);
+    return go(fp_pair_, fp_owned_);
+  }
+
+ private:
+  Compression c_ = Compression::None;
+  std::vector<float> residual_;
+  std::vector<bf16> bf_pair_, bf_owned_;  // the 16-bit window pair; the replica's 16-bit slice of the sums
+  std::vector<fp16> fp_pair_, fp_owned_;
 };
 
 //! Collectives `coll` (sharded_update's: fully_sharded.hpp) whose

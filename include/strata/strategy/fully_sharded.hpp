@@ -30,14 +30,12 @@
 //! the reduce-scatter's, each element summed in replica order with the
 //! direct reduction, as the all-reduce's: the weights are bitwise those of
 //! stages 0 and 1.
+//! The windows and a replica's step are ShardedReplica's (sharded_replica.hpp).
 //!   strata::detail::ShardLayout layout{unit_sizes, p};
-//!   shards[r].begin_step(gather_async, scatter_async);  info.windows = &shards[r];  ...;  shards[r].finish_step();
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstddef>
-#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -211,25 +209,35 @@ inline std::vector<Tensor<float>> owned_part(const ShardLayout& layout, std::siz
 //! replicas (values, gradient, `slots` optimizer slots; stage 1's reduced
 //! slice, stages 2 and 3's window pairs of `pair` floats each: the largest
 //! and second largest layer), the formula ExecutorOptions::
-//! memory_budget_bytes is checked against.
+//! memory_budget_bytes is checked against. `compressed` (gradient
+//! compression's error feedback) adds its residual of the whole gradient:
+//! stages 0 and 1 the residual, the next one and the 16-bit gradient;
+//! stages 2 and 3 one residual, a 16-bit window pair and slice.
 [[nodiscard]] inline std::size_t model_state_bytes(int stage, std::size_t n, std::size_t p, std::size_t slots,
-                                                   std::size_t pair) {
+                                                   std::size_t pair, bool compressed = false) {
   const std::size_t owned = (n + p - 1) / p, windows = pair;
-  std::size_t floats = 0;
+  std::size_t floats = 0, halves = 0;
   switch (stage) {
     case 0: floats = n + n + slots * n; break;
     case 1: floats = n + n + owned + slots * owned; break;
     case 2: floats = n + owned + windows + slots * owned; break;
     default: floats = (owned + windows) + (owned + windows) + slots * owned; break;
   }
-  return floats * sizeof(float);
+  if (compressed && stage < 2) {
+    floats += 2 * n;
+    halves += n + (stage == 1 ? owned : 0);
+  } else if (compressed) {
+    floats += n;
+    halves += windows + owned;
+  }
+  return floats * sizeof(float) + halves * 2;
 }
 
 //! Fails fast when one replica's model state at `stage` (model_state_bytes;
 //! the optimizer's slots counted from `program` once compiled) exceeds
 //! `budget` bytes (0: no budget), naming what it needs and what would fit.
 inline void check_model_state_budget(std::size_t budget, int stage, std::size_t n, std::size_t p,
-                                     const ModelProgram& program) {
+                                     const ModelProgram& program, bool compressed = false) {
   if (!budget) return;
   std::vector<std::size_t> units;  // a layer's parameters each (a variable's where there are no layers)
   try {
@@ -239,149 +247,17 @@ inline void check_model_state_budget(std::size_t budget, int stage, std::size_t 
   }
   const std::size_t pair = ShardLayout(units, p).window_pair();
   const std::size_t slots = program.compiled() ? program.make_updater(1)->state().size() : 0;
-  const std::size_t need = model_state_bytes(stage, n, p, slots, pair);
+  const std::size_t need = model_state_bytes(stage, n, p, slots, pair, compressed);
   if (need <= budget) return;
   std::string fits;
   for (int st = stage + 1; st <= 3 && fits.empty() && p > 1; ++st)
-    if (model_state_bytes(st, n, p, slots, pair) <= budget) fits = "ZeRO stage " + std::to_string(st) + " would fit";
+    if (model_state_bytes(st, n, p, slots, pair, compressed) <= budget) fits = "ZeRO stage " + std::to_string(st) + " would fit";
   throw Error("the model state of one replica at ZeRO stage " + std::to_string(stage) + " over " + std::to_string(p) +
               " replicas is " + std::to_string(need) + " bytes (" + std::to_string(n) + " parameters: values, gradient, " +
-              std::to_string(slots) + " optimizer slots) but ExecutorOptions::memory_budget_bytes is " +
+              std::to_string(slots) + " optimizer slots" + (compressed ? ", the compression's residual" : "") +
+              ") but ExecutorOptions::memory_budget_bytes is " +
               std::to_string(budget) + (fits.empty() ? ": add replicas or raise the budget" : ": " + fits +
               " (ExecutorOptions::sharded_update)"));
 }
-
-//! Stage 3's gathers over the process: those whose unit a prefetch had
-//! started, and those started when their layer asked (a test sees the
-//! next layer's gather started while this one computes).
-struct GatherCounts {
-  std::atomic<std::uint64_t> prefetched{0}, on_demand{0};
-};
-inline GatherCounts& gather_counts() noexcept {
-  static GatherCounts c;
-  return c;
-}
-
-//! One replica's shards and windows (stage 2 or 3), and its step's
-//! gathers and reductions (see the top of the file).
-class ShardedReplica final : public ParameterWindows {
- public:
-  //! Starts `in` (this replica's slice) gathered into `out` (the unit), or
-  //! `in` (the unit's gradient) reduce-scattered (summed) into `out` (its slice).
-  using Collective = std::function<Work(std::span<const float> in, std::span<float> out)>;
-
-  //! Replica r of `layout` at `stage`; stage 2 reads the values from
-  //! `values` (the replica's whole copy), stage 3 keeps its own slice.
-  ShardedReplica(const ShardLayout& layout, std::size_t r, int stage, std::span<const float> values)
-      : layout_(&layout), r_(r), stage_(stage), values_(values),
-        owned_value_(Shape{stage == 3 ? layout.owned(r) : 0}), owned_grad_(Shape{layout.owned(r)}) {
-    value_pool_ = Tensor<float>(Shape{stage == 3 ? layout.window_pair() : 0});
-    grad_pool_ = Tensor<float>(Shape{layout.window_pair()});
-  }
-
-  //! Stage 3: its slice of the values (owned layout). Stage 2: empty.
-  [[nodiscard]] std::span<float> owned_values() noexcept { return owned_value_.span(); }
-  //! Its slice of the step's summed gradient (valid after finish_step).
-  [[nodiscard]] std::span<float> owned_gradient() noexcept { return owned_grad_.span(); }
-
-  //! Before the step: how this step's collectives start (over the replica's context).
-  void begin_step(Collective gather, Collective scatter) {
-    gather_ = std::move(gather);
-    scatter_ = std::move(scatter);
-  }
-  //! After the step's backward: every reduction waited for (its typed error
-  //! thrown), so that owned_gradient() holds the sums.
-  void finish_step() {
-    trace::Span span{"sharded gradient", trace::Category::Wait, {{"units", layout_->units().size()}}};
-    for (Work& w : scatter_work_) w.wait();
-    gathered_.wait();
-    prefetched_ = npos;
-  }
-  //! After a failed step, once no replica runs: pending work settles (bounded) and is forgotten.
-  void drop() noexcept {
-    for (Work& w : scatter_work_) w = Work{};
-    gathered_ = Work{};
-    prefetched_ = npos;
-  }
-
-  View acquire(std::size_t begin, std::size_t end, bool backward) override {
-    const std::size_t u = layout_->unit_at(begin, end);
-    View v;
-    if (stage_ == 3) {
-      v.value = gather(u, backward);
-    } else {
-      v.value = values_.subspan(begin, end - begin);
-    }
-    if (backward) {
-      Work& pending = scatter_work_[next_grad_];
-      pending.wait();  // the reduction that last used this window (two layers ago) has ended
-      v.grad = window(grad_pool_, next_grad_, end - begin);
-    }
-    return v;
-  }
-  void release(std::size_t begin, std::size_t end, bool backward) override {
-    if (!backward) return;  // a forward's window is overwritten by the gather after next: nothing to do
-    const std::size_t u = layout_->unit_at(begin, end);
-    const Range s = layout_->slice(u, r_);
-    trace::instant("sharded gradient", trace::Category::Collective, {{"begin", begin}, {"end", end}});
-    scatter_work_[next_grad_] = scatter_(std::span<const float>(window(grad_pool_, next_grad_, end - begin)),
-                                         owned_grad_.span().subspan(layout_->owned_at(u, r_), s.size()));
-    next_grad_ = 1 - next_grad_;
-  }
-
- private:
-  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-
-  //! Window `win` of `pool` for a unit of `n` floats: the front, or the back
-  //! (the two hold adjacent units, whose sizes sum to at most the pool's).
-  static std::span<float> window(Tensor<float>& pool, int win, std::size_t n) {
-    return {pool.data() + (win == 0 ? 0 : pool.size() - n), n};
-  }
-
-  //! Unit u's values in a window: the prefetched one, else gathered now;
-  //! then the next unit in this direction's order prefetched into the other.
-  std::span<const float> gather(std::size_t u, bool backward) {
-    int win = pf_win_;
-    (prefetched_ == u ? gather_counts().prefetched : gather_counts().on_demand).fetch_add(1, std::memory_order_relaxed);
-    if (prefetched_ != u) {  // not prefetched: gathered now (a prefetch of another unit ends first)
-      gathered_.wait();
-      win = 1 - last_win_;
-      start_gather(u, win);
-    }
-    {
-      trace::Span span{"parameter gather", trace::Category::Wait, {{"unit", u}}};
-      gathered_.wait();
-    }
-    last_win_ = win;
-    prefetched_ = npos;
-    const std::size_t units = layout_->units().size();
-    const std::size_t next = backward ? (u == 0 ? npos : u - 1) : (u + 1 < units ? u + 1 : npos);
-    if (next != npos) {  // into the other window, which the last layer released
-      pf_win_ = 1 - win;
-      start_gather(next, pf_win_);
-      prefetched_ = next;
-    }
-    return window(value_pool_, win, layout_->units()[u].size());
-  }
-  void start_gather(std::size_t u, int win) {
-    const Range s = layout_->slice(u, r_);
-    gathered_ = gather_(std::span<const float>(owned_value_.data() + layout_->owned_at(u, r_), s.size()),
-                        window(value_pool_, win, layout_->units()[u].size()));
-  }
-
-  const ShardLayout* layout_;
-  std::size_t r_;
-  int stage_;
-  std::span<const float> values_;        // stage 2: the replica's whole copy
-  Tensor<float> owned_value_, owned_grad_;
-  Tensor<float> value_pool_, grad_pool_;  // each a pair of windows: 0 from the front, 1 from the back
-  Collective gather_, scatter_;
-  Work gathered_;                        // the gather in flight (or done, not waited)
-  std::size_t prefetched_ = npos;        // the unit it gathers, when a prefetch
-  int pf_win_ = 0;                       // that prefetch's window
-  int last_win_ = 0;                     // the window of the unit last acquired
-  Work scatter_work_[2];                 // each gradient window's reduction
-  int next_grad_ = 0;
-};
 
 }  // namespace strata::detail

@@ -15,6 +15,8 @@
 //! state (and, at stage 3, the values) is collective, every worker joining
 //! its shards (state_reads_collective; Model::save_checkpoint and the
 //! callbacks that save call it on every worker, the chief alone writing).
+//! Compression (ExecutorOptions::compression): each layer's reduce-scatter
+//! in 16 bits with error feedback (ShardedCompression, compression.hpp).
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
 //!   s.executor_options().sharded_update = strata::ShardedUpdate::Parameters;   // before making the model
 
@@ -30,8 +32,10 @@
 #include <strata/core/trace.hpp>
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/host/memory.hpp>
+#include <strata/strategy/compression.hpp>
 #include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/fully_sharded.hpp>
+#include <strata/strategy/sharded_replica.hpp>
 #include <strata/strategy/logical_slices.hpp>
 #include <strata/strategy/sync_executor.hpp>
 
@@ -88,18 +92,22 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   [[nodiscard]] std::string collectives_choice() const override {
     std::string p = std::to_string(layout_.replicas());
     if (groups_.size() > 1) p += " (every worker's replicas)";
+    const std::string wire = opts_.compression == Compression::None ? ""
+                             : "; the reduce-scatters in " + std::string(to_string(opts_.compression)) +
+                                   " (error feedback: each replica keeps a residual of the whole gradient)";
     if (stage_ == 2)
       return "ZeRO stage 2: each layer's gradient reduce-scattered as backward finishes it; each replica keeps "
              "1/" + p + " of the summed gradient and of the optimizer state, updates its slice, and the slices are "
-             "all-gathered into every copy";
+             "all-gathered into every copy" + wire;
     return "ZeRO stage 3 (fully sharded): each replica keeps 1/" + p +
            " of the values, the gradient and the optimizer state; a layer's values all-gathered before its forward "
            "and its backward (the next layer's gather started meanwhile), its gradient reduce-scattered after its "
-           "backward";
+           "backward" + wire;
   }
 
   void reset_optimizer() override {
     for (std::size_t r = 0; r < updaters_.size(); ++r) {
+      comp_[r].reset();  // the residual goes with the optimizer's state
       updaters_[r].reset();
       if (this->program_.compiled()) updaters_[r] = this->program_.make_updater(layout_.owned(first_ + r));
     }
@@ -114,7 +122,10 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     if (updaters_.empty() || !updaters_.front())
       throw Error("set_optimizer_state: the model is not compiled and placed yet");
     check_state_slots(slots, this->program_.num_params());
-    for (std::size_t r = 0; r < updaters_.size(); ++r) updaters_[r]->set_state(owned_part(layout_, first_ + r, slots));
+    for (std::size_t r = 0; r < updaters_.size(); ++r) {
+      comp_[r].reset();  // not in checkpoints: a resumed run's residual starts at zero
+      updaters_[r]->set_state(owned_part(layout_, first_ + r, slots));
+    }
   }
 
   //! The whole variables: replica 0's copy (stage 2), or every replica's
@@ -169,10 +180,14 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     bad_.resize(local);
     staged_.assign(local, Tensor<float>{});
     updaters_.resize(local);
+    comp_.assign(local, ShardedCompression{});
+    for (std::size_t r = 0; r < local; ++r)
+      comp_[r].place(opts_.compression, n, layout_.window_pair(), layout_.owned(first_ + r));
     assign(init);
   }
   void check_budget(std::size_t n, std::size_t local) {
-    check_model_state_budget(opts_.memory_budget_bytes, stage_, n, local, this->program_);
+    check_model_state_budget(opts_.memory_budget_bytes, stage_, n, local, this->program_,
+                             opts_.compression != Compression::None);
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
     if (stage_ == 2) return this->program_.make_replica(values_[r].span(), {});
@@ -191,9 +206,15 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   ParameterWindows* windows_for(Ctx& ctx, std::size_t r, const Pass& pass) {
     if (pass.gradient_hook) with_host_gradient(r, [](std::span<float>) {});  // refused before the step, not after it
     if constexpr (ShardingContext<Ctx>) {
-      shards_[r]->begin_step(
-          [&ctx](std::span<const float> in, std::span<float> out) { return ctx.all_gather_async(in, out); },
-          [&ctx](std::span<const float> in, std::span<float> out) { return ctx.reduce_scatter_async(in, out, Sum); });
+      auto gather = [&ctx](std::span<const float> in, std::span<float> out) { return ctx.all_gather_async(in, out); };
+      if (comp_[r].on())  // each layer's reduce-scatter in 16 bits (its residual added, error feedback)
+        shards_[r]->begin_step(gather, [&ctx, &c = comp_[r]](const ShardedReplica::ScatterCall& k) {
+          return c.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at);
+        });
+      else
+        shards_[r]->begin_step(gather, [&ctx](std::span<const float> in, std::span<float> out) {
+          return ctx.reduce_scatter_async(in, out, Sum);
+        });
       return shards_[r].get();
     } else {
       throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather and reduce-scatter without waiting "
@@ -210,7 +231,10 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     ShardedReplica& sh = *shards_[r];
     sh.finish_step();
     const std::span<float> g = sh.owned_gradient();
-    if (!this->finite_gradient(ctx, r, kernels::host_memory(), bad_[r], std::span<const float>(g))) return;
+    if (!this->finite_gradient(ctx, r, kernels::host_memory(), bad_[r], std::span<const float>(g))) {
+      comp_[r].reset();  // skipped on every replica: the residual restarts at zero (ShardedCompression)
+      return;
+    }
     // clipping: the norm over every replica's owned slice, each scaling its own
     if (updaters_[r]) this->clip_gradient(ctx, nullptr, bad_[r], g, g, updaters_[r]->global_clipnorm());
     if (stage_ == 3) return updaters_[r]->apply(sh.owned_values(), g, 0, it);
@@ -294,6 +318,7 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   std::vector<Tensor<float>> staged_;   // stage 2: each replica's updated slices, gathered from
   std::vector<std::unique_ptr<Updater>> updaters_;
   std::vector<kernels::Buffer<double>> bad_;  // each replica's finiteness count
+  std::vector<ShardedCompression> comp_;      // each replica's residual and 16-bit windows (compression on)
   mutable std::optional<Tensor<float>> host_;
 };
 
@@ -307,10 +332,6 @@ std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program) {
   const char* instead = "use ShardedUpdate::On or Off";
   if (s.devices().front().is_gpu()) {
     why = "GPU replicas shard the optimizer state only (ZeRO 1) so far";
-  } else if (o.compression != Compression::None) {
-    why = "compression keeps each replica's residual of the whole gradient (error feedback), the memory stages 2 "
-          "and 3 free; they reduce-scatter each layer in FP32";
-    instead = "use ShardedUpdate::On (ZeRO 1 compresses its reduce-scatter) or Off, or no compression";
   } else if (!ShardingContext<typename S::context_type>) {
     why = "its replica contexts cannot all-gather and reduce-scatter over every replica without waiting";
     instead = "use ShardedUpdate::Off";

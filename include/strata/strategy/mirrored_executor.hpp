@@ -192,10 +192,10 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     }
     for (std::size_t r = 0; r < devs_.size(); ++r)
       if (sharded_) devs_[r].shard.resize(*devs_[r].m, Shape{mine(r).size()});
-    if (!on_gpus())
-      // the stages that would fit are counted over every worker's replicas (each shards the whole job's state)
+    if (!on_gpus())  // the stages that fit are counted over every worker's replicas (each shards the job's state)
       check_model_state_budget(opts_.memory_budget_bytes, sharded_ ? 1 : 0, init.size(),
-                               static_cast<std::size_t>(this->s_.num_replicas_in_sync()), this->program_);
+                               static_cast<std::size_t>(this->s_.num_replicas_in_sync()), this->program_,
+                               opts_.compression != Compression::None);
     plan_.clear();
     if (opts_.bucket_bytes) plan_ = plan_buckets(this->program_.variable_shapes(), opts_.bucket_bytes);
     buckets_ = std::vector<GradientBuckets>(local);

@@ -1,0 +1,175 @@
+#pragma once
+//! One replica's shards and windows at ZeRO stage 2 or 3 (the layout and
+//! what a step does: strategy/fully_sharded.hpp): its owned slices, the
+//! window pairs its layers' values are gathered into (stage 3) and their
+//! gradients reduce-scattered from, and the step's collectives in flight.
+//!   strata::detail::ShardedReplica sh{layout, r, 3, {}};
+//!   sh.begin_step(gather_async, scatter_async);  info.windows = &sh;  ...;  sh.finish_step();
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <utility>
+
+#include <strata/comm/work.hpp>
+#include <strata/core/partition.hpp>
+#include <strata/core/trace.hpp>
+#include <strata/strategy/fully_sharded.hpp>
+#include <strata/strategy/step_hooks.hpp>
+#include <strata/tensor/tensor.hpp>
+
+namespace strata::detail {
+
+//! Stage 3's gathers over the process: those whose unit a prefetch had
+//! started, and those started when their layer asked (a test sees the
+//! next layer's gather started while this one computes).
+struct GatherCounts {
+  std::atomic<std::uint64_t> prefetched{0}, on_demand{0};
+};
+inline GatherCounts& gather_counts() noexcept {
+  static GatherCounts c;
+  return c;
+}
+
+//! One replica's shards and windows (stage 2 or 3), and its step's
+//! gathers and reductions (see the top of the file).
+class ShardedReplica final : public ParameterWindows {
+ public:
+  //! Starts `in` (this replica's slice) gathered into `out` (the unit), or
+  //! `in` (the unit's gradient) reduce-scattered (summed) into `out` (its slice).
+  using Collective = std::function<Work(std::span<const float> in, std::span<float> out)>;
+  //! One unit's reduce-scatter, as release starts it: the unit's gradient
+  //! `in` (in gradient window `window`, 0 or 1), where the unit starts in the
+  //! flat layout, and `out`, the replica's slice of the sum (at `owned_at` of
+  //! its owned vector). A scatter that compresses keys its own buffers on these.
+  struct ScatterCall {
+    std::size_t begin = 0;
+    int window = 0;
+    std::span<const float> in;
+    std::span<float> out;
+    std::size_t owned_at = 0;
+  };
+  using Scatter = std::function<Work(const ScatterCall&)>;
+
+  //! Replica r of `layout` at `stage`; stage 2 reads the values from
+  //! `values` (the replica's whole copy), stage 3 keeps its own slice.
+  ShardedReplica(const ShardLayout& layout, std::size_t r, int stage, std::span<const float> values)
+      : layout_(&layout), r_(r), stage_(stage), values_(values),
+        owned_value_(Shape{stage == 3 ? layout.owned(r) : 0}), owned_grad_(Shape{layout.owned(r)}) {
+    value_pool_ = Tensor<float>(Shape{stage == 3 ? layout.window_pair() : 0});
+    grad_pool_ = Tensor<float>(Shape{layout.window_pair()});
+  }
+
+  //! Stage 3: its slice of the values (owned layout). Stage 2: empty.
+  [[nodiscard]] std::span<float> owned_values() noexcept { return owned_value_.span(); }
+  //! Its slice of the step's summed gradient (valid after finish_step).
+  [[nodiscard]] std::span<float> owned_gradient() noexcept { return owned_grad_.span(); }
+
+  //! Before the step: how this step's collectives start (over the replica's context).
+  void begin_step(Collective gather, Collective scatter) {
+    begin_step(std::move(gather), [s = std::move(scatter)](const ScatterCall& k) { return s(k.in, k.out); });
+  }
+  void begin_step(Collective gather, Scatter scatter) {
+    gather_ = std::move(gather);
+    scatter_ = std::move(scatter);
+  }
+  //! After the step's backward: every reduction waited for (its typed error
+  //! thrown), so that owned_gradient() holds the sums.
+  void finish_step() {
+    trace::Span span{"sharded gradient", trace::Category::Wait, {{"units", layout_->units().size()}}};
+    for (Work& w : scatter_work_) w.wait();
+    gathered_.wait();
+    prefetched_ = npos;
+  }
+  //! After a failed step, once no replica runs: pending work settles (bounded) and is forgotten.
+  void drop() noexcept {
+    for (Work& w : scatter_work_) w = Work{};
+    gathered_ = Work{};
+    prefetched_ = npos;
+  }
+
+  View acquire(std::size_t begin, std::size_t end, bool backward) override {
+    const std::size_t u = layout_->unit_at(begin, end);
+    View v;
+    if (stage_ == 3) {
+      v.value = gather(u, backward);
+    } else {
+      v.value = values_.subspan(begin, end - begin);
+    }
+    if (backward) {
+      Work& pending = scatter_work_[next_grad_];
+      pending.wait();  // the reduction that last used this window (two layers ago) has ended
+      v.grad = window(grad_pool_, next_grad_, end - begin);
+    }
+    return v;
+  }
+  void release(std::size_t begin, std::size_t end, bool backward) override {
+    if (!backward) return;  // a forward's window is overwritten by the gather after next: nothing to do
+    const std::size_t u = layout_->unit_at(begin, end);
+    const Range s = layout_->slice(u, r_);
+    trace::instant("sharded gradient", trace::Category::Collective, {{"begin", begin}, {"end", end}});
+    const std::size_t at = layout_->owned_at(u, r_);
+    scatter_work_[next_grad_] = scatter_({begin, next_grad_, window(grad_pool_, next_grad_, end - begin),
+                                          owned_grad_.span().subspan(at, s.size()), at});
+    next_grad_ = 1 - next_grad_;
+  }
+
+ private:
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  //! Window `win` of `pool` for a unit of `n` floats: the front, or the back
+  //! (the two hold adjacent units, whose sizes sum to at most the pool's).
+  static std::span<float> window(Tensor<float>& pool, int win, std::size_t n) {
+    return {pool.data() + (win == 0 ? 0 : pool.size() - n), n};
+  }
+
+  //! Unit u's values in a window: the prefetched one, else gathered now;
+  //! then the next unit in this direction's order prefetched into the other.
+  std::span<const float> gather(std::size_t u, bool backward) {
+    int win = pf_win_;
+    (prefetched_ == u ? gather_counts().prefetched : gather_counts().on_demand).fetch_add(1, std::memory_order_relaxed);
+    if (prefetched_ != u) {  // not prefetched: gathered now (a prefetch of another unit ends first)
+      gathered_.wait();
+      win = 1 - last_win_;
+      start_gather(u, win);
+    }
+    {
+      trace::Span span{"parameter gather", trace::Category::Wait, {{"unit", u}}};
+      gathered_.wait();
+    }
+    last_win_ = win;
+    prefetched_ = npos;
+    const std::size_t units = layout_->units().size();
+    const std::size_t next = backward ? (u == 0 ? npos : u - 1) : (u + 1 < units ? u + 1 : npos);
+    if (next != npos) {  // into the other window, which the last layer released
+      pf_win_ = 1 - win;
+      start_gather(next, pf_win_);
+      prefetched_ = next;
+    }
+    return window(value_pool_, win, layout_->units()[u].size());
+  }
+  void start_gather(std::size_t u, int win) {
+    const Range s = layout_->slice(u, r_);
+    gathered_ = gather_(std::span<const float>(owned_value_.data() + layout_->owned_at(u, r_), s.size()),
+                        window(value_pool_, win, layout_->units()[u].size()));
+  }
+
+  const ShardLayout* layout_;
+  std::size_t r_;
+  int stage_;
+  std::span<const float> values_;        // stage 2: the replica's whole copy
+  Tensor<float> owned_value_, owned_grad_;
+  Tensor<float> value_pool_, grad_pool_;  // each a pair of windows: 0 from the front, 1 from the back
+  Collective gather_;
+  Scatter scatter_;
+  Work gathered_;                        // the gather in flight (or done, not waited)
+  std::size_t prefetched_ = npos;        // the unit it gathers, when a prefetch
+  int pf_win_ = 0;                       // that prefetch's window
+  int last_win_ = 0;                     // the window of the unit last acquired
+  Work scatter_work_[2];                 // each gradient window's reduction
+  int next_grad_ = 0;
+};
+
+}  // namespace strata::detail
