@@ -171,8 +171,9 @@ double run_once(S& s, const std::string& model, const Data& d, const Setup& u) {
     }
     const strata::detail::ShardLayout layout(units, p);
     const std::size_t n = layout.params(), pair = layout.window_pair();
-    const int stage = s.devices().front().is_gpu() ? -1 : strata::zero_stage(s.executor_options().sharded_update, p);
-    if (stage >= 0) state_mib = static_cast<double>(strata::detail::model_state_bytes(stage, n, p, 2, pair)) / 1048576.0;
+    const int stage = strata::zero_stage(s.executor_options().sharded_update, p);  // CPU or GPU replicas alike
+    const bool compressed = s.executor_options().compression != strata::Compression::None;
+    state_mib = static_cast<double>(strata::detail::model_state_bytes(stage, n, p, 2, pair, compressed)) / 1048576.0;
   }
   if (u.trace == "file") std::filesystem::remove(file);
   if (u.trace == "totals") {  // printed after the samples/s: "TRACK|steps|wall_ms|ms per step of each shown category"

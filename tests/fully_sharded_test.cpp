@@ -3,7 +3,8 @@
 // evaluation and prediction through gathered layers, checkpoints across
 // stages and replica counts, the per-replica memory formula and its budget,
 // a replica failing during a parameter gather named within the deadline,
-// and what is refused.
+// and what is refused. GPU replicas (on the host's compute: host_as_gpu.hpp)
+// run the same executor over their device collectives and give the CPU bits.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -19,6 +20,7 @@
 #include <strata/strategy/sharded_replica.hpp>
 
 #include "blobs.hpp"
+#include "host_as_gpu.hpp"
 #include "identity_layer.hpp"
 #include "watchdog.hpp"
 
@@ -65,8 +67,8 @@ struct Trained {
 };
 
 //! `epochs` of Adam on blobs (batches of 10 over p replicas: rows not divisible) at `mode`.
-Trained train(int p, ShardedUpdate mode, int epochs = 3) {
-  strata::MirroredStrategy s{strata::cpu_replicas(p)};
+Trained train(int p, ShardedUpdate mode, int epochs = 3, bool gpus = false) {
+  strata::MirroredStrategy s{gpus ? strata::virtual_gpus(0, p) : strata::cpu_replicas(p)};
   s.executor_options().sharded_update = mode;
   const auto data = strata_test::blobs(90, 11);
   auto m = s.scope(model);
@@ -225,24 +227,50 @@ TEST_CASE("a memory budget the unsharded state exceeds: stage 0 fails fast namin
                        strata::Error);
 }
 
+TEST_CASE("GPU replicas at ZeRO 2 and 3 (on the host's compute): the CPU replicas' bits, through device collectives") {
+  strata_test::Watchdog dog("fully sharded GPU replicas", 120s);
+  strata_test::HostAsGpu host;  // every gpu(i) computes on the host; its collectives staged through host memory
+  for (int p : {2, 3}) {
+    CAPTURE(p);
+    for (ShardedUpdate mode : {ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
+      CAPTURE(static_cast<int>(mode));
+      const Trained cpu = train(p, mode, 2);
+      const Trained gpu = train(p, mode, 2, true);
+      CHECK(gpu.weights == cpu.weights);
+      REQUIRE(gpu.state.size() == cpu.state.size());
+      for (std::size_t k = 0; k < gpu.state.size(); ++k)
+        CHECK(std::vector<float>(gpu.state[k].data(), gpu.state[k].data() + gpu.state[k].size()) ==
+              std::vector<float>(cpu.state[k].data(), cpu.state[k].data() + cpu.state[k].size()));
+      CHECK(gpu.eval_loss == cpu.eval_loss);
+      CHECK(gpu.predictions == cpu.predictions);
+      CHECK(gpu.choice.find("; on the GPUs: the CUDA backend's collectives are not in this program: staged through "
+                            "host memory") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("a replica failing while the others wait in a parameter gather is named within the deadline") {
   strata_test::Watchdog dog("fully sharded failure", 60s);
-  strata::CommOptions opts;
-  opts.timeout = 5s;
-  strata::MirroredStrategy s{strata::cpu_replicas(3), opts};
-  s.executor_options().sharded_update = ShardedUpdate::Parameters;
-  const auto data = strata_test::blobs(48, 3);
-  auto m = s.scope([] {
-    return nn::Sequential{nn::Input{{6}}, nn::Dense{16}, FailsOn{1, 2}, nn::Dense{8}, nn::Dense{3}};
-  });
-  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
-  const auto t0 = std::chrono::steady_clock::now();
-  CHECK_THROWS_WITH_AS(m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12)),
-                             {.epochs = 1, .verbose = nn::Verbosity::Silent}),
-                       doctest::Contains("replica 1 fails in forward"), strata::ReplicaError);
-  CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // released by the abort, not by the timeout
-  // the executor starts clean afterwards: evaluation gathers every layer again
-  CHECK(m.evaluate(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12))).contains("loss"));
+  strata_test::HostAsGpu host;  // the GPU replicas' case on the host's compute
+  for (bool gpus : {false, true}) {
+    CAPTURE(gpus);
+    strata::CommOptions opts;
+    opts.timeout = 5s;
+    strata::MirroredStrategy s{gpus ? strata::virtual_gpus(0, 3) : strata::cpu_replicas(3), opts};
+    s.executor_options().sharded_update = ShardedUpdate::Parameters;
+    const auto data = strata_test::blobs(48, 3);
+    auto m = s.scope([] {
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{16}, FailsOn{1, 2}, nn::Dense{8}, nn::Dense{3}};
+    });
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH_AS(m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12)),
+                               {.epochs = 1, .verbose = nn::Verbosity::Silent}),
+                         doctest::Contains("replica 1 fails in forward"), strata::ReplicaError);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // released by the abort, not by the timeout
+    // the executor starts clean afterwards: evaluation gathers every layer again
+    CHECK(m.evaluate(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12))).contains("loss"));
+  }
 }
 
 TEST_CASE("what ZeRO 2 and 3 refuse, with the reason") {

@@ -27,6 +27,7 @@
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"
+#include "../host_as_gpu.hpp"
 #include "chief_saving_alone.hpp"
 #include "../identity_layer.hpp"
 #include "../max_diff.hpp"
@@ -305,6 +306,17 @@ TEST_CASE("a per-replica memory budget counts the whole job's replicas: stage 0 
   // stage 1, 2 or 3, whichever is the first that fits over every worker's replicas
   CHECK_THROWS_WITH_AS(make(ShardedUpdate::Off), doctest::Contains("would fit"), strata::Error);
   CHECK(make(ShardedUpdate::Parameters) == n);
+}
+
+TEST_CASE("GPU replicas across workers refuse ZeRO 2 and 3 with a sentence (they shard within one process)") {
+  strata_test::HostAsGpu host;
+  for (ShardedUpdate mode : {ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
+    strata::MultiWorkerMirroredStrategy s{strata::virtual_gpus(0, 2), strata_test::quick_workers(20s)};
+    s.executor_options().sharded_update = mode;
+    CHECK_THROWS_WITH_AS((void)s.scope(model),
+                         doctest::Contains("is not available here: GPU replicas shard within one process so far"),
+                         strata::Error);
+  }
 }
 
 TEST_CASE("a worker stalled in its forward while the others wait in a parameter gather is named within the deadline") {

@@ -258,7 +258,8 @@ class GradientCompression {
 //! starts it. The applied steps' residuals are GradientCompression's, so a
 //! run without skipped steps gives compressed ZeRO 1's weights bit for bit.
 //!   comp.place(Compression::BF16, n, layout.window_pair(), layout.owned(r));
-//!   sh.begin_step(gather, [&](const auto& k) { return comp.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at); });
+//!   sh.begin_step(gather, [&](const auto& k) {   // a ShardedReplica::ScatterCall
+//!     return comp.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at); });
 class ShardedCompression {
  public:
   void place(Compression c, std::size_t n, std::size_t pair, std::size_t owned) {

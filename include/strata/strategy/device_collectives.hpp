@@ -59,6 +59,16 @@ class DeviceCollectives {
   //! Every replica's slice (shard_range(n, replicas, r) floats at its `in`)
   //! concatenated in replica order into each replica's `out` (n floats).
   virtual void all_gather(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) = 0;
+  //! reduce_scatter_sum and all_gather started, not waited for (ZeRO 2 and
+  //! 3's layers: fully_sharded_executor.hpp), as all_reduce_sum_async is.
+  virtual Work reduce_scatter_sum_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) {
+    reduce_scatter_sum(rank, c, in, out, n);
+    return Work{};
+  }
+  virtual Work all_gather_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) {
+    all_gather(rank, c, in, out, n);
+    return Work{};
+  }
   //! Replica `rank` failed with `why`: the others stop waiting for it.
   virtual void abort(int rank, const std::string& why) = 0;
   //! Called while no replica runs: forget a previous run (its counters, an abort).
@@ -94,6 +104,26 @@ class HostStagedCollectives final : public DeviceCollectives {
     Work sum = comm(rank).all_reduce_async(std::span<float>(*copy), Sum, Direct{});
     return Work(std::make_unique<FollowedWork>(std::move(sum), [copy, &c, data, n] {
       if (n) c.upload(data, copy->data(), n * sizeof(float));
+    }));
+  }
+  Work reduce_scatter_sum_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    const std::size_t k = slice(n, rank).size();
+    auto copy = std::make_shared<std::vector<float>>(n + k);  // its input, then its slice of the sum
+    if (n) c.download(copy->data(), in, n * sizeof(float));
+    const std::span<float> all(*copy);
+    Work sum = comm(rank).reduce_scatter_async(all.first(n), all.subspan(n), Sum);
+    return Work(std::make_unique<FollowedWork>(std::move(sum), [copy, &c, out, n, k] {
+      if (k) c.upload(out, copy->data() + n, k * sizeof(float));
+    }));
+  }
+  Work all_gather_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    const std::size_t k = slice(n, rank).size();
+    auto copy = std::make_shared<std::vector<float>>(k + n);  // its slice, then every replica's
+    if (k) c.download(copy->data(), in, k * sizeof(float));
+    const std::span<float> all(*copy);
+    Work gather = comm(rank).all_gather_async(std::span<const float>(all.first(k)), all.subspan(k));
+    return Work(std::make_unique<FollowedWork>(std::move(gather), [copy, &c, out, n, k] {
+      if (n) c.upload(out, copy->data() + k, n * sizeof(float));
     }));
   }
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {

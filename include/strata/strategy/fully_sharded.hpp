@@ -48,6 +48,7 @@
 #include <strata/kernels/host/memory.hpp>
 #include <strata/kernels/memory.hpp>
 #include <strata/comm/reduce_op.hpp>
+#include <strata/strategy/logical_slices.hpp>
 #include <strata/strategy/program.hpp>
 #include <strata/strategy/step_hooks.hpp>
 #include <strata/tensor/tensor.hpp>
@@ -201,6 +202,47 @@ inline std::vector<Tensor<float>> owned_part(const ShardLayout& layout, std::siz
       std::copy_n(t.data() + flat.begin, flat.size(), mine.data() + at);
     });
     out.push_back(std::move(mine));
+  }
+  return out;
+}
+
+//! join_owned across workers (collective: every worker calls it): local
+//! replicas [first, first + local) of `layout` give their slots (`part(r)`),
+//! each worker's joined and all-gathered over `comm` into whole slots.
+template <class Comm, class Part>
+std::vector<Tensor<float>> join_owned_across_workers(Comm& comm, const ShardLayout& layout, std::size_t first,
+                                                     std::size_t local, Part&& part) {
+  const std::size_t p = layout.replicas();
+  std::vector<std::vector<Tensor<float>>> mine(local);
+  for (std::size_t r = 0; r < local; ++r) mine[r] = part(r);
+  // every worker joins the same number of slots (the same model and optimizer: agreed at placing)
+  const std::size_t slots = mine.empty() ? 0 : mine.front().size();
+  std::size_t here = 0, all = 0;
+  for (std::size_t g = 0; g < p; ++g) (g >= first && g < first + local ? here : all) += layout.owned(g);
+  all += here;
+  agree_on_state_read(comm,
+                      "reading the sharded state (ZeRO 2 and 3 across workers: each worker holds its shards only) "
+                      "is collective: call save_checkpoint (at stage 3 also get_weights, save_weights) on every "
+                      "worker together, the chief alone writes; ",
+                      slots, all);
+  std::vector<Tensor<float>> out;
+  std::vector<float> send(here), got(all);
+  for (std::size_t k = 0; k < slots; ++k) {
+    std::size_t at = 0;
+    for (std::size_t r = 0; r < local; ++r) {
+      std::copy_n(mine[r][k].data(), layout.owned(first + r), send.data() + at);
+      at += layout.owned(first + r);
+    }
+    trace::Span span{"sharded state gather", trace::Category::Collective, {{"floats", all}}};
+    comm.all_gather(std::span<const float>(send), std::span<float>(got));
+    Tensor<float>& whole = out.emplace_back(Shape{layout.params()});
+    std::size_t from = 0;  // replica g's owned vector in `got`: replicas in global order
+    for (std::size_t g = 0; g < p; ++g) {
+      layout.for_each_slice(g, [&](Range flat, std::size_t o) {
+        std::copy_n(got.data() + from + o, flat.size(), whole.data() + flat.begin);
+      });
+      from += layout.owned(g);
+    }
   }
   return out;
 }

@@ -33,6 +33,8 @@
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/host/memory.hpp>
 #include <strata/strategy/compression.hpp>
+#include <strata/strategy/device_collectives.hpp>
+#include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/fully_sharded.hpp>
 #include <strata/strategy/sharded_replica.hpp>
@@ -87,44 +89,53 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     if constexpr (requires { s.first_local_replica(); }) first_ = static_cast<std::size_t>(s.first_local_replica());
     this->slices_span_workers_ = groups_.size() > 1;
   }
-  ~FullyShardedExecutor() override { this->reps_.clear(); }
+  // The replicas' programs and buffers hold memory of their computes: they go first.
+  ~FullyShardedExecutor() override {
+    this->reps_.clear();
+    colls_.reset();
+    for (Replica& R : devs_) R.updater.reset(), R.shard.reset();
+  }
 
   [[nodiscard]] std::string collectives_choice() const override {
     std::string p = std::to_string(layout_.replicas());
     if (groups_.size() > 1) p += " (every worker's replicas)";
-    const std::string wire = opts_.compression == Compression::None ? ""
-                             : "; the reduce-scatters in " + std::string(to_string(opts_.compression)) +
-                                   " (error feedback: each replica keeps a residual of the whole gradient)";
+    std::string more = opts_.compression == Compression::None ? ""
+                       : "; the reduce-scatters in " + std::string(to_string(opts_.compression)) +
+                             " (error feedback: each replica keeps a residual of the whole gradient)";
+    if (colls_) more += "; on the GPUs: " + colls_->choice();
     if (stage_ == 2)
       return "ZeRO stage 2: each layer's gradient reduce-scattered as backward finishes it; each replica keeps "
              "1/" + p + " of the summed gradient and of the optimizer state, updates its slice, and the slices are "
-             "all-gathered into every copy" + wire;
+             "all-gathered into every copy" + more;
     return "ZeRO stage 3 (fully sharded): each replica keeps 1/" + p +
            " of the values, the gradient and the optimizer state; a layer's values all-gathered before its forward "
            "and its backward (the next layer's gather started meanwhile), its gradient reduce-scattered after its "
-           "backward" + wire;
+           "backward" + more;
   }
 
   void reset_optimizer() override {
-    for (std::size_t r = 0; r < updaters_.size(); ++r) {
-      comp_[r].reset();  // the residual goes with the optimizer's state
-      updaters_[r].reset();
-      if (this->program_.compiled()) updaters_[r] = this->program_.make_updater(layout_.owned(first_ + r));
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      Replica& R = devs_[r];
+      R.comp.reset();  // the residual goes with the optimizer's state
+      R.updater.reset();
+      if (!this->program_.compiled()) continue;
+      const std::size_t owned = layout_.owned(first_ + r);
+      R.updater = R.c ? this->program_.make_updater_on(*R.c, owned) : this->program_.make_updater(owned);
     }
   }
   [[nodiscard]] bool state_reads_collective() const noexcept override { return groups_.size() > 1; }
   //! Across workers: collective (every worker calls it).
   std::vector<Tensor<float>> optimizer_state() override {
-    if (updaters_.empty() || !updaters_.front()) return {};
-    return join_shards([&](std::size_t r) { return updaters_[r]->state(); });
+    if (devs_.empty() || !devs_.front().updater) return {};
+    return join_shards([&](std::size_t r) { return devs_[r].updater->state(); });
   }
   void set_optimizer_state(std::span<const Tensor<float>> slots) override {
-    if (updaters_.empty() || !updaters_.front())
+    if (devs_.empty() || !devs_.front().updater)
       throw Error("set_optimizer_state: the model is not compiled and placed yet");
     check_state_slots(slots, this->program_.num_params());
-    for (std::size_t r = 0; r < updaters_.size(); ++r) {
-      comp_[r].reset();  // not in checkpoints: a resumed run's residual starts at zero
-      updaters_[r]->set_state(owned_part(layout_, first_ + r, slots));
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      devs_[r].comp.reset();  // not in checkpoints: a resumed run's residual starts at zero
+      devs_[r].updater->set_state(owned_part(layout_, first_ + r, slots));
     }
   }
 
@@ -134,14 +145,15 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     if (host_) return *host_;
     if (stage_ == 2) {
       host_.emplace(Shape{this->program_.num_params()});
-      if (!values_.empty()) std::copy_n(values_.front().data(), host_->size(), host_->data());
+      if (!devs_.empty() && host_->size())
+        devs_.front().m->download(host_->data(), devs_.front().values.data(), host_->bytes());
       return *host_;
     }
     auto joined = join_shards([&](std::size_t r) {
-      const std::span<float> mine = shards_[r]->owned_values();
+      const std::span<float> mine = devs_[r].shard->owned_values();
       std::vector<Tensor<float>> one;
       one.emplace_back(Shape{mine.size()});
-      std::copy(mine.begin(), mine.end(), one.back().data());
+      if (!mine.empty()) devs_[r].m->download(one.back().data(), mine.data(), one.back().bytes());
       return one;
     });
     host_.emplace(joined.empty() ? Tensor<float>(Shape{this->program_.num_params()}) : std::move(joined.front()));
@@ -152,46 +164,71 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
       throw ShapeError("assign: " + std::to_string(v.size()) + " values for " +
                        std::to_string(this->program_.num_params()) + " parameters");
     host_.reset();
-    if (stage_ == 2) {
-      for (Tensor<float>& w : values_) std::copy_n(v.data(), v.size(), w.data());
-      return;
-    }
-    for (std::size_t r = 0; r < shards_.size(); ++r) {
-      const std::span<float> mine = shards_[r]->owned_values();
+    for (std::size_t r = 0; r < devs_.size(); ++r) {
+      Replica& R = devs_[r];
+      if (stage_ == 2) {
+        if (v.size()) R.m->upload(R.values.data(), v.data(), v.bytes());
+        continue;
+      }
+      const std::span<float> mine = R.shard->owned_values();
       layout_.for_each_slice(first_ + r, [&](Range flat, std::size_t at) {
-        std::copy_n(v.data() + flat.begin, flat.size(), mine.data() + at);
+        if (flat.size()) R.m->upload(mine.data() + at, v.data() + flat.begin, flat.size() * sizeof(float));
       });
     }
   }
 
  private:
+  struct Replica {
+    std::unique_ptr<kernels::Compute> owned;  // a GPU's compute
+    kernels::Compute* c = nullptr;            // that compute; null for a CPU replica
+    kernels::Memory* m = nullptr;             // where its buffers live: the compute's, or the host's memory
+    kernels::Buffer<float> values;            // stage 2: its whole copy
+    kernels::Buffer<float> staged;            // stage 2: its updated slices, gathered from
+    kernels::Buffer<double> bad, norm;        // its finiteness count; its squared norm for clipping
+    std::unique_ptr<ShardedReplica> shard;
+    std::unique_ptr<Updater> updater;
+    ShardedCompression comp;  // its residual and 16-bit windows (compression on)
+  };
+
   // -- SyncExecutor's hooks -------------------------------------------------
   void place_values(const Tensor<float>& init, std::size_t local) {
     this->reps_.clear();  // bound to the buffers below
     const std::size_t n = init.size();
+    if (devs_.size() != local) make_replicas(local);
+    if (colls_) colls_->reset();
+    check_compression(opts_.compression, colls_ != nullptr, false);
     layout_ = ShardLayout(shard_units(this->program_), groups_);
-    check_budget(n, layout_.replicas());
-    shards_.clear();
-    values_.clear();
-    if (stage_ == 2) values_.assign(local, init);
-    for (std::size_t r = 0; r < local; ++r)
-      shards_.push_back(std::make_unique<ShardedReplica>(
-          layout_, first_ + r, stage_, stage_ == 2 ? std::span<const float>(values_[r].span()) : std::span<const float>{}));
-    bad_.resize(local);
-    staged_.assign(local, Tensor<float>{});
-    updaters_.resize(local);
-    comp_.assign(local, ShardedCompression{});
-    for (std::size_t r = 0; r < local; ++r)
-      comp_[r].place(opts_.compression, n, layout_.window_pair(), layout_.owned(first_ + r));
+    check_model_state_budget(opts_.memory_budget_bytes, stage_, n, layout_.replicas(), this->program_,
+                             opts_.compression != Compression::None);
+    for (std::size_t r = 0; r < local; ++r) {
+      Replica& R = devs_[r];
+      R.updater.reset();
+      R.values.resize(*R.m, Shape{stage_ == 2 ? n : 0});
+      R.shard = std::make_unique<ShardedReplica>(layout_, first_ + r, stage_,
+                                                 std::span<const float>(R.values.data(), R.values.size()), *R.m);
+      R.comp.place(opts_.compression, n, layout_.window_pair(), layout_.owned(first_ + r));
+    }
     assign(init);
   }
-  void check_budget(std::size_t n, std::size_t local) {
-    check_model_state_budget(opts_.memory_budget_bytes, stage_, n, local, this->program_,
-                             opts_.compression != Compression::None);
+  //! The local replicas' computes (GPU replicas: their devices', and the device collectives).
+  void make_replicas(std::size_t local) {
+    colls_.reset();
+    devs_.clear();
+    devs_.resize(local);
+    const std::vector<Device>& devices = this->s_.devices();
+    const bool gpus = devices.front().is_gpu();
+    for (std::size_t r = 0; r < local; ++r) {
+      Replica& R = devs_[r];
+      if (gpus) R.owned = make_compute(devices[r], opts_.matmul);
+      R.c = R.owned.get();
+      R.m = R.c ? static_cast<kernels::Memory*>(R.c) : &kernels::host_memory();
+    }
+    if (gpus) colls_ = make_device_collectives(devices, this->s_.options());
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
-    if (stage_ == 2) return this->program_.make_replica(values_[r].span(), {});
-    return this->program_.make_replica({}, {});
+    Replica& R = devs_[r];
+    const std::span<float> values{R.values.data(), R.values.size()};  // empty at stage 3
+    return R.c ? this->program_.make_replica_on(*R.c, values, {}) : this->program_.make_replica(values, {});
   }
   template <class F>
   void with_host_gradient(std::size_t, F&&) {
@@ -199,65 +236,104 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
                 "hold (each layer's is reduce-scattered as backward ends): use ShardedUpdate::On or Off");
   }
   void before_step(std::size_t r) {
+    devs_[r].m->bind_thread();  // this pool thread issues replica r's calls: its GPU current
     if (r == 0) host_.reset();
+  }
+  //! Replica r failed: the others stop waiting for it in the device collectives at once.
+  void replica_failed(std::size_t r, const std::string& why) {
+    if (colls_) colls_->abort(static_cast<int>(r), why);
+  }
+
+  //! Replica r's gather and reduce-scatter, started: over its context (CPU replicas) or the
+  //! device collectives (GPU replicas, in one process: the layout's slices are theirs).
+  template <class Ctx>
+  auto sharding(Ctx& ctx, std::size_t r) {
+    struct Started {
+      Ctx& ctx;
+      DeviceCollectives* colls;
+      kernels::Compute* c;
+      int me;
+      Work gather(std::span<const float> in, std::span<float> out) {
+        if (colls) return colls->all_gather_async(me, *c, in.data(), out.data(), out.size());
+        if constexpr (ShardingContext<Ctx>) return ctx.all_gather_async(in, out);
+        else throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather without waiting");
+      }
+      Work scatter(std::span<const float> in, std::span<float> out) {
+        if (colls) return colls->reduce_scatter_sum_async(me, *c, in.data(), out.data(), in.size());
+        if constexpr (ShardingContext<Ctx>) return ctx.reduce_scatter_async(in, out, Sum);
+        else throw Error("ZeRO stages 2 and 3 need replica contexts that reduce-scatter without waiting");
+      }
+    };
+    return Started{ctx, colls_.get(), devs_[r].c, static_cast<int>(r)};
   }
 
   template <class Ctx>
   ParameterWindows* windows_for(Ctx& ctx, std::size_t r, const Pass& pass) {
     if (pass.gradient_hook) with_host_gradient(r, [](std::span<float>) {});  // refused before the step, not after it
-    if constexpr (ShardingContext<Ctx>) {
-      auto gather = [&ctx](std::span<const float> in, std::span<float> out) { return ctx.all_gather_async(in, out); };
-      if (comp_[r].on())  // each layer's reduce-scatter in 16 bits (its residual added, error feedback)
-        shards_[r]->begin_step(gather, [&ctx, &c = comp_[r]](const ShardedReplica::ScatterCall& k) {
+    if constexpr (!ShardingContext<Ctx>)
+      if (!colls_)
+        throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather and reduce-scatter without waiting "
+                    "(MirroredStrategy's CPU replicas)");
+    Replica& R = devs_[r];
+    auto gather = [c = sharding(ctx, r)](std::span<const float> in, std::span<float> out) mutable {
+      return c.gather(in, out);
+    };
+    if (R.comp.on()) {  // each layer's reduce-scatter in 16 bits (its residual added, error feedback): CPU replicas
+      if constexpr (ShardingContext<Ctx>)
+        R.shard->begin_step(gather, [&ctx, &c = R.comp](const ShardedReplica::ScatterCall& k) {
           return c.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at);
         });
-      else
-        shards_[r]->begin_step(gather, [&ctx](std::span<const float> in, std::span<float> out) {
-          return ctx.reduce_scatter_async(in, out, Sum);
-        });
-      return shards_[r].get();
     } else {
-      throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather and reduce-scatter without waiting "
-                  "(MirroredStrategy's CPU replicas)");
+      R.shard->begin_step(gather, [c = sharding(ctx, r)](std::span<const float> in, std::span<float> out) mutable {
+        return c.scatter(in, out);
+      });
     }
+    return R.shard.get();
   }
 
+  //! A step failed, once no replica runs: pending collectives settle, every device finishes what was
+  //! queued (a collective's kernels may still touch a failed replica's buffers), the collectives start clean.
   void after_failure() {
-    for (auto& sh : shards_) sh->drop();
+    for (Replica& R : devs_) {
+      if (R.shard) R.shard->drop();
+      try {
+        R.m->synchronize();
+      } catch (...) {  // the failure being reported is the one that counts
+      }
+    }
+    if (colls_) colls_->reset();
   }
 
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
-    ShardedReplica& sh = *shards_[r];
+    Replica& R = devs_[r];
+    ShardedReplica& sh = *R.shard;
     sh.finish_step();
     const std::span<float> g = sh.owned_gradient();
-    if (!this->finite_gradient(ctx, r, kernels::host_memory(), bad_[r], std::span<const float>(g))) {
-      comp_[r].reset();  // skipped on every replica: the residual restarts at zero (ShardedCompression)
+    if (!this->finite_gradient(ctx, r, *R.m, R.bad, std::span<const float>(g))) {
+      R.comp.reset();  // skipped on every replica: the residual restarts at zero (ShardedCompression)
       return;
     }
     // clipping: the norm over every replica's owned slice, each scaling its own
-    if (updaters_[r]) this->clip_gradient(ctx, nullptr, bad_[r], g, g, updaters_[r]->global_clipnorm());
-    if (stage_ == 3) return updaters_[r]->apply(sh.owned_values(), g, 0, it);
+    if (R.updater) this->clip_gradient(ctx, R.c, R.norm, g, g, R.updater->global_clipnorm());
+    if (stage_ == 3) return R.updater->apply(sh.owned_values(), g, 0, it);
     // stage 2: its slice of each layer updated in its whole copy, then every copy gets every slice
-    Tensor<float>& staged = staged_[r];
-    if (staged.size() != g.size()) staged = Tensor<float>(Shape{g.size()});
-    const std::span<float> w = values_[r].span();
+    if (R.staged.size() != g.size()) R.staged.resize(*R.m, Shape{g.size()});
+    const std::span<float> w{R.values.data(), R.values.size()};
     const std::size_t id = first_ + r;  // its global replica id
     layout_.for_each_slice(id, [&](Range flat, std::size_t at) {
-      updaters_[r]->apply(w.subspan(flat.begin, flat.size()), g.subspan(at, flat.size()), at, it);
-      std::copy_n(w.data() + flat.begin, flat.size(), staged.data() + at);
+      R.updater->apply(w.subspan(flat.begin, flat.size()), g.subspan(at, flat.size()), at, it);
+      if (flat.size()) R.m->copy(R.staged.data() + at, w.data() + flat.begin, flat.size() * sizeof(float));
     });
-    if constexpr (ShardingContext<Ctx>) {
-      std::vector<Work> gathers;
-      for (std::size_t u = 0; u < layout_.units().size(); ++u) {
-        const Range unit = layout_.units()[u];
-        gathers.push_back(ctx.all_gather_async(
-            std::span<const float>(staged.data() + layout_.owned_at(u, id), layout_.slice(u, id).size()),
-            w.subspan(unit.begin, unit.size())));
-      }
-      trace::Span span{"sharded values", trace::Category::Wait, {{"units", gathers.size()}}};
-      for (Work& x : gathers) x.wait();
+    auto c = sharding(ctx, r);
+    std::vector<Work> gathers;
+    for (std::size_t u = 0; u < layout_.units().size(); ++u) {
+      const Range unit = layout_.units()[u];
+      const std::span<const float> mine(R.staged.data() + layout_.owned_at(u, id), layout_.slice(u, id).size());
+      gathers.push_back(c.gather(mine, w.subspan(unit.begin, unit.size())));
     }
+    trace::Span span{"sharded values", trace::Category::Wait, {{"units", gathers.size()}}};
+    for (Work& x : gathers) x.wait();
   }
 
   //! Whole slots from every replica's owned ones (`part(r)`: local replica
@@ -266,59 +342,19 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   template <class Part>
   std::vector<Tensor<float>> join_shards(Part&& part) const {
     if constexpr (requires(S& x) { x.local_replicas_of(0); }) {  // across workers: MultiWorkerMirroredStrategy
-      if (groups_.size() > 1) return join_across_workers(std::forward<Part>(part));
+      if (groups_.size() > 1)
+        return join_owned_across_workers(this->s_.communicator(), layout_, first_, devs_.size(),
+                                         std::forward<Part>(part));
     }
     return join_owned(layout_, std::forward<Part>(part));
   }
-  template <class Part>
-  std::vector<Tensor<float>> join_across_workers(Part&& part) const {
-    const std::size_t local = shards_.size(), p = layout_.replicas();
-    std::vector<std::vector<Tensor<float>>> mine(local);
-    for (std::size_t r = 0; r < local; ++r) mine[r] = part(r);
-    // every worker joins the same number of slots (the same model and optimizer: agreed at placing)
-    const std::size_t slots = mine.empty() ? 0 : mine.front().size();
-    std::size_t here = 0, all = 0;
-    for (std::size_t g = 0; g < p; ++g) (g >= first_ && g < first_ + local ? here : all) += layout_.owned(g);
-    all += here;
-    auto& comm = this->s_.communicator();
-    agree_on_state_read(comm,
-                        "reading the sharded state (ZeRO 2 and 3 across workers: each worker holds its shards only) "
-                        "is collective: call save_checkpoint (at stage 3 also get_weights, save_weights) on every "
-                        "worker together, the chief alone writes; ",
-                        slots, all);
-    std::vector<Tensor<float>> out;
-    std::vector<float> send(here), got(all);
-    for (std::size_t k = 0; k < slots; ++k) {
-      std::size_t at = 0;
-      for (std::size_t r = 0; r < local; ++r) {
-        std::copy_n(mine[r][k].data(), layout_.owned(first_ + r), send.data() + at);
-        at += layout_.owned(first_ + r);
-      }
-      trace::Span span{"sharded state gather", trace::Category::Collective, {{"floats", all}}};
-      comm.all_gather(std::span<const float>(send), std::span<float>(got));
-      Tensor<float>& whole = out.emplace_back(Shape{layout_.params()});
-      std::size_t from = 0;  // replica g's owned vector in `got`: replicas in global order
-      for (std::size_t g = 0; g < p; ++g) {
-        layout_.for_each_slice(g, [&](Range flat, std::size_t o) {
-          std::copy_n(got.data() + from + o, flat.size(), whole.data() + flat.begin);
-        });
-        from += layout_.owned(g);
-      }
-    }
-    return out;
-  }
-
   ExecutorOptions opts_;
   int stage_;
   std::vector<std::size_t> groups_;  // replicas per worker
   std::size_t first_ = 0;           // the global id of local replica 0
   ShardLayout layout_;
-  std::vector<std::unique_ptr<ShardedReplica>> shards_;
-  std::vector<Tensor<float>> values_;   // stage 2: each replica's whole copy
-  std::vector<Tensor<float>> staged_;   // stage 2: each replica's updated slices, gathered from
-  std::vector<std::unique_ptr<Updater>> updaters_;
-  std::vector<kernels::Buffer<double>> bad_;  // each replica's finiteness count
-  std::vector<ShardedCompression> comp_;      // each replica's residual and 16-bit windows (compression on)
+  std::vector<Replica> devs_;                  // the local replicas
+  std::unique_ptr<DeviceCollectives> colls_;  // GPU replicas' collectives; CPU replicas use their contexts
   mutable std::optional<Tensor<float>> host_;
 };
 
@@ -331,7 +367,11 @@ std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program) {
   const char* why = nullptr;
   const char* instead = "use ShardedUpdate::On or Off";
   if (s.devices().front().is_gpu()) {
-    why = "GPU replicas shard the optimizer state only (ZeRO 1) so far";
+    if (sharding_groups(s).size() > 1) {
+      why = "GPU replicas shard within one process so far (across workers each worker's replica 0 sums for the "
+            "others)";
+      instead = "use ShardedUpdate::Off across workers, or MirroredStrategy's GPU replicas in one process";
+    }
   } else if (!ShardingContext<typename S::context_type>) {
     why = "its replica contexts cannot all-gather and reduce-scatter over every replica without waiting";
     instead = "use ShardedUpdate::Off";

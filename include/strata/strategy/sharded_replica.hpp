@@ -16,6 +16,9 @@
 #include <strata/comm/work.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/core/trace.hpp>
+#include <strata/kernels/buffer.hpp>
+#include <strata/kernels/host/memory.hpp>
+#include <strata/kernels/memory.hpp>
 #include <strata/strategy/fully_sharded.hpp>
 #include <strata/strategy/step_hooks.hpp>
 #include <strata/tensor/tensor.hpp>
@@ -55,17 +58,21 @@ class ShardedReplica final : public ParameterWindows {
 
   //! Replica r of `layout` at `stage`; stage 2 reads the values from
   //! `values` (the replica's whole copy), stage 3 keeps its own slice.
-  ShardedReplica(const ShardLayout& layout, std::size_t r, int stage, std::span<const float> values)
-      : layout_(&layout), r_(r), stage_(stage), values_(values),
-        owned_value_(Shape{stage == 3 ? layout.owned(r) : 0}), owned_grad_(Shape{layout.owned(r)}) {
-    value_pool_ = Tensor<float>(Shape{stage == 3 ? layout.window_pair() : 0});
-    grad_pool_ = Tensor<float>(Shape{layout.window_pair()});
+  //! Its buffers in memory `m` (the host's, or a GPU replica's: then the
+  //! collectives and the layers' calls are the device's, stream-ordered).
+  ShardedReplica(const ShardLayout& layout, std::size_t r, int stage, std::span<const float> values,
+                 kernels::Memory& m = kernels::host_memory())
+      : layout_(&layout), r_(r), stage_(stage), values_(values) {
+    owned_value_.resize(m, Shape{stage == 3 ? layout.owned(r) : 0});
+    owned_grad_.resize(m, Shape{layout.owned(r)});
+    value_pool_.resize(m, Shape{stage == 3 ? layout.window_pair() : 0});
+    grad_pool_.resize(m, Shape{layout.window_pair()});
   }
 
   //! Stage 3: its slice of the values (owned layout). Stage 2: empty.
-  [[nodiscard]] std::span<float> owned_values() noexcept { return owned_value_.span(); }
+  [[nodiscard]] std::span<float> owned_values() noexcept { return {owned_value_.data(), owned_value_.size()}; }
   //! Its slice of the step's summed gradient (valid after finish_step).
-  [[nodiscard]] std::span<float> owned_gradient() noexcept { return owned_grad_.span(); }
+  [[nodiscard]] std::span<float> owned_gradient() noexcept { return {owned_grad_.data(), owned_grad_.size()}; }
 
   //! Before the step: how this step's collectives start (over the replica's context).
   void begin_step(Collective gather, Collective scatter) {
@@ -112,7 +119,7 @@ class ShardedReplica final : public ParameterWindows {
     trace::instant("sharded gradient", trace::Category::Collective, {{"begin", begin}, {"end", end}});
     const std::size_t at = layout_->owned_at(u, r_);
     scatter_work_[next_grad_] = scatter_({begin, next_grad_, window(grad_pool_, next_grad_, end - begin),
-                                          owned_grad_.span().subspan(at, s.size()), at});
+                                          owned_gradient().subspan(at, s.size()), at});
     next_grad_ = 1 - next_grad_;
   }
 
@@ -121,7 +128,7 @@ class ShardedReplica final : public ParameterWindows {
 
   //! Window `win` of `pool` for a unit of `n` floats: the front, or the back
   //! (the two hold adjacent units, whose sizes sum to at most the pool's).
-  static std::span<float> window(Tensor<float>& pool, int win, std::size_t n) {
+  static std::span<float> window(kernels::Buffer<float>& pool, int win, std::size_t n) {
     return {pool.data() + (win == 0 ? 0 : pool.size() - n), n};
   }
 
@@ -152,7 +159,7 @@ class ShardedReplica final : public ParameterWindows {
   }
   void start_gather(std::size_t u, int win) {
     const Range s = layout_->slice(u, r_);
-    gathered_ = gather_(std::span<const float>(owned_value_.data() + layout_->owned_at(u, r_), s.size()),
+    gathered_ = gather_(std::span<const float>(owned_values().data() + layout_->owned_at(u, r_), s.size()),
                         window(value_pool_, win, layout_->units()[u].size()));
   }
 
@@ -160,8 +167,8 @@ class ShardedReplica final : public ParameterWindows {
   std::size_t r_;
   int stage_;
   std::span<const float> values_;        // stage 2: the replica's whole copy
-  Tensor<float> owned_value_, owned_grad_;
-  Tensor<float> value_pool_, grad_pool_;  // each a pair of windows: 0 from the front, 1 from the back
+  kernels::Buffer<float> owned_value_, owned_grad_;
+  kernels::Buffer<float> value_pool_, grad_pool_;  // each a pair of windows: 0 from the front, 1 from the back
   Collective gather_;
   Scatter scatter_;
   Work gathered_;                        // the gather in flight (or done, not waited)

@@ -4,8 +4,8 @@
 //! choose_gpu_reduce (comm/gpu_choice.hpp) from where the replicas are.
 //!   auto coll = strata::cuda::make_collectives(strata::virtual_gpus(0, 4), {});
 //!   coll->choice();   // "4 replicas share GPU 0 (virtual GPUs): a direct reduce kernel ..."
-//! A gradient bucket's sum (all_reduce_sum_async) runs on a side stream of
-//! the replica's GPU, beside the backward on its compute's stream.
+//! The started forms (a gradient bucket's sum, ZeRO 2 and 3's layers) run
+//! on a side stream of the replica's GPU, beside the compute's stream.
 
 #include <cstdlib>
 #include <memory>
@@ -78,6 +78,16 @@ class DeviceTeamCollectives final : public strata::detail::DeviceCollectives {
   Work all_reduce_sum_async(int rank, kernels::Compute& c, float* data, std::size_t n) override {
     const cudaStream_t side = sides_.after(rank, detail::gpu_of(rank, c, "DeviceTeamCollectives"));
     return DeviceCommunicator{team_, rank, side}.all_reduce_async(std::span<float>(data, n), Sum);
+  }
+  Work reduce_scatter_sum_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    const cudaStream_t side = sides_.after(rank, detail::gpu_of(rank, c, "DeviceTeamCollectives"));
+    return DeviceCommunicator{team_, rank, side}.reduce_scatter_async(std::span<const float>(in, n),
+                                                                      std::span<float>(out, slice(n, rank)), Sum);
+  }
+  Work all_gather_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    const cudaStream_t side = sides_.after(rank, detail::gpu_of(rank, c, "DeviceTeamCollectives"));
+    return DeviceCommunicator{team_, rank, side}.all_gather_async(std::span<const float>(in, slice(n, rank)),
+                                                                  std::span<float>(out, n));
   }
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
     DeviceCommunicator{team_, rank, stream_of(rank, c)}.broadcast(std::span<float>(data, n), root);

@@ -28,14 +28,19 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
   void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) override {
     comm_of(rank, c).all_reduce(std::span<float>(data, n), Sum);
   }
-  //! On the replica's side stream (cuda::detail::SideStreams), after what its compute's stream queued:
-  //! NCCL's kernel runs beside the backward. The replica's calls on either stream are issued in one
-  //! order (the update's after the host waited for every bucket), as NCCL requires.
+  //! The started forms on the replica's side stream (cuda::detail::SideStreams), after what its
+  //! compute's stream queued: NCCL's kernels run beside the backward (and ZeRO 3's forward). The
+  //! replica's calls on either stream are issued in one order (those on the compute's stream after
+  //! the host waited for every started one), as NCCL requires.
   Work all_reduce_sum_async(int rank, kernels::Compute& c, float* data, std::size_t n) override {
-    const cudaStream_t side = sides_.after(rank, cuda::detail::gpu_of(rank, c, "NcclCollectives"));
-    auto& comm = side_comms_[static_cast<std::size_t>(rank)];
-    if (!comm || comm->stream() != side) comm.emplace(team_->communicator(rank, side));
-    return comm->all_reduce_async(std::span<float>(data, n), Sum);
+    return side_of(rank, c).all_reduce_async(std::span<float>(data, n), Sum);
+  }
+  Work reduce_scatter_sum_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    return side_of(rank, c).reduce_scatter_async(std::span<const float>(in, n), std::span<float>(out, slice(n, rank)),
+                                                 Sum);
+  }
+  Work all_gather_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
+    return side_of(rank, c).all_gather_async(std::span<const float>(in, slice(n, rank)), std::span<float>(out, n));
   }
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
     comm_of(rank, c).broadcast(std::span<float>(data, n), root);
@@ -63,6 +68,14 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
     const cudaStream_t stream = cuda::detail::gpu_of(rank, c, "NcclCollectives").stream();
     auto& comm = comms_[static_cast<std::size_t>(rank)];
     if (!comm || comm->stream() != stream) comm.emplace(team_->communicator(rank, stream));
+    return *comm;
+  }
+
+  //! Replica `rank`'s communicator on its side stream, made to wait for its compute's stream.
+  NcclCommunicator& side_of(int rank, kernels::Compute& c) {
+    const cudaStream_t side = sides_.after(rank, cuda::detail::gpu_of(rank, c, "NcclCollectives"));
+    auto& comm = side_comms_[static_cast<std::size_t>(rank)];
+    if (!comm || comm->stream() != side) comm.emplace(team_->communicator(rank, side));
     return *comm;
   }
 
