@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <strata/strata.hpp>
@@ -219,7 +218,9 @@ TEST_CASE("GPU replicas bucket too: the CPU flat run's bits, the later buckets u
 TEST_CASE("a replica failing while buckets are in flight is named within the deadline") {
   strata_test::Watchdog dog("buckets failure", 60s);
   strata_test::HostAsGpu host;  // the GPU replicas' case on the host's compute
-  for (auto [p, gpus] : {std::pair{2, false}, std::pair{3, false}, std::pair{2, true}, std::pair{3, true}}) {
+  for (int run = 0; run < 4; ++run) {
+    const int p = 2 + run % 2;
+    const bool gpus = run >= 2;
     CAPTURE(p);
     CAPTURE(gpus);
     strata::CommOptions opts;

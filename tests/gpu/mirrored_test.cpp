@@ -69,11 +69,13 @@ TEST_CASE("MirroredStrategy on 2 and 4 virtual GPUs takes one GPU's steps (FP32 
     CHECK(got.accuracy == doctest::Approx(want.accuracy).epsilon(0.01));
     const Run again = train(s, data, 2);
     gpu_test::check_bitwise(again.w, got.w, "a second run on the same replicas");
-    // the sharded update (Auto from 3 replicas) sums alike: the same bits on or off
-    for (auto mode : {strata::ShardedUpdate::Off, strata::ShardedUpdate::On}) {
+    // the sharded update (Auto from 3 replicas) and ZeRO 2 and 3 (each layer gathered and reduce-scattered on
+    // the replicas' side streams) sum alike: the same bits at every stage
+    for (auto mode : {strata::ShardedUpdate::Off, strata::ShardedUpdate::On, strata::ShardedUpdate::Gradients,
+                      strata::ShardedUpdate::Parameters}) {
       strata::MirroredStrategy m{strata::virtual_gpus(0, p)};
       m.executor_options().sharded_update = mode;
-      gpu_test::check_bitwise(train(m, data, 2).w, got.w, "the update sharded or not");
+      gpu_test::check_bitwise(train(m, data, 2).w, got.w, "the update sharded or not, ZeRO 0 to 3");
     }
   }
 }
