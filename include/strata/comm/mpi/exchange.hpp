@@ -43,7 +43,7 @@ class Exchange {
   //! The transport is agreed by non-blocking collectives under the same
   //! deadline (MPI_Comm_split_type, which has no non-blocking form, runs
   //! only once every rank is known present).
-  Exchange(MPI_Comm parent, MpiOptions opts) : comm_(CommHandle::dup(parent, opts.timeout)), opts_(std::move(opts)) {
+  Exchange(MPI_Comm parent, MpiOptions opts) : comm_(dup_communicator(parent, opts.timeout)), opts_(std::move(opts)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     last_seen_.assign(static_cast<std::size_t>(size_), 0);

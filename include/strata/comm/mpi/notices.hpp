@@ -153,6 +153,18 @@ inline void failure_seen(std::chrono::milliseconds timeout) {
   LiveComms::get().keep_all();
 }
 
+//! CommHandle::dup, whose timeout is a failure seen: the communicators live
+//! then are kept, as after any other failure (the peers that did not take
+//! part may still send on them).
+inline CommHandle dup_communicator(MPI_Comm parent, std::chrono::milliseconds timeout) {
+  try {
+    return CommHandle::dup(parent, timeout);
+  } catch (const CollectiveTimeout&) {
+    failure_seen(timeout);
+    throw;
+  }
+}
+
 //! Tells the peers on every live communicator that this rank failed with
 //! `e` (an exception no one caught), so that their collectives end at once
 //! naming this rank and its message, instead of at their deadline. Bounded.
