@@ -112,10 +112,11 @@ struct ExecutorOptions {
   std::size_t bucket_bytes = 0;
   //! Gradient compression (Compression); None: FP32 on the wire.
   Compression compression = Compression::None;
-  //! Bytes of model state (values, gradient, optimizer state) one mirrored
-  //! CPU replica may hold at its ZeRO stage (strategy/fully_sharded.hpp's
-  //! formula); 0: no limit. Checked when the variables are placed: a model
-  //! too big for it fails at once, naming the stage that would fit.
+  //! Bytes of model state (values, gradient, optimizer state; compression's
+  //! residual) one mirrored CPU replica, or GPU replica at ZeRO 2 and 3, may
+  //! hold at its ZeRO stage (strategy/fully_sharded.hpp's formula); 0: no
+  //! limit. Checked when the variables are placed: a model too big for it
+  //! fails at once, naming the stage that would fit.
   std::size_t memory_budget_bytes = 0;
   //! Tensor parallelism (strategy/tensor_parallel_executor.hpp), MirroredStrategy
   //! in one process: each copy of the model split over this many replicas
