@@ -139,7 +139,8 @@ TEST_CASE("setting up: a peer stopped before split or before creating a communic
   REQUIRE_FALSE(live.never_freed());
   stopped_peer("before", "creating an MPI communicator timed out after 2000 ms on rank 0 of 2: not every rank "
                          "created it; some of rank(s) 1 did not take part", [&] { (void)make(); });
-  CHECK(live.never_freed());
+  // (rank 1's own creation may complete: it meets rank 0's pending one, which MPI can neither cancel nor free)
+  if (world_rank() == 0) CHECK(live.never_freed());
   // after all this, fresh communicators work
   auto c = make();
   std::vector<int> one{1};
