@@ -242,8 +242,10 @@ int main(int argc, char** argv) {
   const auto p = static_cast<std::size_t>(s.num_replicas_in_sync());
   const strata::detail::ShardLayout layout(units, std::vector<std::size_t>(p, 1));
   const int stage = p > 1 ? a.zero : 0;
+  const bool compressed = a.compression != strata::Compression::None;  // error feedback's residual counted
   const double state_mib = static_cast<double>(strata::detail::model_state_bytes(
-                               stage, model.count_params(), p, a.optimizer == "adam" ? 2 : 0, layout.window_pair())) /
+                               stage, model.count_params(), p, a.optimizer == "adam" ? 2 : 0, layout.window_pair(),
+                               compressed)) /
                            1048576.0;
   if (!s.is_chief()) return 0;
   const double steps = a.steps, step_ms = 1e3 * seconds / steps;
