@@ -113,6 +113,10 @@ class FollowedWork final : public PolledWork {
   void settle() override;
 
  private:
+  //! ask(): whether the operation ended (its error thrown); once it has, the rest follows. The outcome
+  //! is kept: later calls repeat it.
+  template <class Ask>
+  bool advance(Ask&& ask);
   void follow();
   std::function<void()> then_;  // declared before first_: outlives its operation
   std::unique_ptr<Work> first_;
@@ -235,10 +239,11 @@ inline void FollowedWork::follow() {
   }
 }
 
-inline bool FollowedWork::test() {
+template <class Ask>
+bool FollowedWork::advance(Ask&& ask) {
   if (!ended_) {
     try {
-      if (!first_->test()) return false;
+      if (!ask()) return false;
     } catch (...) {
       ended_ = true;
       error_ = std::current_exception();
@@ -250,18 +255,15 @@ inline bool FollowedWork::test() {
   return true;
 }
 
+inline bool FollowedWork::test() {
+  return advance([&] { return first_->test(); });
+}
+
 inline void FollowedWork::wait() {
-  if (!ended_) {
-    try {
-      first_->wait();
-    } catch (...) {
-      ended_ = true;
-      error_ = std::current_exception();
-      throw;
-    }
-    follow();
-  }
-  if (error_) std::rethrow_exception(error_);
+  advance([&] {
+    first_->wait();
+    return true;
+  });
 }
 
 inline void FollowedWork::settle() {
