@@ -95,36 +95,22 @@ class HostStagedCollectives final : public DeviceCollectives {
     comm(rank).all_reduce(mine, Sum, Direct{});
     if (n) c.upload(data, mine.data(), n * sizeof(float));
   }
-  //! Downloaded into a copy of its own (several buckets are in flight), the
-  //! team's direct all-reduce queued on the replica's progress thread, and
-  //! the upload once the Work is waited for (on the replica's thread).
+  //! The started forms: each on a host copy of its own (several are in
+  //! flight), queued on the replica's progress thread (staged_async).
   Work all_reduce_sum_async(int rank, kernels::Compute& c, float* data, std::size_t n) override {
-    auto copy = std::make_shared<std::vector<float>>(n);
-    if (n) c.download(copy->data(), data, n * sizeof(float));
-    Work sum = comm(rank).all_reduce_async(std::span<float>(*copy), Sum, Direct{});
-    return Work(std::make_unique<FollowedWork>(std::move(sum), [copy, &c, data, n] {
-      if (n) c.upload(data, copy->data(), n * sizeof(float));
-    }));
+    return staged_async(c, data, n, data, n, /*in_place=*/true, [&](std::span<float> in, std::span<float>) {
+      return comm(rank).all_reduce_async(in, Sum, Direct{});
+    });
   }
   Work reduce_scatter_sum_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
-    const std::size_t k = slice(n, rank).size();
-    auto copy = std::make_shared<std::vector<float>>(n + k);  // its input, then its slice of the sum
-    if (n) c.download(copy->data(), in, n * sizeof(float));
-    const std::span<float> all(*copy);
-    Work sum = comm(rank).reduce_scatter_async(all.first(n), all.subspan(n), Sum);
-    return Work(std::make_unique<FollowedWork>(std::move(sum), [copy, &c, out, n, k] {
-      if (k) c.upload(out, copy->data() + n, k * sizeof(float));
-    }));
+    return staged_async(c, in, n, out, slice(n, rank).size(), false, [&](std::span<float> i, std::span<float> o) {
+      return comm(rank).reduce_scatter_async(std::span<const float>(i), o, Sum);
+    });
   }
   Work all_gather_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
-    const std::size_t k = slice(n, rank).size();
-    auto copy = std::make_shared<std::vector<float>>(k + n);  // its slice, then every replica's
-    if (k) c.download(copy->data(), in, k * sizeof(float));
-    const std::span<float> all(*copy);
-    Work gather = comm(rank).all_gather_async(std::span<const float>(all.first(k)), all.subspan(k));
-    return Work(std::make_unique<FollowedWork>(std::move(gather), [copy, &c, out, n, k] {
-      if (n) c.upload(out, copy->data() + k, n * sizeof(float));
-    }));
+    return staged_async(c, in, slice(n, rank).size(), out, n, false, [&](std::span<float> i, std::span<float> o) {
+      return comm(rank).all_gather_async(std::span<const float>(i), o);
+    });
   }
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
     std::vector<float>& mine = staged(rank, n);
@@ -159,6 +145,21 @@ class HostStagedCollectives final : public DeviceCollectives {
     return shard_range(n, static_cast<std::size_t>(team_.size()), static_cast<std::size_t>(rank));
   }
   ThreadCommunicator comm(int rank) { return ThreadCommunicator{team_, rank}; }
+  //! A started collective on a host copy: the `n_in` floats at `in` (memory
+  //! of `c`) downloaded to its front, `start(input, result)` started, and the
+  //! `n_out` floats of the result uploaded to `out` once the Work is waited
+  //! for (on the waiting replica's thread). `in_place`: the result is the input.
+  template <class Start>
+  static Work staged_async(kernels::Compute& c, const float* in, std::size_t n_in, float* out, std::size_t n_out,
+                           bool in_place, Start start) {
+    const std::size_t at = in_place ? 0 : n_in;
+    const std::shared_ptr<float[]> copy = std::make_shared_for_overwrite<float[]>(at + n_out);
+    if (n_in) c.download(copy.get(), in, n_in * sizeof(float));
+    Work w = start(std::span<float>(copy.get(), n_in), std::span<float>(copy.get() + at, n_out));
+    return Work(std::make_unique<FollowedWork>(std::move(w), [copy, &c, out, at, n_out] {
+      if (n_out) c.upload(out, copy.get() + at, n_out * sizeof(float));
+    }));
+  }
   std::vector<float>& staged(int rank, std::size_t n) {
     std::vector<float>& v = host_[static_cast<std::size_t>(rank)];
     v.resize(n);

@@ -13,6 +13,7 @@
 #include <strata/core/error.hpp>
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/compute.hpp>
+#include <strata/kernels/host/memory.hpp>
 #include <strata/strategy/device.hpp>
 
 namespace strata {
@@ -55,6 +56,33 @@ inline std::unique_ptr<kernels::Compute> make_compute(const Device& d, MatmulPre
                 "strata's CUDA kernels (Meson: dependency('strata-cuda'); else compile strata/cuda/strata_cuda.cu)");
   return gpu_backend().make(d.index, precision);
 }
+
+//! Where one replica of a mirrored executor computes and keeps its buffers:
+//! on a GPU, a compute of its own (its memory the device's); on a CPU, none
+//! (its programs compute on the host, its buffers in the host's memory).
+//! An executor's per-replica state derives from it; the compute, declared
+//! first, outlives the buffers made in its memory.
+struct ReplicaDevice {
+  std::unique_ptr<kernels::Compute> owned;  // a GPU's compute
+  kernels::Compute* c = nullptr;            // that compute; null for a CPU replica
+  kernels::Memory* m = nullptr;             // where its buffers live: the compute's, or the host's memory
+
+  //! On device `d` (a GPU's compute made with `precision`, or the host's memory).
+  void place_on(const Device& d, MatmulPrecision precision) {
+    owned = d.is_gpu() ? make_compute(d, precision) : nullptr;
+    c = owned.get();
+    m = c ? static_cast<kernels::Memory*>(c) : &kernels::host_memory();
+  }
+  //! After a failed step: waits for what was queued (a collective's kernels
+  //! may still touch a failed replica's buffers); its errors are dropped, the
+  //! failure being reported is the one that counts.
+  void quiesce() noexcept {
+    try {
+      if (m) m->synchronize();
+    } catch (...) {
+    }
+  }
+};
 
 }  // namespace detail
 

@@ -178,10 +178,7 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   }
 
  private:
-  struct Replica {
-    std::unique_ptr<kernels::Compute> owned;  // a GPU's compute
-    kernels::Compute* c = nullptr;            // that compute; null for a CPU replica
-    kernels::Memory* m = nullptr;             // where its buffers live: the compute's, or the host's memory
+  struct Replica : ReplicaDevice {  // its compute (a GPU's) and memory, then its buffers there
     kernels::Buffer<float> values;            // stage 2: its whole copy
     kernels::Buffer<float> staged;            // stage 2: its updated slices, gathered from
     kernels::Buffer<double> bad, norm;        // its finiteness count; its squared norm for clipping
@@ -217,12 +214,7 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     devs_.resize(local);
     const std::vector<Device>& devices = this->s_.devices();
     const bool gpus = devices.front().is_gpu();
-    for (std::size_t r = 0; r < local; ++r) {
-      Replica& R = devs_[r];
-      if (gpus) R.owned = make_compute(devices[r], opts_.matmul);
-      R.c = R.owned.get();
-      R.m = R.c ? static_cast<kernels::Memory*>(R.c) : &kernels::host_memory();
-    }
+    for (std::size_t r = 0; r < local; ++r) devs_[r].place_on(devices[r], opts_.matmul);
     if (gpus) colls_ = make_device_collectives(devices, this->s_.options());
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
@@ -296,10 +288,7 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   void after_failure() {
     for (Replica& R : devs_) {
       if (R.shard) R.shard->drop();
-      try {
-        R.m->synchronize();
-      } catch (...) {  // the failure being reported is the one that counts
-      }
+      R.quiesce();
     }
     if (colls_) colls_->reset();
   }

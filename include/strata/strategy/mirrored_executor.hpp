@@ -146,10 +146,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   }
 
  private:
-  struct Replica {
-    std::unique_ptr<kernels::Compute> owned;  // a GPU's compute
-    kernels::Compute* c = nullptr;            // that compute; null for a CPU replica (its program computes on the host)
-    kernels::Memory* m = nullptr;             // where its buffers live: the compute's, or the host's memory
+  struct Replica : ReplicaDevice {  // its compute (a GPU's) and memory, then its buffers there
     kernels::Buffer<float> value, grad;
     kernels::Buffer<float> shard;  // sharded update: its slice of the summed gradient, then of the updated values
     kernels::Buffer<double> bad;   // its finiteness count
@@ -211,12 +208,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     choice_.clear();
     const std::vector<Device>& devices = this->s_.devices();
     const bool gpus = on_gpus();
-    for (std::size_t r = 0; r < local; ++r) {
-      Replica& R = devs_[r];
-      if (gpus) R.owned = make_compute(devices[r], opts_.matmul);
-      R.c = R.owned.get();
-      R.m = R.c ? static_cast<kernels::Memory*>(R.c) : &kernels::host_memory();
-    }
+    for (std::size_t r = 0; r < local; ++r) devs_[r].place_on(devices[r], opts_.matmul);
     // sharded in one process, from 3 replicas unless told; CPU replicas across workers when told (On), over
     // every worker's replicas
     const bool one = this->workers_.size() == 1;
@@ -271,10 +263,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   //! collectives' state so that the next step starts clean.
   void after_failure() {
     for (GradientBuckets& B : buckets_) B.drop();
-    for (Replica& R : devs_) try {
-        R.m->synchronize();
-      } catch (...) {  // the failure being reported is the one that counts
-      }
+    for (Replica& R : devs_) R.quiesce();
     if (colls_) colls_->reset();
   }
 

@@ -76,18 +76,15 @@ class DeviceTeamCollectives final : public strata::detail::DeviceCollectives {
   }
   //! On the replica's side stream (detail::SideStreams), after what its compute's stream queued.
   Work all_reduce_sum_async(int rank, kernels::Compute& c, float* data, std::size_t n) override {
-    const cudaStream_t side = sides_.after(rank, detail::gpu_of(rank, c, "DeviceTeamCollectives"));
-    return DeviceCommunicator{team_, rank, side}.all_reduce_async(std::span<float>(data, n), Sum);
+    return DeviceCommunicator{team_, rank, side_of(rank, c)}.all_reduce_async(std::span<float>(data, n), Sum);
   }
   Work reduce_scatter_sum_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
-    const cudaStream_t side = sides_.after(rank, detail::gpu_of(rank, c, "DeviceTeamCollectives"));
-    return DeviceCommunicator{team_, rank, side}.reduce_scatter_async(std::span<const float>(in, n),
-                                                                      std::span<float>(out, slice(n, rank)), Sum);
+    DeviceCommunicator comm{team_, rank, side_of(rank, c)};
+    return comm.reduce_scatter_async(std::span<const float>(in, n), std::span<float>(out, slice(n, rank)), Sum);
   }
   Work all_gather_async(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
-    const cudaStream_t side = sides_.after(rank, detail::gpu_of(rank, c, "DeviceTeamCollectives"));
-    return DeviceCommunicator{team_, rank, side}.all_gather_async(std::span<const float>(in, slice(n, rank)),
-                                                                  std::span<float>(out, n));
+    DeviceCommunicator comm{team_, rank, side_of(rank, c)};
+    return comm.all_gather_async(std::span<const float>(in, slice(n, rank)), std::span<float>(out, n));
   }
   void broadcast(int rank, kernels::Compute& c, float* data, std::size_t n, int root) override {
     DeviceCommunicator{team_, rank, stream_of(rank, c)}.broadcast(std::span<float>(data, n), root);
@@ -110,6 +107,10 @@ class DeviceTeamCollectives final : public strata::detail::DeviceCollectives {
   }
   static cudaStream_t stream_of(int rank, kernels::Compute& c) {
     return detail::gpu_of(rank, c, "DeviceTeamCollectives").stream();
+  }
+  //! Replica `rank`'s side stream, made to wait for its compute's stream (the started forms').
+  cudaStream_t side_of(int rank, kernels::Compute& c) {
+    return sides_.after(rank, detail::gpu_of(rank, c, "DeviceTeamCollectives"));
   }
 
   detail::SideStreams sides_;  // declared first: its streams outlive the team's work on them
