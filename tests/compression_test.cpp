@@ -121,16 +121,19 @@ std::uint64_t bytes_of_an_epoch(strata::Compression c, std::size_t bucket_bytes)
 }
 
 //! The weights and Adam's moments (from a checkpoint) after 2 epochs of
-//! blobs_mlp under Mirrored with `p` replicas, `c` and `sharded`, clipping
-//! by the global norm at `clip` (0: none).
+//! blobs_mlp under Mirrored with `p` replicas (CPUs, or virtual GPUs), `c`
+//! and `sharded`, clipping by the global norm at `clip` (0: none), buckets
+//! of `bucket` bytes (0: flat).
 struct Trained {
   std::vector<float> weights;
   std::vector<std::vector<float>> moments;
 };
-Trained train_state(int p, strata::Compression c, strata::ShardedUpdate sharded, float clip = 0) {
-  strata::MirroredStrategy s{strata::cpu_replicas(p)};
+Trained train_state(int p, strata::Compression c, strata::ShardedUpdate sharded, float clip = 0, bool gpus = false,
+                    std::size_t bucket = 0) {
+  strata::MirroredStrategy s{gpus ? strata::virtual_gpus(0, p) : strata::cpu_replicas(p)};
   s.executor_options().compression = c;
   s.executor_options().sharded_update = sharded;
+  s.executor_options().bucket_bytes = bucket;
   const auto data = strata_test::blobs(160, 11);
   auto model = s.scope(strata_test::blobs_mlp);
   model.compile(nn::Adam{0.01, {.global_clipnorm = clip}}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
@@ -559,6 +562,70 @@ TEST_CASE("a custom loop's hook sees the FP32 gradient; the step then compresses
   CHECK(strata_test::flat_weights(model) == fitted);
 }
 
+// GPU replicas round on their compute (Compute::round_to_wire: the host's body, here the host's compute
+// standing in for a GPU's) and sum in 16 bits through their device collectives (WireCall: host-staged here,
+// the thread team's direct sum; the device team's kernel and NCCL on a GPU: tests/gpu/): the CPU replicas'
+// compressed weights and Adam moments bit for bit, flat, bucketed and at ZeRO 1, 2 and 3.
+namespace {
+std::atomic<int> rounded{0}, expanded{0};
+struct WireCounting : strata::kernels::HostCompute {
+  void round_to_wire(strata::WireFormat f, const float* g, const float* res, float* next, void* out,
+                     std::size_t n) override {
+    ++rounded;
+    HostCompute::round_to_wire(f, g, res, next, out, n);
+  }
+  void expand_wire(strata::WireFormat f, const void* w, float* g, std::size_t n) override {
+    ++expanded;
+    HostCompute::expand_wire(f, w, g, n);
+  }
+};
+}  // namespace
+
+TEST_CASE("GPU replicas compress as CPU replicas do: the same bits flat, bucketed and at ZeRO 1, 2 and 3") {
+  using strata::ShardedUpdate;
+  strata_test::HostAsGpu host;
+  strata::detail::gpu_backend().make = [](int, strata::MatmulPrecision) -> std::unique_ptr<strata::kernels::Compute> {
+    return std::make_unique<WireCounting>();
+  };
+  for (int p : {2, 3}) {
+    for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+      if (c == strata::Compression::FP16 && p != 3) continue;  // (the time of the sanitizer builds)
+      CAPTURE(p);
+      CAPTURE(to_string(c));
+      for (ShardedUpdate stage : {ShardedUpdate::Off, ShardedUpdate::On, ShardedUpdate::Gradients,
+                                  ShardedUpdate::Parameters}) {
+        CAPTURE(static_cast<int>(stage));
+        const Trained want = train_state(p, c, stage);
+        rounded = expanded = 0;
+        const Trained got = train_state(p, c, stage, 0, /*gpus=*/true);
+        CHECK(got.weights == want.weights);
+        CHECK(got.moments == want.moments);
+        CHECK(rounded.load() > 0);  // the GPUs' computes rounded and expanded, not the host behind their back
+        CHECK(expanded.load() > 0);
+      }
+      const Trained flat = train_state(p, c, ShardedUpdate::Off);
+      for (std::size_t bucket : {std::size_t{1}, std::size_t{128}}) {  // every layer its own bucket; a few
+        CAPTURE(bucket);
+        CHECK(train_state(p, c, ShardedUpdate::Off, 0, true, bucket).weights == flat.weights);
+      }
+    }
+  }
+  // the rounding did something on GPUs too; clipping by the global norm alike
+  CHECK(train_state(2, strata::Compression::BF16, ShardedUpdate::Off, 0, true).weights !=
+        train_state(2, strata::Compression::None, ShardedUpdate::Off, 0, true).weights);
+  CHECK(train_state(3, strata::Compression::BF16, ShardedUpdate::On, 0.05f, true).weights ==
+        train_state(3, strata::Compression::BF16, ShardedUpdate::On, 0.05f).weights);
+}
+
+TEST_CASE("GPU replicas' compressed runs say so in the summary") {
+  strata_test::HostAsGpu host;
+  strata::MirroredStrategy s{strata::virtual_gpus(0, 2)};
+  s.executor_options().compression = strata::Compression::BF16;
+  auto model = strata_test::fit_blobs(s, strata_test::blobs(64, 3), 32, 1);
+  CHECK(model.gradient_reduction().find("; the gradient sent in bf16 (rounded on each GPU with error feedback") !=
+        std::string::npos);
+}
+
 TEST_CASE("the formats' names read back (the examples' and benches' --compression)") {
   for (strata::Compression c : {strata::Compression::None, strata::Compression::BF16, strata::Compression::FP16})
     CHECK(strata::compression_named(to_string(c)) == c);
@@ -576,13 +643,18 @@ TEST_CASE("compression is refused where it cannot apply, saying why and what to 
     model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(16)),
               {.epochs = 1, .verbose = nn::Verbosity::Silent});
   };
-  SUBCASE("GPU replicas") {
+  SUBCASE("central variables (on the host, or on a GPU)") {
     strata_test::HostAsGpu host;
-    strata::MirroredStrategy s{strata::virtual_gpus(0, 2)};
+    strata::CentralStorageStrategy s{strata::virtual_gpus(0, 2)};
+    s.executor_options().central_variables = strata::CentralVariables::Gpu;
     CHECK_THROWS_WITH_AS(fails(s),
-                         doctest::Contains("gradient compression (ExecutorOptions::compression = bf16) runs on CPU "
-                                           "replicas (Mirrored, MultiWorkerMirrored); these replicas are GPUs"),
+                         doctest::Contains("ExecutorOptions::compression: the gradient is sent in 16 bits by the "
+                                           "mirrored strategies' all-reduce (MirroredStrategy, "
+                                           "MultiWorkerMirroredStrategy) and a pipeline's copies' sum; this strategy "
+                                           "does not reduce it that way"),
                          strata::Error);
+    strata::CentralStorageStrategy cpu{strata::cpu_replicas(2)};
+    CHECK_THROWS_AS(fails(cpu), strata::Error);
   }
 }
 

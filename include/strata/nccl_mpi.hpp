@@ -37,6 +37,10 @@ class NcclWorkerSum final : public strata::detail::WorkerSum {
   void all_reduce_sum(kernels::Compute& /*c*/, float* data, std::size_t n) override {
     comm_.all_reduce(std::span<float>(data, n), Sum);
   }
+  //! NCCL's bf16 and fp16 sums (compression on GPU replicas).
+  void all_reduce_sum(kernels::Compute& /*c*/, WireFormat f, void* data, std::size_t n) override {
+    visit_wire(f, [&](auto t) { comm_.all_reduce(std::span<decltype(t)>(static_cast<decltype(t)*>(data), n), Sum); });
+  }
   [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
 
  private:
@@ -60,7 +64,7 @@ inline std::int64_t force_code(std::string_view force) {
 //! made (NcclCommunicator::world) or the host-staged sum kept.
 inline std::unique_ptr<strata::detail::WorkerSum> make_worker_sum(MpiCommunicator& mpi, const Device& leader,
                                                                   kernels::Compute& c,
-                                                                  std::function<void(std::span<float>)> host_sum) {
+                                                                  strata::detail::HostSums host_sum) {
   namespace dn = strata::detail::nccl;
   auto* gpu = dynamic_cast<cuda::CudaCompute*>(&c);
   const char* env = std::getenv("STRATA_WORKER_ALLREDUCE");

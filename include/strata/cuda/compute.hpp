@@ -225,6 +225,15 @@ class CudaCompute final : public CudaDeviceOps {
     DeviceGuard g{device_};
     detail::launch_multiply(stream_.get(), x, mask, y, n);
   }
+  void round_to_wire(WireFormat f, const float* g, const float* res, float* next, void* out,
+                     std::size_t n) override {
+    DeviceGuard guard{device_};
+    detail::launch_round_to_wire(stream_.get(), f, g, res, next, out, n);
+  }
+  void expand_wire(WireFormat f, const void* w, float* g, std::size_t n) override {
+    DeviceGuard guard{device_};
+    detail::launch_expand_wire(stream_.get(), f, w, g, n);
+  }
   void count_nonfinite(const float* x, std::size_t n, double* acc) override {
     DeviceGuard g{device_};
     detail::launch_count_nonfinite(stream_.get(), x, n, acc);

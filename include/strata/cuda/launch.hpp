@@ -35,6 +35,9 @@ void launch_axpy(cudaStream_t s, float a, const float* x, float* y, std::size_t 
 void launch_dropout(cudaStream_t s, const float* x, float* y, float* mask, std::size_t n, std::uint64_t key,
                     float rate);
 void launch_multiply(cudaStream_t s, const float* x, const float* mask, float* y, std::size_t n);
+void launch_round_to_wire(cudaStream_t s, WireFormat f, const float* g, const float* res, float* next, void* out,
+                          std::size_t n);
+void launch_expand_wire(cudaStream_t s, WireFormat f, const void* w, float* g, std::size_t n);
 void launch_dropout_at(cudaStream_t s, const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base,
                        std::uint64_t layer, std::uint64_t salt, const kernels::StepCounters* c, float rate);
 

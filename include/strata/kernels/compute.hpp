@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include <strata/core/error.hpp>
+#include <strata/core/half.hpp>
 #include <strata/kernels/bodies/activations.hpp>
 #include <strata/kernels/memory.hpp>
 #include <strata/kernels/step_state.hpp>
@@ -150,6 +151,16 @@ class Compute : public Memory {
   virtual void dropout(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key, float rate) = 0;
   //! y = x * mask (elementwise).
   virtual void multiply(const float* x, const float* mask, float* y, std::size_t n) = 0;
+
+  // -- gradient compression (strategy/compression.hpp) ----------------------
+  //! out[i] = g[i] + res[i] rounded to `f` (bf16 or fp16 elements at `out`),
+  //! next[i] = what the rounding lost (0 where the rounded value is not
+  //! finite): bodies::RoundWithResidual, the same bits in every space. `next`
+  //! may be `res` (the residual updated in place).
+  virtual void round_to_wire(WireFormat f, const float* g, const float* res, float* next, void* out,
+                             std::size_t n) = 0;
+  //! g[i] = the i-th `f` element at `w` in FP32 (exact).
+  virtual void expand_wire(WireFormat f, const void* w, float* g, std::size_t n) = 0;
 
   // -- losses and metrics --------------------------------------------------
   // Each adds its sum over the rows to *acc (a double in this space) and,

@@ -122,6 +122,13 @@ class RecordingCompute final : public Compute {
   void multiply(const float* x, const float* mask, float* y, std::size_t n) override {
     run([=, this] { in_.multiply(x, mask, y, n); });
   }
+  void round_to_wire(WireFormat f, const float* g, const float* res, float* next, void* out,
+                     std::size_t n) override {
+    run([=, this] { in_.round_to_wire(f, g, res, next, out, n); });
+  }
+  void expand_wire(WireFormat f, const void* w, float* g, std::size_t n) override {
+    run([=, this] { in_.expand_wire(f, w, g, n); });
+  }
   void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                            std::size_t classes, bool from_logits, double* acc, double* invalid) override {
     run([=, this] { in_.sparse_crossentropy(pred, labels, d, scale, rows, classes, from_logits, acc, invalid); });

@@ -46,6 +46,10 @@
 #include <strata/comm/work.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/half.hpp>
+#include <strata/kernels/buffer.hpp>
+#include <strata/kernels/compute.hpp>
+#include <strata/kernels/host/maps.hpp>
+#include <strata/kernels/host/memory.hpp>
 #include <strata/strategy/executor_options.hpp>
 
 namespace strata {
@@ -72,81 +76,90 @@ namespace detail {
 //! out[i] = round(g[i] + res[i]) in 16 bits (T: bf16 or fp16), next[i] =
 //! what the rounding lost (0 where the rounded value is not finite: an
 //! overflow or a NaN, whose step the finiteness check skips). `next` may be
-//! `res` (the residual updated in place).
+//! `res` (the residual updated in place). The host's loop over the body the
+//! computes' round_to_wire runs (kernels/bodies/maps.hpp).
 template <class T>
 void round_with_residual(std::span<const float> g, const float* res, float* next, T* out) {
-  for (std::size_t i = 0; i < g.size(); ++i) {  // (written so that it vectorizes)
-    const float v = g[i] + res[i];
-    const T h(v);
-    const float lost = v - static_cast<float>(h);
-    out[i].bits = h.bits;
-    next[i] = lost - lost == 0.f ? lost : 0.f;  // finite (infinity and NaN give NaN)
-  }
+  kernels::host::round_with_residual(g.data(), res, next, out, g.size());
 }
 
-//! Refuses compression where a placement cannot apply it, at place time:
-//! GPU replicas (their sums run on the devices in FP32), central variables
-//! on a GPU. (ZeRO 2 and 3 compress with ShardedCompression.)
-inline void check_compression(Compression c, bool gpus, bool central) {
-  if (c == Compression::None) return;
-  const std::string what = "strata: gradient compression (ExecutorOptions::compression = " + std::string(to_string(c)) +
-                           ") ";
-  if (gpus)
-    throw Error(what + "runs on CPU replicas (Mirrored, MultiWorkerMirrored); these replicas are GPUs, whose "
-                       "sums run on the devices in FP32: set compression = Compression::None there (under tensor "
-                       "parallelism GPU replicas do compress: their sums run on the host)");
-  if (central)
-    throw Error(what + "does not apply to central variables (CentralStorageStrategy on GPUs takes each replica's "
-                       "FP32 gradient): set compression = Compression::None, or use MirroredStrategy");
-}
+//! Where a replica's compression buffers live and what rounds and expands
+//! them: the host (no compute), or a GPU replica's compute (its memory, its
+//! round_to_wire and expand_wire: the same bits).
+class WireSpace {
+ public:
+  WireSpace() = default;
+  explicit WireSpace(kernels::Compute* dev) : dev_(dev) {}
+  [[nodiscard]] kernels::Memory& mem() const {
+    if (dev_) return *dev_;
+    return kernels::host_memory();
+  }
+  [[nodiscard]] bool on_device() const noexcept { return dev_ != nullptr; }
+  //! out = round(g + res) in T, next = what the rounding lost (next may be res).
+  template <class T>
+  void round(std::span<const float> g, const float* res, float* next, T* out) const {
+    if (dev_) return dev_->round_to_wire(wire_format_of<T>, g.data(), res, next, out, g.size());
+    round_with_residual(g, res, next, out);
+  }
+  //! g = the T elements at `w` in FP32.
+  template <class T>
+  void expand(const T* w, std::span<float> g) const {
+    if (dev_) return dev_->expand_wire(wire_format_of<T>, w, g.data(), g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(w[i]);
+  }
+  //! x = 0 (n floats).
+  void zero(float* x, std::size_t n) const {
+    if (n) mem().fill(x, 0.f, n);
+  }
+
+ private:
+  kernels::Compute* dev_ = nullptr;
+};
 
 //! One replica's compression state: its residual (error feedback), the one
-//! about to replace it, and the 16-bit copy of its gradient that travels.
+//! about to replace it, and the 16-bit copy of its gradient that travels, in
+//! the memory of the replica's space: the host's (place), or a GPU's
+//! (place_on: the rounding and expansion are its compute's round_to_wire and
+//! expand_wire, the same bits; the 16-bit sums its device collectives').
 class GradientCompression {
  public:
   // (first: members defined below call them, and their return types are deduced)
   //! f(the 16-bit buffer, as a span of its type: bf16 or fp16): what
-  //! compress wrote and a sum reads (on only).
+  //! compress wrote and a sum reads (on only). Memory of the replica's space.
   template <class F>
   decltype(auto) with_wire(F&& f) {
-    if (c_ == Compression::BF16) return f(std::span<bf16>(bf_));
-    return f(std::span<fp16>(fp_));
+    if (c_ == Compression::BF16) return f(std::span<bf16>(bf_.data(), bf_.size()));
+    return f(std::span<fp16>(fp_.data(), fp_.size()));
   }
   template <class F>
   decltype(auto) with_wire(F&& f) const {
-    if (c_ == Compression::BF16) return f(std::span<const bf16>(bf_));
-    return f(std::span<const fp16>(fp_));
+    if (c_ == Compression::BF16) return f(std::span<const bf16>(bf_.data(), bf_.size()));
+    return f(std::span<const fp16>(fp_.data(), fp_.size()));
   }
 
-  //! At place time: the format and the gradient's length; residual zero.
-  void place(Compression c, std::size_t n) {
-    c_ = c;
-    const std::size_t m = on() ? n : 0;
-    residual_.assign(m, 0.f);
-    next_.assign(m, 0.f);
-    bf_.assign(c_ == Compression::BF16 ? m : 0, bf16{});
-    fp_.assign(c_ == Compression::FP16 ? m : 0, fp16{});
-  }
+  //! At place time, on the host: the format and the gradient's length; residual zero.
+  void place(Compression c, std::size_t n) { place(c, n, nullptr); }
+  //! The same in `dev`'s memory, rounded and expanded by `dev` (a GPU replica's compute).
+  void place_on(kernels::Compute& dev, Compression c, std::size_t n) { place(c, n, &dev); }
   //! The residual back to zero (optimizer reset, state set).
-  void reset() noexcept {
-    std::fill(residual_.begin(), residual_.end(), 0.f);
-    std::fill(next_.begin(), next_.end(), 0.f);
+  void reset() {
+    if (!on()) return;
+    space_.zero(residual_.data(), residual_.size());
+    space_.zero(next_.data(), next_.size());
   }
   [[nodiscard]] bool on() const noexcept { return c_ != Compression::None; }
-  //! This replica's residual (what its last applied step's rounding dropped).
-  [[nodiscard]] std::span<const float> residual() const noexcept { return residual_; }
+  //! This replica's residual (what its last applied step's rounding dropped; memory of its space).
+  [[nodiscard]] std::span<const float> residual() const noexcept { return {residual_.data(), residual_.size()}; }
 
   //! Elements [at, at + g.size()) of the gradient `g` are: v = g + residual,
   //! sent as round(v), the next residual v - round(v) (0 where round(v) is
   //! not finite: an overflow or a NaN, whose step the finiteness check skips).
   void compress(std::span<const float> g, std::size_t at) {
-    with_wire([&](auto w) { round_with_residual(g, residual_.data() + at, next_.data() + at, w.data() + at); });
+    with_wire([&](auto w) { space_.round(g, residual_.data() + at, next_.data() + at, w.data() + at); });
   }
   //! g = the reduced 16-bit values of [at, at + g.size()), in FP32.
   void expand(std::span<float> g, std::size_t at) const {
-    with_wire([&](auto w) {
-      for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(w[at + i]);
-    });
+    with_wire([&](auto w) { space_.expand(w.data() + at, g); });
   }
   //! The step is applied: its residual becomes the one the next step adds.
   void commit() noexcept {
@@ -171,6 +184,7 @@ class GradientCompression {
   //! order and rounded once: a sum over copies in memory, as the direct
   //! all-reduce adds them (the pipeline's copies in one process).
   void sum_wires(std::span<const GradientCompression* const> others, std::size_t n) {
+    if (space_.on_device()) throw Error("strata: gradient compression: sum_wires adds copies in host memory");
     with_wire([&](auto w) {
       using T = typename decltype(w)::element_type;
       std::vector<const T*> in;
@@ -198,10 +212,10 @@ class GradientCompression {
     compress(g, 0);
     with_wire([&](auto w) {
       using T = std::remove_const_t<typename decltype(w)::element_type>;
-      std::vector<T>& s = slice_buffer(T{});
-      s.resize(slice.size());
-      scatter(std::span<const T>(w.first(g.size())), std::span<T>(s));
-      for (std::size_t i = 0; i < slice.size(); ++i) slice[i] = static_cast<float>(s[i]);
+      kernels::Buffer<T>& s = slice_buffer(T{});
+      s.resize(space_.mem(), Shape{slice.size()});
+      scatter(std::span<const T>(w.first(g.size())), std::span<T>(s.data(), slice.size()));
+      space_.expand(s.data(), slice);
     });
   }
 
@@ -238,13 +252,25 @@ class GradientCompression {
   }
 
  private:
-  std::vector<bf16>& slice_buffer(bf16) { return bf_slice_; }
-  std::vector<fp16>& slice_buffer(fp16) { return fp_slice_; }
+  void place(Compression c, std::size_t n, kernels::Compute* dev) {
+    c_ = c;
+    space_ = WireSpace(dev);
+    const std::size_t m = on() ? n : 0;
+    kernels::Memory& mem = space_.mem();
+    residual_.resize(mem, Shape{m});
+    next_.resize(mem, Shape{m});
+    bf_.resize(mem, Shape{c_ == Compression::BF16 ? m : 0});
+    fp_.resize(mem, Shape{c_ == Compression::FP16 ? m : 0});
+    reset();
+  }
+  kernels::Buffer<bf16>& slice_buffer(bf16) { return bf_slice_; }
+  kernels::Buffer<fp16>& slice_buffer(fp16) { return fp_slice_; }
 
   Compression c_ = Compression::None;
-  std::vector<float> residual_, next_;
-  std::vector<bf16> bf_, bf_slice_;  // the 16-bit gradient; the sharded update's slice of its sum
-  std::vector<fp16> fp_, fp_slice_;
+  WireSpace space_;  // the host's, or a GPU replica's memory and compute
+  kernels::Buffer<float> residual_, next_;
+  kernels::Buffer<bf16> bf_, bf_slice_;  // the 16-bit gradient; the sharded update's slice of its sum
+  kernels::Buffer<fp16> fp_, fp_slice_;
 };
 
 //! Compression at ZeRO stages 2 and 3 (fully_sharded_executor.hpp), one
@@ -262,19 +288,23 @@ class GradientCompression {
 //!     return comp.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at); });
 class ShardedCompression {
  public:
-  void place(Compression c, std::size_t n, std::size_t pair, std::size_t owned) {
+  //! On the host, or in `dev`'s memory, rounded and expanded by `dev` (a GPU replica's compute).
+  void place(Compression c, std::size_t n, std::size_t pair, std::size_t owned, kernels::Compute* dev = nullptr) {
     c_ = c;
+    space_ = WireSpace(dev);
+    kernels::Memory& mem = space_.mem();
     const bool bf = c == Compression::BF16, fp = c == Compression::FP16;
-    residual_.assign(on() ? n : 0, 0.f);
-    bf_pair_.assign(bf ? pair : 0, bf16{});
-    bf_owned_.assign(bf ? owned : 0, bf16{});
-    fp_pair_.assign(fp ? pair : 0, fp16{});
-    fp_owned_.assign(fp ? owned : 0, fp16{});
+    residual_.resize(mem, Shape{on() ? n : 0});
+    bf_pair_.resize(mem, Shape{bf ? pair : 0});
+    bf_owned_.resize(mem, Shape{bf ? owned : 0});
+    fp_pair_.resize(mem, Shape{fp ? pair : 0});
+    fp_owned_.resize(mem, Shape{fp ? owned : 0});
+    reset();
   }
   [[nodiscard]] bool on() const noexcept { return c_ != Compression::None; }
   //! The residual back to zero (a skipped step, an optimizer reset, its state set).
-  void reset() noexcept { std::fill(residual_.begin(), residual_.end(), 0.f); }
-  [[nodiscard]] std::span<const float> residual() const noexcept { return residual_; }
+  void reset() { space_.zero(residual_.data(), residual_.size()); }
+  [[nodiscard]] std::span<const float> residual() const noexcept { return {residual_.data(), residual_.size()}; }
 
   //! Starts the unit at `begin` of the flat layout (gradient `in`, in window
   //! `window`) reduce-scattered through 16 bits into `out` (at `owned_at` of
@@ -284,13 +314,13 @@ class ShardedCompression {
   Work scatter(Ctx& ctx, std::size_t begin, int window, std::span<const float> in, std::span<float> out,
                std::size_t owned_at) {
     auto go = [&](auto& pair, auto& owned) {
-      using T = typename std::remove_reference_t<decltype(pair)>::value_type;
+      using T = std::remove_pointer_t<decltype(pair.data())>;
       T* wire = pair.data() + (window == 0 ? 0 : pair.size() - in.size());
-      round_with_residual(in, residual_.data() + begin, residual_.data() + begin, wire);
+      space_.round(in, residual_.data() + begin, residual_.data() + begin, wire);
       const std::span<T> sum(owned.data() + owned_at, out.size());
       Work w = ctx.reduce_scatter_async(std::span<const T>(wire, in.size()), sum, Sum);
-      return Work(std::make_unique<FollowedWork>(std::move(w), [sum, out] {
-        for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(sum[i]);
+      return Work(std::make_unique<FollowedWork>(std::move(w), [space = space_, sum, out] {
+        space.expand(sum.data(), out);
       }));
     };
     if (c_ == Compression::BF16) return go(bf_pair_, bf_owned_);
@@ -299,9 +329,10 @@ class ShardedCompression {
 
  private:
   Compression c_ = Compression::None;
-  std::vector<float> residual_;
-  std::vector<bf16> bf_pair_, bf_owned_;  // the 16-bit window pair; the replica's 16-bit slice of the sums
-  std::vector<fp16> fp_pair_, fp_owned_;
+  WireSpace space_;
+  kernels::Buffer<float> residual_;
+  kernels::Buffer<bf16> bf_pair_, bf_owned_;  // the 16-bit window pair; the replica's 16-bit slice of the sums
+  kernels::Buffer<fp16> fp_pair_, fp_owned_;
 };
 
 //! Collectives `coll` (sharded_update's: fully_sharded.hpp) whose

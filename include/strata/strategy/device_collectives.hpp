@@ -11,7 +11,10 @@
 //!   strata::Work w = coll->all_reduce_sum_async(r, compute, bucket, m);  ...;  w.wait();
 //!   coll->broadcast(r, compute, grad, n, 0);      // every replica takes replica 0's
 //!   coll->reduce_scatter_sum(r, compute, grad, shard, n);  coll->all_gather(r, compute, shard, value, n);
+//!   coll->wire(r, compute, {.kind = WireCall::Kind::all_reduce, .format = WireFormat::bf16,
+//!                           .in = w, .out = w, .n = n});   // 16 bits (compression)
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -24,12 +27,32 @@
 #include <strata/comm/threads/communicator.hpp>
 #include <strata/comm/threads/team.hpp>
 #include <strata/comm/work.hpp>
+#include <strata/core/half.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/strategy/device.hpp>
 #include <strata/strategy/device_compute.hpp>
 
 namespace strata::detail {
+
+//! One 16-bit collective of gradient compression on GPU replicas
+//! (compression.hpp): `n` elements of `format` at `in` (memory of the
+//! replica's compute) summed over the replicas in FP32 and rounded once
+//! (all_reduce, in place: out == in; reduce_scatter: replica r's slice
+//! shard_range(n, replicas, r) of the sum into `out`), or root's copied
+//! into every replica's `out` (broadcast, in place). `started`: the form a
+//! gradient bucket starts (the Work ends when the sum is in `out`), else
+//! done on return.
+struct WireCall {
+  enum class Kind : unsigned char { all_reduce, reduce_scatter, broadcast };
+  Kind kind = Kind::all_reduce;
+  WireFormat format = WireFormat::bf16;
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t n = 0;
+  int root = 0;
+  bool started = false;
+};
 
 //! Collectives over the replicas of one process whose buffers are memory of
 //! their own compute. Called by every replica, on its own thread, in the
@@ -69,6 +92,11 @@ class DeviceCollectives {
     all_gather(rank, c, in, out, n);
     return Work{};
   }
+  //! A 16-bit collective (WireCall: compression on GPU replicas); the
+  //! device team and the host-staged path add in FP32 in replica order,
+  //! rounded once (the CPU replicas' direct sum, bit for bit); NCCL sums
+  //! bf16 and fp16 in its own order, rounding at each step of its ring.
+  virtual Work wire(int rank, kernels::Compute& c, const WireCall& call) = 0;
   //! Replica `rank` failed with `why`: the others stop waiting for it.
   virtual void abort(int rank, const std::string& why) = 0;
   //! Called while no replica runs: forget a previous run (its counters, an abort).
@@ -136,6 +164,31 @@ class HostStagedCollectives final : public DeviceCollectives {
     comm(rank).all_gather(shard, mine);
     if (n) c.upload(out, mine.data(), n * sizeof(float));
   }
+  //! On host copies, as the started forms (blocking: waited for here); the
+  //! direct algorithm, as the FP32 sums.
+  Work wire(int rank, kernels::Compute& c, const WireCall& k) override {
+    Work w = visit_wire(k.format, [&](auto t) {
+      using T = decltype(t);
+      const auto* in = static_cast<const T*>(k.in);
+      auto* out = static_cast<T*>(k.out);
+      ThreadCommunicator me = comm(rank);
+      switch (k.kind) {
+        case WireCall::Kind::reduce_scatter:
+          return staged_async(c, in, k.n, out, slice(k.n, rank).size(), false, [&](std::span<T> i, std::span<T> o) {
+            return me.reduce_scatter_async(std::span<const T>(i), o, Sum);
+          });
+        case WireCall::Kind::broadcast:  // the root's copy downloaded, every replica's uploaded
+          return staged_async(c, in, rank == k.root ? k.n : 0, out, k.n, true,
+                              [&](std::span<T>, std::span<T> o) { return me.broadcast_async(o, k.root); });
+        case WireCall::Kind::all_reduce: break;
+      }
+      return staged_async(c, in, k.n, out, k.n, true,
+                          [&](std::span<T> i, std::span<T>) { return me.all_reduce_async(i, Sum, Direct{}); });
+    });
+    if (k.started) return w;
+    w.wait();
+    return Work{};
+  }
   void abort(int rank, const std::string& why) override { team_.abort(rank, why); }
   void reset() override { team_.reset(); }
   [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
@@ -145,19 +198,20 @@ class HostStagedCollectives final : public DeviceCollectives {
     return shard_range(n, static_cast<std::size_t>(team_.size()), static_cast<std::size_t>(rank));
   }
   ThreadCommunicator comm(int rank) { return ThreadCommunicator{team_, rank}; }
-  //! A started collective on a host copy: the `n_in` floats at `in` (memory
-  //! of `c`) downloaded to its front, `start(input, result)` started, and the
-  //! `n_out` floats of the result uploaded to `out` once the Work is waited
-  //! for (on the waiting replica's thread). `in_place`: the result is the input.
-  template <class Start>
-  static Work staged_async(kernels::Compute& c, const float* in, std::size_t n_in, float* out, std::size_t n_out,
+  //! A started collective on a host copy: the `n_in` elements at `in`
+  //! (memory of `c`) downloaded to its front, `start(input, result)` started,
+  //! and the `n_out` elements of the result uploaded to `out` once the Work
+  //! is waited for (on the waiting replica's thread). `in_place`: the result
+  //! is the input.
+  template <class T, class Start>
+  static Work staged_async(kernels::Compute& c, const T* in, std::size_t n_in, T* out, std::size_t n_out,
                            bool in_place, Start start) {
     const std::size_t at = in_place ? 0 : n_in;
-    const std::shared_ptr<float[]> copy = std::make_shared_for_overwrite<float[]>(at + n_out);
-    if (n_in) c.download(copy.get(), in, n_in * sizeof(float));
-    Work w = start(std::span<float>(copy.get(), n_in), std::span<float>(copy.get() + at, n_out));
+    const std::shared_ptr<T[]> copy = std::make_shared_for_overwrite<T[]>(std::max(at + n_out, n_in));
+    if (n_in) c.download(copy.get(), in, n_in * sizeof(T));
+    Work w = start(std::span<T>(copy.get(), n_in), std::span<T>(copy.get() + at, n_out));
     return Work(std::make_unique<FollowedWork>(std::move(w), [copy, &c, out, at, n_out] {
-      if (n_out) c.upload(out, copy.get() + at, n_out * sizeof(float));
+      if (n_out) c.upload(out, copy.get() + at, n_out * sizeof(T));
     }));
   }
   std::vector<float>& staged(int rank, std::size_t n) {

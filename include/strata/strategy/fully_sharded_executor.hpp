@@ -40,6 +40,7 @@
 #include <strata/strategy/sharded_replica.hpp>
 #include <strata/strategy/logical_slices.hpp>
 #include <strata/strategy/sync_executor.hpp>
+#include <strata/strategy/worker_sum.hpp>
 
 namespace strata::detail {
 
@@ -184,7 +185,8 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     kernels::Buffer<double> bad, norm;        // its finiteness count; its squared norm for clipping
     std::unique_ptr<ShardedReplica> shard;
     std::unique_ptr<Updater> updater;
-    ShardedCompression comp;  // its residual and 16-bit windows (compression on)
+    ShardedCompression comp;  // its residual and 16-bit windows (compression on), in its memory
+    std::optional<DeviceStep> step;  // a GPU's collectives of this step (its 16-bit scatters refer to it)
   };
 
   // -- SyncExecutor's hooks -------------------------------------------------
@@ -193,7 +195,6 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     const std::size_t n = init.size();
     if (devs_.size() != local) make_replicas(local);
     if (colls_) colls_->reset();
-    check_compression(opts_.compression, colls_ != nullptr, false);
     layout_ = ShardLayout(shard_units(this->program_), groups_);
     check_model_state_budget(opts_.memory_budget_bytes, stage_, n, layout_.replicas(), this->program_,
                              opts_.compression != Compression::None);
@@ -203,7 +204,7 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
       R.values.resize(*R.m, Shape{stage_ == 2 ? n : 0});
       R.shard = std::make_unique<ShardedReplica>(layout_, first_ + r, stage_,
                                                  std::span<const float>(R.values.data(), R.values.size()), *R.m);
-      R.comp.place(opts_.compression, n, layout_.window_pair(), layout_.owned(first_ + r));
+      R.comp.place(opts_.compression, n, layout_.window_pair(), layout_.owned(first_ + r), R.c);
     }
     assign(init);
   }
@@ -270,11 +271,17 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     auto gather = [c = sharding(ctx, r)](std::span<const float> in, std::span<float> out) mutable {
       return c.gather(in, out);
     };
-    if (R.comp.on()) {  // each layer's reduce-scatter in 16 bits (its residual added, error feedback): CPU replicas
-      if constexpr (ShardingContext<Ctx>)
+    if (R.comp.on()) {  // each layer's reduce-scatter in 16 bits (its residual added, error feedback)
+      if (colls_) {     // GPU replicas: rounded on the GPU, reduce-scattered by the device collectives
+        DeviceStep& st = R.step.emplace(DeviceStep{*colls_, nullptr, *R.c, r, devs_.size()});
+        R.shard->begin_step(gather, [&st, &c = R.comp](const ShardedReplica::ScatterCall& k) {
+          return c.scatter(st, k.begin, k.window, k.in, k.out, k.owned_at);
+        });
+      } else if constexpr (ShardingContext<Ctx>) {
         R.shard->begin_step(gather, [&ctx, &c = R.comp](const ShardedReplica::ScatterCall& k) {
           return c.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at);
         });
+      }
     } else {
       R.shard->begin_step(gather, [c = sharding(ctx, r)](std::span<const float> in, std::span<float> out) mutable {
         return c.scatter(in, out);

@@ -38,7 +38,8 @@
 //! 0 keeps optimizer state and applies the update to its copy, the central
 //! one; the others take its values each step.
 //! Gradient buckets (ExecutorOptions::bucket_bytes, buckets.hpp) cut the all-reduce above, on
-//! CPU and GPU replicas; CPU replicas: compression (ExecutorOptions::compression, compression.hpp) sends it (or ZeRO 1's reduce-scatter) in 16 bits.
+//! CPU and GPU replicas; compression (ExecutorOptions::compression, compression.hpp) sends it (or ZeRO 1's
+//! reduce-scatter) in 16 bits, on CPU and GPU replicas (a GPU rounds on its compute and sums in its collectives).
 //! On the host's compute substituted for a GPU's (tests/host_as_gpu.hpp)
 //! the GPU replicas run this very code and give the CPU run's bits.
 
@@ -152,7 +153,8 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     kernels::Buffer<double> bad;   // its finiteness count
     kernels::Buffer<double> norm;  // its squared norm for clipping (a GPU's, in its memory)
     Tensor<float> host_grad;       // a GPU's gradient on the host, for a custom loop's hook
-    GradientCompression comp;      // ExecutorOptions::compression: its residual and 16-bit gradient
+    GradientCompression comp;      // ExecutorOptions::compression: its residual and 16-bit gradient, in its memory
+    std::optional<DeviceStep> step;  // a GPU's collectives of this step (its buckets' sums refer to it)
     std::unique_ptr<Updater> updater;
   };
 
@@ -179,9 +181,9 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     this->reps_.clear();  // bound to the buffers below
     if (devs_.size() != local) make_replicas(local);
     if (colls_) colls_->reset();
-    check_compression(opts_.compression, on_gpus(), central_);
     for (Replica& R : devs_) {
-      R.comp.place(opts_.compression, init.size());
+      if (R.c) R.comp.place_on(*R.c, opts_.compression, init.size());
+      else R.comp.place(opts_.compression, init.size());
       R.value.resize(*R.m, Shape{init.size()});
       R.grad.resize(*R.m, Shape{init.size()});
       if (init.size()) R.m->upload(R.value.data(), init.data(), init.bytes());
@@ -228,6 +230,9 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     if (central_)
       choice_ += "; the variables and the update on replica 0's device (central storage), its values sent to "
                  "the other replicas' devices each step";
+    if (opts_.compression != Compression::None)
+      choice_ += "; the gradient sent in " + std::string(to_string(opts_.compression)) +
+                 " (rounded on each GPU with error feedback, summed in FP32 and rounded once per step of the sum)";
     if constexpr (requires { this->s_.make_worker_sum(*devs_.front().c); })
       if (this->workers_.size() > 1) {  // collective over the workers, as place() is
         workers_sum_ = this->s_.make_worker_sum(*devs_.front().c);
@@ -277,9 +282,9 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     if (opts_.bucket_bytes == 0 || sharded_ || central_ || pass.gradient_hook || plan_.empty()) return nullptr;
     Replica& R = devs_[r];
     const std::span<float> g{R.grad.data(), this->program_.num_params()};
-    if (colls_) {  // compression is refused on GPU replicas (check_compression)
-      buckets_[r].begin(&plan_, g, [step = DeviceStep{*colls_, workers_sum_.get(), *R.c, r, devs_.size()}](
-                                       std::span<float> b) mutable { return step.all_reduce_async(b, Sum); });
+    if (colls_) {  // compressed: rounded on the GPU, summed in 16 bits by the device collectives
+      DeviceStep& step = R.step.emplace(DeviceStep{*colls_, workers_sum_.get(), *R.c, r, devs_.size()});
+      buckets_[r].begin(&plan_, g, R.comp.bucket_start(step, g), R.comp.bucket_done(g));
       return &buckets_[r];
     }
     if constexpr (requires(std::span<float> b) {
@@ -319,7 +324,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
                          return true;
                        });
       };
-      auto run = [&](auto& c) {  // compressed: the reduce-scatter in 16 bits (CPU replicas)
+      auto run = [&](auto& c) {  // compressed: the reduce-scatter in 16 bits
         if constexpr (requires(std::span<const bf16> i, std::span<bf16> o) { c.reduce_scatter(i, o, Sum); })
           if (R.comp.on()) {
             CompressedSlices<std::remove_reference_t<decltype(c)>> z{c, R.comp};

@@ -268,9 +268,7 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
   //! through host memory over this strategy's MPI communicator. Collective
   //! over the workers; STRATA_WORKER_ALLREDUCE (nccl, host_staged) forces one.
   [[nodiscard]] std::unique_ptr<detail::WorkerSum> make_worker_sum(kernels::Compute& first) {
-    std::function<void(std::span<float>)> host = [this](std::span<float> v) {
-      leader([&] { comm_.all_reduce(v, Sum); });
-    };
+    auto host = detail::HostSums::of([this](auto v) { leader([&] { comm_.all_reduce(v, Sum); }); });
     if (auto make = detail::nccl_worker_sum().make) return make(comm_, devices_.front(), first, std::move(host));
     const char* force = std::getenv("STRATA_WORKER_ALLREDUCE");
     GpuReduceChoice c = choose_worker_reduce({}, /*nccl_available=*/false, force ? force : "");

@@ -381,7 +381,6 @@ std::unique_ptr<Executor> make_tensor_parallel(S& s, ModelProgram& program) {
       throw Error("ExecutorOptions::tensor_parallel: tensor parallelism reduces each member's gradient over the "
                   "copies itself; it does not combine with sharded_update Gradients or Parameters (ZeRO 2 and 3) or "
                   "bucket_bytes (yet): leave them at Auto, Off or On (ZeRO 1) and 0");
-    check_compression(o.compression, false, false);
     if (o.sharded_update == ShardedUpdate::On && !SlicingContext<typename S::context_type>)
       throw Error("ExecutorOptions::tensor_parallel with ShardedUpdate::On (ZeRO 1): this strategy's replicas cannot "
                   "reduce-scatter and all-gather over every replica; use ShardedUpdate::Off");

@@ -22,6 +22,8 @@
 
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/work.hpp>
+#include <strata/core/concepts.hpp>
+#include <strata/core/half.hpp>
 #include <strata/kernels/compute.hpp>
 #include <strata/strategy/device.hpp>
 #include <strata/strategy/device_collectives.hpp>
@@ -40,29 +42,50 @@ class WorkerSum {
   virtual ~WorkerSum() = default;
   //! `n` floats at `data` (memory of `c`) become the sum of every worker's.
   virtual void all_reduce_sum(kernels::Compute& c, float* data, std::size_t n) = 0;
+  //! The same over `n` elements of a 16-bit format (compression on GPU
+  //! replicas), summed in FP32 and rounded to 16 bits at each step.
+  virtual void all_reduce_sum(kernels::Compute& c, WireFormat f, void* data, std::size_t n) = 0;
   //! Which way and why (choose_worker_reduce's sentence).
   [[nodiscard]] virtual const std::string& choice() const noexcept = 0;
 };
 
-//! Download, `sum` in host memory (the strategy's MPI all-reduce between
-//! workers), upload. Works for any compute; on the host's compute it is
-//! bitwise the CPU workers' hierarchical all-reduce.
+//! The sums over the workers of host memory (the strategy's MPI all-reduce):
+//! FP32, and the 16-bit ones of compression.
+struct HostSums {
+  std::function<void(std::span<float>)> f32;
+  std::function<void(std::span<bf16>)> bf;
+  std::function<void(std::span<fp16>)> fp;
+  //! One generic sum for the three: sum(span) for each element type.
+  template <class F>
+  static HostSums of(F sum) {
+    return {sum, sum, sum};
+  }
+};
+
+//! Download, the host sum (the strategy's MPI all-reduce between workers),
+//! upload. Works for any compute; on the host's compute it is bitwise the
+//! CPU workers' hierarchical all-reduce.
 class HostStagedWorkerSum final : public WorkerSum {
  public:
-  HostStagedWorkerSum(std::function<void(std::span<float>)> sum, std::string why)
-      : sum_(std::move(sum)), why_(std::move(why)) {}
+  HostStagedWorkerSum(HostSums sums, std::string why) : sums_(std::move(sums)), why_(std::move(why)) {}
 
-  void all_reduce_sum(kernels::Compute& c, float* data, std::size_t n) override {
-    host_.resize(n);
-    if (n) c.download(host_.data(), data, n * sizeof(float));
-    sum_(std::span<float>(host_));
-    if (n) c.upload(data, host_.data(), n * sizeof(float));
+  void all_reduce_sum(kernels::Compute& c, float* data, std::size_t n) override { staged(c, data, n, sums_.f32); }
+  void all_reduce_sum(kernels::Compute& c, WireFormat f, void* data, std::size_t n) override {
+    if (f == WireFormat::bf16) return staged(c, static_cast<bf16*>(data), n, sums_.bf);
+    staged(c, static_cast<fp16*>(data), n, sums_.fp);
   }
   [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
 
  private:
-  std::function<void(std::span<float>)> sum_;
-  std::vector<float> host_;
+  template <class T>
+  void staged(kernels::Compute& c, T* data, std::size_t n, const std::function<void(std::span<T>)>& sum) {
+    std::vector<T> host(n);
+    if (n) c.download(host.data(), data, n * sizeof(T));
+    sum(std::span<T>(host));
+    if (n) c.upload(data, host.data(), n * sizeof(T));
+  }
+
+  HostSums sums_;
   std::string why_;
 };
 
@@ -72,7 +95,7 @@ class HostStagedWorkerSum final : public WorkerSum {
 //! GPU is gathered to decide).
 struct WorkerSumMaker {
   std::unique_ptr<WorkerSum> (*make)(MpiCommunicator& workers, const Device& leader, kernels::Compute& c,
-                                     std::function<void(std::span<float>)> host_sum) = nullptr;
+                                     HostSums host_sums) = nullptr;
 };
 
 inline WorkerSumMaker& nccl_worker_sum() {
@@ -113,11 +136,54 @@ struct DeviceStep {
     }));
   }
   void broadcast(std::span<float> d, int root) { colls.broadcast(static_cast<int>(r), c, d.data(), d.size(), root); }
+
+  // The 16-bit forms (gradient compression on GPU replicas: compression.hpp), in the same shape.
+  template <Half16 T>
+  void all_reduce(std::span<T> d, SumOp) {
+    if (!workers) return (void)wire(WireCall::Kind::all_reduce, d, d, false);
+    if (local > 1) wire(WireCall::Kind::all_reduce, d, d, false);
+    across_workers(d);
+  }
+  template <Half16 T>
+  Work all_reduce_async(std::span<T> d, SumOp) {
+    if (!workers) return wire(WireCall::Kind::all_reduce, d, d, true);
+    Work mine = local > 1 ? wire(WireCall::Kind::all_reduce, d, d, true) : Work{};
+    return Work(std::make_unique<FollowedWork>(std::move(mine), [step = *this, d]() mutable {
+      step.across_workers(d);
+    }));
+  }
+  template <Half16 T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out, SumOp) {
+    wire(WireCall::Kind::reduce_scatter, in, out, false);
+  }
+  //! Started (ZeRO 2 and 3's layers, in one process: the local replicas' slices).
+  template <Half16 T>
+  Work reduce_scatter_async(std::span<const T> in, std::span<T> out, SumOp) {
+    return wire(WireCall::Kind::reduce_scatter, in, out, true);
+  }
   void reduce_scatter(std::span<const float> in, std::span<float> out, SumOp) {
     colls.reduce_scatter_sum(static_cast<int>(r), c, in.data(), out.data(), in.size());
   }
   void all_gather(std::span<const float> in, std::span<float> out) {
     colls.all_gather(static_cast<int>(r), c, in.data(), out.data(), out.size());
+  }
+
+ private:
+  template <class T>
+  Work wire(WireCall::Kind kind, std::span<const T> in, std::span<T> out, bool started) {
+    return colls.wire(static_cast<int>(r), c,
+                      {.kind = kind, .format = wire_format_of<T>, .in = in.data(), .out = out.data(), .n = in.size(),
+                       .started = started});
+  }
+  template <class T>
+  Work wire(WireCall::Kind kind, std::span<T> in, std::span<T> out, bool started) {
+    return wire(kind, std::span<const T>(in), out, started);
+  }
+  //! Replica 0's 16-bit sum over the workers, then the other local replicas' copy of it.
+  template <class T>
+  void across_workers(std::span<T> d) {
+    if (r == 0) workers->all_reduce_sum(c, wire_format_of<T>, d.data(), d.size());
+    if (local > 1) wire(WireCall::Kind::broadcast, d, d, false);
   }
 };
 

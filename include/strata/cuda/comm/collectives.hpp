@@ -63,6 +63,34 @@ inline CudaCompute& gpu_of(int rank, kernels::Compute& c, const char* who) {
   return *gpu;
 }
 
+//! A WireCall (16-bit collectives: compression on GPU replicas) on `comm`,
+//! replica `rank`'s communicator (a device team's or NCCL's) on the stream
+//! the call runs on; `slice`: the elements of its reduce-scatter output.
+template <class Comm>
+Work run_wire(Comm& comm, const strata::detail::WireCall& k, std::size_t slice) {
+  using Kind = strata::detail::WireCall::Kind;
+  return visit_wire(k.format, [&](auto t) -> Work {
+    using T = decltype(t);
+    const std::span<T> out(static_cast<T*>(k.out), k.kind == Kind::reduce_scatter ? slice : k.n);
+    switch (k.kind) {
+      case Kind::reduce_scatter: {
+        const std::span<const T> in(static_cast<const T*>(k.in), k.n);
+        if (k.started) return comm.reduce_scatter_async(in, out, Sum);
+        comm.reduce_scatter(in, out, Sum);
+        return Work{};
+      }
+      case Kind::broadcast:
+        if (k.started) return comm.broadcast_async(out, k.root);
+        comm.broadcast(out, k.root);
+        return Work{};
+      case Kind::all_reduce: break;
+    }
+    if (k.started) return comm.all_reduce_async(out, Sum);
+    comm.all_reduce(out, Sum);
+    return Work{};
+  });
+}
+
 }  // namespace detail
 
 //! The direct reduce kernel among replicas whose memories reach each other.
@@ -96,6 +124,11 @@ class DeviceTeamCollectives final : public strata::detail::DeviceCollectives {
   void all_gather(int rank, kernels::Compute& c, const float* in, float* out, std::size_t n) override {
     DeviceCommunicator{team_, rank, stream_of(rank, c)}.all_gather(std::span<const float>(in, slice(n, rank)),
                                                                    std::span<float>(out, n));
+  }
+  //! The reduce kernel over 16-bit elements (added in FP32, rounded once); started: on the side stream.
+  Work wire(int rank, kernels::Compute& c, const strata::detail::WireCall& k) override {
+    DeviceCommunicator comm{team_, rank, k.started ? side_of(rank, c) : stream_of(rank, c)};
+    return detail::run_wire(comm, k, slice(k.n, rank));
   }
   void abort(int rank, const std::string& why) override { team_.abort(rank, why); }
   void reset() override { team_.reset(); }

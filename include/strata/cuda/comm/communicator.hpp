@@ -83,21 +83,21 @@ class DeviceCommunicator {
   //! In-place all-reduce of device memory: afterwards every replica's `data`
   //! holds the reduction of all replicas' `data`, bitwise identical on each.
   //!   comm.all_reduce(std::span<float>(grad, n), strata::Sum);
-  template <Element T, ReduceOperation Op>
+  template <WireElement T, ReduceOperation Op>
   void all_reduce(std::span<T> data, Op) {
     detail::check_op<Op, T>();
     all_reduce_impl<Op, T>(data.data(), data.data(), data.size(), data.size());
   }
 
   //! Out-of-place all-reduce: `out` (as many elements as `in`) receives the result.
-  template <Element T, ReduceOperation Op>
+  template <WireElement T, ReduceOperation Op>
   void all_reduce(std::span<const std::type_identity_t<T>> in, std::span<T> out, Op) {
     detail::check_op<Op, T>();
     all_reduce_impl<Op, T>(in.data(), out.data(), in.size(), out.size());
   }
 
   //! Copies `root`'s `data` into every replica's `data`.
-  template <Element T>
+  template <WireElement T>
   void broadcast(std::span<T> data, int root) {
     const std::size_t n = data.size();
     check_buffer(data.data(), n * sizeof(T), "broadcast", "buffer");
@@ -113,7 +113,7 @@ class DeviceCommunicator {
 
   //! Reduces every replica's `in` (n elements each) and leaves shard r
   //! (strata::shard_range(n, size(), r) elements) in replica r's `out`.
-  template <Element T, ReduceOperation Op>
+  template <WireElement T, ReduceOperation Op>
   void reduce_scatter(std::span<const std::type_identity_t<T>> in, std::span<T> out, Op) {
     detail::check_op<Op, T>();
     check_buffer(in.data(), in.size_bytes(), "reduce_scatter", "input");
@@ -129,7 +129,7 @@ class DeviceCommunicator {
 
   //! Concatenates every replica's `in` in replica order into every
   //! replica's `out` (inputs may differ in size; `out` holds their sum).
-  template <Element T>
+  template <WireElement T>
   void all_gather(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
     check_buffer(in.data(), in.size_bytes(), "all_gather", "input");
     check_buffer(out.data(), out.size_bytes(), "all_gather", "output");
@@ -152,27 +152,27 @@ class DeviceCommunicator {
   //! The non-blocking forms (see the top of this header): the blocking
   //! call, then a Work over the GPU's completion of it.
   //!   auto w = comm.reduce_scatter_async(grad, shard, strata::Sum);  w.wait();
-  template <Element T, ReduceOperation Op>
+  template <WireElement T, ReduceOperation Op>
   Work all_reduce_async(std::span<T> data, Op op) {
     all_reduce(data, op);
     return work("all_reduce_async", data.size());
   }
-  template <Element T, ReduceOperation Op>
+  template <WireElement T, ReduceOperation Op>
   Work all_reduce_async(std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op) {
     all_reduce<T>(in, out, op);
     return work("all_reduce_async", in.size());
   }
-  template <Element T>
+  template <WireElement T>
   Work broadcast_async(std::span<T> data, int root) {
     broadcast(data, root);
     return work("broadcast_async", data.size());
   }
-  template <Element T, ReduceOperation Op>
+  template <WireElement T, ReduceOperation Op>
   Work reduce_scatter_async(std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op) {
     reduce_scatter<T>(in, out, op);
     return work("reduce_scatter_async", in.size());
   }
-  template <Element T>
+  template <WireElement T>
   Work all_gather_async(std::span<const std::type_identity_t<T>> in, std::span<T> out) {
     all_gather<T>(in, out);
     return work("all_gather_async", out.size());
@@ -290,7 +290,7 @@ class DeviceCommunicator {
       throw Error(who + " is memory of GPU " + std::to_string(a.device) + ", not of the replica's GPU");
   }
 
-  template <ReduceOperation Op, Element T>
+  template <ReduceOperation Op, WireElement T>
   void all_reduce_impl(const T* in, T* out, std::size_t n_in, std::size_t n_out) {
     check_buffer(in, n_in * sizeof(T), "all_reduce", "input");
     if (out != in) check_buffer(out, n_out * sizeof(T), "all_reduce", "output");
@@ -307,7 +307,7 @@ class DeviceCommunicator {
   //! The reduce kernel over elements `r` of every replica's input, written
   //! to the same elements of every replica's output (all_outputs) or from
   //! the start of `own_out` (reduce_scatter's shard).
-  template <Element T>
+  template <WireElement T>
   void reduce(detail::OpKind op, Range r, T* own_out, bool all_outputs) {
     const int p = size();
     cuda::detail::ReplicaBuffers<T> b{};

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include <strata/comm/reduce_op.hpp>
+#include <strata/core/half.hpp>
 
 namespace strata::cuda::detail {
 
@@ -34,6 +35,7 @@ struct ReplicaBuffers {
 //! by `contributors` for MEAN, written to each of the `b.nout` outputs. The
 //! outputs may alias the inputs element for element (in place). Uses 16-byte
 //! vector loads when every pointer is 16-byte aligned. Nothing for n == 0.
+//! bf16 and fp16 (Sum only): added in FP32 in input order, rounded once.
 template <class T>
 void launch_reduce_replicas(cudaStream_t s, strata::detail::OpKind op, const ReplicaBuffers<T>& b, std::size_t n,
                             std::size_t contributors);
@@ -48,5 +50,9 @@ extern template void launch_reduce_replicas<std::int32_t>(cudaStream_t, strata::
 extern template void launch_reduce_replicas<std::int64_t>(cudaStream_t, strata::detail::OpKind,
                                                           const ReplicaBuffers<std::int64_t>&, std::size_t,
                                                           std::size_t);
+extern template void launch_reduce_replicas<bf16>(cudaStream_t, strata::detail::OpKind, const ReplicaBuffers<bf16>&,
+                                                  std::size_t, std::size_t);
+extern template void launch_reduce_replicas<fp16>(cudaStream_t, strata::detail::OpKind, const ReplicaBuffers<fp16>&,
+                                                  std::size_t, std::size_t);
 
 }  // namespace strata::cuda::detail

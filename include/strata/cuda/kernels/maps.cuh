@@ -198,4 +198,36 @@ void launch_multiply(cudaStream_t s, const float* x, const float* mask, float* y
   for_each_index(s, n, MultiplyAt{x, mask, y}, "multiply (for_each)");
 }
 
+//! Gradient compression's rounding: the host's body (bodies::RoundWithResidual), so the same bits.
+template <class T>
+struct RoundToWireAt {
+  const float* g;
+  const float* res;
+  float* next;  // may be res: element i reads res[i] before writing next[i]
+  T* out;
+  __device__ void operator()(std::size_t i) const { next[i] = bodies::RoundWithResidual<T>{}(g[i], res[i], out[i]); }
+};
+
+void launch_round_to_wire(cudaStream_t s, WireFormat f, const float* g, const float* res, float* next, void* out,
+                          std::size_t n) {
+  visit_wire(f, [&](auto t) {
+    using T = decltype(t);
+    for_each_index(s, n, RoundToWireAt<T>{g, res, next, static_cast<T*>(out)}, "round_to_wire (for_each)");
+  });
+}
+
+template <class T>
+struct ExpandWireAt {
+  const T* w;
+  float* g;
+  __device__ void operator()(std::size_t i) const { g[i] = static_cast<float>(w[i]); }
+};
+
+void launch_expand_wire(cudaStream_t s, WireFormat f, const void* w, float* g, std::size_t n) {
+  visit_wire(f, [&](auto t) {
+    using T = decltype(t);
+    for_each_index(s, n, ExpandWireAt<T>{static_cast<const T*>(w), g}, "expand_wire (for_each)");
+  });
+}
+
 }  // namespace strata::cuda::detail

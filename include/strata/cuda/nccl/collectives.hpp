@@ -53,6 +53,10 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
     NcclCommunicator& comm = comm_of(rank, c);
     comm.all_gather(std::span<const float>(in, slice(n, rank)), std::span<float>(out, n));
   }
+  //! NCCL's bf16 and fp16 sums (in its ring's order, rounded at each step); started: on the side stream.
+  Work wire(int rank, kernels::Compute& c, const strata::detail::WireCall& k) override {
+    return cuda::detail::run_wire(k.started ? side_of(rank, c) : comm_of(rank, c), k, slice(k.n, rank));
+  }
   void abort(int rank, const std::string& why) override { team_->abort(rank, why); }
   void reset() override {
     if (team_->aborted()) rebuild();

@@ -23,10 +23,12 @@ namespace strata::detail::nccl {
 
 using Clock = std::chrono::steady_clock;
 
-//! NCCL's data type of a strata element type.
-template <Element T>
+//! NCCL's data type of a strata element type (bf16 and fp16: compression's).
+template <WireElement T>
 constexpr ncclDataType_t datatype() noexcept {
-  if constexpr (std::same_as<T, float>) return ncclFloat32;
+  if constexpr (std::same_as<T, bf16>) return ncclBfloat16;
+  else if constexpr (std::same_as<T, fp16>) return ncclFloat16;
+  else if constexpr (std::same_as<T, float>) return ncclFloat32;
   else if constexpr (std::same_as<T, double>) return ncclFloat64;
   else if constexpr (std::same_as<T, std::int32_t>) return ncclInt32;
   else return ncclInt64;

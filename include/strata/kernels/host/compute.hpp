@@ -79,6 +79,11 @@ class HostCompute : public HostMemoryOps<Compute> {
     host::dropout(x, y, mask, n, key, rate);
   }
   void multiply(const float* x, const float* mask, float* y, std::size_t n) override { host::multiply(x, mask, y, n); }
+  void round_to_wire(WireFormat f, const float* g, const float* res, float* next, void* out,
+                     std::size_t n) override {
+    host::round_to_wire(f, g, res, next, out, n);
+  }
+  void expand_wire(WireFormat f, const void* w, float* g, std::size_t n) override { host::expand_wire(f, w, g, n); }
 
   void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                            std::size_t classes, bool from_logits, double* acc, double* /*invalid*/) override {

@@ -122,6 +122,22 @@ inline void multiply(const float* x, const float* mask, float* y, std::size_t n)
   for (std::size_t i = 0; i < n; ++i) y[i] = bodies::Multiply{}(x[i], mask[i]);
 }
 
+//! Compression's rounding of g + res into T elements at `out`, the lost part into `next` (may be `res`).
+template <class T>
+void round_with_residual(const float* g, const float* res, float* next, T* out, std::size_t n) {
+  const bodies::RoundWithResidual<T> body;
+  for (std::size_t i = 0; i < n; ++i) next[i] = body(g[i], res[i], out[i]);
+}
+inline void round_to_wire(WireFormat f, const float* g, const float* res, float* next, void* out, std::size_t n) {
+  visit_wire(f, [&](auto t) { round_with_residual(g, res, next, static_cast<decltype(t)*>(out), n); });
+}
+inline void expand_wire(WireFormat f, const void* w, float* g, std::size_t n) {
+  visit_wire(f, [&](auto t) {
+    const auto* x = static_cast<const decltype(t)*>(w);
+    for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>(x[i]);
+  });
+}
+
 //! How many of x[0, n) are NaN or infinite: all exponent bits set. An
 //! integer test, so the loop vectorizes (a float reduction would not).
 inline std::size_t count_nonfinite(const float* x, std::size_t n) {
