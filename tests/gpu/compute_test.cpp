@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -182,6 +184,36 @@ TEST_CASE("fill, copy, axpy and multiply are bitwise the host's") {
   gpu().copy(dz, dx, n * sizeof(float));
   check_bitwise(dz.read(), x, "copy");
   gpu().fill(dz, 0.f, 0);  // n = 0 launches nothing
+}
+
+// Gradient compression's rounding (Compute::round_to_wire: bodies::RoundWithResidual on both sides) and
+// expansion: the host's bits for both formats, with ties, overflows (fp16), NaN, infinity and subnormals in
+// the input, the residual updated in place and out of place.
+TEST_CASE("round_to_wire and expand_wire are bitwise the host's, residual in place or not") {
+  const std::size_t n = 100003;
+  auto g = random_floats(n, 21, -3.f, 3.f);
+  const auto res = random_floats(n, 22, -1e-3f, 1e-3f);
+  const float edge[] = {1.f + 1.f / 256, 1.f + 3.f / 256, 65520.f, -1e5f, 3e38f, 1e-40f, 6e-8f,
+                        std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (std::size_t i = 0; i < std::size(edge); ++i) g[i * 997] = edge[i];
+  for (strata::WireFormat f : {strata::WireFormat::bf16, strata::WireFormat::fp16}) {
+    CAPTURE(static_cast<int>(f));
+    std::vector<std::uint16_t> hw(n), back_bits;
+    std::vector<float> hnext(n), hback(n);
+    host().round_to_wire(f, g.data(), res.data(), hnext.data(), hw.data(), n);
+    host().expand_wire(f, hw.data(), hback.data(), n);
+    Dev<float> dg(gpu(), g), dres(gpu(), res), dnext(gpu(), n), dback(gpu(), n);
+    Dev<std::uint16_t> dw(gpu(), n);
+    gpu().round_to_wire(f, dg, dres, dnext, dw.get(), n);
+    check_bitwise(dw.read(), hw, "round_to_wire's 16-bit values");
+    check_bitwise(dnext.read(), hnext, "round_to_wire's residual");
+    gpu().expand_wire(f, dw.get(), dback, n);
+    check_bitwise(dback.read(), hback, "expand_wire");
+    gpu().round_to_wire(f, dg, dres, dres, dw.get(), n);  // the residual updated in place
+    check_bitwise(dres.read(), hnext, "round_to_wire's residual, in place");
+    check_bitwise(dw.read(), hw, "round_to_wire's 16-bit values, residual in place");
+    gpu().round_to_wire(f, dg, dres, dnext, dw.get(), 0);  // n = 0 launches nothing
+  }
 }
 
 TEST_CASE("dropout draws the host Rng's masks bit for bit") {

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <strata/core/half.hpp>
+#include <strata/core/partition.hpp>
 #include <strata/cuda/comm/communicator.hpp>
 #include <strata/cuda/launch.hpp>
 
@@ -152,6 +154,65 @@ TEST_CASE("virtual GPUs: all_reduce of every op, type and edge count equals the 
     check_every_op<double>(team);
     check_every_op<std::int32_t>(team);
     check_every_op<std::int64_t>(team);
+  }
+}
+
+// bf16 and fp16 (gradient compression's): Sum adds in FP32 in replica order and rounds once, in the
+// reduce kernel as in the host's reduce_range, so bitwise the host's; reduce_scatter gives each replica
+// its shard of the same sums; broadcast copies the 16 bits.
+namespace {
+template <class T>
+void check_wire(DeviceTeam& team, std::size_t n, std::size_t pad) {
+  const int p = team.size();
+  std::vector<std::vector<T>> in;
+  for (int r = 0; r < p; ++r) {
+    const auto f = values<float>(n, 77u * static_cast<unsigned>(r) + 5u, false);
+    std::vector<T> v;
+    for (float x : f) v.push_back(T(x));
+    in.push_back(std::move(v));
+  }
+  const auto want = host_reduce<T, strata::SumOp>(in, 0, n);
+  std::vector<std::vector<T>> summed(static_cast<std::size_t>(p)), shards(summed), copied(summed);
+  rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
+    const auto me = static_cast<std::size_t>(r);
+    DevBuf<T> a(s, in[me], pad), b(s, in[me], pad);
+    DevBuf<T> shard(s, strata::shard_range(n, static_cast<std::size_t>(p), me).size(), pad);
+    c.all_reduce(a.span(), strata::Sum);
+    c.reduce_scatter(std::span<const T>(b.span()), shard.span(), strata::Sum);
+    c.broadcast(b.span(), p - 1);
+    summed[me] = a.read();
+    shards[me] = shard.read();
+    copied[me] = b.read();
+  }));
+  const auto bits = [](const std::vector<T>& v) {
+    std::vector<std::uint16_t> out;
+    for (const T& x : v) out.push_back(x.bits);
+    return out;
+  };
+  const std::string what = std::string(strata::dtype_name<T>()) + " p=" + std::to_string(p) + " n=" +
+                           std::to_string(n) + (pad ? " unaligned" : "");
+  for (int r = 0; r < p; ++r) {
+    const auto me = static_cast<std::size_t>(r);
+    const strata::Range mine = strata::shard_range(n, static_cast<std::size_t>(p), me);
+    require_bitwise(bits(summed[me]), bits(want), what + " all_reduce, replica " + std::to_string(r));
+    require_bitwise(bits(shards[me]),
+                    std::vector<std::uint16_t>(bits(want).begin() + static_cast<std::ptrdiff_t>(mine.begin),
+                                               bits(want).begin() + static_cast<std::ptrdiff_t>(mine.end)),
+                    what + " reduce_scatter, replica " + std::to_string(r));
+    require_bitwise(bits(copied[me]), bits(in.back()), what + " broadcast, replica " + std::to_string(r));
+  }
+}
+}  // namespace
+
+TEST_CASE("virtual GPUs: bf16 and fp16 sums add in FP32 once, as the host does (all_reduce, reduce_scatter)") {
+  for (int p : {2, 3, 4}) {
+    CAPTURE(p);
+    DeviceTeam team{strata::virtual_gpus(0, p)};
+    for (std::size_t n : counts_for(p))
+      for (std::size_t pad : {std::size_t{0}, std::size_t{1}}) {
+        check_wire<strata::bf16>(team, n, pad);
+        check_wire<strata::fp16>(team, n, pad);
+      }
   }
 }
 

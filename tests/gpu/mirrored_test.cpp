@@ -109,6 +109,43 @@ TEST_CASE("gradient buckets on virtual GPUs (a side stream each) give the flat s
   }
 }
 
+// Compression on GPU replicas: each rounds its gradient with its residual on its GPU (round_to_wire: the
+// host's body), the device team sums the 16-bit values in FP32 once in replica order (flat, bucketed, and the
+// ZeRO stages' reduce-scatters alike), so every cut gives one set of bits; near FP32's loss, not its bits.
+TEST_CASE("compression on virtual GPUs: flat, bucketed and ZeRO 1, 2, 3 give one set of bits, near FP32's loss") {
+  const auto data = strata_test::blobs(1003, 5);
+  const auto run = [&](int p, strata::Compression c, strata::ShardedUpdate stage, std::size_t bytes) {
+    strata::MirroredStrategy s{strata::virtual_gpus(0, p)};
+    s.executor_options().compression = c;
+    s.executor_options().sharded_update = stage;
+    s.executor_options().bucket_bytes = bytes;
+    return train(s, data, 2);
+  };
+  for (int p : {2, 4}) {
+    CAPTURE(p);
+    const Run fp32 = run(p, strata::Compression::None, strata::ShardedUpdate::Off, 0);
+    for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+      CAPTURE(static_cast<int>(c));
+      const Run want = run(p, c, strata::ShardedUpdate::Off, 0);
+      CHECK(want.w != fp32.w);
+      CHECK(gpu_test::close(want.loss, fp32.loss, 0.05));
+      gpu_test::check_bitwise(run(p, c, strata::ShardedUpdate::Off, 256).w, want.w, "bucketed, compressed");
+      for (strata::ShardedUpdate stage :
+           {strata::ShardedUpdate::On, strata::ShardedUpdate::Gradients, strata::ShardedUpdate::Parameters}) {
+        CAPTURE(static_cast<int>(stage));
+        gpu_test::check_bitwise(run(p, c, stage, 0).w, want.w, "a ZeRO stage, compressed");
+      }
+    }
+  }
+  if (strata::cuda::device_count() >= 2) {  // one replica per GPU: NCCL's bf16 sum (its own order)
+    strata::MirroredStrategy s{strata::gpus({0, 1})};
+    s.executor_options().compression = strata::Compression::BF16;
+    s.executor_options().bucket_bytes = 256;
+    const Run got = train(s, data, 2);
+    CHECK(gpu_test::close(got.loss, run(2, strata::Compression::None, strata::ShardedUpdate::Off, 0).loss, 0.05));
+  }
+}
+
 TEST_CASE("MirroredStrategy on virtual GPUs skips a step whose summed gradient holds a NaN, on every replica") {
   auto data = strata_test::blobs(256, 8);
   data.x[(64 + 63) * 6 + 1] = std::numeric_limits<float>::quiet_NaN();  // batch 1, the last replica's rows

@@ -18,6 +18,7 @@
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"
+#include "../host_as_gpu.hpp"
 #include "../quick_workers.hpp"
 
 namespace mpi_compression_test {  // each test file in its own namespace: a unity build joins them
@@ -44,11 +45,12 @@ std::vector<float> train(S& s, strata::Compression c, std::size_t bytes, bool ch
   return strata_test::flat_weights(model);
 }
 
-//! The same across workers, `local` replicas each; `sent`: the bytes this worker's MPI communicator
-//! carried (the finiteness check off: no collective a step but the gradient's).
+//! The same across workers, `local` replicas each (CPUs, or virtual GPUs); `sent`: the bytes this worker's
+//! MPI communicator carried (the finiteness check off: no collective a step but the gradient's).
 std::vector<float> across_workers(int local, strata::Compression c, std::size_t bytes, std::uint64_t* sent = nullptr,
-                                  strata::ShardedUpdate sharded = strata::ShardedUpdate::Auto) {
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers(20s)};
+                                  strata::ShardedUpdate sharded = strata::ShardedUpdate::Auto, bool gpus = false) {
+  strata::MultiWorkerMirroredStrategy s{gpus ? strata::virtual_gpus(0, local) : strata::cpu_replicas(local),
+                                        strata_test::quick_workers(20s)};
   const std::uint64_t before = s.communicator().payload_bytes();
   auto w = train(s, c, bytes, /*check_finite=*/sent == nullptr, sharded);
   if (sent) *sent = s.communicator().payload_bytes() - before;
@@ -116,6 +118,29 @@ TEST_CASE("compressed gradients cross workers: bitwise an in-process run, flat o
   REQUIRE(none > grads);
   CHECK(bf - other == grads / 2);
   CHECK(fp - other == grads / 2);
+}
+
+// GPU replicas across workers (on the host's compute here): each rounds on its compute, the local sum in
+// 16 bits through the device collectives (host-staged here), local replica 0's 16-bit sum across workers
+// (the worker sum's 16-bit form: MPI here, NCCL's bf16 on GPUs), the others' copy of it: the CPU replicas'
+// compressed bits, and their bytes between the workers.
+TEST_CASE("GPU replicas across workers compress as CPU replicas do: the same bits and bytes, flat or bucketed") {
+  for (int local : {1, 2}) {
+    for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
+      INFO(local, " replicas a worker, ", to_string(c));
+      std::uint64_t cpu = 0, gpu = 0;
+      const auto want = across_workers(local, c, 0, &cpu);
+      const auto flat = across_workers(local, c, 0);
+      strata_test::HostAsGpu host;
+      CHECK(across_workers(local, c, 0, &gpu, strata::ShardedUpdate::Auto, true) == want);
+      CHECK(gpu == cpu);
+      CHECK(across_workers(local, c, 0, nullptr, strata::ShardedUpdate::Auto, true) == flat);
+      CHECK(across_workers(local, c, 128, nullptr, strata::ShardedUpdate::Auto, true) == flat);
+    }
+  }
+  strata_test::HostAsGpu host;
+  CHECK(across_workers(2, strata::Compression::BF16, 0, nullptr, strata::ShardedUpdate::Auto, true) !=
+        across_workers(2, strata::Compression::None, 0, nullptr, strata::ShardedUpdate::Auto, true));
 }
 
 // ZeRO 1 across workers (ShardedUpdate::On) compressed: each replica's whole gradient rounded with its
