@@ -124,7 +124,7 @@ TEST_CASE("compressed gradients cross workers: bitwise an in-process run, flat o
 // 16 bits through the device collectives (host-staged here), local replica 0's 16-bit sum across workers
 // (the worker sum's 16-bit form: MPI here, NCCL's bf16 on GPUs), the others' copy of it: the CPU replicas'
 // compressed bits, and their bytes between the workers.
-TEST_CASE("GPU replicas across workers compress as CPU replicas do: the same bits and bytes, flat or bucketed") {
+TEST_CASE("GPU replicas across workers compress as CPU replicas do: the same bits and bytes, flat, bucketed, ZeRO") {
   for (int local : {1, 2}) {
     for (strata::Compression c : {strata::Compression::BF16, strata::Compression::FP16}) {
       INFO(local, " replicas a worker, ", to_string(c));
@@ -136,6 +136,13 @@ TEST_CASE("GPU replicas across workers compress as CPU replicas do: the same bit
       CHECK(gpu == cpu);
       CHECK(across_workers(local, c, 0, nullptr, strata::ShardedUpdate::Auto, true) == flat);
       CHECK(across_workers(local, c, 128, nullptr, strata::ShardedUpdate::Auto, true) == flat);
+      // sharded across workers: each GPU rounds, the 16-bit gradient (ZeRO 1) or each layer's (ZeRO 2, 3)
+      // staged through host memory to the replica context's reduce-scatter
+      for (strata::ShardedUpdate stage :
+           {strata::ShardedUpdate::On, strata::ShardedUpdate::Gradients, strata::ShardedUpdate::Parameters}) {
+        INFO("stage ", static_cast<int>(stage));
+        CHECK(across_workers(local, c, 0, nullptr, stage, true) == across_workers(local, c, 0, nullptr, stage));
+      }
     }
   }
   strata_test::HostAsGpu host;

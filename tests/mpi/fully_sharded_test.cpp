@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,10 +83,12 @@ struct Trained {
 };
 
 //! 3 epochs of Adam (the gradient clipped to global norm 1) on blobs, the same data on every worker, batches
-//! of 10 (rows not divisible by the replicas); `local` replicas a worker at `mode`; then the state read on every
-//! worker (collective where it is sharded), a checkpoint written by the chief.
-Trained train(int local, ShardedUpdate mode, const std::filesystem::path& save = {}, std::size_t per_execution = 1) {
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers(20s)};
+//! of 10 (rows not divisible by the replicas); `local` replicas a worker (CPUs, or virtual GPUs) at `mode`; then
+//! the state read on every worker (collective where it is sharded), a checkpoint written by the chief.
+Trained train(int local, ShardedUpdate mode, const std::filesystem::path& save = {}, std::size_t per_execution = 1,
+              bool gpus = false) {
+  strata::MultiWorkerMirroredStrategy s{gpus ? strata::virtual_gpus(0, local) : strata::cpu_replicas(local),
+                                        strata_test::quick_workers(20s)};
   s.executor_options().sharded_update = mode;
   const auto data = strata_test::blobs(90, 11);
   auto m = s.scope(model);
@@ -308,39 +311,63 @@ TEST_CASE("a per-replica memory budget counts the whole job's replicas: stage 0 
   CHECK(make(ShardedUpdate::Parameters) == n);
 }
 
-TEST_CASE("GPU replicas across workers refuse ZeRO 2 and 3 with a sentence (they shard within one process)") {
-  strata_test::HostAsGpu host;
-  for (ShardedUpdate mode : {ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
-    strata::MultiWorkerMirroredStrategy s{strata::virtual_gpus(0, 2), strata_test::quick_workers(20s)};
-    s.executor_options().sharded_update = mode;
-    CHECK_THROWS_WITH_AS((void)s.scope(model),
-                         doctest::Contains("is not available here: GPU replicas shard within one process so far"),
-                         strata::Error);
+// GPU replicas across workers (on the host's compute here) shard too: each stages its gradient (ZeRO 1), or
+// each layer's gradient and values (ZeRO 2, 3), through host memory to the replica context's reduce-scatter
+// and all-gather over every worker's replicas: the CPU replicas' very sums, so their bits.
+TEST_CASE("GPU replicas across workers shard at ZeRO 1, 2 and 3: the CPU replicas' weights, state and outputs") {
+  strata::MultiWorkerMirroredStrategy probe{strata::cpu_replicas(1), strata_test::quick_workers(20s)};
+  for (int local : {1, 2}) {
+    for (ShardedUpdate mode : {ShardedUpdate::On, ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
+      INFO(local, " replicas a worker, mode ", static_cast<int>(mode));
+      const auto cpu_path = temp("cpu.ckpt"), gpu_path = temp("gpu.ckpt");
+      const Trained cpu = train(local, mode, cpu_path);
+      strata_test::HostAsGpu host;
+      const Trained gpu = train(local, mode, gpu_path, 1, /*gpus=*/true);
+      CHECK(gpu.weights == cpu.weights);
+      CHECK(gpu.eval_loss == cpu.eval_loss);
+      CHECK(gpu.predictions == cpu.predictions);
+      CHECK(gpu.choice.find("staged through host memory") != std::string::npos);
+      if (probe.is_chief()) {
+        const auto slots = optimizer_slots(gpu_path);
+        REQUIRE(slots.size() == 2);
+        CHECK(slots == optimizer_slots(cpu_path));
+      }
+      probe.communicator().barrier();
+      if (probe.is_chief()) std::filesystem::remove(cpu_path), std::filesystem::remove(gpu_path);
+    }
   }
 }
 
 TEST_CASE("a worker stalled in its forward while the others wait in a parameter gather is named within the deadline") {
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers(2s)};
-  s.executor_options().sharded_update = ShardedUpdate::Parameters;
-  const auto data = strata_test::blobs(60, 3);
-  auto m = s.scope([] {  // worker 1 stalls 6 s in its third step, between two layers' gathers
-    return nn::Sequential{nn::Input{{6}}, nn::Dense{16}, Stalls{1, 6000, 2}, nn::Dense{8}, nn::Dense{3}};
-  });
-  m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
-  const auto t0 = std::chrono::steady_clock::now();
-  std::string what;
-  try {
-    m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12)),
-          {.epochs = 1, .verbose = nn::Verbosity::Silent});
-  } catch (const strata::Error& e) {
-    what = e.what();
-  }
-  const auto took = std::chrono::steady_clock::now() - t0;
-  INFO("worker ", s.worker_index(), ": ", what);
-  CHECK(!what.empty());
-  if (s.worker_index() != 1) {
-    CHECK(what.find("rank 1") != std::string::npos);
-    CHECK(took < 5s);  // the 2 s deadline (and its notice), not worker 1's 6 s stall
+  strata::MultiWorkerMirroredStrategy probe{strata::cpu_replicas(1), strata_test::quick_workers(20s)};
+  for (bool gpus : {false, true}) {  // GPU replicas across workers: their gathers staged through the same context
+    INFO((gpus ? "GPU replicas" : "CPU replicas"));
+    probe.communicator().barrier();  // worker 1 is out of its stall before the next strategy is made
+    std::optional<strata_test::HostAsGpu> host;
+    if (gpus) host.emplace();
+    strata::MultiWorkerMirroredStrategy s{gpus ? strata::virtual_gpus(0, 1) : strata::cpu_replicas(1),
+                                          strata_test::quick_workers(2s)};
+    s.executor_options().sharded_update = ShardedUpdate::Parameters;
+    const auto data = strata_test::blobs(60, 3);
+    auto m = s.scope([] {  // worker 1 stalls 6 s in its third step, between two layers' gathers
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{16}, Stalls{1, 6000, 2}, nn::Dense{8}, nn::Dense{3}};
+    });
+    m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12)),
+            {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    } catch (const strata::Error& e) {
+      what = e.what();
+    }
+    const auto took = std::chrono::steady_clock::now() - t0;
+    INFO("worker ", s.worker_index(), ": ", what);
+    CHECK(!what.empty());
+    if (s.worker_index() != 1) {
+      CHECK(what.find("rank 1") != std::string::npos);
+      CHECK(took < 5s);  // the 2 s deadline (and its notice), not worker 1's 6 s stall
+    }
   }
 }
 

@@ -54,6 +54,23 @@ struct WireCall {
   bool started = false;
 };
 
+//! A started collective on a host copy: the `n_in` elements at `in`
+//! (memory of `c`) downloaded to its front, `start(input, result)` started,
+//! and the `n_out` elements of the result uploaded to `out` once the Work
+//! is waited for (on the waiting replica's thread). `in_place`: the result
+//! is the input.
+template <class T, class Start>
+Work staged_async(kernels::Compute& c, const T* in, std::size_t n_in, T* out, std::size_t n_out,
+                         bool in_place, Start start) {
+  const std::size_t at = in_place ? 0 : n_in;
+  const std::shared_ptr<T[]> copy = std::make_shared_for_overwrite<T[]>(std::max(at + n_out, n_in));
+  if (n_in) c.download(copy.get(), in, n_in * sizeof(T));
+  Work w = start(std::span<T>(copy.get(), n_in), std::span<T>(copy.get() + at, n_out));
+  return Work(std::make_unique<FollowedWork>(std::move(w), [copy, &c, out, at, n_out] {
+    if (n_out) c.upload(out, copy.get() + at, n_out * sizeof(T));
+  }));
+}
+
 //! Collectives over the replicas of one process whose buffers are memory of
 //! their own compute. Called by every replica, on its own thread, in the
 //! same order; waits have the team's deadline (CollectiveTimeout naming
@@ -198,22 +215,6 @@ class HostStagedCollectives final : public DeviceCollectives {
     return shard_range(n, static_cast<std::size_t>(team_.size()), static_cast<std::size_t>(rank));
   }
   ThreadCommunicator comm(int rank) { return ThreadCommunicator{team_, rank}; }
-  //! A started collective on a host copy: the `n_in` elements at `in`
-  //! (memory of `c`) downloaded to its front, `start(input, result)` started,
-  //! and the `n_out` elements of the result uploaded to `out` once the Work
-  //! is waited for (on the waiting replica's thread). `in_place`: the result
-  //! is the input.
-  template <class T, class Start>
-  static Work staged_async(kernels::Compute& c, const T* in, std::size_t n_in, T* out, std::size_t n_out,
-                           bool in_place, Start start) {
-    const std::size_t at = in_place ? 0 : n_in;
-    const std::shared_ptr<T[]> copy = std::make_shared_for_overwrite<T[]>(std::max(at + n_out, n_in));
-    if (n_in) c.download(copy.get(), in, n_in * sizeof(T));
-    Work w = start(std::span<T>(copy.get(), n_in), std::span<T>(copy.get() + at, n_out));
-    return Work(std::make_unique<FollowedWork>(std::move(w), [copy, &c, out, at, n_out] {
-      if (n_out) c.upload(out, copy.get() + at, n_out * sizeof(T));
-    }));
-  }
   std::vector<float>& staged(int rank, std::size_t n) {
     std::vector<float>& v = host_[static_cast<std::size_t>(rank)];
     v.resize(n);
@@ -224,6 +225,42 @@ class HostStagedCollectives final : public DeviceCollectives {
   std::vector<std::vector<float>> host_;    // per replica, its staged copy
   std::vector<std::vector<float>> shards_;  // per replica, its slice (reduce_scatter, all_gather)
   std::string why_;
+};
+
+//! A replica context's collectives on a GPU replica's buffers (memory of
+//! `c`), staged through host copies: what GPU replicas across workers shard
+//! with (ZeRO 1, 2 and 3: the replica context's reduce-scatter and
+//! all-gather over every worker's replicas, the CPU replicas' very sums, so
+//! their bits). The started forms own their host copies until waited for.
+//!   StagedContext<Ctx> st{ctx, gpu};  st.reduce_scatter_async(grad, slice, strata::Sum).wait();
+template <class Ctx>
+struct StagedContext {
+  Ctx& ctx;
+  kernels::Compute& c;
+
+  template <class T>
+  Work reduce_scatter_async(std::span<const T> in, std::span<T> out, SumOp) {
+    return staged_async(c, in.data(), in.size(), out.data(), out.size(), false, [&](std::span<T> i, std::span<T> o) {
+      return ctx.reduce_scatter_async(std::span<const T>(i), o, Sum);
+    });
+  }
+  Work all_gather_async(std::span<const float> in, std::span<float> out) {
+    return staged_async(c, in.data(), in.size(), out.data(), out.size(), false,
+                        [&](std::span<float> i, std::span<float> o) {
+                          return ctx.all_gather_async(std::span<const float>(i), o);
+                        });
+  }
+  template <class T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out, SumOp) {
+    reduce_scatter_async(in, out, Sum).wait();
+  }
+  void all_gather(std::span<const float> in, std::span<float> out) { all_gather_async(in, out).wait(); }
+  void all_reduce(std::span<float> data, SumOp) {
+    std::vector<float> host(data.size());
+    if (!host.empty()) c.download(host.data(), data.data(), data.size_bytes());
+    ctx.all_reduce(std::span<float>(host), Sum);
+    if (!host.empty()) c.upload(data.data(), host.data(), data.size_bytes());
+  }
 };
 
 //! The collectives of GPU replicas `devices`: the CUDA backend's choice

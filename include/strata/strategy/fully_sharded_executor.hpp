@@ -104,6 +104,9 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
                        : "; the reduce-scatters in " + std::string(to_string(opts_.compression)) +
                              " (error feedback: each replica keeps a residual of the whole gradient)";
     if (colls_) more += "; on the GPUs: " + colls_->choice();
+    else if (!devs_.empty() && devs_.front().c)
+      more += "; GPU replicas across workers: each layer staged through host memory to the replica context's "
+              "collectives";
     if (stage_ == 2)
       return "ZeRO stage 2: each layer's gradient reduce-scattered as backward finishes it; each replica keeps "
              "1/" + p + " of the summed gradient and of the optimizer state, updates its slice, and the slices are "
@@ -216,7 +219,9 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     const std::vector<Device>& devices = this->s_.devices();
     const bool gpus = devices.front().is_gpu();
     for (std::size_t r = 0; r < local; ++r) devs_[r].place_on(devices[r], opts_.matmul);
-    if (gpus) colls_ = make_device_collectives(devices, this->s_.options());
+    // GPU replicas in one process: the device collectives; across workers: staged through host memory to
+    // the replica context's (the layout spans every worker's replicas)
+    if (gpus && groups_.size() == 1) colls_ = make_device_collectives(devices, this->s_.options());
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
     Replica& R = devs_[r];
@@ -248,13 +253,21 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
       int me;
       Work gather(std::span<const float> in, std::span<float> out) {
         if (colls) return colls->all_gather_async(me, *c, in.data(), out.data(), out.size());
-        if constexpr (ShardingContext<Ctx>) return ctx.all_gather_async(in, out);
-        else throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather without waiting");
+        if constexpr (ShardingContext<Ctx>) {
+          if (c) return StagedContext<Ctx>{ctx, *c}.all_gather_async(in, out);  // GPU replicas across workers
+          return ctx.all_gather_async(in, out);
+        } else {
+          throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather without waiting");
+        }
       }
       Work scatter(std::span<const float> in, std::span<float> out) {
         if (colls) return colls->reduce_scatter_sum_async(me, *c, in.data(), out.data(), in.size());
-        if constexpr (ShardingContext<Ctx>) return ctx.reduce_scatter_async(in, out, Sum);
-        else throw Error("ZeRO stages 2 and 3 need replica contexts that reduce-scatter without waiting");
+        if constexpr (ShardingContext<Ctx>) {
+          if (c) return StagedContext<Ctx>{ctx, *c}.reduce_scatter_async(in, out, Sum);
+          return ctx.reduce_scatter_async(in, out, Sum);
+        } else {
+          throw Error("ZeRO stages 2 and 3 need replica contexts that reduce-scatter without waiting");
+        }
       }
     };
     return Started{ctx, colls_.get(), devs_[r].c, static_cast<int>(r)};
@@ -277,9 +290,11 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
         R.shard->begin_step(gather, [&st, &c = R.comp](const ShardedReplica::ScatterCall& k) {
           return c.scatter(st, k.begin, k.window, k.in, k.out, k.owned_at);
         });
-      } else if constexpr (ShardingContext<Ctx>) {
-        R.shard->begin_step(gather, [&ctx, &c = R.comp](const ShardedReplica::ScatterCall& k) {
-          return c.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at);
+      } else if constexpr (ShardingContext<Ctx>) {  // CPU replicas; GPU replicas across workers staged
+        R.shard->begin_step(gather, [&ctx, gpu = R.c, &c = R.comp](const ShardedReplica::ScatterCall& k) {
+          if (!gpu) return c.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at);
+          StagedContext<Ctx> staged{ctx, *gpu};
+          return c.scatter(staged, k.begin, k.window, k.in, k.out, k.owned_at);
         });
       }
     } else {
@@ -362,13 +377,10 @@ std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program) {
   if (stage < 2) return nullptr;
   const char* why = nullptr;
   const char* instead = "use ShardedUpdate::On or Off";
-  if (s.devices().front().is_gpu()) {
-    if (sharding_groups(s).size() > 1) {
-      why = "GPU replicas shard within one process so far (across workers each worker's replica 0 sums for the "
-            "others)";
-      instead = "use ShardedUpdate::Off across workers, or MirroredStrategy's GPU replicas in one process";
-    }
-  } else if (!ShardingContext<typename S::context_type>) {
+  // GPU replicas in one process shard through the device collectives; others (and GPU replicas across
+  // workers, staged through host memory) through their replica contexts
+  const bool device_collectives = s.devices().front().is_gpu() && sharding_groups(s).size() == 1;
+  if (!device_collectives && !ShardingContext<typename S::context_type>) {
     why = "its replica contexts cannot all-gather and reduce-scatter over every replica without waiting";
     instead = "use ShardedUpdate::Off";
   }

@@ -211,22 +211,26 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     const std::vector<Device>& devices = this->s_.devices();
     const bool gpus = on_gpus();
     for (std::size_t r = 0; r < local; ++r) devs_[r].place_on(devices[r], opts_.matmul);
-    // sharded in one process, from 3 replicas unless told; CPU replicas across workers when told (On), over
-    // every worker's replicas
+    // sharded in one process, from 3 replicas unless told; across workers when told (On), over every
+    // worker's replicas (GPU replicas staged through host memory to the replica context's collectives)
     const bool one = this->workers_.size() == 1;
     const auto p = static_cast<std::size_t>(this->s_.num_replicas_in_sync());
-    sharded_ = !central_ && (gpus ? one : context_shards) &&
+    sharded_ = !central_ && ((gpus && one) || (gpus ? ShardingContext<typename S::context_type> : context_shards)) &&
                (one ? shards_update(opts_.sharded_update, local) : opts_.sharded_update == ShardedUpdate::On && p > 1);
     this->slices_span_workers_ = sharded_ && !one;  // each replica counts its slice of the job's
-    if (!sharded_ && !central_ && !gpus && p > 1 && opts_.sharded_update == ShardedUpdate::On)
+    if (!sharded_ && !central_ && p > 1 && opts_.sharded_update == ShardedUpdate::On)
       throw Error("ShardedUpdate::On (ZeRO 1): these CPU replicas' contexts cannot reduce-scatter and all-gather over "
                   "every replica; use ShardedUpdate::Off or Auto");
     if (!gpus) return;
     colls_ = make_device_collectives(devices, this->s_.options());
     choice_ = colls_->choice();
-    if (sharded_)
+    if (sharded_ && one)
       choice_ += "; the update sharded over the replicas (reduce-scatter, each updates its 1/" + std::to_string(local) +
                  " slice with its 1/" + std::to_string(local) + " of the optimizer state, all-gather)";
+    if (sharded_ && !one)
+      choice_ += "; the update sharded over every worker's " + std::to_string(p) + " replicas (each updates its 1/" +
+                 std::to_string(p) + " slice; the gradient and the values staged through host memory to the "
+                 "replica context's reduce-scatter and all-gather)";
     if (central_)
       choice_ += "; the variables and the update on replica 0's device (central storage), its values sent to "
                  "the other replicas' devices each step";
@@ -298,6 +302,15 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
 
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
+    if (colls_ && this->slices_span_workers_) {  // GPU replicas sharded across workers
+      if constexpr (ShardingContext<Ctx>) {
+        StagedContext<Ctx> staged{ctx, *devs_[r].c};
+        return update(ctx, staged, r, it);
+      } else {
+        throw Error("ShardedUpdate::On across workers: GPU replicas stage their slices through replica contexts "
+                    "that reduce-scatter and all-gather without waiting, which these are not");
+      }
+    }
     if (colls_) {
       DeviceStep step{*colls_, workers_sum_.get(), *devs_[r].c, r, devs_.size()};
       update(ctx, step, r, it);
