@@ -83,6 +83,28 @@ void round_with_residual(std::span<const float> g, const float* res, float* next
   kernels::host::round_with_residual(g.data(), res, next, out, g.size());
 }
 
+//! What GPU replicas' summary (collectives_choice) adds to their collectives'
+//! choice: the update sharded over `sharded` replicas (0: not; `staged`:
+//! every worker's, through host memory), central variables, compression.
+inline std::string gpu_update_words(std::size_t sharded, bool staged, bool central, Compression c) {
+  std::string out;
+  const std::string part = "1/" + std::to_string(sharded);
+  if (sharded && !staged)
+    out += "; the update sharded over the replicas (reduce-scatter, each updates its " + part + " slice with its " +
+           part + " of the optimizer state, all-gather)";
+  if (sharded && staged)
+    out += "; the update sharded over every worker's " + std::to_string(sharded) + " replicas (each updates its " +
+           part + " slice; the gradient and the values staged through host memory to the replica context's "
+           "reduce-scatter and all-gather)";
+  if (central)
+    out += "; the variables and the update on replica 0's device (central storage), its values sent to the other "
+           "replicas' devices each step";
+  if (c != Compression::None)
+    out += "; the gradient sent in " + std::string(to_string(c)) +
+           " (rounded on each GPU with error feedback, summed in FP32 and rounded once per step of the sum)";
+  return out;
+}
+
 //! Where a replica's compression buffers live and what rounds and expands
 //! them: the host (no compute), or a GPU replica's compute (its memory, its
 //! round_to_wire and expand_wire: the same bits).

@@ -223,20 +223,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
                   "every replica; use ShardedUpdate::Off or Auto");
     if (!gpus) return;
     colls_ = make_device_collectives(devices, this->s_.options());
-    choice_ = colls_->choice();
-    if (sharded_ && one)
-      choice_ += "; the update sharded over the replicas (reduce-scatter, each updates its 1/" + std::to_string(local) +
-                 " slice with its 1/" + std::to_string(local) + " of the optimizer state, all-gather)";
-    if (sharded_ && !one)
-      choice_ += "; the update sharded over every worker's " + std::to_string(p) + " replicas (each updates its 1/" +
-                 std::to_string(p) + " slice; the gradient and the values staged through host memory to the "
-                 "replica context's reduce-scatter and all-gather)";
-    if (central_)
-      choice_ += "; the variables and the update on replica 0's device (central storage), its values sent to "
-                 "the other replicas' devices each step";
-    if (opts_.compression != Compression::None)
-      choice_ += "; the gradient sent in " + std::string(to_string(opts_.compression)) +
-                 " (rounded on each GPU with error feedback, summed in FP32 and rounded once per step of the sum)";
+    choice_ = colls_->choice() + gpu_update_words(sharded_ ? (one ? local : p) : 0, !one, central_, opts_.compression);
     if constexpr (requires { this->s_.make_worker_sum(*devs_.front().c); })
       if (this->workers_.size() > 1) {  // collective over the workers, as place() is
         workers_sum_ = this->s_.make_worker_sum(*devs_.front().c);
