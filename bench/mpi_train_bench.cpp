@@ -8,7 +8,10 @@
 // wide = 784-2048-2048-10 (5.8M parameters, a 23 MB gradient: 72% of it one
 // variable, final only when backward is ~90% done), deep = 784-1024x4-10 (4.0M,
 // 16 MB, in four near-equal variables: a model buckets can overlap), mlp = 784-128-10,
-// ReLU, softmax cross-entropy from logits, SGD (lr 0.01) or Adam (1e-3).
+// ReLU, softmax cross-entropy from logits, SGD (lr 0.01) or Adam (1e-3). gpt = examples/char_lm's
+// transformer (4 pre-norm blocks of width 256, 4 heads, causal, a 96-symbol vocabulary, 64 positions:
+// 3.2M parameters in 38 variables, a 12.7 MB gradient), on uniform random token windows, the per-position
+// cross-entropy; --batch counts windows (64 positions each).
 // fit()'s finite-gradient check is off (PyTorch DDP has none).
 //
 // How the columns are measured: --warmup steps first (one fit: AutoReduce's
@@ -35,7 +38,7 @@
 // by strategy/fully_sharded.hpp's formula (model_state_bytes).
 // --compression none|bf16|fp16 (ExecutorOptions::compression) sends the gradient (or ZeRO 1's
 // reduce-scatter) in 16 bits; the comment gives the MiB rank 0's MPI communicator carried per timed step.
-//   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp] [--batch 64] [--steps 30] [--warmup 12]
+//   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp|gpt] [--batch 64] [--steps 30] [--warmup 12]
 //                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME] [--zero 0|1|2|3]
 //                                              [--ring-chunk-mb MB]  (MpiOptions::ring_chunk_bytes; 0: its default)
 //                                              [--compression none|bf16|fp16]
@@ -79,17 +82,37 @@ nn::Sequential make(const std::string& model) {
                           nn::Dense{1024, {.activation = nn::Activation::ReLU}},
                           nn::Dense{1024, {.activation = nn::Activation::ReLU}},
                           nn::Dense{1024, {.activation = nn::Activation::ReLU}}, nn::Dense{10}};
-  throw strata::Error("unknown model " + model + " (wide, deep, mlp)");
+  throw strata::Error("unknown model " + model + " (wide, deep, mlp, gpt)");
 }
 
-// `steps` global batches of `global` MNIST-shaped rows (standardized uniform pixels, uniform labels).
-auto synthetic(std::size_t steps, std::size_t global, std::uint64_t seed) {
+// --model gpt: examples/char_lm's GPT at a fixed size (its make_gpt's shape).
+constexpr std::size_t gpt_vocab = 96, gpt_context = 64, gpt_width = 256, gpt_heads = 4, gpt_layers = 4;
+nn::Model make_gpt() {
+  nn::Node x = nn::Input{{gpt_context}};
+  nn::Node h = nn::PositionEmbedding{}(nn::Embedding{gpt_vocab, gpt_width}(x));
+  for (std::size_t b = 0; b < gpt_layers; ++b) {
+    h = nn::Add{}(h, nn::MultiHeadAttention{{.heads = gpt_heads, .causal = true}}(nn::LayerNorm{}(h)));
+    const nn::Node f = nn::Dense{4 * gpt_width, {.activation = nn::Activation::GELU}}(nn::LayerNorm{}(h));
+    h = nn::Add{}(h, nn::Dense{gpt_width}(f));
+  }
+  return nn::Model{x, nn::Dense{gpt_vocab}(nn::LayerNorm{}(h))};
+}
+
+// `steps` global batches of `global` rows: MNIST-shaped (standardized uniform pixels, uniform labels), or
+// for the GPT windows of uniform random tokens and their next-token labels (every position labelled).
+auto synthetic(const std::string& model, std::size_t steps, std::size_t global, std::uint64_t seed) {
   const std::size_t n = steps * global;
-  strata::Tensor<float> x{{n, 28, 28}};
-  strata::Tensor<std::int32_t> y{{n}};
+  const bool gpt = model == "gpt";
+  strata::Tensor<float> x{gpt ? strata::Shape{n, gpt_context} : strata::Shape{n, 28, 28}};
+  strata::Tensor<float> y{gpt ? strata::Shape{n, gpt_context} : strata::Shape{n}};
   strata::Rng rng{seed};
-  for (auto& v : x) v = (rng.uniform() - 0.1307f) / 0.3081f;
-  for (auto& v : y) v = static_cast<std::int32_t>(rng.below(10));
+  if (gpt) {
+    for (auto& v : x) v = static_cast<float>(rng.below(gpt_vocab));
+    for (auto& v : y) v = static_cast<float>(rng.below(gpt_vocab));
+  } else {
+    for (auto& v : x) v = (rng.uniform() - 0.1307f) / 0.3081f;
+    for (auto& v : y) v = static_cast<float>(rng.below(10));
+  }
   return strata::data::from_tensor_slices(x, y).batch(global);
 }
 
@@ -143,14 +166,14 @@ struct Timing {
 //! Compiles `model` (--optimizer), fits --warmup global batches of `global` rows, then times a fit of
 //! --steps under a trace session (totals only): compute and exposed of the track `mine(name)` picks,
 //! `payload()` (the communicator's bytes so far) around the timed fit. Both strategies' rows use it.
-template <class S, class Mine, class Payload>
-Timing timed_fit(S& s, nn::Sequential& model, const Args& a, std::size_t global, Mine mine, Payload payload) {
+template <class S, class M, class Mine, class Payload>
+Timing timed_fit(S& s, M& model, const Args& a, std::size_t global, Mine mine, Payload payload) {
   auto loss = nn::SparseCategoricalCrossentropy{{.from_logits = true}};
   if (a.optimizer == "adam") model.compile(nn::Adam{1e-3}, loss, {}, {.seed = 1});
   else model.compile(nn::SGD{0.01}, loss, {}, {.seed = 1});
   const nn::FitOptions fit{.epochs = 1, .verbose = nn::Verbosity::Silent, .check_finite = false};
-  model.fit(s.distribute(synthetic(static_cast<std::size_t>(a.warmup), global, 2)), fit);
-  auto timed = synthetic(static_cast<std::size_t>(a.steps), global, 3);
+  model.fit(s.distribute(synthetic(a.model, static_cast<std::size_t>(a.warmup), global, 2)), fit);
+  auto timed = synthetic(a.model, static_cast<std::size_t>(a.steps), global, 3);
   strata::trace::Session trace{strata::trace::Options{}};  // totals only
   const std::uint64_t wire0 = payload();
   const double t0 = bench::now_s();
@@ -169,6 +192,7 @@ Timing timed_fit(S& s, nn::Sequential& model, const Args& a, std::size_t global,
 
 //! --stages S: the pipeline's row (see the top of the file).
 int run_pipeline(const Args& a) {
+  if (a.model == "gpt") throw strata::Error("mpi_train_bench: --stages takes the sequential models (wide, deep, mlp)");
   strata::MultiWorkerPipelineStrategy s;
   const int ranks = s.communicator().size();
   if (ranks % a.stages) throw strata::Error("mpi_train_bench: --stages must divide the ranks");
@@ -196,22 +220,11 @@ int run_pipeline(const Args& a) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  strata::detail::mpi::runtime();
-  const Args a = parse(argc, argv);
-  if (a.stages > 0) return run_pipeline(a);
-  strata::MultiWorkerOptions opts;
-  if (a.ring_chunk_mb > 0) opts.mpi.ring_chunk_bytes = static_cast<std::size_t>(a.ring_chunk_mb * 1048576.0);
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), opts};
-  s.executor_options().bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
-  s.executor_options().sharded_update = *strata::sharded_update_for_stage(a.zero);
-  s.executor_options().compression = a.compression;
+//! The MultiWorkerMirroredStrategy row (see the top of the file).
+template <class M>
+int run_mirrored(strata::MultiWorkerMirroredStrategy& s, M& model, const Args& a) {
   const int ranks = s.num_workers();
   const std::size_t global = a.batch * static_cast<std::size_t>(ranks);
-
-  auto model = s.scope([&] { return make(a.model); });
   const Timing m = timed_fit(
       s, model, a, global, [](const std::string& name) { return name == "replica 0"; },
       [&] { return s.communicator().payload_bytes(); });
@@ -236,9 +249,16 @@ int main(int argc, char** argv) {
       algos += b;
     }
   }
-  // one replica's model state at its stage (each Dense layer a unit: kernel and bias), the peak over the ranks
+  // one replica's model state at its stage (each layer a unit: its variables, named "layer/variable"), the
+  // peak over the ranks
   std::vector<std::size_t> units;
-  for (std::size_t i = 0; i + 1 < sizes.size(); i += 2) units.push_back(sizes[i] + sizes[i + 1]);
+  std::string unit;
+  for (const auto& w : model.get_weights()) {
+    const std::string layer = w.name.substr(0, w.name.rfind('/'));
+    if (units.empty() || layer != unit) units.push_back(0);
+    units.back() += w.value.size();
+    unit = layer;
+  }
   const auto p = static_cast<std::size_t>(s.num_replicas_in_sync());
   const strata::detail::ShardLayout layout(units, std::vector<std::size_t>(p, 1));
   const int stage = p > 1 ? a.zero : 0;
@@ -260,4 +280,24 @@ int main(int argc, char** argv) {
               state_mib, wire_mib,
               sent_as.c_str(), algos.c_str());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::detail::mpi::runtime();
+  const Args a = parse(argc, argv);
+  if (a.stages > 0) return run_pipeline(a);
+  strata::MultiWorkerOptions opts;
+  if (a.ring_chunk_mb > 0) opts.mpi.ring_chunk_bytes = static_cast<std::size_t>(a.ring_chunk_mb * 1048576.0);
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), opts};
+  s.executor_options().bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
+  s.executor_options().sharded_update = *strata::sharded_update_for_stage(a.zero);
+  s.executor_options().compression = a.compression;
+  if (a.model == "gpt") {
+    auto model = s.scope(make_gpt);
+    return run_mirrored(s, model, a);
+  }
+  auto model = s.scope([&] { return make(a.model); });
+  return run_mirrored(s, model, a);
 }
