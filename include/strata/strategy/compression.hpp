@@ -27,6 +27,12 @@
 //!   (through_wire: in one process its peer sum, across workers the
 //!   all-reduce of the members' parts; on CPU and GPU replicas, whose
 //!   gradients it sums on the host).
+//! - GPU replicas (Mirrored, MultiWorkerMirrored) keep the residual and the
+//!   16-bit copies in their GPU's memory and round and expand there
+//!   (Compute::round_to_wire, expand_wire: the host's body, the same bits;
+//!   WireSpace); their device collectives sum the 16-bit values (WireCall:
+//!   the device team's kernel in replica order, rounded once, as the host;
+//!   NCCL in its ring's order, rounding at each step: close, not bitwise).
 //!   detail::GradientCompression c;  c.place(Compression::BF16, n);
 //!   c.all_reduce(ctx, grad);  if (finite) { c.commit(); update(); }
 

@@ -60,8 +60,8 @@ struct WireCall {
 //! is waited for (on the waiting replica's thread). `in_place`: the result
 //! is the input.
 template <class T, class Start>
-Work staged_async(kernels::Compute& c, const T* in, std::size_t n_in, T* out, std::size_t n_out,
-                         bool in_place, Start start) {
+Work staged_async(kernels::Compute& c, const T* in, std::size_t n_in, T* out, std::size_t n_out, bool in_place,
+                  Start start) {
   const std::size_t at = in_place ? 0 : n_in;
   const std::shared_ptr<T[]> copy = std::make_shared_for_overwrite<T[]>(std::max(at + n_out, n_in));
   if (n_in) c.download(copy.get(), in, n_in * sizeof(T));

@@ -219,7 +219,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
                (one ? shards_update(opts_.sharded_update, local) : opts_.sharded_update == ShardedUpdate::On && p > 1);
     this->slices_span_workers_ = sharded_ && !one;  // each replica counts its slice of the job's
     if (!sharded_ && !central_ && p > 1 && opts_.sharded_update == ShardedUpdate::On)
-      throw Error("ShardedUpdate::On (ZeRO 1): these CPU replicas' contexts cannot reduce-scatter and all-gather over "
+      throw Error("ShardedUpdate::On (ZeRO 1): these replicas' contexts cannot reduce-scatter and all-gather over "
                   "every replica; use ShardedUpdate::Off or Auto");
     if (!gpus) return;
     colls_ = make_device_collectives(devices, this->s_.options());

@@ -69,23 +69,30 @@ class HostStagedWorkerSum final : public WorkerSum {
  public:
   HostStagedWorkerSum(HostSums sums, std::string why) : sums_(std::move(sums)), why_(std::move(why)) {}
 
-  void all_reduce_sum(kernels::Compute& c, float* data, std::size_t n) override { staged(c, data, n, sums_.f32); }
+  void all_reduce_sum(kernels::Compute& c, float* data, std::size_t n) override {
+    staged(c, data, n, sums_.f32, f32_);
+  }
   void all_reduce_sum(kernels::Compute& c, WireFormat f, void* data, std::size_t n) override {
-    if (f == WireFormat::bf16) return staged(c, static_cast<bf16*>(data), n, sums_.bf);
-    staged(c, static_cast<fp16*>(data), n, sums_.fp);
+    if (f == WireFormat::bf16) return staged(c, static_cast<bf16*>(data), n, sums_.bf, bf_);
+    staged(c, static_cast<fp16*>(data), n, sums_.fp, fp_);
   }
   [[nodiscard]] const std::string& choice() const noexcept override { return why_; }
 
  private:
+  //! Through `host`, kept from call to call (a step's gradient: no allocation after the first).
   template <class T>
-  void staged(kernels::Compute& c, T* data, std::size_t n, const std::function<void(std::span<T>)>& sum) {
-    std::vector<T> host(n);
+  static void staged(kernels::Compute& c, T* data, std::size_t n, const std::function<void(std::span<T>)>& sum,
+                     std::vector<T>& host) {
+    host.resize(n);
     if (n) c.download(host.data(), data, n * sizeof(T));
     sum(std::span<T>(host));
     if (n) c.upload(data, host.data(), n * sizeof(T));
   }
 
   HostSums sums_;
+  std::vector<float> f32_;
+  std::vector<bf16> bf_;
+  std::vector<fp16> fp_;
   std::string why_;
 };
 
