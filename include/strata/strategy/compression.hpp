@@ -133,7 +133,7 @@ class WireSpace {
   template <class T>
   void expand(const T* w, std::span<float> g) const {
     if (dev_) return dev_->expand_wire(wire_format_of<T>, w, g.data(), g.size());
-    for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(w[i]);
+    kernels::host::expand_wire(wire_format_of<T>, w, g.data(), g.size());
   }
   //! x = 0 (n floats).
   void zero(float* x, std::size_t n) const {
@@ -146,8 +146,8 @@ class WireSpace {
 
 //! One replica's compression state: its residual (error feedback), the one
 //! about to replace it, and the 16-bit copy of its gradient that travels, in
-//! the memory of the replica's space: the host's (place), or a GPU's
-//! (place_on: the rounding and expansion are its compute's round_to_wire and
+//! the memory of the replica's space: the host's, or a GPU's (place with its
+//! compute: the rounding and expansion are its round_to_wire and
 //! expand_wire, the same bits; the 16-bit sums its device collectives').
 class GradientCompression {
  public:
@@ -165,10 +165,19 @@ class GradientCompression {
     return f(std::span<const fp16>(fp_.data(), fp_.size()));
   }
 
-  //! At place time, on the host: the format and the gradient's length; residual zero.
-  void place(Compression c, std::size_t n) { place(c, n, nullptr); }
-  //! The same in `dev`'s memory, rounded and expanded by `dev` (a GPU replica's compute).
-  void place_on(kernels::Compute& dev, Compression c, std::size_t n) { place(c, n, &dev); }
+  //! At place time: the format and the gradient's length; residual zero. On the host, or in `dev`'s
+  //! memory, rounded and expanded by `dev` (a GPU replica's compute).
+  void place(Compression c, std::size_t n, kernels::Compute* dev = nullptr) {
+    c_ = c;
+    space_ = WireSpace(dev);
+    const std::size_t m = on() ? n : 0;
+    kernels::Memory& mem = space_.mem();
+    residual_.resize(mem, Shape{m});
+    next_.resize(mem, Shape{m});
+    bf_.resize(mem, Shape{c_ == Compression::BF16 ? m : 0});
+    fp_.resize(mem, Shape{c_ == Compression::FP16 ? m : 0});
+    reset();
+  }
   //! The residual back to zero (optimizer reset, state set).
   void reset() {
     if (!on()) return;
@@ -280,17 +289,6 @@ class GradientCompression {
   }
 
  private:
-  void place(Compression c, std::size_t n, kernels::Compute* dev) {
-    c_ = c;
-    space_ = WireSpace(dev);
-    const std::size_t m = on() ? n : 0;
-    kernels::Memory& mem = space_.mem();
-    residual_.resize(mem, Shape{m});
-    next_.resize(mem, Shape{m});
-    bf_.resize(mem, Shape{c_ == Compression::BF16 ? m : 0});
-    fp_.resize(mem, Shape{c_ == Compression::FP16 ? m : 0});
-    reset();
-  }
   kernels::Buffer<bf16>& slice_buffer(bf16) { return bf_slice_; }
   kernels::Buffer<fp16>& slice_buffer(fp16) { return fp_slice_; }
 

@@ -242,35 +242,40 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     if (colls_) colls_->abort(static_cast<int>(r), why);
   }
 
-  //! Replica r's gather and reduce-scatter, started: over its context (CPU replicas) or the
-  //! device collectives (GPU replicas, in one process: the layout's slices are theirs).
+  //! Replica r's gather and reduce-scatter, started: over its context (CPU replicas; GPU replicas
+  //! across workers staged through host memory) or the device collectives (GPU replicas in one
+  //! process: the layout's slices are theirs).
   template <class Ctx>
-  auto sharding(Ctx& ctx, std::size_t r) {
-    struct Started {
-      Ctx& ctx;
-      DeviceCollectives* colls;
-      kernels::Compute* c;
-      int me;
-      Work gather(std::span<const float> in, std::span<float> out) {
-        if (colls) return colls->all_gather_async(me, *c, in.data(), out.data(), out.size());
-        if constexpr (ShardingContext<Ctx>) {
-          if (c) return StagedContext<Ctx>{ctx, *c}.all_gather_async(in, out);  // GPU replicas across workers
-          return ctx.all_gather_async(in, out);
-        } else {
-          throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather without waiting");
-        }
+  struct Started {
+    Ctx& ctx;
+    DeviceCollectives* colls;
+    kernels::Compute* c;
+    int me;
+    //! f(the collectives over every replica): the replica context, or for a GPU replica (across
+    //! workers) that context on host copies of its buffers (StagedContext).
+    template <class F>
+    Work on_context(F&& f) {
+      if constexpr (ShardingContext<Ctx>) {
+        if (!c) return f(ctx);
+        StagedContext<Ctx> staged{ctx, *c};
+        return f(staged);
+      } else {
+        throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather and reduce-scatter without "
+                    "waiting");
       }
-      Work scatter(std::span<const float> in, std::span<float> out) {
-        if (colls) return colls->reduce_scatter_sum_async(me, *c, in.data(), out.data(), in.size());
-        if constexpr (ShardingContext<Ctx>) {
-          if (c) return StagedContext<Ctx>{ctx, *c}.reduce_scatter_async(in, out, Sum);
-          return ctx.reduce_scatter_async(in, out, Sum);
-        } else {
-          throw Error("ZeRO stages 2 and 3 need replica contexts that reduce-scatter without waiting");
-        }
-      }
-    };
-    return Started{ctx, colls_.get(), devs_[r].c, static_cast<int>(r)};
+    }
+    Work gather(std::span<const float> in, std::span<float> out) {
+      if (colls) return colls->all_gather_async(me, *c, in.data(), out.data(), out.size());
+      return on_context([&](auto& x) { return x.all_gather_async(in, out); });
+    }
+    Work scatter(std::span<const float> in, std::span<float> out) {
+      if (colls) return colls->reduce_scatter_sum_async(me, *c, in.data(), out.data(), in.size());
+      return on_context([&](auto& x) { return x.reduce_scatter_async(in, out, Sum); });
+    }
+  };
+  template <class Ctx>
+  Started<Ctx> sharding(Ctx& ctx, std::size_t r) {
+    return Started<Ctx>{ctx, colls_.get(), devs_[r].c, static_cast<int>(r)};
   }
 
   template <class Ctx>
@@ -290,11 +295,9 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
         R.shard->begin_step(gather, [&st, &c = R.comp](const ShardedReplica::ScatterCall& k) {
           return c.scatter(st, k.begin, k.window, k.in, k.out, k.owned_at);
         });
-      } else if constexpr (ShardingContext<Ctx>) {  // CPU replicas; GPU replicas across workers staged
-        R.shard->begin_step(gather, [&ctx, gpu = R.c, &c = R.comp](const ShardedReplica::ScatterCall& k) {
-          if (!gpu) return c.scatter(ctx, k.begin, k.window, k.in, k.out, k.owned_at);
-          StagedContext<Ctx> staged{ctx, *gpu};
-          return c.scatter(staged, k.begin, k.window, k.in, k.out, k.owned_at);
+      } else {  // CPU replicas; GPU replicas across workers staged
+        R.shard->begin_step(gather, [s = sharding(ctx, r), &c = R.comp](const ShardedReplica::ScatterCall& k) mutable {
+          return s.on_context([&](auto& x) { return c.scatter(x, k.begin, k.window, k.in, k.out, k.owned_at); });
         });
       }
     } else {

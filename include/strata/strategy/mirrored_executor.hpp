@@ -182,8 +182,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     if (devs_.size() != local) make_replicas(local);
     if (colls_) colls_->reset();
     for (Replica& R : devs_) {
-      if (R.c) R.comp.place_on(*R.c, opts_.compression, init.size());
-      else R.comp.place(opts_.compression, init.size());
+      R.comp.place(opts_.compression, init.size(), R.c);
       R.value.resize(*R.m, Shape{init.size()});
       R.grad.resize(*R.m, Shape{init.size()});
       if (init.size()) R.m->upload(R.value.data(), init.data(), init.bytes());
@@ -215,7 +214,7 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
     // worker's replicas (GPU replicas staged through host memory to the replica context's collectives)
     const bool one = this->workers_.size() == 1;
     const auto p = static_cast<std::size_t>(this->s_.num_replicas_in_sync());
-    sharded_ = !central_ && ((gpus && one) || (gpus ? ShardingContext<typename S::context_type> : context_shards)) &&
+    sharded_ = !central_ && (gpus ? one || ShardingContext<typename S::context_type> : context_shards) &&
                (one ? shards_update(opts_.sharded_update, local) : opts_.sharded_update == ShardedUpdate::On && p > 1);
     this->slices_span_workers_ = sharded_ && !one;  // each replica counts its slice of the job's
     if (!sharded_ && !central_ && p > 1 && opts_.sharded_update == ShardedUpdate::On)
@@ -289,15 +288,11 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
 
   template <class Ctx>
   void apply(Ctx& ctx, std::size_t r, std::int64_t it) {
-    if (colls_ && this->slices_span_workers_) {  // GPU replicas sharded across workers
-      if constexpr (ShardingContext<Ctx>) {
+    if constexpr (ShardingContext<Ctx>)
+      if (colls_ && this->slices_span_workers_) {  // GPU replicas sharded across workers (only with such contexts)
         StagedContext<Ctx> staged{ctx, *devs_[r].c};
         return update(ctx, staged, r, it);
-      } else {
-        throw Error("ShardedUpdate::On across workers: GPU replicas stage their slices through replica contexts "
-                    "that reduce-scatter and all-gather without waiting, which these are not");
       }
-    }
     if (colls_) {
       DeviceStep step{*colls_, workers_sum_.get(), *devs_[r].c, r, devs_.size()};
       update(ctx, step, r, it);
