@@ -125,3 +125,23 @@ TEST_CASE("a 1F1B pipeline over two ranks: each rank's track is its stage, in th
   CHECK(r.count(r.track("stage 1", 1), "collective", "recv") >= 16);
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
+
+TEST_CASE("ZeRO 1 across workers: each step's reduce-scatter and all-gather waits are the replica's exposed time") {
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers()};
+  s.executor_options().sharded_update = strata::ShardedUpdate::On;
+  auto& comm = s.communicator();
+  const std::string path = shared_path(comm, "zero1.json");
+  {
+    trace::MpiSession session{comm, {.path = path}};
+    fit_one_epoch(s);
+    session.finish();
+  }
+  if (comm.rank() != 0) return;
+  const auto r = strata_test::read_trace(path);
+  for (int w : {0, 1}) {  // (the collectives themselves run on the worker's progress thread)
+    const auto rep = r.track("replica 0", w);
+    CHECK(r.count(rep, "wait", "sharded_gradient") == 4);
+    CHECK(r.count(rep, "wait", "sharded_values") == 4);
+  }
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}

@@ -29,6 +29,7 @@
 #include <strata/comm/work.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
+#include <strata/core/trace.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata::detail {
@@ -57,14 +58,24 @@ concept SlicingContext = requires(Ctx& c, std::span<const float> in, std::span<f
 //! bf16/fp16 (compressed: compression.hpp) where the context takes them.
 template <SlicingContext Ctx, class T = float>
 void slices_reduce(Ctx& ctx, std::span<const T> in, std::span<T> out) {
-  if constexpr (requires { ctx.reduce_scatter(in, out, Sum); }) ctx.reduce_scatter(in, out, Sum);
-  else ctx.reduce_scatter_async(in, out, Sum).wait();
+  if constexpr (requires { ctx.reduce_scatter(in, out, Sum); }) {
+    ctx.reduce_scatter(in, out, Sum);
+  } else {  // the wait is this thread's exposed communication (the collective's own span is on the progress thread)
+    Work w = ctx.reduce_scatter_async(in, out, Sum);
+    trace::Span span{"sharded gradient", trace::Category::Wait, {{"bytes", in.size_bytes()}}};
+    w.wait();
+  }
 }
 //! `out` (logical) = every replica's slice `in`, in replica order.
 template <SlicingContext Ctx>
 void slices_gather(Ctx& ctx, std::span<const float> in, std::span<float> out) {
-  if constexpr (requires { ctx.all_gather(in, out); }) ctx.all_gather(in, out);
-  else ctx.all_gather_async(in, out).wait();
+  if constexpr (requires { ctx.all_gather(in, out); }) {
+    ctx.all_gather(in, out);
+  } else {
+    Work w = ctx.all_gather_async(in, out);
+    trace::Span span{"sharded values", trace::Category::Wait, {{"bytes", out.size_bytes()}}};
+    w.wait();
+  }
 }
 
 //! A replica context's reduce-scatter and all-gather over every replica,
