@@ -147,6 +147,51 @@ TEST_CASE("buckets start as backward finishes them, in the plan's order whatever
   }
 }
 
+// Tensor parallelism's member (tests/mpi/tensor_parallel_test.cpp): its own gradient in its layout, the
+// buckets over the logical one. A bucket starts only once every own element it holds is final, whatever
+// order the segments lie in; the others' places stay zero; a replicated segment only when the member adds it.
+TEST_CASE("logical buckets: a member's layout told final starts the logical buckets it completes") {
+  using strata::TensorSegment;
+  const std::vector<TensorSegment> segs{{8, 4, false}, {0, 4, false}, {5, 2, true}};  // own: 10 floats
+  const std::vector<Range> plan{{8, 12}, {4, 8}, {0, 4}};
+  std::vector<float> own(10), logical(12, 0.f);
+  for (std::size_t i = 0; i < own.size(); ++i) own[i] = static_cast<float>(i + 1);
+  std::vector<Range> started;
+  std::vector<std::vector<float>> seen;  // each bucket's values when it started
+  auto start = [&](std::span<float> b) {
+    const auto at = static_cast<std::size_t>(b.data() - logical.data());
+    started.push_back({at, at + b.size()});
+    seen.emplace_back(b.begin(), b.end());
+    return strata::Work{};
+  };
+  strata::detail::LogicalBuckets lb;
+  for (bool adds_replicated : {false, true}) {
+    CAPTURE(adds_replicated);
+    started.clear();
+    seen.clear();
+    std::fill(logical.begin(), logical.end(), 0.f);
+    lb.begin(segs, adds_replicated, own, logical, &plan, start, {});
+    lb.ready(8, 10);  // the replicated segment (logical [5, 7)): [8, 12) still waits on own [0, 4)
+    CHECK(started.empty());
+    lb.ready(4, 8);  // logical [0, 4): everything above own [0, 4)'s places is not final yet
+    CHECK(started.empty());
+    lb.ready(0, 4);  // logical [8, 12): every bucket is now whole, in the plan's order
+    CHECK(started == plan);
+    CHECK(seen[0] == std::vector<float>{1, 2, 3, 4});
+    CHECK(seen[1] == (adds_replicated ? std::vector<float>{0, 9, 10, 0} : std::vector<float>{0, 0, 0, 0}));
+    CHECK(seen[2] == std::vector<float>{5, 6, 7, 8});
+    lb.finish();
+  }
+  SUBCASE("told nothing: every element placed and every bucket started at the step's end") {
+    started.clear();
+    std::fill(logical.begin(), logical.end(), 0.f);
+    lb.begin(segs, false, own, logical, &plan, start, {});
+    lb.finish();
+    CHECK(started == plan);
+    CHECK(logical == std::vector<float>{5, 6, 7, 8, 0, 0, 0, 0, 1, 2, 3, 4});
+  }
+}
+
 TEST_CASE("bucketed and flat all-reduces give the same weights bit for bit") {
   strata_test::Watchdog dog("buckets bitwise", 120s);
   // the probed MLP's variables: 96+16 | 128+8 | 24+3 floats; buckets of 1, 128 and 600 bytes cut them into

@@ -219,11 +219,6 @@ TEST_CASE("tensor parallel: what cannot be split is refused with a sentence") {
   refused(4, 4, 2, "has 2 heads, fewer than the 4 tensor-parallel replicas");
   refused(3, 2, 4, "tensor_parallel = 2 does not divide the 3 replicas");
   {
-    TP_STRATEGY(s, 2, 2);
-    s.executor_options().bucket_bytes = 1 << 20;
-    CHECK_THROWS_WITH_AS(s.scope([] { return gpt(); }), doctest::Contains("does not combine with"), strata::Error);
-  }
-  {
     strata::CentralStorageStrategy s{strata::cpu_replicas(2)};
     s.executor_options().tensor_parallel = 2;
     CHECK_THROWS_WITH_AS(s.scope([] { return gpt(); }), doctest::Contains("leave tensor_parallel at 1"), strata::Error);
@@ -454,6 +449,25 @@ TEST_CASE("tensor parallel with ZeRO 1 on GPU replicas (the host's compute stand
   const Sharded gpu = run_sharded(strata::gpus({0, 1, 2, 3}), 2, strata::ShardedUpdate::On, true);
   CHECK(gpu.weights == cpu.weights);
   CHECK(gpu.state == cpu.state);
+}
+
+// Gradient buckets apply where the copies' sum crosses workers (tests/mpi/tensor_parallel_test.cpp); in one
+// process the copies' sum stays after backward, and the summary says so.
+TEST_CASE("tensor parallel in one process with bucket_bytes: the copies' sum after backward, said, the same bits") {
+  const Tokens d;
+  auto run = [&](std::size_t bytes) {
+    TP_STRATEGY(s, 4, 2);
+    s.executor_options().bucket_bytes = bytes;
+    auto model = s.scope([] { return gpt(); });
+    model.compile(nn::Adam{1e-2f}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    model.fit(s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12)),
+              {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    return std::pair{flat(model.get_weights()), model.gradient_reduction()};
+  };
+  const auto [w, said] = run(1 << 20);
+  CHECK_MESSAGE(said.find("the copies' sum after backward, not by buckets (they apply where the copies' sum "
+                          "crosses workers)") != std::string::npos, said);
+  CHECK(w == run(0).first);
 }
 
 TEST_CASE("tensor parallel: ZeRO 2 and 3 are refused with a sentence, compressed or not") {

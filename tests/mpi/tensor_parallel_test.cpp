@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -19,9 +20,12 @@
 #include <strata/data/dataset.hpp>
 #include <strata/io/tensor_file.hpp>
 #include <strata/nn.hpp>
+#include <strata/strategy/buckets.hpp>
 #include <strata/strategy/by_name_mpi.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
+#include "../blobs.hpp"
+#include "../identity_layer.hpp"
 #include "../quick_workers.hpp"
 #include "../tiny_gpt.hpp"
 #include "chief_saving_alone.hpp"
@@ -58,10 +62,12 @@ Run train(S& s, bool sgd = false) {
   return {flat(model.get_weights()), h.at("loss").back(), model.gradient_reduction()};
 }
 
-Run across_workers(int local, std::size_t T, bool sgd = false, strata::Compression c = strata::Compression::None) {
+Run across_workers(int local, std::size_t T, bool sgd = false, strata::Compression c = strata::Compression::None,
+                   std::size_t bucket_bytes = 0) {
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers()};
   s.executor_options().tensor_parallel = T;
   s.executor_options().compression = c;
+  s.executor_options().bucket_bytes = bucket_bytes;
   return train(s, sgd);
 }
 
@@ -142,6 +148,87 @@ TEST_CASE("tensor parallel across workers with compression: near FP32, the chief
   const Run here = train(in_one), there = across_workers(2, 2, false, strata::Compression::BF16);
   if (W == 2) CHECK(there.weights == here.weights);
   else CHECK(max_diff(there.weights, here.weights) < 2e-2f);
+}
+
+// Gradient buckets (issue 25): the copies' sum of the logical gradient all-reduced bucket by bucket as
+// backward ends each, beside the members' sums inside backward.
+TEST_CASE("tensor parallel across workers by buckets: the flat sum's weights, compressed too, the chief's bits everywhere") {
+  const int W = workers();
+  const bool two = W == 2;  // between two workers each element is a + b whatever the cut
+  for (int local : {2, 4}) {
+    INFO(W, " workers x ", local, " replicas, T = 2");
+    const Run flat_sum = across_workers(local, 2);
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{2048}, std::size_t{1} << 20}) {
+      INFO("buckets of ", bytes, " bytes");
+      const Run b = across_workers(local, 2, false, strata::Compression::None, bytes);
+      CHECK_MESSAGE(b.choice.find("KiB, each all-reduced as backward ends it") != std::string::npos, b.choice);
+      if (two) CHECK(b.weights == flat_sum.weights);
+      else CHECK(max_diff(b.weights, flat_sum.weights) < 2e-4f);  // MPI's algorithm may differ by size
+      CHECK(chiefs(b.weights) == b.weights);
+    }
+  }
+  const Run flat16 = across_workers(2, 2, false, strata::Compression::BF16);
+  const Run b16 = across_workers(2, 2, false, strata::Compression::BF16, 1);
+  if (two) CHECK(b16.weights == flat16.weights);  // each bucket rounded with its residual, as the flat vector is
+  else CHECK(max_diff(b16.weights, flat16.weights) < 2e-2f);
+  CHECK(b16.weights != across_workers(2, 2, false, strata::Compression::None, 1).weights);
+}
+
+std::atomic<std::uint64_t> least_started{~0ull};  // buckets a replica started between its forward and its backward
+std::atomic<int> steps_probed{0};
+std::atomic<bool> probe_fails{false};
+//! The identity, with a look from inside backward: the gradient buckets this replica's thread started since
+//! its forward (the layers after it have run their backward by then); throws when probe_fails.
+class Probe final : public strata_test::Identity<Probe> {
+ public:
+  [[nodiscard]] std::string kind() const override { return "Probe"; }
+  void on_forward(const nn::RunInfo& /*info*/) { at_forward_ = strata::detail::buckets_started_here(); }
+  void on_backward() {
+    const std::uint64_t started = strata::detail::buckets_started_here() - at_forward_;
+    for (std::uint64_t cur = least_started.load(); started < cur && !least_started.compare_exchange_weak(cur, started);) {
+    }
+    steps_probed.fetch_add(1);
+    if (probe_fails.load()) throw std::runtime_error("probe: a member fails in backward");
+  }
+
+ private:
+  std::uint64_t at_forward_ = 0;
+};
+
+TEST_CASE("tensor parallel across workers by buckets: under way before the first layer's backward; a failure is named") {
+  const auto data = strata_test::blobs(64, 3);
+  auto run = [&](std::size_t bytes, std::chrono::milliseconds timeout = 20s) {
+    strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), strata_test::quick_workers(timeout)};
+    s.executor_options().tensor_parallel = 2;
+    s.executor_options().bucket_bytes = bytes;
+    auto model = s.scope([] {  // a Dense (whole), a probe, then a Dense pair split column then row
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{8, {.activation = nn::Activation::Tanh}}, Probe{},
+                            nn::Dense{16, {.activation = nn::Activation::Tanh}}, nn::Dense{3}};
+    });
+    model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 7});
+    model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(32)),
+              {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    CHECK(model.gradient_reduction().find("1 Dense pair split column then row") != std::string::npos);
+  };
+  least_started = ~0ull;
+  steps_probed = 0;
+  run(1);  // a bucket per variable: the pair's backward has started some of its four on every member (of six)
+  REQUIRE(steps_probed.load() > 0);
+  CHECK(least_started.load() >= 2);
+  least_started = ~0ull;
+  run(0);  // flat: nothing before the step's end
+  CHECK(least_started.load() == 0);
+  // every member of the last worker fails in backward, after its later buckets started: every worker hears it
+  probe_fails = rank_is_last();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    run(1, 10s);
+    FAIL_CHECK("no error");
+  } catch (const std::exception& e) {
+    CHECK_MESSAGE(std::string(e.what()).find("probe: a member fails in backward") != std::string::npos, e.what());
+  }
+  probe_fails = false;
+  CHECK(std::chrono::steady_clock::now() - t0 < 8s);  // the failure is told, not waited out (10 s)
 }
 
 // ZeRO 1 (ShardedUpdate::On) across workers: each replica of the job owns a slice of the logical parameters

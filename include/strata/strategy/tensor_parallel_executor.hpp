@@ -10,8 +10,10 @@
 //! the copy's rows of the batch; after backward each member sums its
 //! gradient with the same member of the other copies (CopiesSum,
 //! tensor_peers.hpp; compressed to 16 bits with ExecutorOptions::compression)
-//! and updates what it holds with its own optimizer state. The finiteness
-//! check and clipping by the global norm count each element once.
+//! and updates what it holds with its own optimizer state (across workers,
+//! with ExecutorOptions::bucket_bytes, bucket by bucket as backward ends
+//! them: LogicalBuckets). The finiteness check and clipping by the global
+//! norm count each element once.
 //! ShardedUpdate::On (ZeRO 1, Megatron's distributed optimizer) shards the optimizer state over every
 //! replica of the job instead, each owning a slice of the logical parameters (logical_slices.hpp): the
 //! members' parts reduce-scattered (compressed too), each slice updated, the slices all-gathered; the
@@ -30,6 +32,7 @@
 //!   s.executor_options().tensor_parallel = 2;   // 2 copies of a model split over 2 replicas each
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -43,6 +46,7 @@
 #include <strata/core/partition.hpp>
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/host/memory.hpp>
+#include <strata/strategy/buckets.hpp>
 #include <strata/strategy/clip_norm.hpp>
 #include <strata/strategy/compression.hpp>
 #include <strata/strategy/device_compute.hpp>
@@ -52,6 +56,7 @@
 #include <strata/strategy/state_slices.hpp>
 #include <strata/strategy/sync_executor.hpp>
 #include <strata/strategy/tensor_group.hpp>
+#include <strata/strategy/tensor_parallel_words.hpp>
 #include <strata/strategy/tensor_peers.hpp>
 
 namespace strata::detail {
@@ -159,8 +164,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     std::vector<float> slice_v, slice_g;      // sharded: that slice's values and summed gradient
   };
 
-  //! T divides the replicas of every worker (a copy's members are one
-  //! worker's): checked alike on every worker, from their counts.
+  //! T divides the replicas of every worker: checked alike on every worker, from their counts.
   void check_workers(std::size_t local) const {
     std::vector<std::size_t> counts{local};
     if constexpr (requires { this->s_.local_replicas_of(0); }) {
@@ -168,17 +172,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       for (int w = 0; w < this->s_.num_workers(); ++w)
         counts.push_back(static_cast<std::size_t>(this->s_.local_replicas_of(w)));
     }
-    for (std::size_t w = 0; w < counts.size(); ++w)
-      if (counts[w] % T_ != 0)
-        throw Error("ExecutorOptions::tensor_parallel = " + std::to_string(T_) + " does not divide the " +
-                    std::to_string(counts[w]) + " replicas" +
-                    (counts.size() > 1 ? " of worker " + std::to_string(w) : std::string()) +
-                    ": each copy of the model takes " + std::to_string(T_) + " replicas" +
-                    (counts.size() > 1 ? " of one worker (its sums inside forward and backward stay within a "
-                                         "worker, as Megatron keeps a tensor group within a node)"
-                                       : std::string()) +
-                    "; give a multiple of " + std::to_string(T_) + " replicas" +
-                    (counts.size() > 1 ? " per worker" : ""));
+    check_tensor_counts(counts, T_);
   }
 
   //! Member t's elements of logical `v`.
@@ -205,6 +199,17 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     const int W = this->workers_.size();
     const std::size_t N = this->program_.num_params();
     sharded_ = opts_.sharded_update == ShardedUpdate::On;
+    // buckets where the copies' sum travels: across workers (the context's all-reduce started on a thread
+    // of its own, beside the members' sends in backward), CPU replicas, the update not sharded. (In one
+    // process the team's non-blocking sums queue the members' sends behind them: nothing to overlap.)
+    plan_.clear();
+    const bool cpus = std::none_of(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(local),
+                                   [](const Device& d) { return d.is_gpu(); });
+    if constexpr (requires(Ctx& c, std::span<float> b) {
+                    { c.all_reduce_async(b, Sum) } -> std::same_as<Work>;
+                  })
+      if (opts_.bucket_bytes && cpus && !sharded_ && W > 1)
+        plan_ = plan_buckets(this->program_.variable_shapes(), opts_.bucket_bytes);
     for (std::size_t r = 0; r < local; ++r) {
       Replica& R = devs_[r];
       R.mine = logical_slice(N, static_cast<std::size_t>(W), static_cast<std::size_t>(this->workers_.index()), local, r);
@@ -223,20 +228,9 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       for (std::size_t t = 0; t < T_; ++t) members.push_back(static_cast<int>((r / T_) * T_ + t));
       groups_.push_back(std::make_unique<PeerTensorGroup<Link>>(std::move(members), r % T_));
     }
-    const std::string p = std::to_string(this->s_.num_replicas_in_sync());
-    choice_ = this->program_.describe_tensor_split(static_cast<int>(T_)) + "; " + std::to_string(D) +
-              (D == 1 ? " copy" : " data-parallel copies, each member's gradient summed with its peers'");
-    if (sharded_)
-      choice_ += "; the update sharded (ZeRO 1) over the " + p + " replicas" +
-                 (W > 1 ? " of " + std::to_string(W) + " workers" : std::string()) +
-                 ": the members' parts reduce-scattered over the logical parameters, each replica updating its 1/" +
-                 p + " slice with its 1/" + p + " of the optimizer state, the slices all-gathered";
-    else if (W > 1)
-      choice_ += " (across " + std::to_string(W) + " workers: one all-reduce of the members' parts)";
-    if (opts_.compression != Compression::None)
-      choice_ += std::string("; each member's gradient rounded to ") + std::string(to_string(opts_.compression)) +
-                 (sharded_ ? " for the reduce-scatter" : " for the copies' sum") +
-                 " (error feedback: what the rounding lost added to its next step's)";
+    choice_ = describe_tensor_copies({this->program_.describe_tensor_split(static_cast<int>(T_)), D,
+                                      static_cast<std::size_t>(this->s_.num_replicas_in_sync()), W, sharded_,
+                                      plan_.size(), opts_.bucket_bytes, N, opts_.compression});
     host_.reset();
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
@@ -277,10 +271,20 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   void adjust_step(Ctx& ctx, StepInfo& info, std::size_t r) {
     info.replica = static_cast<int>(static_cast<std::size_t>(info.replica) / T_);
     info.replicas = static_cast<int>(static_cast<std::size_t>(info.replicas) / T_);
-    info.ready = nullptr;
     groups_[r]->bind(tensor_link(ctx));
     info.tensor_group = groups_[r].get();
   }
+
+  //! Replica r's buckets for this step (ExecutorOptions::bucket_bytes, CPU replicas, unsharded), unless a
+  //! custom loop's hook must see the whole gradient first: its copies' sum started as backward ends each.
+  GradientReady* ready_for(Ctx& ctx, std::size_t r, const Pass& pass) {
+    if (plan_.empty() || pass.gradient_hook) return nullptr;
+    Replica& R = devs_[r];
+    return R.copies.begin_buckets(ctx, &plan_, layout_[r % T_], r % T_,
+                                  std::span<const float>(R.grad.data(), R.grad.size()), this->program_.num_params());
+  }
+  //! A step failed: its buckets in flight are forgotten.
+  void after_failure() { for (Replica& R : devs_) R.copies.drop(); }
 
   //! The copies' sum of member t's gradient, the checks over the whole model, the update of what it holds
   //! (sharded, ZeRO 1: the members' parts of the logical gradient reduce-scattered over every replica, the
@@ -317,8 +321,10 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     std::vector<int> peers;  // member t of every copy (in one process: local ids are global)
     const std::size_t D = static_cast<std::size_t>(ctx.num_replicas_in_sync()) / T_;  // copies, all workers
     for (std::size_t d = 0; d < D; ++d) peers.push_back(static_cast<int>(d * T_ + t));
-    R.copies.sum(ctx, tensor_link(ctx), peers, copy, this->workers_.size() > 1, layout_[t], t,
-                 this->program_.num_params(), hg);
+    if (R.copies.buckets_active()) R.copies.finish_buckets(layout_[t], hg);  // (CPU: hg is its gradient)
+    else
+      R.copies.sum(ctx, tensor_link(ctx), peers, copy, this->workers_.size() > 1, layout_[t], t,
+                   this->program_.num_params(), hg);
     // what this replica counts of the model: copy 0's members, their own elements, member 0 the replicated ones too
     auto each_counted = [&](auto&& f) {
       if (copy != 0) return;
@@ -363,6 +369,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   ExecutorOptions opts_;
   std::size_t T_ = 1;
   bool sharded_ = false;  // ShardedUpdate::On: ZeRO 1 over the logical parameters
+  std::vector<Range> plan_;   // the gradient buckets over the logical gradient (empty: a flat sum)
   std::vector<std::vector<TensorSegment>> layout_;  // per member: what it holds
   std::vector<Replica> devs_;
   std::vector<std::unique_ptr<PeerTensorGroup<Link>>> groups_;  // per replica: its copy's members
@@ -376,14 +383,7 @@ template <class S>
 std::unique_ptr<Executor> make_tensor_parallel(S& s, ModelProgram& program) {
   const ExecutorOptions& o = s.executor_options();
   if (o.tensor_parallel != 1) {
-    if (o.sharded_update == ShardedUpdate::Gradients || o.sharded_update == ShardedUpdate::Parameters ||
-        o.bucket_bytes)
-      throw Error("ExecutorOptions::tensor_parallel: tensor parallelism reduces each member's gradient over the "
-                  "copies itself; it does not combine with sharded_update Gradients or Parameters (ZeRO 2 and 3) or "
-                  "bucket_bytes (yet): leave them at Auto, Off or On (ZeRO 1) and 0");
-    if (o.sharded_update == ShardedUpdate::On && !SlicingContext<typename S::context_type>)
-      throw Error("ExecutorOptions::tensor_parallel with ShardedUpdate::On (ZeRO 1): this strategy's replicas cannot "
-                  "reduce-scatter and all-gather over every replica; use ShardedUpdate::Off");
+    check_tensor_options(o, SlicingContext<typename S::context_type>);
     if constexpr (requires(tensor_link_t<typename S::context_type>& c, std::span<float> x) {
                     c.send(x, 0, 0);
                     c.recv(x, 0, 0);

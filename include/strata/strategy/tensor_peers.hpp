@@ -18,6 +18,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/kernels/compute.hpp>
+#include <strata/strategy/buckets.hpp>
 #include <strata/strategy/compression.hpp>
 #include <strata/strategy/logical_slices.hpp>
 #include <strata/strategy/tensor_group.hpp>
@@ -95,6 +96,93 @@ class PeerTensorGroup final : public TensorGroup {
   std::vector<float> in_, host_;
 };
 
+//! Gradient buckets over the logical gradient of a member whose own
+//! gradient is in its layout (`segs`: tensor parallelism's shards): as
+//! backward tells each range of its own gradient final, that range goes to
+//! its places in the logical vector (the replicated parameters only when
+//! the member adds them), and the logical elements above every own element
+//! not yet final (the others' places are zeros, final from the start) are
+//! told to the logical vector's GradientBuckets, which start each bucket's
+//! all-reduce as it becomes whole. Whatever order the segments lie in, a
+//! bucket starts only once every own element it holds is final.
+//!   lb.begin(segs, with_replicated, own_grad, logical, &plan, start, done);  ... backward tells lb ...;  lb.finish();
+class LogicalBuckets final : public GradientReady {
+ public:
+  void begin(std::span<const TensorSegment> segs, bool with_replicated, std::span<const float> own,
+             std::span<float> logical, const std::vector<Range>* plan, GradientBuckets::Start start,
+             GradientBuckets::Done done) {
+    segs_ = segs;
+    rep_ = with_replicated;
+    own_ = own;
+    logical_ = logical;
+    own_from_ = own.size();
+    logical_from_ = logical.size();
+    in_order_ = true;
+    // below_[i]: the end of the highest logical place of segments 0..i-1 (what an own position in segment i waits on)
+    below_.assign(segs.size() + 1, 0);
+    for (std::size_t i = 0; i < segs.size(); ++i)
+      below_[i + 1] = std::max(below_[i], segs[i].length ? segs[i].offset + segs[i].length : 0);
+    buckets_.begin(plan, logical, std::move(start), std::move(done));
+  }
+  [[nodiscard]] bool active() const noexcept { return buckets_.active(); }
+
+  //! Own [begin, end) is final (from the end down, as GradientBuckets takes them; out of order: the rest at finish).
+  void ready(std::size_t begin, std::size_t end) override {
+    if (!in_order_ || !buckets_.active()) return;
+    if (end != own_from_ || begin > end) {
+      in_order_ = false;
+      return;
+    }
+    place(begin, end);
+    own_from_ = begin;
+    const std::size_t low = frontier(begin);
+    if (low < logical_from_) {
+      buckets_.ready(low, logical_from_);
+      logical_from_ = low;
+    }
+  }
+  //! After the step: the own elements not told go to their places, the
+  //! remaining buckets start, and every one is waited for (and expanded).
+  void finish() {
+    place(0, own_from_);
+    own_from_ = 0;
+    buckets_.finish();
+  }
+  void drop() noexcept { buckets_.drop(); }
+
+ private:
+  //! Own [b, e) to its logical places.
+  void place(std::size_t b, std::size_t e) {
+    std::size_t at = 0;
+    for (const TensorSegment& s : segs_) {
+      const std::size_t lo = std::max(at, b), hi = std::min(at + s.length, e);
+      if (lo < hi && (rep_ || !s.replicated))
+        std::copy(own_.begin() + static_cast<std::ptrdiff_t>(lo), own_.begin() + static_cast<std::ptrdiff_t>(hi),
+                  logical_.begin() + static_cast<std::ptrdiff_t>(s.offset + (lo - at)));
+      at += s.length;
+    }
+  }
+  //! The lowest logical place from which everything is final once own [b, end) is: above the places
+  //! of every own element before b.
+  [[nodiscard]] std::size_t frontier(std::size_t b) const {
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < segs_.size(); ++i) {
+      if (b < at + segs_[i].length) return std::max(below_[i], b > at ? segs_[i].offset + (b - at) : 0);
+      at += segs_[i].length;
+    }
+    return below_.back();
+  }
+
+  std::span<const TensorSegment> segs_;
+  bool rep_ = true;
+  std::span<const float> own_;
+  std::span<float> logical_;
+  std::vector<std::size_t> below_;
+  std::size_t own_from_ = 0, logical_from_ = 0;
+  bool in_order_ = true;
+  GradientBuckets buckets_;
+};
+
 //! One member's gradient summed with the same member of the other copies
 //! (the data-parallel sum of tensor parallelism), compressed or not: in one
 //! process a peer sum in copy order over its copies' members; across
@@ -146,6 +234,31 @@ class CopiesSum {
     move_segments(segs, in_, hg, false);
   }
 
+  //! By buckets (ExecutorOptions::bucket_bytes, `plan` over the n logical
+  //! elements): before the step, the logical gradient zeroed and its
+  //! buckets ready to start over `ctx`'s all-reduce without waiting (in 16
+  //! bits when compressed, placed for n) as backward tells the member's
+  //! gradient `g` (host memory, layout `segs`) final. Every replica of the
+  //! job sums every logical element, each member adding its places (member
+  //! 0 the replicated ones): with a reduction in replica order the flat
+  //! sum's bits. Returns what backward tells.
+  template <class Ctx>
+  GradientReady* begin_buckets(Ctx& ctx, const std::vector<Range>* plan, std::span<const TensorSegment> segs,
+                               std::size_t t, std::span<const float> g, std::size_t n) {
+    in_.assign(n, 0.f);
+    const std::span<float> all(in_);
+    buckets_.begin(segs, t == 0, g, all, plan, comp_.bucket_start(ctx, all), comp_.bucket_done(all));
+    return &buckets_;
+  }
+  [[nodiscard]] bool buckets_active() const noexcept { return buckets_.active(); }
+  //! After the step: every bucket summed, `hg` (layout `segs`) takes its part of the sum.
+  void finish_buckets(std::span<const TensorSegment> segs, std::span<float> hg) {
+    buckets_.finish();
+    move_segments(segs, in_, hg, false);
+  }
+  //! After a failed step: what is in flight is forgotten.
+  void drop() noexcept { buckets_.drop(); }
+
  private:
   template <class W>
   auto& scratch(W) {
@@ -154,6 +267,7 @@ class CopiesSum {
   }
 
   GradientCompression comp_;
+  LogicalBuckets buckets_;
   std::vector<float> in_;  // the received buffers, or the logical gradient
   std::vector<bf16> bf_;   // the received buffers, compressed
   std::vector<fp16> fp_;
