@@ -41,8 +41,11 @@
 //   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp|gpt] [--batch 64] [--steps 30] [--warmup 12]
 //                                              [--bucket-mb 0|4|25] [--optimizer sgd|adam] [--label NAME] [--zero 0|1|2|3]
 //                                              [--ring-chunk-mb MB]  (MpiOptions::ring_chunk_bytes; 0: its default)
-//                                              [--compression none|bf16|fp16]
+//                                              [--compression none|bf16|fp16] [--tensor-parallel T]
 //   bench/shaped_link.sh --rate 1gbit -- ./build-bench/bench/mpi_train_bench --bucket-mb 4   # over a shaped link
+// --tensor-parallel T (default 1) gives each rank T replicas holding one copy of the model split over them
+// (ExecutorOptions::tensor_parallel: attention heads, MLP pairs), the copies' sum across the ranks (by
+// buckets with --bucket-mb); exposed then includes the members' sums inside forward and backward.
 // --stages S (0: off) trains MultiWorkerPipelineStrategy instead: the model's layers in S stages (balanced
 // by parameters), ranks / S data-parallel copies of them, --micro M micro-batches a copy (1F1B);
 // --bucket-mb and --compression then apply to the copies' sum (started as the last micro-batch's backward
@@ -123,6 +126,7 @@ struct Args {
   double bucket_mb = 0, ring_chunk_mb = 0;
   int zero = 0;
   int stages = 0, micro = 4;  // --stages S: a pipeline of S stages, ranks / S copies; --micro M
+  int tensor_parallel = 1;     // --tensor-parallel T: T replicas a rank, one copy of the model split over them
   strata::Compression compression = strata::Compression::None;
 };
 
@@ -142,6 +146,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--zero") a.zero = std::atoi(v.c_str());
     else if (k == "--stages") a.stages = std::max(0, std::atoi(v.c_str()));
     else if (k == "--micro") a.micro = std::max(1, std::atoi(v.c_str()));
+    else if (k == "--tensor-parallel") a.tensor_parallel = std::max(1, std::atoi(v.c_str()));
     else if (k == "--compression") {
       const auto c = strata::compression_named(v);
       if (!c) throw strata::Error("mpi_train_bench: --compression is none, bf16 or fp16, not " + v);
@@ -263,7 +268,7 @@ int run_mirrored(strata::MultiWorkerMirroredStrategy& s, M& model, const Args& a
   const strata::detail::ShardLayout layout(units, std::vector<std::size_t>(p, 1));
   const int stage = p > 1 ? a.zero : 0;
   const bool compressed = a.compression != strata::Compression::None;  // error feedback's residual counted
-  const double state_mib = static_cast<double>(strata::detail::model_state_bytes(
+  const double state_mib = a.tensor_parallel > 1 ? 0.0 : static_cast<double>(strata::detail::model_state_bytes(
                                stage, model.count_params(), p, a.optimizer == "adam" ? 2 : 0, layout.window_pair(),
                                compressed)) /
                            1048576.0;
@@ -272,13 +277,15 @@ int run_mirrored(strata::MultiWorkerMirroredStrategy& s, M& model, const Args& a
   const double compute_ms = 1e3 * compute / steps, exposed_ms = 1e3 * exposed / steps;
   const std::string sent_as =
       a.compression == strata::Compression::None ? "" : " (" + std::string(strata::to_string(a.compression)) + ")";
+  char state[64] = "";
+  if (a.tensor_parallel == 1) std::snprintf(state, sizeof state, "state %.1f MiB/replica, ", state_mib);
+  else std::snprintf(state, sizeof state, "tensor parallel over %d replicas a rank, ", a.tensor_parallel);
   std::printf("%-18s %5d %7.1f %11.0f %9.1f %10.1f %10.1f %8.1f   # %s, %s, batch %zu/rank, %d steps; ZeRO %d, "
-              "peak %.0f MiB, state %.1f MiB/replica, MPI %.2f MiB/step%s;%s\n",
+              "peak %.0f MiB, %sMPI %.2f MiB/step%s;%s\n",
               a.label.empty() ? "strata" : a.label.c_str(), ranks, a.bucket_mb,
               static_cast<double>(global) * steps / seconds, step_ms, compute_ms, exposed_ms,
               step_ms - compute_ms - exposed_ms, a.model.c_str(), a.optimizer.c_str(), a.batch, a.steps, stage, peak[0],
-              state_mib, wire_mib,
-              sent_as.c_str(), algos.c_str());
+              state, wire_mib, sent_as.c_str(), algos.c_str());
   return 0;
 }
 
@@ -290,7 +297,8 @@ int main(int argc, char** argv) {
   if (a.stages > 0) return run_pipeline(a);
   strata::MultiWorkerOptions opts;
   if (a.ring_chunk_mb > 0) opts.mpi.ring_chunk_bytes = static_cast<std::size_t>(a.ring_chunk_mb * 1048576.0);
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), opts};
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(a.tensor_parallel), opts};
+  s.executor_options().tensor_parallel = static_cast<std::size_t>(a.tensor_parallel);
   s.executor_options().bucket_bytes = static_cast<std::size_t>(a.bucket_mb * 1048576.0);
   s.executor_options().sharded_update = *strata::sharded_update_for_stage(a.zero);
   s.executor_options().compression = a.compression;

@@ -154,8 +154,8 @@ inline constexpr OptionInfo option_table[] = {
                           "1, default 0)",
      gradient_strategies},
     {"--bucket-mb", "MB", "gradient buckets of MB MiB (fractions allowed, 0-1024), each reduced as soon as backward "
-                          "has finished it (default 0: one all-reduce after backward; pipeline: its data-parallel "
-                          "copies' sum on the ranks of an mpirun job)",
+                          "has finished it (default 0: one all-reduce after backward; pipeline and tensor_parallel: "
+                          "their data-parallel copies' sum across the ranks of an mpirun job)",
      bucket_strategies},
     {"--compression", "none|bf16|fp16", "sum the gradient in 16 bits on the wire, with error feedback (the "
                                         "replicas', or a pipeline's data-parallel copies'; default none)",

@@ -262,6 +262,41 @@ TEST_CASE("stages split over ranks by tensor parallelism (D x T x S) train bitwi
   }
 }
 
+// A stage split by tensor parallelism buckets its copies' sum too: each member over its own layout (the
+// same on every copy), as the last micro-batch's backward ends each bucket; between two copies a + b, so the
+// flat sum's bits, compressed or not.
+TEST_CASE("split stages' copies on ranks by buckets (D x T = 2 x 2): the flat sum's bits") {
+  const int W = world();
+  if (W % 4) return;
+  const strata_test::Tokens d;
+  auto run = [&](std::size_t bytes, strata::Compression c, std::string* summary = nullptr) {
+    strata::MultiWorkerPipelineStrategy s{quick()};
+    s.pipeline_options().micro_batches = 3;
+    s.pipeline_options().data_parallel = 2;
+    s.pipeline_options().tensor_parallel = 2;
+    s.executor_options().bucket_bytes = bytes;
+    s.executor_options().compression = c;
+    auto model = s.scope([] { return strata_test::tiny_gpt(); });
+    model.compile(nn::AdamW{1e-2f, {.weight_decay = 0.1f, .global_clipnorm = 1.f}},
+                  nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+    model.fit(s.distribute(strata::data::from_tensor_slices(d.x, d.y).batch(12)),
+              {.epochs = 2, .verbose = nn::Verbosity::Silent});
+    if (summary) *summary = model.gradient_reduction();
+    return strata_test::flat(model.get_weights());
+  };
+  for (strata::Compression c : {strata::Compression::None, strata::Compression::BF16}) {
+    CAPTURE(strata::to_string(c));
+    const auto flat = run(0, c);
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{2048}, std::size_t{1} << 20}) {
+      CAPTURE(bytes);
+      std::string summary;
+      CHECK(run(bytes, c, &summary) == flat);
+      CHECK_MESSAGE(summary.find("each started as the last micro-batch's backward ends it") != std::string::npos,
+                    summary);
+    }
+  }
+}
+
 TEST_CASE("the job's checkpoint, taken at an epoch's end, continues in one process as the job does") {
   const int W = world();
   const auto data = strata_test::blobs(120, 3);

@@ -79,7 +79,7 @@ inline constexpr std::array strategy_catalog{
                  .exact = false,
                  .takes_replicas = true,
                  .takes_gradient_options = true,  // --zero 0|1
-                 .takes_buckets = true,           // (refused with a sentence)
+                 .takes_buckets = true,           // the copies' sum across workers (mpirun)
                  .takes_tensor_parallel = true,
                  .takes_compression = true,
                  .help = "each copy of the model split over T replicas of a process (attention heads, MLP "

@@ -107,7 +107,8 @@ struct ExecutorOptions {
   //! in one process) the weights are bitwise the flat run's. The flat
   //! reduction stays where a bucket would not help or cannot be: the
   //! sharded update (Auto from 3 replicas: set ShardedUpdate::Off to bucket
-  //! there), central variables, a custom loop's gradient hook.
+  //! there), central variables, a custom loop's gradient hook. Tensor
+  //! parallelism buckets its copies' sum across workers (in one process: after backward).
   //!   s.executor_options().bucket_bytes = 4 << 20;   // before making the model
   std::size_t bucket_bytes = 0;
   //! Gradient compression (Compression); None: FP32 on the wire.

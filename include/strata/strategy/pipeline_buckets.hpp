@@ -4,7 +4,9 @@
 //! its gradient bucket by bucket, each bucket's all-reduce among them
 //! started as the batch's last backward on the stage finishes its layers
 //! (LastBackward, strategy/program.hpp), while backward goes on down the
-//! stage and, on the earlier stages, down the pipeline. Each bucket's
+//! stage and, on the earlier stages, down the pipeline. A stage split by
+//! tensor parallelism (T > 1) buckets each member's own layout, the same on
+//! every copy of it. Each bucket's
 //! non-finite values are counted before its sum starts (the pipeline's
 //! check reads the copy's own gradient, as without buckets) and, compressed,
 //! it is rounded with its residual and summed in 16 bits (compression.hpp).
@@ -13,10 +15,11 @@
 //! algorithm adds each bucket (the direct one: the same bits too). With
 //! several stages, the rank's send to the stage before it runs between two
 //! looks of a bucket's sum (the MPI lock is handed over: comm/mpi/runtime.hpp).
-//!   CopyBuckets bk;  bk.plan(program.variable_shapes(), slice, 4 << 20);
+//!   CopyBuckets bk;  bk.plan(program.variable_shapes(), slice, segs, T, t, 4 << 20);
 //!   const LastBackward* last = bk.begin(grad, comp, copies, &count, link);  ... backward(..., last) ...
 //!   bk.finish();   // every bucket summed (and expanded)
 
+#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -29,6 +32,7 @@
 #include <strata/strategy/buckets.hpp>
 #include <strata/strategy/compression.hpp>
 #include <strata/strategy/program.hpp>
+#include <strata/strategy/tensor_group.hpp>
 #include <strata/tensor/shape.hpp>
 
 namespace strata::detail {
@@ -37,14 +41,29 @@ class CopyBuckets {
  public:
   //! The buckets of at least `bytes` bytes (0: none) over a stage's
   //! variables: those of the model's `shapes` (in layout order) that lie in
-  //! its parameters' slice `slice`, in the stage's own offsets.
-  void plan(const std::vector<Shape>& shapes, Range slice, std::size_t bytes) {
+  //! its parameters' slice `slice`, in the stage's own offsets. Member `t`
+  //! of a stage split by tensor parallelism (T > 1): over its own layout
+  //! `segs` (what it holds, in its buffer's order: the same on every copy),
+  //! a bucket's non-finite values counted where the member counts them (its
+  //! own elements; member 0 the replicated ones too).
+  void plan(const std::vector<Shape>& shapes, Range slice, std::span<const TensorSegment> segs, std::size_t T,
+            std::size_t t, std::size_t bytes) {
     plan_.clear();
-    if (bytes == 0) return;
+    counted_.clear();
     std::vector<std::size_t> sizes;
-    for (std::size_t i = 0, at = 0; i < shapes.size(); at += shapes[i++].elements())
-      if (at >= slice.begin && at < slice.end) sizes.push_back(shapes[i].elements());
-    plan_ = plan_buckets(sizes, bytes);
+    if (T == 1) {
+      counted_.push_back({0, slice.size()});
+      for (std::size_t i = 0, at = 0; i < shapes.size(); at += shapes[i++].elements())
+        if (at >= slice.begin && at < slice.end) sizes.push_back(shapes[i].elements());
+    } else {
+      std::size_t at = 0;
+      for (const TensorSegment& g : segs) {
+        if (!g.replicated || t == 0) counted_.push_back({at, at + g.length});
+        sizes.push_back(g.length);
+        at += g.length;
+      }
+    }
+    if (bytes) plan_ = plan_buckets(sizes, bytes);
   }
   //! Whether a stage's sum goes by buckets (a plan, some parameters).
   [[nodiscard]] bool on() const noexcept { return !plan_.empty(); }
@@ -53,7 +72,7 @@ class CopyBuckets {
     if (bytes == 0 || copies < 2) return {};
     if (!on())
       return "the copies' sum after the stage's backward, not by buckets (they apply to CPU stages with "
-             "parameters, of one member, whose copies run on other ranks)";
+             "parameters whose copies run on other ranks)";
     return "the copies' sum in " + std::to_string(plan_.size()) + (plan_.size() == 1 ? " bucket" : " buckets") +
            " of " + std::to_string((bytes + 1023) >> 10) + " KiB, each started as the last micro-batch's backward ends it";
   }
@@ -68,8 +87,8 @@ class CopyBuckets {
     auto start = comp.bucket_start(link, g);
     buckets_.begin(
         &plan_, g,
-        [bad, start = std::move(start)](std::span<float> b) {
-          if (bad) *bad += static_cast<double>(kernels::host::count_nonfinite(b.data(), b.size()));
+        [this, bad, base = g.data(), start = std::move(start)](std::span<float> b) {
+          if (bad) *bad += counted_nonfinite(base, b);
           return start(b);
         },
         comp.bucket_done(g));
@@ -84,7 +103,20 @@ class CopyBuckets {
   void drop() noexcept { buckets_.drop(); }
 
  private:
+  //! The non-finite values of bucket `b` (of the gradient at `base`) where they are counted.
+  [[nodiscard]] double counted_nonfinite(const float* base, std::span<const float> b) const {
+    const auto lo = static_cast<std::size_t>(b.data() - base), hi = lo + b.size();
+    double n = 0;
+    for (const Range& c : counted_)
+      if (c.begin < hi && lo < c.end) {
+        const std::size_t from = std::max(c.begin, lo), to = std::min(c.end, hi);
+        n += static_cast<double>(kernels::host::count_nonfinite(base + from, to - from));
+      }
+    return n;
+  }
+
   std::vector<Range> plan_;
+  std::vector<Range> counted_;  // where the gradient's non-finite values are counted (own offsets)
   GradientBuckets buckets_;
   LastBackward last_;
 };

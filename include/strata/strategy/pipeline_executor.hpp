@@ -197,9 +197,9 @@ class PipelineExecutor final : public Executor {
   void layout() {
     slices_ = stage_param_slices(ranges_, counts_, stats_);
     ln_.layout(program_, ranges_, slices_);
-    // the copies' sum by buckets where it travels: a rank's one CPU lane (T = 1), its copies on other ranks
-    const bool travels = requires { tr_.copies_link(); } && ln_.lanes.size() > 1 && ln_.T == 1 && !ln_.gpu;
-    bk_.plan(program_.variable_shapes(), slices_[ln_.here.begin], travels ? eo_.bucket_bytes : 0);
+    // the copies' sum by buckets where it travels: a rank's one CPU lane, its copies on other ranks
+    bk_.plan(program_.variable_shapes(), slices_[ln_.here.begin], ln_.segs[ln_.here.begin * ln_.T + ln_.members.begin],
+             ln_.T, ln_.members.begin, requires { tr_.copies_link(); } && ln_.lanes.size() > 1 && !ln_.gpu ? eo_.bucket_bytes : 0);
   }
 
   //! Balance::Measured (every stage here), on the first training batch:
