@@ -25,6 +25,7 @@
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"
+#include "../host_as_gpu.hpp"
 #include "../identity_layer.hpp"
 #include "../quick_workers.hpp"
 #include "../tiny_gpt.hpp"
@@ -63,8 +64,11 @@ Run train(S& s, bool sgd = false) {
 }
 
 Run across_workers(int local, std::size_t T, bool sgd = false, strata::Compression c = strata::Compression::None,
-                   std::size_t bucket_bytes = 0) {
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(local), strata_test::quick_workers()};
+                   std::size_t bucket_bytes = 0, bool gpus = false) {
+  std::vector<int> ids;
+  for (int i = 0; i < local; ++i) ids.push_back(i);
+  strata::MultiWorkerMirroredStrategy s{gpus ? strata::gpus(ids) : strata::cpu_replicas(local),
+                                        strata_test::quick_workers()};
   s.executor_options().tensor_parallel = T;
   s.executor_options().compression = c;
   s.executor_options().bucket_bytes = bucket_bytes;
@@ -172,6 +176,26 @@ TEST_CASE("tensor parallel across workers by buckets: the flat sum's weights, co
   if (two) CHECK(b16.weights == flat16.weights);  // each bucket rounded with its residual, as the flat vector is
   else CHECK(max_diff(b16.weights, flat16.weights) < 2e-2f);
   CHECK(b16.weights != across_workers(2, 2, false, strata::Compression::None, 1).weights);
+}
+
+// The host's compute said to be a device's: every buffer goes the way a GPU replica's does (here, the
+// gradient fetched to the host range by range as backward tells it, for the logical buckets).
+struct DeviceLikeCompute : strata::kernels::HostCompute {
+  [[nodiscard]] strata::kernels::Where where() const noexcept override { return strata::kernels::Where::Cuda; }
+};
+
+TEST_CASE("tensor parallel across workers by buckets on GPU replicas (the host's compute standing in): the CPU bits") {
+  for (strata::Compression c : {strata::Compression::None, strata::Compression::BF16}) {
+    INFO(strata::to_string(c));
+    const Run cpu = across_workers(2, 2, false, c, 1);
+    strata_test::HostAsGpu host;
+    strata::detail::gpu_backend().make = [](int, strata::MatmulPrecision) -> std::unique_ptr<strata::kernels::Compute> {
+      return std::make_unique<DeviceLikeCompute>();
+    };
+    const Run gpu = across_workers(2, 2, false, c, 1, true);
+    CHECK_MESSAGE(gpu.choice.find("KiB, each all-reduced as backward ends it") != std::string::npos, gpu.choice);
+    CHECK(gpu.weights == cpu.weights);
+  }
 }
 
 std::atomic<std::uint64_t> least_started{~0ull};  // buckets a replica started between its forward and its backward

@@ -199,16 +199,13 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     const int W = this->workers_.size();
     const std::size_t N = this->program_.num_params();
     sharded_ = opts_.sharded_update == ShardedUpdate::On;
-    // buckets where the copies' sum travels: across workers (the context's all-reduce started on a thread
-    // of its own, beside the members' sends in backward), CPU replicas, the update not sharded. (In one
-    // process the team's non-blocking sums queue the members' sends behind them: nothing to overlap.)
+    // buckets where the copies' sum travels, across workers (in one process the team would queue the members'
+    // sends behind a started sum: docs/tensor-parallelism.md), the update not sharded
     plan_.clear();
-    const bool cpus = std::none_of(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(local),
-                                   [](const Device& d) { return d.is_gpu(); });
     if constexpr (requires(Ctx& c, std::span<float> b) {
                     { c.all_reduce_async(b, Sum) } -> std::same_as<Work>;
                   })
-      if (opts_.bucket_bytes && cpus && !sharded_ && W > 1)
+      if (opts_.bucket_bytes && !sharded_ && W > 1)
         plan_ = plan_buckets(this->program_.variable_shapes(), opts_.bucket_bytes);
     for (std::size_t r = 0; r < local; ++r) {
       Replica& R = devs_[r];
@@ -280,8 +277,12 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   GradientReady* ready_for(Ctx& ctx, std::size_t r, const Pass& pass) {
     if (plan_.empty() || pass.gradient_hook) return nullptr;
     Replica& R = devs_[r];
-    return R.copies.begin_buckets(ctx, &plan_, layout_[r % T_], r % T_,
-                                  std::span<const float>(R.grad.data(), R.grad.size()), this->program_.num_params());
+    const std::size_t n = R.grad.size();
+    LogicalBuckets::Fetch fetch;  // a GPU's gradient: to the host range by range, as backward tells it
+    if (R.c && R.host_grad.size() != n) R.host_grad = Tensor<float>(Shape{n});
+    if (R.c) fetch = [&R](std::size_t b, std::size_t e) { R.m->download(R.host_grad.data() + b, R.grad.data() + b, (e - b) * sizeof(float)); };
+    return R.copies.begin_buckets(ctx, &plan_, layout_[r % T_], r % T_, R.c ? R.host_grad.span() : std::span<float>(R.grad.data(), n),
+                                  this->program_.num_params(), std::move(fetch));
   }
   //! A step failed: its buckets in flight are forgotten.
   void after_failure() { for (Replica& R : devs_) R.copies.drop(); }
@@ -296,9 +297,9 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     const std::size_t copy = static_cast<std::size_t>(ctx.replica_id_in_sync_group()) / T_;  // global
     const std::span<float> g{R.grad.data(), n};
     std::span<float> hg = g;  // the gradient in host memory
-    if (R.c) {
+    if (R.c) {  // (by buckets: fetched as backward told it)
       if (R.host_grad.size() != n) R.host_grad = Tensor<float>(Shape{n});
-      if (n) R.m->download(R.host_grad.data(), g.data(), n * sizeof(float));
+      if (n && !R.copies.buckets_active()) R.m->download(R.host_grad.data(), g.data(), n * sizeof(float));
       hg = R.host_grad.span();
     }
     if constexpr (SlicingContext<C>) {

@@ -74,9 +74,8 @@ struct TensorCopies {
     out += " (across " + W + " workers: one all-reduce of the members' parts)";
   if (c.bucket_bytes && !c.buckets && c.params)
     out += std::string("; the copies' sum after backward, not by buckets (") +
-           (c.sharded        ? "the sharded update reduce-scatters the whole gradient"
-            : c.workers == 1 ? "they apply where the copies' sum crosses workers"
-                             : "GPU replicas") +
+           (c.sharded ? "the sharded update reduce-scatters the whole gradient"
+                      : "they apply where the copies' sum crosses workers") +
            ")";
   if (c.compression != Compression::None)
     out += std::string("; each member's gradient rounded to ") + std::string(to_string(c.compression)) +

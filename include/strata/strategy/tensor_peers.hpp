@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -105,12 +106,16 @@ class PeerTensorGroup final : public TensorGroup {
 //! told to the logical vector's GradientBuckets, which start each bucket's
 //! all-reduce as it becomes whole. Whatever order the segments lie in, a
 //! bucket starts only once every own element it holds is final.
+//! A GPU replica's own gradient is fetched into host memory (`fetch(b, e)`:
+//! own [b, e) into `own`) as each range is told, before it is placed.
 //!   lb.begin(segs, with_replicated, own_grad, logical, &plan, start, done);  ... backward tells lb ...;  lb.finish();
 class LogicalBuckets final : public GradientReady {
  public:
+  using Fetch = std::function<void(std::size_t, std::size_t)>;
   void begin(std::span<const TensorSegment> segs, bool with_replicated, std::span<const float> own,
              std::span<float> logical, const std::vector<Range>* plan, GradientBuckets::Start start,
-             GradientBuckets::Done done) {
+             GradientBuckets::Done done, Fetch fetch = {}) {
+    fetch_ = std::move(fetch);
     segs_ = segs;
     rep_ = with_replicated;
     own_ = own;
@@ -151,8 +156,9 @@ class LogicalBuckets final : public GradientReady {
   void drop() noexcept { buckets_.drop(); }
 
  private:
-  //! Own [b, e) to its logical places.
+  //! Own [b, e) to its logical places (fetched first where it lives on a device).
   void place(std::size_t b, std::size_t e) {
+    if (fetch_ && b < e) fetch_(b, e);
     std::size_t at = 0;
     for (const TensorSegment& s : segs_) {
       const std::size_t lo = std::max(at, b), hi = std::min(at + s.length, e);
@@ -180,6 +186,7 @@ class LogicalBuckets final : public GradientReady {
   std::vector<std::size_t> below_;
   std::size_t own_from_ = 0, logical_from_ = 0;
   bool in_order_ = true;
+  Fetch fetch_;
   GradientBuckets buckets_;
 };
 
@@ -238,16 +245,17 @@ class CopiesSum {
   //! elements): before the step, the logical gradient zeroed and its
   //! buckets ready to start over `ctx`'s all-reduce without waiting (in 16
   //! bits when compressed, placed for n) as backward tells the member's
-  //! gradient `g` (host memory, layout `segs`) final. Every replica of the
+  //! gradient `g` (host memory, layout `segs`; a GPU's: filled by `fetch`) final. Every replica of the
   //! job sums every logical element, each member adding its places (member
   //! 0 the replicated ones): with a reduction in replica order the flat
   //! sum's bits. Returns what backward tells.
   template <class Ctx>
   GradientReady* begin_buckets(Ctx& ctx, const std::vector<Range>* plan, std::span<const TensorSegment> segs,
-                               std::size_t t, std::span<const float> g, std::size_t n) {
+                               std::size_t t, std::span<const float> g, std::size_t n,
+                               LogicalBuckets::Fetch fetch = {}) {
     in_.assign(n, 0.f);
     const std::span<float> all(in_);
-    buckets_.begin(segs, t == 0, g, all, plan, comp_.bucket_start(ctx, all), comp_.bucket_done(all));
+    buckets_.begin(segs, t == 0, g, all, plan, comp_.bucket_start(ctx, all), comp_.bucket_done(all), std::move(fetch));
     return &buckets_;
   }
   [[nodiscard]] bool buckets_active() const noexcept { return buckets_.active(); }
