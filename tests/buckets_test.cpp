@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <strata/strata.hpp>
 #include <strata/strategy/buckets.hpp>
+#include <strata/strategy/pipeline_buckets.hpp>
 
 #include "blobs.hpp"
 #include "host_as_gpu.hpp"
@@ -189,6 +191,48 @@ TEST_CASE("logical buckets: a member's layout told final starts the logical buck
     lb.finish();
     CHECK(started == plan);
     CHECK(logical == std::vector<float>{5, 6, 7, 8, 0, 0, 0, 0, 1, 2, 3, 4});
+  }
+}
+
+namespace {
+//! The copies' all-reduce as a test sees it: done at once, the buckets it was handed recorded.
+struct RecordingLink {
+  std::vector<Range> got;
+  const float* base = nullptr;
+  template <class T>  // (the 16-bit forms a compressed bucket would take: not used here)
+  strata::Work all_reduce_async(std::span<T> b, strata::SumOp) {
+    if constexpr (std::is_same_v<T, float>)
+      got.push_back({static_cast<std::size_t>(b.data() - base), static_cast<std::size_t>(b.data() - base) + b.size()});
+    return strata::Work{};
+  }
+};
+}  // namespace
+
+// A pipeline stage split by tensor parallelism (tests/mpi/pipeline_test.cpp): member t's buckets over its
+// own layout, each one's non-finite values counted where the member counts them (member 0 the replicated).
+TEST_CASE("a split stage's member buckets its own layout and counts only what it counts") {
+  using strata::TensorSegment;
+  const std::vector<TensorSegment> segs{{0, 3, false}, {10, 2, true}, {20, 3, false}};  // own: 8 floats
+  const float nan = std::nanf("");
+  for (std::size_t t : {std::size_t{0}, std::size_t{1}}) {
+    CAPTURE(t);
+    std::vector<float> g{1, nan, 3, nan, nan, 6, 7, nan};  // one NaN in each own segment, two in the replicated one
+    strata::detail::CopyBuckets bk;
+    bk.plan({}, Range{0, 0}, segs, 2, t, 1);  // a bucket per segment
+    REQUIRE(bk.on());
+    strata::detail::GradientCompression off;
+    RecordingLink link;
+    link.base = g.data();
+    double bad = 0;
+    const strata::LastBackward* last = bk.begin(g, off, 2, &bad, link);
+    REQUIRE(last);
+    last->ready->ready(5, 8);  // the last segment: its bucket starts, its NaN counted
+    CHECK(link.got == std::vector<Range>{{5, 8}});
+    CHECK(bad == 1);
+    last->ready->ready(0, 5);
+    bk.finish();
+    CHECK(link.got == std::vector<Range>{{5, 8}, {3, 5}, {0, 3}});
+    CHECK(bad == (t == 0 ? 4 : 2));  // member 1 does not count the replicated segment (member 0 does)
   }
 }
 
