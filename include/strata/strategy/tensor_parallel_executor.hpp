@@ -272,7 +272,7 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     info.tensor_group = groups_[r].get();
   }
 
-  //! Replica r's buckets for this step (ExecutorOptions::bucket_bytes, CPU replicas, unsharded), unless a
+  //! Replica r's buckets for this step (ExecutorOptions::bucket_bytes, across workers, unsharded), unless a
   //! custom loop's hook must see the whole gradient first: its copies' sum started as backward ends each.
   GradientReady* ready_for(Ctx& ctx, std::size_t r, const Pass& pass) {
     if (plan_.empty() || pass.gradient_hook) return nullptr;
