@@ -225,9 +225,9 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
       for (std::size_t t = 0; t < T_; ++t) members.push_back(static_cast<int>((r / T_) * T_ + t));
       groups_.push_back(std::make_unique<PeerTensorGroup<Link>>(std::move(members), r % T_));
     }
-    choice_ = describe_tensor_copies({this->program_.describe_tensor_split(static_cast<int>(T_)), D,
-                                      static_cast<std::size_t>(this->s_.num_replicas_in_sync()), W, sharded_,
-                                      plan_.size(), opts_.bucket_bytes, N, opts_.compression});
+    choice_ = describe_tensor_copies({.split = this->program_.describe_tensor_split(static_cast<int>(T_)), .copies = D,
+                                      .replicas = D * T_, .workers = W, .sharded = sharded_, .buckets = plan_.size(),
+                                      .bucket_bytes = opts_.bucket_bytes, .params = N, .compression = opts_.compression});
     host_.reset();
   }
   std::unique_ptr<ReplicaProgram> make_replica(std::size_t r) {
@@ -277,12 +277,16 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   GradientReady* ready_for(Ctx& ctx, std::size_t r, const Pass& pass) {
     if (plan_.empty() || pass.gradient_hook) return nullptr;
     Replica& R = devs_[r];
-    const std::size_t n = R.grad.size();
     LogicalBuckets::Fetch fetch;  // a GPU's gradient: to the host range by range, as backward tells it
-    if (R.c && R.host_grad.size() != n) R.host_grad = Tensor<float>(Shape{n});
     if (R.c) fetch = [&R](std::size_t b, std::size_t e) { R.m->download(R.host_grad.data() + b, R.grad.data() + b, (e - b) * sizeof(float)); };
-    return R.copies.begin_buckets(ctx, &plan_, layout_[r % T_], r % T_, R.c ? R.host_grad.span() : std::span<float>(R.grad.data(), n),
-                                  this->program_.num_params(), std::move(fetch));
+    return R.copies.begin_buckets(ctx, &plan_, layout_[r % T_], r % T_, host_view(R), this->program_.num_params(),
+                                  std::move(fetch));
+  }
+  //! Where replica R's gradient is read on the host: a CPU's own buffer, a GPU's host copy (sized here).
+  std::span<float> host_view(Replica& R) {
+    if (!R.c) return {R.grad.data(), R.grad.size()};
+    if (R.host_grad.size() != R.grad.size()) R.host_grad = Tensor<float>(Shape{R.grad.size()});
+    return R.host_grad.span();
   }
   //! A step failed: its buckets in flight are forgotten.
   void after_failure() { for (Replica& R : devs_) R.copies.drop(); }
@@ -296,12 +300,8 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
     const std::size_t t = r % T_, n = R.value.size();
     const std::size_t copy = static_cast<std::size_t>(ctx.replica_id_in_sync_group()) / T_;  // global
     const std::span<float> g{R.grad.data(), n};
-    std::span<float> hg = g;  // the gradient in host memory
-    if (R.c) {  // (by buckets: fetched as backward told it)
-      if (R.host_grad.size() != n) R.host_grad = Tensor<float>(Shape{n});
-      if (n && !R.copies.buckets_active()) R.m->download(R.host_grad.data(), g.data(), n * sizeof(float));
-      hg = R.host_grad.span();
-    }
+    const std::span<float> hg = host_view(R);  // the gradient in host memory (by buckets: a GPU's fetched as told)
+    if (R.c && n && !R.copies.buckets_active()) R.m->download(hg.data(), g.data(), n * sizeof(float));
     if constexpr (SlicingContext<C>) {
       if (sharded_) {
         std::vector<float>& all = R.copies.logical(this->program_.num_params());
