@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -51,6 +52,23 @@ std::string shared_path(strata::MpiCommunicator& comm, const char* name) {
   if (comm.rank() == 0) std::filesystem::create_directories(dir);
   comm.barrier();
   return (dir / name).string();
+}
+
+//! One epoch of `s` under an MpiSession writing `name` where every rank agrees: the merged trace read back
+//! on the chief (its directory removed after), nothing on the other ranks.
+template <class S>
+std::optional<strata_test::TraceReport> traced_epoch(S& s, const char* name) {
+  auto& comm = s.communicator();
+  const std::string path = shared_path(comm, name);
+  {
+    trace::MpiSession session{comm, {.path = path}};
+    fit_one_epoch(s);
+    session.finish();
+  }
+  if (comm.rank() != 0) return std::nullopt;
+  auto r = strata_test::read_trace(path);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+  return r;
 }
 
 }  // namespace
@@ -105,15 +123,9 @@ TEST_CASE("a 1F1B pipeline over two ranks: each rank's track is its stage, in th
   strata::MultiWorkerPipelineStrategy s{quick};
   s.pipeline_options().micro_batches = 4;
   s.pipeline_options().schedule = strata::Schedule::OneFOneB;
-  auto& comm = s.communicator();
-  const std::string path = shared_path(comm, "pipeline.json");
-  {
-    trace::MpiSession session{comm, {.path = path}};
-    fit_one_epoch(s);
-    session.finish();
-  }
-  if (comm.rank() != 0) return;
-  const auto r = strata_test::read_trace(path);
+  const auto traced = traced_epoch(s, "pipeline.json");
+  if (!traced) return;
+  const strata_test::TraceReport& r = *traced;
   for (std::size_t st = 0; st < 2; ++st) {
     const auto t = r.track("stage " + std::to_string(st), static_cast<int>(st));
     std::string step;
@@ -123,25 +135,17 @@ TEST_CASE("a 1F1B pipeline over two ranks: each rank's track is its stage, in th
     CHECK(r.flow(t) == step + "," + step + "," + step + "," + step);
   }
   CHECK(r.count(r.track("stage 1", 1), "collective", "recv") >= 16);
-  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
 TEST_CASE("ZeRO 1 across workers: each step's reduce-scatter and all-gather waits are the replica's exposed time") {
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers()};
   s.executor_options().sharded_update = strata::ShardedUpdate::On;
-  auto& comm = s.communicator();
-  const std::string path = shared_path(comm, "zero1.json");
-  {
-    trace::MpiSession session{comm, {.path = path}};
-    fit_one_epoch(s);
-    session.finish();
-  }
-  if (comm.rank() != 0) return;
-  const auto r = strata_test::read_trace(path);
+  const auto traced = traced_epoch(s, "zero1.json");
+  if (!traced) return;
+  const strata_test::TraceReport& r = *traced;
   for (int w : {0, 1}) {  // (the collectives themselves run on the worker's progress thread)
     const auto rep = r.track("replica 0", w);
     CHECK(r.count(rep, "wait", "sharded_gradient") == 4);
     CHECK(r.count(rep, "wait", "sharded_values") == 4);
   }
-  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
