@@ -4,7 +4,8 @@
 // (tests/host_as_gpu.hpp): activations cross ranks through host memory
 // (downloaded, sent, uploaded), and the job trains to bitwise the weights,
 // losses, evaluation and predictions of the CPU pipeline in one process
-// with as many stages; a label that is no class index stops every rank.
+// with as many stages; a label that is no class index stops every rank;
+// two copies of the stages sum by buckets as the CPU stages do.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -72,7 +73,49 @@ Run train(S& s) {
   return r;
 }
 
+//! 2 copies of the MLP's stages on the ranks (2 epochs of Adam, batches of 25 of 201 rows: the last, of one
+//! row, leaves copy 1 an empty share), the copies' sum by buckets of `bytes` (0: flat), in `c`.
+template <class S>
+std::vector<float> fit_copies(S& s, std::size_t bytes, strata::Compression c, std::string* summary = nullptr) {
+  s.pipeline_options() = {.stages = {}, .micro_batches = 3, .schedule = Schedule::OneFOneB, .data_parallel = 2};
+  s.executor_options().bucket_bytes = bytes;
+  s.executor_options().compression = c;
+  const auto data = strata_test::blobs(201, 11);
+  auto model = s.scope(mlp);
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                {.seed = 5});
+  model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(25)),
+            {.epochs = 2, .verbose = nn::Verbosity::Silent});
+  if (summary) *summary = model.gradient_reduction();
+  return strata_test::flat_weights(model);
+}
+
 }  // namespace
+
+// The copies' sum by buckets on GPU stages (issue 25): each bucket fetched from the stage's GPU memory to the
+// host as it starts, all-reduced among the copies' ranks, the summed gradient uploaded before the update.
+// Between two copies each element is a + b whatever the cut: the CPU stages' flat bits, compressed or not,
+// an empty share's zero gradient included.
+TEST_CASE("GPU stages' copies on ranks sum by buckets (host compute): the CPU stages' flat bits") {
+  int W = 1;
+  const int rank = rank_and_world(&W);
+  if (W % 2) return;
+  for (strata::Compression c : {strata::Compression::None, strata::Compression::BF16}) {
+    CAPTURE(strata::to_string(c));
+    strata::MultiWorkerPipelineStrategy cpu{quick()};
+    const std::vector<float> want = fit_copies(cpu, 0, c);
+    strata_test::HostAsGpu host;
+    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{128}, std::size_t{1} << 20}) {
+      CAPTURE(bytes);
+      strata::MultiWorkerPipelineStrategy gpu{strata::gpu(rank), quick()};
+      std::string summary;
+      CHECK(fit_copies(gpu, bytes, c, &summary) == want);
+      if (bytes)
+        CHECK_MESSAGE(summary.find("each started as the last micro-batch's backward ends it") != std::string::npos,
+                      summary);
+    }
+  }
+}
 
 TEST_CASE("stages on the ranks' GPUs (host compute) train bitwise as the CPU pipeline in one process") {
   int W = 1;

@@ -10,6 +10,9 @@
 //! non-finite values are counted before its sum starts (the pipeline's
 //! check reads the copy's own gradient, as without buckets) and, compressed,
 //! it is rounded with its residual and summed in 16 bits (compression.hpp).
+//! A GPU stage's bucket is fetched to the stage's host copy of its gradient
+//! as it starts (the copies' sum goes through host memory, as the flat one);
+//! the summed gradient is uploaded after finish.
 //! Between two copies each element's sum is a + b, so the weights are the
 //! flat sum's bit for bit; with more copies, as the copies' all-reduce
 //! algorithm adds each bucket (the direct one: the same bits too). With
@@ -21,6 +24,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -71,23 +75,31 @@ class CopyBuckets {
   [[nodiscard]] std::string words(std::size_t bytes, std::size_t copies) const {
     if (bytes == 0 || copies < 2) return {};
     if (!on())
-      return "the copies' sum after the stage's backward, not by buckets (they apply to CPU stages with "
-             "parameters whose copies run on other ranks)";
+      return "the copies' sum after the stage's backward, not by buckets (they apply to stages with parameters "
+             "whose copies run on other ranks)";
     return "the copies' sum in " + std::to_string(plan_.size()) + (plan_.size() == 1 ? " bucket" : " buckets") +
            " of " + std::to_string((bytes + 1023) >> 10) + " KiB, each started as the last micro-batch's backward ends it";
   }
 
+  //! Copies elements [lo, hi) of a GPU stage's gradient into its host copy (the bucket's range).
+  using Fetch = std::function<void(std::size_t, std::size_t)>;
+
   //! Before a batch whose last backward tells its gradient `g` (host
-  //! memory) as it ends each layer: every bucket, once final, has its
-  //! non-finite values added to `*bad` (null: not counted) and starts its
-  //! sum over `link` (all_reduce_async among the copies; through `comp`'s 16
-  //! bits when on). Returns what the stage's last backward is given.
+  //! memory; a GPU stage's host copy, each bucket's range filled by
+  //! `fetch` as the bucket starts) as it ends each layer: every bucket, once
+  //! final, has its non-finite values added to `*bad` (null: not counted)
+  //! and starts its sum over `link` (all_reduce_async among the copies;
+  //! through `comp`'s 16 bits when on). Returns what the stage's last
+  //! backward is given.
   template <class Link>
-  const LastBackward* begin(std::span<float> g, GradientCompression& comp, int copies, double* bad, Link& link) {
+  const LastBackward* begin(std::span<float> g, GradientCompression& comp, int copies, double* bad, Link& link,
+                            Fetch fetch = {}) {
     auto start = comp.bucket_start(link, g);
     buckets_.begin(
         &plan_, g,
-        [this, bad, base = g.data(), start = std::move(start)](std::span<float> b) {
+        [this, bad, base = g.data(), start = std::move(start), fetch = std::move(fetch)](std::span<float> b) {
+          const auto lo = static_cast<std::size_t>(b.data() - base);
+          if (fetch && !b.empty()) fetch(lo, lo + b.size());
           if (bad) *bad += counted_nonfinite(base, b);
           return start(b);
         },

@@ -89,17 +89,7 @@ class PipelineExecutor final : public Executor {
   void place(const Tensor<float>& init) override {
     placed_ = false;
     const std::size_t R = tr_.size(), D = opts_.data_parallel, T = opts_.tensor_parallel;
-    const PipelineWords w = Transport::words;
-    if (D == 0) throw Error("pipeline: data_parallel is 0; give 1 for one pipeline, D for D copies of it");
-    if (T == 0) throw Error("pipeline: tensor_parallel is 0; give 1 for whole stages, T to split each over T replicas");
-    if (T == 1 && R % D)
-      throw Error(std::string(w.where) + ": " + std::to_string(R) + " " + w.unit + " do not make data_parallel = " +
-                  std::to_string(D) + " copies of a pipeline: " + w.ask + " D x S " + w.unit +
-                  " for D copies of S stages");
-    if (R % (D * T))
-      throw Error(std::string(w.where) + ": " + std::to_string(R) + " " + w.unit + " do not make data_parallel = " +
-                  std::to_string(D) + " copies of a pipeline whose stages are split over tensor_parallel = " +
-                  std::to_string(T) + ": " + w.ask + " D x S x T " + w.unit + " for D copies of S stages of T members");
+    check_pipeline_lanes(R, D, T, Transport::words);
     Transport::check(opts_);
     const std::size_t S = R / (D * T);
     ln_.T = T;
@@ -197,9 +187,9 @@ class PipelineExecutor final : public Executor {
   void layout() {
     slices_ = stage_param_slices(ranges_, counts_, stats_);
     ln_.layout(program_, ranges_, slices_);
-    // the copies' sum by buckets where it travels: a rank's one CPU lane, its copies on other ranks
+    // the copies' sum by buckets where it travels: a rank's one lane (CPU or GPU), its copies on other ranks
     bk_.plan(program_.variable_shapes(), slices_[ln_.here.begin], ln_.segs[ln_.here.begin * ln_.T + ln_.members.begin],
-             ln_.T, ln_.members.begin, requires { tr_.copies_link(); } && ln_.lanes.size() > 1 && !ln_.gpu ? eo_.bucket_bytes : 0);
+             ln_.T, ln_.members.begin, requires { tr_.copies_link(); } && ln_.lanes.size() > 1 ? eo_.bucket_bytes : 0);
   }
 
   //! Balance::Measured (every stage here), on the first training batch:
@@ -302,24 +292,28 @@ class PipelineExecutor final : public Executor {
                 .stat = stat,
                 .staged = ln_.gpu ? L.m : nullptr,
                 .last = nullptr};
-    double count = 0;
-    const bool buckets = train && bk_.on() && !pass.gradient_hook;  // (a hook sees the whole gradient first)
-    if constexpr (requires { tr_.copies_link(); })
-      if (buckets) w.last = bk_.begin(L.gradient(), L.comp, static_cast<int>(D), pb.check ? &count : nullptr,
-                                      tr_.copies_link());
-    double busy = run_stage_batch(ctx, *L.stage, mine, w);
-    const Range r = slices_[s];
     const std::span<float> g = L.gradient();
     // where the lane's final gradient is read: a CPU stage's in place; a GPU stage's on the host when staged
     const bool staged = train && ln_.gpu && (pass.gradient_hook || D > 1 || ln_.T > 1 || L.comp.on());
     if (staged) L.host = Tensor<float>{Shape{g.size()}};
     const std::span<float> hg = ln_.gpu ? L.host.span() : g;
+    double count = 0;
+    const bool buckets = train && bk_.on() && !pass.gradient_hook;  // (a hook sees the whole gradient first)
+    if constexpr (requires { tr_.copies_link(); })
+      if (buckets)  // a GPU stage's buckets fetched to the host as each starts
+        w.last = bk_.begin(hg, L.comp, static_cast<int>(D), pb.check ? &count : nullptr, tr_.copies_link(),
+                           ln_.gpu ? CopyBuckets::Fetch([&L, hg, g](std::size_t lo, std::size_t hi) {
+                             L.m->download(hg.data() + lo, g.data() + lo, (hi - lo) * sizeof(float));
+                           })
+                                   : CopyBuckets::Fetch());
+    double busy = run_stage_batch(ctx, *L.stage, mine, w);
+    const Range r = slices_[s];
     const auto timed = [&](auto&& fn) { add_seconds(busy, fn); };
     if (train)
       timed([&] {
         if (pb.m[d] == 0) L.m->fill(g.data(), 0.f, g.size());  // an empty share: a zero gradient
         if (!buckets || pb.m[d] == 0) L.stage->finish_gradient(static_cast<int>(D));  // its share of the L2 gradient
-        if (staged && !g.empty()) L.m->download(hg.data(), g.data(), g.size_bytes());
+        if (staged && !buckets && !g.empty()) L.m->download(hg.data(), g.data(), g.size_bytes());
         if (pass.gradient_hook) {  // a member's: its shard, in its own layout (as tensor parallelism's replicas)
           ReplicaGradient rg{hg, ln_.T == 1 ? r.begin : 0, ln_.T == 1 ? ln_.value.size() : hg.size(), w.me,
                              static_cast<int>(D * S * ln_.T), pb.share[d].size(), pb.global, it};
@@ -346,8 +340,8 @@ class PipelineExecutor final : public Executor {
     const float clip = train && bad == 0 ? clipnorm() : 0.f;
     if (train && bad == 0 && d == ln_.copies.begin)
       timed([&] {
-        if (D > 1 && !L.comp.on() && !buckets) {  // on the host (a GPU stage's staged there)
-          ln_.sum_copies(d, j, hg, [&](std::span<float> x) { tr_.sum_copies(s, t, x); });
+        if (D > 1 && !L.comp.on()) {  // on the host (a GPU stage's staged there; by buckets: summed already)
+          if (!buckets) ln_.sum_copies(d, j, hg, [&](std::span<float> x) { tr_.sum_copies(s, t, x); });
           if (ln_.gpu && !g.empty()) L.m->upload(g.data(), hg.data(), g.size_bytes());
         }
         if (!g.empty() && clip == 0.f) updaters_[j]->apply(L.values(), g, 0, it);

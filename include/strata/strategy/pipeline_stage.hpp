@@ -194,6 +194,21 @@ struct PipelineWords {
   const char* ask;    //!< "give"
 };
 
+//! That `R` replicas (ranks) make D copies of a pipeline whose stages are
+//! split over T members: errors worded by `w` otherwise.
+inline void check_pipeline_lanes(std::size_t R, std::size_t D, std::size_t T, const PipelineWords& w) {
+  if (D == 0) throw Error("pipeline: data_parallel is 0; give 1 for one pipeline, D for D copies of it");
+  if (T == 0) throw Error("pipeline: tensor_parallel is 0; give 1 for whole stages, T to split each over T replicas");
+  if (T == 1 && R % D)
+    throw Error(std::string(w.where) + ": " + std::to_string(R) + " " + w.unit + " do not make data_parallel = " +
+                std::to_string(D) + " copies of a pipeline: " + w.ask + " D x S " + w.unit +
+                " for D copies of S stages");
+  if (R % (D * T))
+    throw Error(std::string(w.where) + ": " + std::to_string(R) + " " + w.unit + " do not make data_parallel = " +
+                std::to_string(D) + " copies of a pipeline whose stages are split over tensor_parallel = " +
+                std::to_string(T) + ": " + w.ask + " D x S x T " + w.unit + " for D copies of S stages of T members");
+}
+
 //! What one stage runs of one batch.
 struct StageWork {
   std::size_t s = 0, S = 1;  //!< this stage, of S
