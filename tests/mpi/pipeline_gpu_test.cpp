@@ -18,6 +18,7 @@
 
 #include "../blobs.hpp"
 #include "../host_as_gpu.hpp"
+#include "pipeline_copies.hpp"
 
 namespace pipeline_gpu_test {  // each test file in its own namespace (tests/meson.build's unity builds)
 
@@ -73,22 +74,6 @@ Run train(S& s) {
   return r;
 }
 
-//! 2 copies of the MLP's stages on the ranks (2 epochs of Adam, batches of 25 of 201 rows: the last, of one
-//! row, leaves copy 1 an empty share), the copies' sum by buckets of `bytes` (0: flat), in `c`.
-template <class S>
-std::vector<float> fit_copies(S& s, std::size_t bytes, strata::Compression c, std::string* summary = nullptr) {
-  s.pipeline_options() = {.stages = {}, .micro_batches = 3, .schedule = Schedule::OneFOneB, .data_parallel = 2};
-  s.executor_options().bucket_bytes = bytes;
-  s.executor_options().compression = c;
-  const auto data = strata_test::blobs(201, 11);
-  auto model = s.scope(mlp);
-  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
-                {.seed = 5});
-  model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(25)),
-            {.epochs = 2, .verbose = nn::Verbosity::Silent});
-  if (summary) *summary = model.gradient_reduction();
-  return strata_test::flat_weights(model);
-}
 
 }  // namespace
 
@@ -103,13 +88,13 @@ TEST_CASE("GPU stages' copies on ranks sum by buckets (host compute): the CPU st
   for (strata::Compression c : {strata::Compression::None, strata::Compression::BF16}) {
     CAPTURE(strata::to_string(c));
     strata::MultiWorkerPipelineStrategy cpu{quick()};
-    const std::vector<float> want = fit_copies(cpu, 0, c);
+    const std::vector<float> want = strata_test::fit_two_copies(cpu, mlp, {}, Schedule::OneFOneB, 0, c);
     strata_test::HostAsGpu host;
     for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{128}, std::size_t{1} << 20}) {
       CAPTURE(bytes);
       strata::MultiWorkerPipelineStrategy gpu{strata::gpu(rank), quick()};
       std::string summary;
-      CHECK(fit_copies(gpu, bytes, c, &summary) == want);
+      CHECK(strata_test::fit_two_copies(gpu, mlp, {}, Schedule::OneFOneB, bytes, c, &summary) == want);
       if (bytes)
         CHECK_MESSAGE(summary.find("each started as the last micro-batch's backward ends it") != std::string::npos,
                       summary);

@@ -26,6 +26,7 @@
 #include "../boom_layer.hpp"
 #include "../identity_layer.hpp"
 #include "../tiny_gpt.hpp"
+#include "pipeline_copies.hpp"
 
 #include <unistd.h>
 
@@ -171,18 +172,9 @@ nn::Sequential probed_mlp() {
 std::vector<float> train_buckets(Schedule k, std::size_t bytes, strata::Compression c, std::string* summary = nullptr) {
   const std::size_t S = static_cast<std::size_t>(world()) / 2;
   strata::MultiWorkerPipelineStrategy s{quick()};
-  s.pipeline_options() = {.stages = S == 1 ? std::vector<strata::Range>{{0, 6}} : std::vector<strata::Range>{{0, 3}, {3, 6}},
-                          .micro_batches = 3, .schedule = k, .data_parallel = 2};
-  s.executor_options().bucket_bytes = bytes;
-  s.executor_options().compression = c;
-  const auto data = strata_test::blobs(201, 11);
-  auto model = s.scope(probed_mlp);
-  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
-                {.seed = 5});
-  model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(25)),
-            {.epochs = 2, .verbose = nn::Verbosity::Silent});
-  if (summary) *summary = model.gradient_reduction();
-  return strata_test::flat_weights(model);
+  return strata_test::fit_two_copies(
+      s, probed_mlp, S == 1 ? std::vector<strata::Range>{{0, 6}} : std::vector<strata::Range>{{0, 3}, {3, 6}}, k, bytes,
+      c, summary);
 }
 
 }  // namespace
