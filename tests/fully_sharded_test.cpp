@@ -7,6 +7,7 @@
 // run the same executor over their device collectives and give the CPU bits.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -17,6 +18,7 @@
 
 #include <strata/strata.hpp>
 #include <strata/strategy/fully_sharded.hpp>
+#include <strata/strategy/shard_buckets.hpp>
 #include <strata/strategy/sharded_replica.hpp>
 
 #include "blobs.hpp"
@@ -67,9 +69,13 @@ struct Trained {
 };
 
 //! `epochs` of Adam on blobs (batches of 10 over p replicas: rows not divisible) at `mode`.
-Trained train(int p, ShardedUpdate mode, int epochs = 3, bool gpus = false) {
+//! With `bytes`, the layers' reduce-scatters by buckets of that size (and compression `c`).
+Trained train(int p, ShardedUpdate mode, int epochs = 3, bool gpus = false, std::size_t bytes = 0,
+              strata::Compression c = strata::Compression::None) {
   strata::MirroredStrategy s{gpus ? strata::virtual_gpus(0, p) : strata::cpu_replicas(p)};
   s.executor_options().sharded_update = mode;
+  s.executor_options().bucket_bytes = bytes;
+  s.executor_options().compression = c;
   const auto data = strata_test::blobs(90, 11);
   auto m = s.scope(model);
   m.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}}, {.seed = 7});
@@ -143,6 +149,120 @@ TEST_CASE("ZeRO 2 and 3 give stage 0's weights, optimizer state, evaluation and 
   CHECK(train(2, ShardedUpdate::Gradients, 1).choice.find("ZeRO stage 2") != std::string::npos);
   // one replica: nothing to shard, the plain executor
   CHECK(train(1, ShardedUpdate::Parameters, 1).weights == train(1, ShardedUpdate::Off, 1).weights);
+}
+
+void check_same(const Trained& t, const Trained& want) {
+  CHECK(t.weights == want.weights);
+  REQUIRE(t.state.size() == want.state.size());
+  for (std::size_t k = 0; k < t.state.size(); ++k)
+    CHECK(std::vector<float>(t.state[k].data(), t.state[k].data() + t.state[k].size()) ==
+          std::vector<float>(want.state[k].data(), want.state[k].data() + want.state[k].size()));
+  CHECK(t.eval_loss == want.eval_loss);
+  CHECK(t.predictions == want.predictions);
+}
+
+TEST_CASE("ZeRO buckets: whole layers from the end, each replica's slices packed to its block and back") {
+  const strata::detail::ShardLayout L({5, 0, 3, 4}, 3);  // units [0,5) [5,8) [8,12)
+  // 20 bytes: the last two units (12 + 16 bytes: the first bucket needs 20), then the first (20 bytes)
+  const strata::detail::ShardBuckets bk(L, 20);
+  REQUIRE(bk.buckets().size() == 2);
+  CHECK(bk.buckets()[0].ua == 1);
+  CHECK(bk.buckets()[0].ub == 3);
+  CHECK(bk.buckets()[1].ua == 0);
+  CHECK(bk.buckets()[1].ub == 1);
+  CHECK(bk.of_unit(2) == 0);
+  CHECK(bk.of_unit(0) == 1);
+  // bucket 0: replica 0 owns 1 of unit 1 and 2 of unit 2 (3), replicas 1 and 2 own 1 + 1: blocks of 3
+  CHECK(bk.buckets()[0].block == 3);
+  CHECK(bk.buckets()[1].block == 2);  // 5 over 3: 2, 2, 1
+  CHECK(bk.largest_block() == 3);
+  CHECK(bk.buffer_floats(3) == 2 * 4 * 3);
+  std::vector<float> flat(12);
+  for (std::size_t i = 0; i < flat.size(); ++i) flat[i] = static_cast<float>(i);
+  std::vector<float> buf(9, -1.f);
+  auto& m = strata::kernels::host_memory();
+  bk.pack(m, L, 2, flat.data() + 8, buf.data());  // backward's order: unit 2, then unit 1
+  bk.pack(m, L, 1, flat.data() + 5, buf.data());
+  // replica q's block: its slice of unit 1, then of unit 2 (its owned order), then padding
+  CHECK(buf == std::vector<float>{5, 8, 9, 6, 10, -1, 7, 11, -1});
+  std::vector<float> back(12, 0.f);
+  bk.unpack(m, L, 0, buf.data(), back.data());
+  CHECK(back == std::vector<float>{0, 0, 0, 0, 0, 5, 6, 7, 8, 9, 10, 11});
+  CHECK_FALSE(strata::detail::ShardBuckets(L, 0).on());
+  CHECK(strata::detail::ShardBuckets(L, 1).buckets().size() == 3);  // a bucket a unit
+}
+
+TEST_CASE("ZeRO 2 and 3 by buckets: the per-layer (and stage 0) bits, the summary says so") {
+  strata_test::Watchdog dog("fully sharded buckets", 180s);
+  for (int p : {2, 3}) {
+    CAPTURE(p);
+    const Trained zero0 = train(p, ShardedUpdate::Off, 2);
+    for (ShardedUpdate mode : {ShardedUpdate::Gradients, ShardedUpdate::Parameters})
+      for (std::size_t bytes : {std::size_t{1}, std::size_t{400}, std::size_t{1} << 20}) {
+        CAPTURE(static_cast<int>(mode));
+        CAPTURE(bytes);
+        const Trained t = train(p, mode, 2, false, bytes);
+        check_same(t, zero0);
+        // layers of 112 | 136 | 99 | 33 floats: 1 byte a bucket each; 400 bytes {99 33} {136} {112}; 1 MiB one
+        const std::string n = bytes == 1 ? "4 buckets" : bytes == 400 ? "3 buckets" : "1 bucket";
+        CHECK_MESSAGE(t.choice.find("reduce-scattered in " + n + " of whole layers") != std::string::npos, t.choice);
+        if (mode == ShardedUpdate::Gradients)
+          CHECK(t.choice.find("all-gathered into every copy by the same buckets") != std::string::npos);
+      }
+  }
+  // compression keeps each layer's 16-bit reduce-scatter, and says why
+  const Trained c = train(2, ShardedUpdate::Gradients, 1, false, 400, strata::Compression::BF16);
+  CHECK_MESSAGE(c.choice.find("not by buckets (they apply without compression)") != std::string::npos, c.choice);
+  CHECK(c.choice.find("each layer's gradient reduce-scattered as backward finishes it") != std::string::npos);
+}
+
+TEST_CASE("GPU replicas at ZeRO 2 and 3 by buckets (on the host's compute): the CPU replicas' bits") {
+  strata_test::Watchdog dog("fully sharded GPU buckets", 120s);
+  strata_test::HostAsGpu host;
+  for (ShardedUpdate mode : {ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
+    CAPTURE(static_cast<int>(mode));
+    const Trained cpu = train(3, mode, 2);
+    const Trained gpu = train(3, mode, 2, true, 400);
+    check_same(gpu, cpu);
+    CHECK(gpu.choice.find("reduce-scattered in 3 buckets of whole layers") != std::string::npos);
+  }
+}
+
+std::atomic<std::uint64_t> seen_started{0};  // buckets this replica's thread started before the probe's backward
+//! The identity; in backward, the ZeRO buckets its thread started since its forward (the later layers').
+class BucketProbe final : public strata_test::Identity<BucketProbe> {
+ public:
+  [[nodiscard]] std::string kind() const override { return "BucketProbe"; }
+  void on_forward(const nn::RunInfo& /*info*/) { at_ = strata::detail::buckets_started_here(); }
+  void on_backward() {
+    const std::uint64_t n = strata::detail::buckets_started_here() - at_;
+    for (std::uint64_t cur = seen_started.load(); n > cur && !seen_started.compare_exchange_weak(cur, n);) {
+    }
+  }
+
+ private:
+  std::uint64_t at_ = 0;
+};
+
+TEST_CASE("ZeRO 2's buckets start during backward: the later layers' reduce-scatters under way before the earlier layers' backward") {
+  strata_test::Watchdog dog("fully sharded buckets overlap", 60s);
+  auto run = [](std::size_t bytes) {
+    seen_started = 0;
+    strata::MirroredStrategy s{strata::cpu_replicas(2)};
+    s.executor_options().sharded_update = ShardedUpdate::Gradients;
+    s.executor_options().bucket_bytes = bytes;
+    const auto data = strata_test::blobs(40, 11);
+    auto m = s.scope([] {
+      return nn::Sequential{nn::Input{{6}}, nn::Dense{16}, BucketProbe{}, nn::Dense{8}, nn::Dense{3}};
+    });
+    m.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+    m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(10)),
+          {.epochs = 1, .verbose = nn::Verbosity::Silent});
+    return seen_started.load();
+  };
+  CHECK(run(1) == 2);        // a bucket a layer: the two layers after the probe started before its backward
+  CHECK(run(1 << 20) == 0);  // one bucket: it starts after the first layer's backward
+  CHECK(run(0) == 0);        // a reduce-scatter a layer, not buckets
 }
 
 TEST_CASE("ZeRO 3 gathers each layer's values while the layer before it (forward) or after it (backward) computes") {

@@ -85,11 +85,13 @@ struct Trained {
 //! 3 epochs of Adam (the gradient clipped to global norm 1) on blobs, the same data on every worker, batches
 //! of 10 (rows not divisible by the replicas); `local` replicas a worker (CPUs, or virtual GPUs) at `mode`; then
 //! the state read on every worker (collective where it is sharded), a checkpoint written by the chief.
+//! `bytes`: the layers' reduce-scatters by buckets of that size (ExecutorOptions::bucket_bytes).
 Trained train(int local, ShardedUpdate mode, const std::filesystem::path& save = {}, std::size_t per_execution = 1,
-              bool gpus = false) {
+              bool gpus = false, std::size_t bytes = 0) {
   strata::MultiWorkerMirroredStrategy s{gpus ? strata::virtual_gpus(0, local) : strata::cpu_replicas(local),
                                         strata_test::quick_workers(20s)};
   s.executor_options().sharded_update = mode;
+  s.executor_options().bucket_bytes = bytes;
   const auto data = strata_test::blobs(90, 11);
   auto m = s.scope(model);
   m.compile(nn::Adam{0.01, {.global_clipnorm = 1.f}}, nn::SparseCategoricalCrossentropy{{.from_logits = true}},
@@ -162,6 +164,69 @@ TEST_CASE("ZeRO 2 and 3 across workers: stage 0's weights, optimizer state, eval
     probe.communicator().barrier();  // the others' runs are over before the chief removes the file
     if (probe.is_chief()) std::filesystem::remove(path0);
   }
+}
+
+// ZeRO 2 and 3 by buckets across workers: a bucket's blocks, each a replica's slices of the bucket's layers
+// padded to the largest, reduce-scattered in one call over every worker's replicas (and stage 2's updated
+// slices all-gathered the same way); between two workers every sum is a + b: the per-layer run's bits.
+TEST_CASE("ZeRO 2 and 3 across workers by buckets: the per-layer run's weights, state and outputs") {
+  strata::MultiWorkerMirroredStrategy probe{strata::cpu_replicas(1), strata_test::quick_workers(20s)};
+  const bool two = probe.num_workers() == 2;
+  for (int local : {1, 2})
+    for (ShardedUpdate mode : {ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
+      INFO(local, " replicas a worker, mode ", static_cast<int>(mode));
+      const auto flat_path = temp("flat.ckpt");
+      const Trained flat = train(local, mode, flat_path);
+      for (std::size_t bytes : {std::size_t{1}, std::size_t{400}, std::size_t{1} << 20}) {
+        INFO("bucket bytes ", bytes);
+        const auto path = temp("buckets.ckpt");
+        const Trained t = train(local, mode, path, 1, false, bytes);
+        CHECK_MESSAGE(t.choice.find(" of whole layers (") != std::string::npos, t.choice);
+        if (two) {
+          CHECK(t.weights == flat.weights);
+          CHECK(t.eval_loss == flat.eval_loss);
+          CHECK(t.predictions == flat.predictions);
+        } else {
+          CHECK(max_diff(t.weights, flat.weights) < 1e-5f);
+          CHECK(max_diff(t.predictions, flat.predictions) < 1e-4f);
+        }
+        if (probe.is_chief()) {
+          const auto slots = optimizer_slots(path), slots0 = optimizer_slots(flat_path);
+          REQUIRE(slots.size() == 2);
+          for (std::size_t k = 0; k < 2; ++k) {
+            if (two) CHECK(slots[k] == slots0[k]);
+            else CHECK(max_diff(slots[k], slots0[k]) < 1e-5f);
+          }
+        }
+        probe.communicator().barrier();
+        if (probe.is_chief()) std::filesystem::remove(path);
+      }
+      if (probe.is_chief()) std::filesystem::remove(flat_path);
+    }
+  // GPU replicas across workers (staged through host memory) by buckets: the CPU replicas' bits
+  strata_test::HostAsGpu host;
+  const Trained cpu = train(1, ShardedUpdate::Gradients, {}, 1, false, 400);
+  const Trained gpu = train(1, ShardedUpdate::Gradients, {}, 1, true, 400);
+  CHECK(gpu.weights == cpu.weights);
+  CHECK(gpu.predictions == cpu.predictions);
+}
+
+// Workers that run different numbers of replicas cannot cut a bucket as the context does: each layer's
+// reduce-scatter on its own, and the summary says why.
+TEST_CASE("ZeRO 2 buckets across workers of different replica counts: per layer, said") {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(rank == 0 ? 2 : 1), strata_test::quick_workers(20s)};
+  s.executor_options().sharded_update = ShardedUpdate::Gradients;
+  s.executor_options().bucket_bytes = 400;
+  const auto data = strata_test::blobs(60, 11);
+  auto m = s.scope(model);
+  m.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}});
+  m.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(12)),
+        {.epochs = 1, .verbose = nn::Verbosity::Silent});
+  const std::string choice = m.gradient_reduction();
+  CHECK_MESSAGE(choice.find("not by buckets (the workers run different numbers of replicas)") != std::string::npos,
+                choice);
 }
 
 // ZeRO 1 across workers (ShardedUpdate::On): the optimizer state sharded over every worker's replicas (each a

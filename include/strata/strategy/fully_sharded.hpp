@@ -255,8 +255,9 @@ std::vector<Tensor<float>> join_owned_across_workers(Comm& comm, const ShardLayo
 //! compression's error feedback) adds its residual of the whole gradient:
 //! stages 0 and 1 the residual, the next one and the 16-bit gradient;
 //! stages 2 and 3 one residual, a 16-bit window pair and slice.
+//! `buckets`: the floats of stages 2 and 3's bucket buffers (ShardBuckets).
 [[nodiscard]] inline std::size_t model_state_bytes(int stage, std::size_t n, std::size_t p, std::size_t slots,
-                                                   std::size_t pair, bool compressed = false) {
+                                                   std::size_t pair, bool compressed = false, std::size_t buckets = 0) {
   const std::size_t owned = (n + p - 1) / p, windows = pair;
   std::size_t floats = 0, halves = 0;
   switch (stage) {
@@ -265,6 +266,7 @@ std::vector<Tensor<float>> join_owned_across_workers(Comm& comm, const ShardLayo
     case 2: floats = n + owned + windows + slots * owned; break;
     default: floats = (owned + windows) + (owned + windows) + slots * owned; break;
   }
+  if (stage >= 2) floats += buckets;
   if (compressed && stage < 2) {
     floats += 2 * n;
     halves += n + (stage == 1 ? owned : 0);
@@ -279,7 +281,7 @@ std::vector<Tensor<float>> join_owned_across_workers(Comm& comm, const ShardLayo
 //! the optimizer's slots counted from `program` once compiled) exceeds
 //! `budget` bytes (0: no budget), naming what it needs and what would fit.
 inline void check_model_state_budget(std::size_t budget, int stage, std::size_t n, std::size_t p,
-                                     const ModelProgram& program, bool compressed = false) {
+                                     const ModelProgram& program, bool compressed = false, std::size_t buckets = 0) {
   if (!budget) return;
   std::vector<std::size_t> units;  // a layer's parameters each (a variable's where there are no layers)
   try {
@@ -289,11 +291,11 @@ inline void check_model_state_budget(std::size_t budget, int stage, std::size_t 
   }
   const std::size_t pair = ShardLayout(units, p).window_pair();
   const std::size_t slots = program.compiled() ? program.make_updater(1)->state().size() : 0;
-  const std::size_t need = model_state_bytes(stage, n, p, slots, pair, compressed);
+  const std::size_t need = model_state_bytes(stage, n, p, slots, pair, compressed, buckets);
   if (need <= budget) return;
   std::string fits;
   for (int st = stage + 1; st <= 3 && fits.empty() && p > 1; ++st)
-    if (model_state_bytes(st, n, p, slots, pair, compressed) <= budget) fits = "ZeRO stage " + std::to_string(st) + " would fit";
+    if (model_state_bytes(st, n, p, slots, pair, compressed, buckets) <= budget) fits = "ZeRO stage " + std::to_string(st) + " would fit";
   throw Error("the model state of one replica at ZeRO stage " + std::to_string(stage) + " over " + std::to_string(p) +
               " replicas is " + std::to_string(need) + " bytes (" + std::to_string(n) + " parameters: values, gradient, " +
               std::to_string(slots) + " optimizer slots" + (compressed ? ", the compression's residual" : "") +

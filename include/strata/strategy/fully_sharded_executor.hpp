@@ -37,7 +37,9 @@
 #include <strata/strategy/device_compute.hpp>
 #include <strata/strategy/executor_options.hpp>
 #include <strata/strategy/fully_sharded.hpp>
+#include <strata/strategy/shard_buckets.hpp>
 #include <strata/strategy/sharded_replica.hpp>
+#include <strata/strategy/sharding_calls.hpp>
 #include <strata/strategy/logical_slices.hpp>
 #include <strata/strategy/sync_executor.hpp>
 #include <strata/strategy/worker_sum.hpp>
@@ -48,35 +50,6 @@ namespace strata::detail {
 //! this one at stages 2 and 3 (CPU replicas in one process), else null.
 template <class S>
 std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program);
-
-//! Whether a replica context `Ctx` starts all-gathers and reduce-scatters without waiting.
-template <class Ctx>
-concept ShardingContext = requires(Ctx& c, std::span<const float> in, std::span<float> out) {
-  { c.all_gather_async(in, out) } -> std::same_as<Work>;
-  { c.reduce_scatter_async(in, out, Sum) } -> std::same_as<Work>;
-};
-
-//! The replicas of each worker of `s` (one process: one worker).
-template <class S>
-std::vector<std::size_t> sharding_groups(S& s) {
-  if constexpr (requires { s.local_replicas_of(0); }) {
-    std::vector<std::size_t> g;
-    for (int w = 0; w < s.num_workers(); ++w) g.push_back(static_cast<std::size_t>(s.local_replicas_of(w)));
-    return g;
-  } else {
-    return {static_cast<std::size_t>(s.num_local_replicas())};
-  }
-}
-
-//! The unit sizes of a program's shard layout: each layer's parameters.
-inline std::vector<std::size_t> shard_units(const ModelProgram& program) {
-  try {
-    return program.layer_param_counts();
-  } catch (const Error&) {
-    throw Error("sharded gradients or parameters (ZeRO 2 and 3) bind a model's layers one by one, and this model "
-                "program describes no layers: use ShardedUpdate::On (ZeRO 1) or Off");
-  }
-}
 
 template <class S>
 class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S>> {
@@ -107,14 +80,19 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     else if (!devs_.empty() && devs_.front().c)
       more += "; GPU replicas across workers: each layer staged through host memory to the replica context's "
               "collectives";
+    const std::string scattered =
+        bk_.on() ? "the layers' gradients reduce-scattered in " + std::to_string(bk_.buckets().size()) +
+                       (bk_.buckets().size() == 1 ? " bucket" : " buckets") + " of whole layers (" + std::to_string((opts_.bucket_bytes + 1023) >> 10) +
+                       " KiB), each as backward finishes its last layer"
+                 : "each layer's gradient reduce-scattered as backward finishes it";
+    if (opts_.bucket_bytes && !bk_.on()) more += "; " + no_buckets_;
     if (stage_ == 2)
-      return "ZeRO stage 2: each layer's gradient reduce-scattered as backward finishes it; each replica keeps "
-             "1/" + p + " of the summed gradient and of the optimizer state, updates its slice, and the slices are "
-             "all-gathered into every copy" + more;
+      return "ZeRO stage 2: " + scattered + "; each replica keeps 1/" + p +
+             " of the summed gradient and of the optimizer state, updates its slice, and the slices are all-gathered "
+             "into every copy" + (bk_.on() ? std::string(" by the same buckets") : std::string()) + more;
     return "ZeRO stage 3 (fully sharded): each replica keeps 1/" + p +
            " of the values, the gradient and the optimizer state; a layer's values all-gathered before its forward "
-           "and its backward (the next layer's gather started meanwhile), its gradient reduce-scattered after its "
-           "backward" + more;
+           "and its backward (the next layer's gather started meanwhile); " + scattered + more;
   }
 
   void reset_optimizer() override {
@@ -199,17 +177,37 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     if (devs_.size() != local) make_replicas(local);
     if (colls_) colls_->reset();
     layout_ = ShardLayout(shard_units(this->program_), groups_);
+    plan_buckets_here();
     check_model_state_budget(opts_.memory_budget_bytes, stage_, n, layout_.replicas(), this->program_,
-                             opts_.compression != Compression::None);
+                             opts_.compression != Compression::None, bucket_floats());
     for (std::size_t r = 0; r < local; ++r) {
       Replica& R = devs_[r];
       R.updater.reset();
       R.values.resize(*R.m, Shape{stage_ == 2 ? n : 0});
       R.shard = std::make_unique<ShardedReplica>(layout_, first_ + r, stage_,
-                                                 std::span<const float>(R.values.data(), R.values.size()), *R.m);
+                                                 std::span<const float>(R.values.data(), R.values.size()), *R.m, &bk_);
       R.comp.place(opts_.compression, n, layout_.window_pair(), layout_.owned(first_ + r), R.c);
     }
     assign(init);
+  }
+  //! The layers' reduce-scatters by buckets (ExecutorOptions::bucket_bytes), where they apply: not
+  //! with compression (its 16-bit windows are a layer's), nor across workers running different numbers
+  //! of replicas (a bucket's equal cut would not be the context's).
+  void plan_buckets_here() {
+    bk_ = ShardBuckets();
+    no_buckets_.clear();
+    if (!opts_.bucket_bytes) return;
+    if (opts_.compression != Compression::None)
+      no_buckets_ = "each layer's reduce-scatter on its own, not by buckets (they apply without compression)";
+    else if (std::count(groups_.begin(), groups_.end(), groups_.front()) != static_cast<std::ptrdiff_t>(groups_.size()))
+      no_buckets_ = "each layer's reduce-scatter on its own, not by buckets (the workers run different numbers of "
+                    "replicas)";
+    else
+      bk_ = ShardBuckets(layout_, opts_.bucket_bytes);
+  }
+  //! What the buckets add to a replica's model state: their buffers, and stage 2's slack for a block.
+  [[nodiscard]] std::size_t bucket_floats() const {
+    return bk_.on() ? bk_.buffer_floats(layout_.replicas()) + (stage_ == 2 ? bk_.largest_block() : 0) : 0;
   }
   //! The local replicas' computes (GPU replicas: their devices', and the device collectives).
   void make_replicas(std::size_t local) {
@@ -242,40 +240,10 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     if (colls_) colls_->abort(static_cast<int>(r), why);
   }
 
-  //! Replica r's gather and reduce-scatter, started: over its context (CPU replicas; GPU replicas
-  //! across workers staged through host memory) or the device collectives (GPU replicas in one
-  //! process: the layout's slices are theirs).
+  //! Replica r's gather and reduce-scatter (sharding_calls.hpp).
   template <class Ctx>
-  struct Started {
-    Ctx& ctx;
-    DeviceCollectives* colls;
-    kernels::Compute* c;
-    int me;
-    //! f(the collectives over every replica): the replica context, or for a GPU replica (across
-    //! workers) that context on host copies of its buffers (StagedContext).
-    template <class F>
-    Work on_context(F&& f) {
-      if constexpr (ShardingContext<Ctx>) {
-        if (!c) return f(ctx);
-        StagedContext<Ctx> staged{ctx, *c};
-        return f(staged);
-      } else {
-        throw Error("ZeRO stages 2 and 3 need replica contexts that all-gather and reduce-scatter without "
-                    "waiting");
-      }
-    }
-    Work gather(std::span<const float> in, std::span<float> out) {
-      if (colls) return colls->all_gather_async(me, *c, in.data(), out.data(), out.size());
-      return on_context([&](auto& x) { return x.all_gather_async(in, out); });
-    }
-    Work scatter(std::span<const float> in, std::span<float> out) {
-      if (colls) return colls->reduce_scatter_sum_async(me, *c, in.data(), out.data(), in.size());
-      return on_context([&](auto& x) { return x.reduce_scatter_async(in, out, Sum); });
-    }
-  };
-  template <class Ctx>
-  Started<Ctx> sharding(Ctx& ctx, std::size_t r) {
-    return Started<Ctx>{ctx, colls_.get(), devs_[r].c, static_cast<int>(r)};
+  ShardingCalls<Ctx> sharding(Ctx& ctx, std::size_t r) {
+    return ShardingCalls<Ctx>{ctx, colls_.get(), devs_[r].c, static_cast<int>(r)};
   }
 
   template <class Ctx>
@@ -332,7 +300,8 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     if (R.updater) this->clip_gradient(ctx, R.c, R.norm, g, g, R.updater->global_clipnorm());
     if (stage_ == 3) return R.updater->apply(sh.owned_values(), g, 0, it);
     // stage 2: its slice of each layer updated in its whole copy, then every copy gets every slice
-    if (R.staged.size() != g.size()) R.staged.resize(*R.m, Shape{g.size()});
+    const std::size_t slack = bk_.on() ? bk_.largest_block() : 0;  // a bucket's block read past the last slice
+    if (R.staged.size() != g.size() + slack) R.staged.resize(*R.m, Shape{g.size() + slack});
     const std::span<float> w{R.values.data(), R.values.size()};
     const std::size_t id = first_ + r;  // its global replica id
     layout_.for_each_slice(id, [&](Range flat, std::size_t at) {
@@ -340,6 +309,7 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
       if (flat.size()) R.m->copy(R.staged.data() + at, w.data() + flat.begin, flat.size() * sizeof(float));
     });
     auto c = sharding(ctx, r);
+    if (bk_.on()) return gather_buckets(c, R, id, w);
     std::vector<Work> gathers;
     for (std::size_t u = 0; u < layout_.units().size(); ++u) {
       const Range unit = layout_.units()[u];
@@ -348,6 +318,27 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     }
     trace::Span span{"sharded values", trace::Category::Wait, {{"units", gathers.size()}}};
     for (Work& x : gathers) x.wait();
+  }
+
+  //! Stage 2's gather by buckets: each bucket's block of every replica's updated slices (from `staged`)
+  //! all-gathered into a bucket buffer (two in flight), then placed in the copy `w`.
+  template <class Calls>
+  void gather_buckets(Calls& c, Replica& R, std::size_t id, std::span<float> w) {
+    const std::vector<ShardBucket>& bs = bk_.buckets();
+    const std::size_t p = layout_.replicas();
+    Work started[2];
+    auto start = [&](std::size_t k) {
+      const ShardBucket& B = bs[k];
+      started[k % 2] = c.gather(std::span<const float>(R.staged.data() + layout_.owned_at(B.ua, id), B.block),
+                                R.shard->bucket_buffer(static_cast<int>(k % 2)).first(p * B.block));
+    };
+    trace::Span span{"sharded values", trace::Category::Wait, {{"buckets", bs.size()}}};
+    for (std::size_t k = 0; k < bs.size() && k < 2; ++k) start(k);
+    for (std::size_t k = 0; k < bs.size(); ++k) {
+      started[k % 2].wait();
+      bk_.unpack(*R.m, layout_, k, R.shard->bucket_buffer(static_cast<int>(k % 2)).data(), w.data());
+      if (k + 2 < bs.size()) start(k + 2);
+    }
   }
 
   //! Whole slots from every replica's owned ones (`part(r)`: local replica
@@ -367,6 +358,8 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   std::vector<std::size_t> groups_;  // replicas per worker
   std::size_t first_ = 0;           // the global id of local replica 0
   ShardLayout layout_;
+  ShardBuckets bk_;         // the layers' reduce-scatters (stage 2: also the gathers) by buckets; off: one a layer
+  std::string no_buckets_;  // why bucket_bytes does not apply (empty: it does, or was not asked)
   std::vector<Replica> devs_;                  // the local replicas
   std::unique_ptr<DeviceCollectives> colls_;  // GPU replicas' collectives; CPU replicas use their contexts
   mutable std::optional<Tensor<float>> host_;

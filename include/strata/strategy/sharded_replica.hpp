@@ -3,6 +3,11 @@
 //! what a step does: strategy/fully_sharded.hpp): its owned slices, the
 //! window pairs its layers' values are gathered into (stage 3) and their
 //! gradients reduce-scattered from, and the step's collectives in flight.
+//! With buckets (shard_buckets.hpp) each layer's gradient window is packed
+//! into its bucket's buffer after the layer's backward, and a bucket's
+//! reduce-scatter starts once its last layer is packed (two bucket buffers:
+//! the third bucket waits for the first's sums, which then go to the
+//! replica's owned slices).
 //!   strata::detail::ShardedReplica sh{layout, r, 3, {}};
 //!   sh.begin_step(gather_async, scatter_async);  info.windows = &sh;  ...;  sh.finish_step();
 
@@ -11,15 +16,18 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <utility>
 
 #include <strata/comm/work.hpp>
+#include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/core/trace.hpp>
 #include <strata/kernels/buffer.hpp>
 #include <strata/kernels/host/memory.hpp>
 #include <strata/kernels/memory.hpp>
 #include <strata/strategy/fully_sharded.hpp>
+#include <strata/strategy/shard_buckets.hpp>
 #include <strata/strategy/step_hooks.hpp>
 #include <strata/tensor/tensor.hpp>
 
@@ -60,14 +68,23 @@ class ShardedReplica final : public ParameterWindows {
   //! `values` (the replica's whole copy), stage 3 keeps its own slice.
   //! Its buffers in memory `m` (the host's, or a GPU replica's: then the
   //! collectives and the layers' calls are the device's, stream-ordered).
+  //! `buckets` (on: kept by the caller) groups the layers' reduce-scatters.
   ShardedReplica(const ShardLayout& layout, std::size_t r, int stage, std::span<const float> values,
-                 kernels::Memory& m = kernels::host_memory())
-      : layout_(&layout), r_(r), stage_(stage), values_(values) {
+                 kernels::Memory& m = kernels::host_memory(), const ShardBuckets* buckets = nullptr)
+      : layout_(&layout), r_(r), stage_(stage), values_(values), m_(&m),
+        bk_(buckets && buckets->on() ? buckets : nullptr) {
     owned_value_.resize(m, Shape{stage == 3 ? layout.owned(r) : 0});
     owned_grad_.resize(m, Shape{layout.owned(r)});
     value_pool_.resize(m, Shape{stage == 3 ? layout.window_pair() : 0});
     grad_pool_.resize(m, Shape{layout.window_pair()});
+    for (int k = 0; k < 2 && bk_; ++k) {
+      bucket_buf_[k].resize(m, Shape{layout.replicas() * bk_->largest_block()});
+      bucket_sum_[k].resize(m, Shape{bk_->largest_block()});
+    }
   }
+  //! Bucket buffer k (0 or 1; every replica's block of the largest bucket):
+  //! free between finish_step and the next step's backward (stage 2's gathers use them).
+  [[nodiscard]] std::span<float> bucket_buffer(int k) noexcept { return {bucket_buf_[k].data(), bucket_buf_[k].size()}; }
 
   //! Stage 3: its slice of the values (owned layout). Stage 2: empty.
   [[nodiscard]] std::span<float> owned_values() noexcept { return {owned_value_.data(), owned_value_.size()}; }
@@ -87,12 +104,24 @@ class ShardedReplica final : public ParameterWindows {
   void finish_step() {
     trace::Span span{"sharded gradient", trace::Category::Wait, {{"units", layout_->units().size()}}};
     for (Work& w : scatter_work_) w.wait();
+    if (bk_) {
+      if (next_bucket_ != bk_->buckets().size())
+        throw Error("sharded gradients by buckets: " + std::to_string(bk_->buckets().size() - next_bucket_) + " of " +
+                    std::to_string(bk_->buckets().size()) + " buckets were not complete after backward (a layer's "
+                    "gradient was not finished)");
+      const int older = slot_bucket_[0] < slot_bucket_[1] ? 0 : 1;
+      settle(older);
+      settle(1 - older);
+      next_bucket_ = 0;
+    }
     gathered_.wait();
     prefetched_ = npos;
   }
   //! After a failed step, once no replica runs: pending work settles (bounded) and is forgotten.
   void drop() noexcept {
     for (Work& w : scatter_work_) w = Work{};
+    for (int k = 0; k < 2; ++k) bucket_work_[k] = Work{}, slot_bucket_[k] = npos;
+    next_bucket_ = 0;
     gathered_ = Work{};
     prefetched_ = npos;
   }
@@ -105,8 +134,11 @@ class ShardedReplica final : public ParameterWindows {
     } else {
       v.value = values_.subspan(begin, end - begin);
     }
-    if (backward) {
+    if (backward && bk_) {
+      v.grad = window(grad_pool_, next_grad_, end - begin);  // packed into its bucket at release: free again
+    } else if (backward) {
       Work& pending = scatter_work_[next_grad_];
+      trace::Span span{"gradient window", trace::Category::Wait, {{"unit", u}}};
       pending.wait();  // the reduction that last used this window (two layers ago) has ended
       v.grad = window(grad_pool_, next_grad_, end - begin);
     }
@@ -115,6 +147,7 @@ class ShardedReplica final : public ParameterWindows {
   void release(std::size_t begin, std::size_t end, bool backward) override {
     if (!backward) return;  // a forward's window is overwritten by the gather after next: nothing to do
     const std::size_t u = layout_->unit_at(begin, end);
+    if (bk_) return release_to_bucket(u, window(grad_pool_, next_grad_, end - begin));
     const Range s = layout_->slice(u, r_);
     trace::instant("sharded gradient", trace::Category::Collective, {{"begin", begin}, {"end", end}});
     const std::size_t at = layout_->owned_at(u, r_);
@@ -125,6 +158,41 @@ class ShardedReplica final : public ParameterWindows {
 
  private:
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+  //! Unit u's gradient (window `g`) into its bucket's buffer; the bucket's
+  //! reduce-scatter started once its last layer (the lowest) is in. A
+  //! bucket's first layer takes buffer k = bucket % 2 after the bucket two
+  //! before it there has settled.
+  void release_to_bucket(std::size_t u, std::span<const float> g) {
+    const std::size_t b = bk_->of_unit(u);
+    const ShardBucket& B = bk_->buckets()[b];
+    const int k = static_cast<int>(b % 2);
+    if (u + 1 == B.ub) {  // the bucket's first layer in backward
+      if (b != next_bucket_)
+        throw Error("sharded gradients by buckets: layer unit " + std::to_string(u) + " finished its backward out of "
+                    "the buckets' order (bucket " + std::to_string(b) + " before " + std::to_string(next_bucket_) + ")");
+      settle(k);
+      slot_bucket_[k] = b;
+    }
+    bk_->pack(*m_, *layout_, u, g.data(), bucket_buf_[k].data());
+    next_grad_ = 1 - next_grad_;
+    if (u != B.ua) return;
+    trace::instant("sharded gradient bucket", trace::Category::Collective, {{"bucket", b}, {"units", B.ub - B.ua}});
+    const std::size_t p = layout_->replicas();
+    bucket_work_[k] = scatter_({layout_->units()[B.ua].begin, k, {bucket_buf_[k].data(), p * B.block},
+                                {bucket_sum_[k].data(), B.block}, layout_->owned_at(B.ua, r_)});
+    ++next_bucket_;
+    ++buckets_started_here();  // (buckets.hpp: a probe inside backward sees the later layers' buckets started)
+  }
+  //! The bucket in buffer k (if any): its reduce-scatter waited for, its sums moved to the owned gradient.
+  void settle(int k) {
+    if (slot_bucket_[k] == npos) return;
+    const ShardBucket& B = bk_->buckets()[slot_bucket_[k]];
+    bucket_work_[k].wait();
+    const std::size_t n = ShardBuckets::owned_in(*layout_, B, r_);
+    if (n) m_->copy(owned_gradient().data() + layout_->owned_at(B.ua, r_), bucket_sum_[k].data(), n * sizeof(float));
+    slot_bucket_[k] = npos;
+  }
 
   //! Window `win` of `pool` for a unit of `n` floats: the front, or the back
   //! (the two hold adjacent units, whose sizes sum to at most the pool's).
@@ -167,6 +235,12 @@ class ShardedReplica final : public ParameterWindows {
   std::size_t r_;
   int stage_;
   std::span<const float> values_;        // stage 2: the replica's whole copy
+  kernels::Memory* m_;
+  const ShardBuckets* bk_;               // the layers' reduce-scatters by buckets (null: one a layer)
+  kernels::Buffer<float> bucket_buf_[2], bucket_sum_[2];  // a bucket's every block; its sums here
+  Work bucket_work_[2];                  // each bucket buffer's reduce-scatter
+  std::size_t slot_bucket_[2] = {npos, npos};  // the bucket each buffer holds (npos: none)
+  std::size_t next_bucket_ = 0;          // the next bucket to start, in the plan's order
   kernels::Buffer<float> owned_value_, owned_grad_;
   kernels::Buffer<float> value_pool_, grad_pool_;  // each a pair of windows: 0 from the front, 1 from the back
   Collective gather_;
