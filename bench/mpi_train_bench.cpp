@@ -64,6 +64,7 @@
 #include <strata/strategy/buckets.hpp>
 #include <strata/strategy/compression.hpp>
 #include <strata/strategy/fully_sharded.hpp>
+#include <strata/strategy/shard_buckets.hpp>
 #include <strata/strategy/multi_worker.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
@@ -268,9 +269,13 @@ int run_mirrored(strata::MultiWorkerMirroredStrategy& s, M& model, const Args& a
   const strata::detail::ShardLayout layout(units, std::vector<std::size_t>(p, 1));
   const int stage = p > 1 ? a.zero : 0;
   const bool compressed = a.compression != strata::Compression::None;  // error feedback's residual counted
+  // ZeRO 2 and 3 by buckets (uncompressed): their buffers, and stage 2's slack for a block
+  const strata::detail::ShardBuckets bk(layout, stage >= 2 && !compressed
+                                                    ? static_cast<std::size_t>(a.bucket_mb * 1048576.0) : 0);
+  const std::size_t bucket_floats = bk.on() ? bk.buffer_floats(p) + (stage == 2 ? bk.largest_block() : 0) : 0;
   const double state_mib = a.tensor_parallel > 1 ? 0.0 : static_cast<double>(strata::detail::model_state_bytes(
                                stage, model.count_params(), p, a.optimizer == "adam" ? 2 : 0, layout.window_pair(),
-                               compressed)) /
+                               compressed, bucket_floats)) /
                            1048576.0;
   if (!s.is_chief()) return 0;
   const double steps = a.steps, step_ms = 1e3 * seconds / steps;

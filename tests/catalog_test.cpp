@@ -185,6 +185,12 @@ TEST_CASE("describe_gradient names the ZeRO stage the mirrored executors run, in
   CHECK(said(ShardedUpdate::Parameters, 3, 1) ==
         "values, gradient and optimizer state sharded over the replicas (ZeRO 3); each layer's gradient "
         "reduce-scattered as backward ends it");
+  CHECK(said(ShardedUpdate::Gradients, 2, 1, 4 << 20) ==
+        "gradient and optimizer state sharded over the replicas (ZeRO 2); the layers' gradients reduce-scattered by "
+        "buckets of 4096 KiB as backward ends them");
+  CHECK(said(ShardedUpdate::Parameters, 2, 1, 4 << 20, strata::Compression::BF16) ==
+        "values, gradient and optimizer state sharded over the replicas (ZeRO 3); each layer's gradient "
+        "reduce-scattered as backward ends it; bf16 on the wire (error feedback)");
   CHECK(said(ShardedUpdate::Off, 2, 1, 1 << 20) ==
         "every replica holds the whole model (ZeRO 0); buckets of 1024 KiB all-reduced as backward ends them");
   // compression does not change the stage Auto picks (ZeRO 1 reduce-scatters in 16 bits)

@@ -107,8 +107,11 @@ struct ExecutorOptions {
   //! in one process) the weights are bitwise the flat run's. The flat
   //! reduction stays where a bucket would not help or cannot be: the
   //! sharded update (Auto from 3 replicas: set ShardedUpdate::Off to bucket
-  //! there), central variables, a custom loop's gradient hook. Tensor
-  //! parallelism buckets its copies' sum across workers (in one process: after backward).
+  //! there), central variables, a custom loop's gradient hook. At ZeRO 2 and
+  //! 3 the layers' reduce-scatters go by buckets of whole layers, and stage
+  //! 2's gathers of the updated slices too (strategy/shard_buckets.hpp; not
+  //! with compression). Tensor parallelism buckets its copies' sum across
+  //! workers (in one process: after backward).
   //!   s.executor_options().bucket_bytes = 4 << 20;   // before making the model
   std::size_t bucket_bytes = 0;
   //! Gradient compression (Compression); None: FP32 on the wire.
@@ -131,7 +134,7 @@ struct ExecutorOptions {
 //! `workers` workers, in words (the examples' summary), by the mirrored
 //! executors' rules: Auto is ZeRO 1 in one process from 3 replicas, else 0;
 //! stages 1-3 asked for shard over every worker's
-//! replicas; buckets at stage 0.
+//! replicas; buckets at stages 0, 2 and 3.
 //!   std::puts(strata::describe_gradient(s.executor_options(), 4, 1).c_str());
 inline std::string describe_gradient(const ExecutorOptions& o, std::size_t local, int workers) {
   const bool automatic = o.sharded_update == ShardedUpdate::Auto, across = workers > 1;
@@ -145,7 +148,10 @@ inline std::string describe_gradient(const ExecutorOptions& o, std::size_t local
   if (stage >= 1 && across) out += " of every worker";
   out += " (ZeRO " + std::to_string(stage) + ")";
   if (automatic) out += " (the default at " + std::to_string(local) + (local == 1 ? " replica)" : " replicas)");
-  if (stage >= 2) out += "; each layer's gradient reduce-scattered as backward ends it";
+  if (stage >= 2 && o.bucket_bytes && o.compression == Compression::None)
+    out += "; the layers' gradients reduce-scattered by buckets of " + std::to_string((o.bucket_bytes + 1023) >> 10) +
+           " KiB as backward ends them";
+  else if (stage >= 2) out += "; each layer's gradient reduce-scattered as backward ends it";
   else if (stage == 1) out += "; one reduce-scatter after backward";
   else if (o.bucket_bytes)
     out += "; buckets of " + std::to_string((o.bucket_bytes + 1023) >> 10) + " KiB all-reduced as backward ends them";
