@@ -243,9 +243,8 @@ int run_mirrored(strata::MultiWorkerMirroredStrategy& s, M& model, const Args& a
   if (const std::size_t bytes = s.executor_options().bucket_bytes) plan = strata::detail::plan_buckets(sizes, bytes);
   std::string algos;  // each bucket's (or the flat gradient's) MiB and algorithm
   if (a.zero >= 1 && s.num_workers() > 1) {  // no all-reduce of the gradient: reduce-scattered
-    algos = a.zero == 3   ? " each layer's values all-gathered, its gradient reduce-scattered (MPI)"
-            : a.zero == 2 ? " each layer's gradient reduce-scattered, the update's slices all-gathered (MPI)"
-                          : " the gradient reduce-scattered after backward, the update's slices all-gathered (MPI)";
+    algos = a.zero >= 2 ? " " + model.gradient_reduction()  // (per layer, or by buckets of whole layers)
+                        : " the gradient reduce-scattered after backward, the update's slices all-gathered (MPI)";
   } else {
     for (const auto& r : plan) {
       const std::size_t bytes = (r.end - r.begin) * sizeof(float);
