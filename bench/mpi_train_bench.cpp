@@ -271,7 +271,7 @@ int run_mirrored(strata::MultiWorkerMirroredStrategy& s, M& model, const Args& a
   // ZeRO 2 and 3 by buckets (uncompressed): their buffers, and stage 2's slack for a block
   const strata::detail::ShardBuckets bk(layout, stage >= 2 && !compressed
                                                     ? static_cast<std::size_t>(a.bucket_mb * 1048576.0) : 0);
-  const std::size_t bucket_floats = bk.on() ? bk.buffer_floats(p) + (stage == 2 ? bk.largest_block() : 0) : 0;
+  const std::size_t bucket_floats = bk.state_floats(stage, p, layout.window_pair());
   const double state_mib = a.tensor_parallel > 1 ? 0.0 : static_cast<double>(strata::detail::model_state_bytes(
                                stage, model.count_params(), p, a.optimizer == "adam" ? 2 : 0, layout.window_pair(),
                                compressed, bucket_floats)) /

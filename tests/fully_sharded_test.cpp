@@ -279,6 +279,22 @@ TEST_CASE("ZeRO 3 gathers each layer's values while the layer before it (forward
   CHECK(counts.prefetched.load() == 6 * steps + 3 * (evaluated + predicted));
 }
 
+TEST_CASE("ZeRO 3 by buckets gathers a bucket's layers at once, the next bucket's while this one computes") {
+  strata_test::Watchdog dog("fully sharded bucket prefetch", 60s);
+  auto& counts = strata::detail::gather_counts();
+  counts.prefetched = 0;
+  counts.on_demand = 0;
+  // 400 bytes: buckets {dense_2, dense_3} {dense_1} {dense}; per training step and replica forward gathers the
+  // first bucket on demand and prefetches the other two, backward starts on forward's last bucket (still
+  // gathered) and prefetches the other two; evaluation and prediction: forward only
+  const Trained t = train(3, ShardedUpdate::Parameters, 1, false, 400);
+  CHECK(t.choice.find("a bucket's layers' values all-gathered before the first one's forward") != std::string::npos);
+  const std::uint64_t steps = 9 * 3;
+  const std::uint64_t evaluated = 6 * 3, predicted = 13 * 3;
+  CHECK(counts.on_demand.load() == steps + evaluated + predicted);
+  CHECK(counts.prefetched.load() == 4 * steps + 2 * (evaluated + predicted));
+}
+
 TEST_CASE("a checkpoint of ZeRO 3 resumes at ZeRO 0 and other replica counts, bit for bit") {
   strata_test::Watchdog dog("fully sharded checkpoint", 60s);
   const auto path = std::filesystem::temp_directory_path() /

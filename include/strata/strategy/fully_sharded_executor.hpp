@@ -91,8 +91,12 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
              " of the summed gradient and of the optimizer state, updates its slice, and the slices are all-gathered "
              "into every copy" + (bk_.on() ? std::string(" by the same buckets") : std::string()) + more;
     return "ZeRO stage 3 (fully sharded): each replica keeps 1/" + p +
-           " of the values, the gradient and the optimizer state; a layer's values all-gathered before its forward "
-           "and its backward (the next layer's gather started meanwhile); " + scattered + more;
+           " of the values, the gradient and the optimizer state; " +
+           (bk_.on() ? std::string("a bucket's layers' values all-gathered before the first one's forward and "
+                                   "backward (the next bucket's gather started meanwhile); ")
+                     : std::string("a layer's values all-gathered before its forward and its backward (the next "
+                                   "layer's gather started meanwhile); ")) +
+           scattered + more;
   }
 
   void reset_optimizer() override {
@@ -205,9 +209,8 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     else
       bk_ = ShardBuckets(layout_, opts_.bucket_bytes);
   }
-  //! What the buckets add to a replica's model state: their buffers, and stage 2's slack for a block.
   [[nodiscard]] std::size_t bucket_floats() const {
-    return bk_.on() ? bk_.buffer_floats(layout_.replicas()) + (stage_ == 2 ? bk_.largest_block() : 0) : 0;
+    return bk_.state_floats(stage_, layout_.replicas(), layout_.window_pair());
   }
   //! The local replicas' computes (GPU replicas: their devices', and the device collectives).
   void make_replicas(std::size_t local) {

@@ -56,6 +56,7 @@ class ShardBuckets {
       for (std::size_t q = 0; q < layout.replicas(); ++q) b.block = std::max(b.block, owned_in(layout, b, q));
       for (std::size_t u = b.ua; u < b.ub; ++u) of_unit_[u] = buckets_.size();
       largest_ = std::max(largest_, b.block);
+      span_ = std::max(span_, r.size());
       buckets_.push_back(b);
     }
   }
@@ -65,6 +66,8 @@ class ShardBuckets {
   [[nodiscard]] std::size_t of_unit(std::size_t u) const { return of_unit_.at(u); }
   //! The largest bucket's block: a bucket's buffer takes replicas() blocks of at most this.
   [[nodiscard]] std::size_t largest_block() const noexcept { return largest_; }
+  //! The elements of the largest bucket's layers (stage 3's value window).
+  [[nodiscard]] std::size_t largest_span() const noexcept { return span_; }
   //! Floats of replica q's own slices of bucket b's layers (the first of its block).
   [[nodiscard]] static std::size_t owned_in(const ShardLayout& L, const ShardBucket& b, std::size_t q) {
     const std::size_t end = b.ub < L.units().size() ? L.owned_at(b.ub, q) : L.owned(q);
@@ -73,6 +76,17 @@ class ShardBuckets {
   //! The floats one replica's bucket buffers take (two buffers of every
   //! replica's block, two of its own), for the model-state formula.
   [[nodiscard]] std::size_t buffer_floats(std::size_t p) const noexcept { return 2 * (p + 1) * largest_; }
+  //! Stage 3's: two packed gathers and two windows of a bucket's layers.
+  [[nodiscard]] std::size_t gather_floats(std::size_t p) const noexcept { return 2 * (p * largest_ + span_); }
+  //! What the buckets add to one replica's model state at `stage` (2 or 3;
+  //! model_state_bytes' `buckets`): their buffers and a block's slack (read
+  //! past the last slice); at stage 3 also the gathers' buffers and windows,
+  //! less the per-layer value window pair (`pair` floats) they replace. 0 when off.
+  [[nodiscard]] std::size_t state_floats(int stage, std::size_t p, std::size_t pair) const noexcept {
+    if (!on()) return 0;
+    const std::size_t more = buffer_floats(p) + largest_;
+    return stage == 3 ? more + gather_floats(p) - pair : more;
+  }
 
   //! Unit u's gradient `grad` (the whole unit, memory `m`) into its bucket's
   //! buffer `buf` (replicas() blocks): each replica's slice to its place.
@@ -99,7 +113,7 @@ class ShardBuckets {
  private:
   std::vector<ShardBucket> buckets_;
   std::vector<std::size_t> of_unit_;
-  std::size_t largest_ = 0;
+  std::size_t largest_ = 0, span_ = 0;
 };
 
 }  // namespace strata::detail

@@ -7,7 +7,12 @@
 //! into its bucket's buffer after the layer's backward, and a bucket's
 //! reduce-scatter starts once its last layer is packed (two bucket buffers:
 //! the third bucket waits for the first's sums, which then go to the
-//! replica's owned slices).
+//! replica's owned slices), and stage 3 gathers a bucket's layers at once:
+//! every replica's block of its owned values all-gathered into a packed
+//! buffer, unpacked into a window of the bucket's layers, the next bucket's
+//! gather started meanwhile (forward: the bucket of the next layers;
+//! backward: of the previous ones); backward's first bucket is forward's
+//! last, still gathered.
 //!   strata::detail::ShardedReplica sh{layout, r, 3, {}};
 //!   sh.begin_step(gather_async, scatter_async);  info.windows = &sh;  ...;  sh.finish_step();
 
@@ -73,13 +78,17 @@ class ShardedReplica final : public ParameterWindows {
                  kernels::Memory& m = kernels::host_memory(), const ShardBuckets* buckets = nullptr)
       : layout_(&layout), r_(r), stage_(stage), values_(values), m_(&m),
         bk_(buckets && buckets->on() ? buckets : nullptr) {
-    owned_value_.resize(m, Shape{stage == 3 ? layout.owned(r) : 0});
+    const std::size_t slack = bk_ ? bk_->largest_block() : 0;  // a bucket's block read past the last slice
+    owned_value_.resize(m, Shape{stage == 3 ? layout.owned(r) + slack : 0});
     owned_grad_.resize(m, Shape{layout.owned(r)});
-    value_pool_.resize(m, Shape{stage == 3 ? layout.window_pair() : 0});
+    value_pool_.resize(m, Shape{stage == 3 && !bk_ ? layout.window_pair() : 0});
     grad_pool_.resize(m, Shape{layout.window_pair()});
     for (int k = 0; k < 2 && bk_; ++k) {
       bucket_buf_[k].resize(m, Shape{layout.replicas() * bk_->largest_block()});
       bucket_sum_[k].resize(m, Shape{bk_->largest_block()});
+      if (stage != 3) continue;
+      packed_[k].resize(m, Shape{layout.replicas() * bk_->largest_block()});
+      bucket_vals_[k].resize(m, Shape{bk_->largest_span()});
     }
   }
   //! Bucket buffer k (0 or 1; every replica's block of the largest bucket):
@@ -87,7 +96,9 @@ class ShardedReplica final : public ParameterWindows {
   [[nodiscard]] std::span<float> bucket_buffer(int k) noexcept { return {bucket_buf_[k].data(), bucket_buf_[k].size()}; }
 
   //! Stage 3: its slice of the values (owned layout). Stage 2: empty.
-  [[nodiscard]] std::span<float> owned_values() noexcept { return {owned_value_.data(), owned_value_.size()}; }
+  [[nodiscard]] std::span<float> owned_values() noexcept {
+    return {owned_value_.data(), stage_ == 3 ? layout_->owned(r_) : 0};
+  }
   //! Its slice of the step's summed gradient (valid after finish_step).
   [[nodiscard]] std::span<float> owned_gradient() noexcept { return {owned_grad_.data(), owned_grad_.size()}; }
 
@@ -98,6 +109,7 @@ class ShardedReplica final : public ParameterWindows {
   void begin_step(Collective gather, Scatter scatter) {
     gather_ = std::move(gather);
     scatter_ = std::move(scatter);
+    current_ = npos;  // the values may have changed since a bucket was gathered
   }
   //! After the step's backward: every reduction waited for (its typed error
   //! thrown), so that owned_gradient() holds the sums.
@@ -116,6 +128,7 @@ class ShardedReplica final : public ParameterWindows {
     }
     gathered_.wait();
     prefetched_ = npos;
+    current_ = npos;
   }
   //! After a failed step, once no replica runs: pending work settles (bounded) and is forgotten.
   void drop() noexcept {
@@ -124,12 +137,15 @@ class ShardedReplica final : public ParameterWindows {
     next_bucket_ = 0;
     gathered_ = Work{};
     prefetched_ = npos;
+    current_ = npos;
   }
 
   View acquire(std::size_t begin, std::size_t end, bool backward) override {
     const std::size_t u = layout_->unit_at(begin, end);
     View v;
-    if (stage_ == 3) {
+    if (stage_ == 3 && bk_) {
+      v.value = gather_bucket(u, backward);
+    } else if (stage_ == 3) {
       v.value = gather(u, backward);
     } else {
       v.value = values_.subspan(begin, end - begin);
@@ -225,6 +241,44 @@ class ShardedReplica final : public ParameterWindows {
     }
     return window(value_pool_, win, layout_->units()[u].size());
   }
+  //! Stage 3 by buckets: unit u's values in the window of its bucket's
+  //! layers (the bucket gathered now, or its prefetch waited for and
+  //! unpacked; still there when it is the last one gathered); then, unless a
+  //! prefetch is under way, the next bucket in this direction's order
+  //! prefetched into the other packed buffer.
+  std::span<const float> gather_bucket(std::size_t u, bool backward) {
+    const std::size_t b = bk_->of_unit(u);
+    const ShardBucket& B = bk_->buckets()[b];
+    if (current_ != b) {
+      (prefetched_ == b ? gather_counts().prefetched : gather_counts().on_demand).fetch_add(1, std::memory_order_relaxed);
+      const int win = 1 - cur_win_;  // the window of the bucket before the current one: no layer reads it now
+      if (prefetched_ != b) {
+        gathered_.wait();  // a prefetch of another bucket ends first
+        start_bucket_gather(b, win);
+      }
+      {
+        trace::Span span{"parameter gather", trace::Category::Wait, {{"bucket", b}}};
+        gathered_.wait();
+      }
+      prefetched_ = npos;
+      bk_->unpack(*m_, *layout_, b, packed_[win].data(), bucket_vals_[win].data() - layout_->units()[B.ua].begin);
+      cur_win_ = win;
+      current_ = b;
+    }
+    const std::size_t nb = bk_->buckets().size();
+    const std::size_t next = backward ? (b + 1 < nb ? b + 1 : npos) : (b == 0 ? npos : b - 1);
+    if (prefetched_ == npos && next != npos) {  // into the other window's packed buffer, which no gather uses now
+      start_bucket_gather(next, 1 - cur_win_);
+      prefetched_ = next;
+    }
+    const Range unit = layout_->units()[u];
+    return {bucket_vals_[cur_win_].data() + (unit.begin - layout_->units()[B.ua].begin), unit.size()};
+  }
+  void start_bucket_gather(std::size_t b, int win) {
+    const ShardBucket& B = bk_->buckets()[b];
+    gathered_ = gather_(std::span<const float>(owned_value_.data() + layout_->owned_at(B.ua, r_), B.block),
+                        std::span<float>(packed_[win].data(), layout_->replicas() * B.block));
+  }
   void start_gather(std::size_t u, int win) {
     const Range s = layout_->slice(u, r_);
     gathered_ = gather_(std::span<const float>(owned_values().data() + layout_->owned_at(u, r_), s.size()),
@@ -241,6 +295,9 @@ class ShardedReplica final : public ParameterWindows {
   Work bucket_work_[2];                  // each bucket buffer's reduce-scatter
   std::size_t slot_bucket_[2] = {npos, npos};  // the bucket each buffer holds (npos: none)
   std::size_t next_bucket_ = 0;          // the next bucket to start, in the plan's order
+  kernels::Buffer<float> packed_[2], bucket_vals_[2];  // stage 3 by buckets: a gather's blocks; a bucket's layers
+  std::size_t current_ = npos;           // the bucket whose values are in bucket_vals_[cur_win_]
+  int cur_win_ = 0;
   kernels::Buffer<float> owned_value_, owned_grad_;
   kernels::Buffer<float> value_pool_, grad_pool_;  // each a pair of windows: 0 from the front, 1 from the back
   Collective gather_;
