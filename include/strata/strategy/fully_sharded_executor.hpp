@@ -80,9 +80,10 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     else if (!devs_.empty() && devs_.front().c)
       more += "; GPU replicas across workers: each layer staged through host memory to the replica context's "
               "collectives";
+    const std::size_t nb = bk_.buckets().size();
     const std::string scattered =
-        bk_.on() ? "the layers' gradients reduce-scattered in " + std::to_string(bk_.buckets().size()) +
-                       (bk_.buckets().size() == 1 ? " bucket" : " buckets") + " of whole layers (" + std::to_string((opts_.bucket_bytes + 1023) >> 10) +
+        bk_.on() ? "the layers' gradients reduce-scattered in " + std::to_string(nb) + (nb == 1 ? " bucket" : " buckets") +
+                       " of whole layers (" + std::to_string((opts_.bucket_bytes + 1023) >> 10) +
                        " KiB), each as backward finishes its last layer"
                  : "each layer's gradient reduce-scattered as backward finishes it";
     if (opts_.bucket_bytes && !bk_.on()) more += "; " + no_buckets_;

@@ -98,15 +98,18 @@ class ShardBuckets {
         m.copy(buf + q * b.block + (L.owned_at(u, q) - L.owned_at(b.ua, q)), grad + s.begin, s.size() * sizeof(float));
     }
   }
-  //! Bucket k's gathered buffer `buf` (every replica's block) into the flat `values`.
-  void unpack(kernels::Memory& m, const ShardLayout& L, std::size_t k, const float* buf, float* values) const {
+  //! Bucket k's gathered buffer `buf` (every replica's block) into `values`,
+  //! which holds the flat layout from element `from` on (the whole vector, or
+  //! a window of the bucket's layers: from = their first element).
+  void unpack(kernels::Memory& m, const ShardLayout& L, std::size_t k, const float* buf, float* values,
+              std::size_t from = 0) const {
     const ShardBucket& b = buckets_[k];
     for (std::size_t q = 0; q < L.replicas(); ++q)
       for (std::size_t u = b.ua; u < b.ub; ++u) {
         const Range s = L.slice(u, q);
         if (s.size())
-          m.copy(values + L.units()[u].begin + s.begin, buf + q * b.block + (L.owned_at(u, q) - L.owned_at(b.ua, q)),
-                 s.size() * sizeof(float));
+          m.copy(values + (L.units()[u].begin + s.begin - from),
+                 buf + q * b.block + (L.owned_at(u, q) - L.owned_at(b.ua, q)), s.size() * sizeof(float));
       }
   }
 

@@ -93,7 +93,9 @@ class ShardedReplica final : public ParameterWindows {
   }
   //! Bucket buffer k (0 or 1; every replica's block of the largest bucket):
   //! free between finish_step and the next step's backward (stage 2's gathers use them).
-  [[nodiscard]] std::span<float> bucket_buffer(int k) noexcept { return {bucket_buf_[k].data(), bucket_buf_[k].size()}; }
+  [[nodiscard]] std::span<float> bucket_buffer(int k) noexcept {
+    return {bucket_buf_[k].data(), bucket_buf_[k].size()};
+  }
 
   //! Stage 3: its slice of the values (owned layout). Stage 2: empty.
   [[nodiscard]] std::span<float> owned_values() noexcept {
@@ -185,8 +187,9 @@ class ShardedReplica final : public ParameterWindows {
     const int k = static_cast<int>(b % 2);
     if (u + 1 == B.ub) {  // the bucket's first layer in backward
       if (b != next_bucket_)
-        throw Error("sharded gradients by buckets: layer unit " + std::to_string(u) + " finished its backward out of "
-                    "the buckets' order (bucket " + std::to_string(b) + " before " + std::to_string(next_bucket_) + ")");
+        throw Error("sharded gradients by buckets: layer unit " + std::to_string(u) +
+                    " finished its backward out of the buckets' order (bucket " + std::to_string(b) + " before " +
+                    std::to_string(next_bucket_) + ")");
       settle(k);
       slot_bucket_[k] = b;
     }
@@ -250,7 +253,8 @@ class ShardedReplica final : public ParameterWindows {
     const std::size_t b = bk_->of_unit(u);
     const ShardBucket& B = bk_->buckets()[b];
     if (current_ != b) {
-      (prefetched_ == b ? gather_counts().prefetched : gather_counts().on_demand).fetch_add(1, std::memory_order_relaxed);
+      auto& count = prefetched_ == b ? gather_counts().prefetched : gather_counts().on_demand;
+      count.fetch_add(1, std::memory_order_relaxed);
       const int win = 1 - cur_win_;  // the window of the bucket before the current one: no layer reads it now
       if (prefetched_ != b) {
         gathered_.wait();  // a prefetch of another bucket ends first
@@ -261,7 +265,7 @@ class ShardedReplica final : public ParameterWindows {
         gathered_.wait();
       }
       prefetched_ = npos;
-      bk_->unpack(*m_, *layout_, b, packed_[win].data(), bucket_vals_[win].data() - layout_->units()[B.ua].begin);
+      bk_->unpack(*m_, *layout_, b, packed_[win].data(), bucket_vals_[win].data(), layout_->units()[B.ua].begin);
       cur_win_ = win;
       current_ = b;
     }
