@@ -97,6 +97,17 @@ Trained train(int p, ShardedUpdate mode, int epochs = 3, bool gpus = false, std:
   return t;
 }
 
+//! t's weights, optimizer state, evaluation and predictions are want's, bit for bit.
+void check_same(const Trained& t, const Trained& want) {
+  CHECK(t.weights == want.weights);
+  REQUIRE(t.state.size() == want.state.size());
+  for (std::size_t k = 0; k < t.state.size(); ++k)
+    CHECK(std::vector<float>(t.state[k].data(), t.state[k].data() + t.state[k].size()) ==
+          std::vector<float>(want.state[k].data(), want.state[k].data() + want.state[k].size()));
+  CHECK(t.eval_loss == want.eval_loss);
+  CHECK(t.predictions == want.predictions);
+}
+
 }  // namespace
 
 TEST_CASE("the shard layout: each unit cut over the replicas, a replica's slices end to end") {
@@ -135,30 +146,13 @@ TEST_CASE("ZeRO 2 and 3 give stage 0's weights, optimizer state, evaluation and 
     REQUIRE(zero0.state.size() == 2);  // Adam's moments
     for (ShardedUpdate mode : {ShardedUpdate::On, ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
       CAPTURE(static_cast<int>(mode));
-      const Trained t = train(p, mode);
-      CHECK(t.weights == zero0.weights);
-      REQUIRE(t.state.size() == zero0.state.size());
-      for (std::size_t k = 0; k < t.state.size(); ++k)
-        CHECK(std::vector<float>(t.state[k].data(), t.state[k].data() + t.state[k].size()) ==
-              std::vector<float>(zero0.state[k].data(), zero0.state[k].data() + zero0.state[k].size()));
-      CHECK(t.eval_loss == zero0.eval_loss);
-      CHECK(t.predictions == zero0.predictions);
+      check_same(train(p, mode), zero0);
     }
   }
   CHECK(train(2, ShardedUpdate::Parameters, 1).choice.find("ZeRO stage 3") != std::string::npos);
   CHECK(train(2, ShardedUpdate::Gradients, 1).choice.find("ZeRO stage 2") != std::string::npos);
   // one replica: nothing to shard, the plain executor
   CHECK(train(1, ShardedUpdate::Parameters, 1).weights == train(1, ShardedUpdate::Off, 1).weights);
-}
-
-void check_same(const Trained& t, const Trained& want) {
-  CHECK(t.weights == want.weights);
-  REQUIRE(t.state.size() == want.state.size());
-  for (std::size_t k = 0; k < t.state.size(); ++k)
-    CHECK(std::vector<float>(t.state[k].data(), t.state[k].data() + t.state[k].size()) ==
-          std::vector<float>(want.state[k].data(), want.state[k].data() + want.state[k].size()));
-  CHECK(t.eval_loss == want.eval_loss);
-  CHECK(t.predictions == want.predictions);
 }
 
 TEST_CASE("ZeRO buckets: whole layers from the end, each replica's slices packed to its block and back") {
@@ -372,13 +366,7 @@ TEST_CASE("GPU replicas at ZeRO 2 and 3 (on the host's compute): the CPU replica
       CAPTURE(static_cast<int>(mode));
       const Trained cpu = train(p, mode, 2);
       const Trained gpu = train(p, mode, 2, true);
-      CHECK(gpu.weights == cpu.weights);
-      REQUIRE(gpu.state.size() == cpu.state.size());
-      for (std::size_t k = 0; k < gpu.state.size(); ++k)
-        CHECK(std::vector<float>(gpu.state[k].data(), gpu.state[k].data() + gpu.state[k].size()) ==
-              std::vector<float>(cpu.state[k].data(), cpu.state[k].data() + cpu.state[k].size()));
-      CHECK(gpu.eval_loss == cpu.eval_loss);
-      CHECK(gpu.predictions == cpu.predictions);
+      check_same(gpu, cpu);
       CHECK(gpu.choice.find("; on the GPUs: the CUDA backend's collectives are not in this program: staged through "
                             "host memory") != std::string::npos);
     }

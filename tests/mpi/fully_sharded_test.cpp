@@ -125,6 +125,20 @@ std::vector<float> epoch_saved_epoch(int local, ShardedUpdate mode, const std::f
   return strata_test::epoch_saved_epoch(s, model, path, save, load);  // (blobs.hpp)
 }
 
+//! t's weights, evaluation and predictions are want's: bit for bit between two workers (every sum a + b),
+//! else within the reduction orders' rounding.
+void check_outputs(const Trained& t, const Trained& want, bool two) {
+  if (two) {
+    CHECK(t.weights == want.weights);
+    CHECK(t.eval_loss == want.eval_loss);
+    CHECK(t.predictions == want.predictions);
+  } else {
+    CHECK(max_diff(t.weights, want.weights) < 1e-5f);
+    CHECK(std::abs(t.eval_loss - want.eval_loss) < 1e-5);
+    CHECK(max_diff(t.predictions, want.predictions) < 1e-4f);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("ZeRO 2 and 3 across workers: stage 0's weights, optimizer state, evaluation and predictions") {
@@ -141,15 +155,7 @@ TEST_CASE("ZeRO 2 and 3 across workers: stage 0's weights, optimizer state, eval
       const Trained t = train(local, mode, path);
       CHECK(t.choice.find(mode == ShardedUpdate::Gradients ? "ZeRO stage 2" : "ZeRO stage 3") != std::string::npos);
       CHECK(t.choice.find("every worker's replicas") != std::string::npos);
-      if (two) {
-        CHECK(t.weights == zero0.weights);
-        CHECK(t.eval_loss == zero0.eval_loss);
-        CHECK(t.predictions == zero0.predictions);
-      } else {
-        CHECK(max_diff(t.weights, zero0.weights) < 1e-5f);
-        CHECK(std::abs(t.eval_loss - zero0.eval_loss) < 1e-5);
-        CHECK(max_diff(t.predictions, zero0.predictions) < 1e-4f);
-      }
+      check_outputs(t, zero0, two);
       if (probe.is_chief()) {  // the chief's file holds every worker's shards, joined
         const auto slots = optimizer_slots(path), slots0 = optimizer_slots(path0);
         REQUIRE(slots.size() == 2);  // Adam's moments
@@ -182,14 +188,7 @@ TEST_CASE("ZeRO 2 and 3 across workers by buckets: the per-layer run's weights, 
         const auto path = temp("buckets.ckpt");
         const Trained t = train(local, mode, path, 1, false, bytes);
         CHECK_MESSAGE(t.choice.find(" of whole layers (") != std::string::npos, t.choice);
-        if (two) {
-          CHECK(t.weights == flat.weights);
-          CHECK(t.eval_loss == flat.eval_loss);
-          CHECK(t.predictions == flat.predictions);
-        } else {
-          CHECK(max_diff(t.weights, flat.weights) < 1e-5f);
-          CHECK(max_diff(t.predictions, flat.predictions) < 1e-4f);
-        }
+        check_outputs(t, flat, two);
         if (probe.is_chief()) {
           const auto slots = optimizer_slots(path), slots0 = optimizer_slots(flat_path);
           REQUIRE(slots.size() == 2);
@@ -239,14 +238,7 @@ TEST_CASE("ZeRO 1 across workers: stage 0's weights, optimizer state, evaluation
     CAPTURE(local);
     const auto path0 = temp("zero1_off_" + std::to_string(local) + ".ckpt"), path = temp("zero1_" + std::to_string(local) + ".ckpt");
     const Trained zero0 = train(local, ShardedUpdate::Off, path0), zero1 = train(local, ShardedUpdate::On, path);
-    if (two) {
-      CHECK(zero1.weights == zero0.weights);
-      CHECK(zero1.eval_loss == zero0.eval_loss);
-      CHECK(zero1.predictions == zero0.predictions);
-    } else {
-      CHECK(max_diff(zero1.weights, zero0.weights) < 1e-5f);
-      CHECK(std::abs(zero1.eval_loss - zero0.eval_loss) < 1e-5);
-    }
+    check_outputs(zero1, zero0, two);
     if (probe.is_chief()) {  // the chief's file holds every worker's slices, joined
       const auto slots = optimizer_slots(path), slots0 = optimizer_slots(path0);
       REQUIRE(slots.size() == 2);
