@@ -2,7 +2,9 @@
 """PyTorch DDP (gloo backend) next to bench/mpi_train_bench.cpp (issue 25).
 
 The same model (wide: 784-2048-2048-10, deep: 784-1024x4-10, mlp: 784-128-10; ReLU; softmax
-cross-entropy from logits), optimizer (SGD lr 0.01, or Adam 1e-3), per-rank
+cross-entropy from logits; gpt: examples/char_lm's GPT at mpi_train_bench's size, bench/torch_char_lm.py's
+module: 96 characters, windows of 64, width 256, 4 heads, 4 blocks, cross-entropy at every position, on
+uniform random tokens), optimizer (SGD lr 0.01, or Adam 1e-3), per-rank
 batch, synthetic MNIST-shaped data (every rank builds the same global batches
 and takes its rows) and bucket size (bucket_cap_mb; --bucket-mb 0 means one
 bucket holding every gradient, reduced when backward ends, as strata's flat
@@ -35,7 +37,15 @@ except ImportError:
     sys.exit(0)
 
 
+# --model gpt: mpi_train_bench's make_gpt shape
+GPT_VOCAB, GPT_CONTEXT, GPT_WIDTH, GPT_HEADS, GPT_LAYERS = 96, 64, 256, 4, 4
+
+
 def make(model):
+    if model == "gpt":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from torch_char_lm import GPT  # the same module as the char LM's side-by-side
+        return GPT(GPT_VOCAB, GPT_CONTEXT, GPT_LAYERS, GPT_WIDTH, GPT_HEADS)
     if model == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
     if model == "wide":
@@ -44,12 +54,17 @@ def make(model):
     if model == "deep":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
                              nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
-    raise SystemExit(f"unknown model {model} (wide, deep, mlp)")
+    raise SystemExit(f"unknown model {model} (wide, deep, mlp, gpt)")
 
 
-def synthetic(steps, global_batch, rank, batch, seed):
-    """This rank's rows of `steps` global batches of standardized uniform pixels and uniform labels."""
+def synthetic(model, steps, global_batch, rank, batch, seed):
+    """This rank's rows of `steps` global batches of standardized uniform pixels and uniform labels (gpt:
+    uniform tokens, each position's label the next window's token: any target trains the same arithmetic)."""
     g = torch.Generator().manual_seed(seed)
+    if model == "gpt":
+        x = torch.randint(0, GPT_VOCAB, (steps, global_batch, GPT_CONTEXT), generator=g)
+        y = torch.randint(0, GPT_VOCAB, (steps, global_batch, GPT_CONTEXT), generator=g)
+        return x[:, rank * batch:(rank + 1) * batch].contiguous(), y[:, rank * batch:(rank + 1) * batch].contiguous()
     x = (torch.rand(steps, global_batch, 28, 28, generator=g) - 0.1307) / 0.3081
     y = torch.randint(0, 10, (steps, global_batch), generator=g)
     return x[:, rank * batch:(rank + 1) * batch].contiguous(), y[:, rank * batch:(rank + 1) * batch].contiguous()
@@ -65,7 +80,8 @@ def timed_steps(model, opt, xs, ys):
     t0 = time.perf_counter()
     for x, y in zip(xs, ys):
         opt.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
+        out = model(x)
+        loss_fn(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
         opt.step()
     seconds = time.perf_counter() - t0
     dist.barrier()
@@ -94,8 +110,8 @@ def main():
 
     torch.manual_seed(1)
     global_batch = a.batch * world
-    wx, wy = synthetic(a.warmup, global_batch, rank, a.batch, 2)
-    tx, ty = synthetic(a.steps, global_batch, rank, a.batch, 3)
+    wx, wy = synthetic(a.model, a.warmup, global_batch, rank, a.batch, 2)
+    tx, ty = synthetic(a.model, a.steps, global_batch, rank, a.batch, 3)
 
     # compute alone: the same steps without communication, every rank at once
     alone = make(a.model)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ddp_side_by_side.sh [--hosts "2 4"] [--rates "1gbit 10gbit"] [--delay-ms 0.2] [--buckets "4 25"] [--runs 3]
-#                     [--steps 20] [--warmup 8] [--batch 64] [--model wide|deep] [--optimizer sgd] [--bench PATH]
+#                     [--steps 20] [--warmup 8] [--batch 64] [--model wide|deep|gpt] [--optimizer sgd] [--bench PATH]
 #                     [--strata-algo "auto direct"]
 # -- issue 25's comparison in one sitting: over bench/shaped_link.sh's shaped links, for each host
 # count and rate, strata's MultiWorkerMirroredStrategy (bench/mpi_train_bench: flat, then each
