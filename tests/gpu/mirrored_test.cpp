@@ -3,7 +3,8 @@
 // team's reduce kernel) take the step one GPU takes on the same global
 // batch, within FP32 reduction-order tolerance (the replicas' matrix
 // products split the rows differently), repeat bitwise, and skip a NaN step
-// on every replica; their gradient buckets give the flat sum's bits.
+// on every replica; their gradient buckets give the flat sum's bits, and
+// ZeRO 2 and 3 by buckets the per-layer run's.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -106,6 +107,32 @@ TEST_CASE("gradient buckets on virtual GPUs (a side stream each) give the flat s
     const Run got = train(s, data, 2);
     CHECK(got.iterations == want.iterations);
     gpu_test::check_close(got.w, want.w, 1e-5, 1e-6, "bucketed against flat on two GPUs (NCCL's order may differ)");
+  }
+}
+
+// ZeRO 2 and 3 by buckets on GPU replicas (stop 45): each layer's gradient packed into its bucket's buffer
+// (m.copy on the replica's stream), a bucket reduce-scattered by the device collectives on padded equal blocks
+// (NCCL's contract exactly), stage 2's updated slices and stage 3's values gathered by the same buckets; the
+// direct kernel sums each element in replica order whatever the cut: the per-layer run's bits.
+TEST_CASE("ZeRO 2 and 3 by buckets on virtual GPUs give the per-layer run's bits") {
+  const auto data = strata_test::blobs(1003, 5);
+  for (int p : {2, 4}) {
+    CAPTURE(p);
+    for (strata::ShardedUpdate stage : {strata::ShardedUpdate::Gradients, strata::ShardedUpdate::Parameters}) {
+      CAPTURE(static_cast<int>(stage));
+      strata::MirroredStrategy layers{strata::virtual_gpus(0, p)};
+      layers.executor_options().sharded_update = stage;
+      const Run want = train(layers, data, 2);
+      for (std::size_t bytes : {std::size_t{1}, std::size_t{256}, std::size_t{1} << 20}) {
+        CAPTURE(bytes);
+        strata::MirroredStrategy s{strata::virtual_gpus(0, p)};
+        s.executor_options().sharded_update = stage;
+        s.executor_options().bucket_bytes = bytes;
+        const Run got = train(s, data, 2);
+        CHECK(got.iterations == want.iterations);
+        gpu_test::check_bitwise(got.w, want.w, "ZeRO by buckets against per layer on the same virtual GPUs");
+      }
+    }
   }
 }
 
