@@ -268,9 +268,8 @@ int run_mirrored(strata::MultiWorkerMirroredStrategy& s, M& model, const Args& a
   const strata::detail::ShardLayout layout(units, std::vector<std::size_t>(p, 1));
   const int stage = p > 1 ? a.zero : 0;
   const bool compressed = a.compression != strata::Compression::None;  // error feedback's residual counted
-  // ZeRO 2 and 3 by buckets (uncompressed): their buffers, and stage 2's slack for a block
-  const strata::detail::ShardBuckets bk(layout, stage >= 2 && !compressed
-                                                    ? static_cast<std::size_t>(a.bucket_mb * 1048576.0) : 0);
+  // ZeRO 2 and 3 by buckets (where they apply: shard_bucket_bytes): their buffers, as the executor holds them
+  const strata::detail::ShardBuckets bk(layout, stage >= 2 ? strata::shard_bucket_bytes(s.executor_options()) : 0);
   const std::size_t bucket_floats = bk.state_floats(stage, p, layout.window_pair());
   const double state_mib = a.tensor_parallel > 1 ? 0.0 : static_cast<double>(strata::detail::model_state_bytes(
                                stage, model.count_params(), p, a.optimizer == "adam" ? 2 : 0, layout.window_pair(),

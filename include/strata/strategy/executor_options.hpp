@@ -130,6 +130,13 @@ struct ExecutorOptions {
   friend bool operator==(const ExecutorOptions&, const ExecutorOptions&) = default;
 };
 
+//! The bucket size ZeRO 2 and 3 group their layers' reduce-scatters (and
+//! gathers) by under `o` (strategy/shard_buckets.hpp): bucket_bytes, but 0
+//! with compression, whose 16-bit windows are a layer's (each layer alone).
+[[nodiscard]] inline std::size_t shard_bucket_bytes(const ExecutorOptions& o) noexcept {
+  return o.compression == Compression::None ? o.bucket_bytes : 0;
+}
+
 //! What `o` does to the gradient of `local` CPU replicas per worker over
 //! `workers` workers, in words (the examples' summary), by the mirrored
 //! executors' rules: Auto is ZeRO 1 in one process from 3 replicas, else 0;
@@ -148,8 +155,8 @@ inline std::string describe_gradient(const ExecutorOptions& o, std::size_t local
   if (stage >= 1 && across) out += " of every worker";
   out += " (ZeRO " + std::to_string(stage) + ")";
   if (automatic) out += " (the default at " + std::to_string(local) + (local == 1 ? " replica)" : " replicas)");
-  if (stage >= 2 && o.bucket_bytes && o.compression == Compression::None)
-    out += "; the layers' gradients reduce-scattered by buckets of " + std::to_string((o.bucket_bytes + 1023) >> 10) +
+  if (const std::size_t b = shard_bucket_bytes(o); stage >= 2 && b)
+    out += "; the layers' gradients reduce-scattered by buckets of " + std::to_string((b + 1023) >> 10) +
            " KiB as backward ends them";
   else if (stage >= 2) out += "; each layer's gradient reduce-scattered as backward ends it";
   else if (stage == 1) out += "; one reduce-scatter after backward";

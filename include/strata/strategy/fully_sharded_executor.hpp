@@ -202,13 +202,13 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
     bk_ = ShardBuckets();
     no_buckets_.clear();
     if (!opts_.bucket_bytes) return;
-    if (opts_.compression != Compression::None)
+    if (!shard_bucket_bytes(opts_))
       no_buckets_ = "each layer's reduce-scatter on its own, not by buckets (they apply without compression)";
     else if (std::count(groups_.begin(), groups_.end(), groups_.front()) != static_cast<std::ptrdiff_t>(groups_.size()))
       no_buckets_ = "each layer's reduce-scatter on its own, not by buckets (the workers run different numbers of "
                     "replicas)";
     else
-      bk_ = ShardBuckets(layout_, opts_.bucket_bytes);
+      bk_ = ShardBuckets(layout_, shard_bucket_bytes(opts_));
   }
   [[nodiscard]] std::size_t bucket_floats() const {
     return bk_.state_floats(stage_, layout_.replicas(), layout_.window_pair());

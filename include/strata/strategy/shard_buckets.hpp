@@ -94,8 +94,7 @@ class ShardBuckets {
     const ShardBucket& b = buckets_[of_unit_.at(u)];
     for (std::size_t q = 0; q < L.replicas(); ++q) {
       const Range s = L.slice(u, q);
-      if (s.size())
-        m.copy(buf + q * b.block + (L.owned_at(u, q) - L.owned_at(b.ua, q)), grad + s.begin, s.size() * sizeof(float));
+      if (s.size()) m.copy(buf + place(L, b, u, q), grad + s.begin, s.size() * sizeof(float));
     }
   }
   //! Bucket k's gathered buffer `buf` (every replica's block) into `values`,
@@ -108,12 +107,16 @@ class ShardBuckets {
       for (std::size_t u = b.ua; u < b.ub; ++u) {
         const Range s = L.slice(u, q);
         if (s.size())
-          m.copy(values + (L.units()[u].begin + s.begin - from),
-                 buf + q * b.block + (L.owned_at(u, q) - L.owned_at(b.ua, q)), s.size() * sizeof(float));
+          m.copy(values + (L.units()[u].begin + s.begin - from), buf + place(L, b, u, q), s.size() * sizeof(float));
       }
   }
 
  private:
+  //! Where replica q's slice of unit u lies in bucket b's buffer: q's block, after q's slices of the units before u.
+  [[nodiscard]] static std::size_t place(const ShardLayout& L, const ShardBucket& b, std::size_t u, std::size_t q) {
+    return q * b.block + (L.owned_at(u, q) - L.owned_at(b.ua, q));
+  }
+
   std::vector<ShardBucket> buckets_;
   std::vector<std::size_t> of_unit_;
   std::size_t largest_ = 0, span_ = 0;
