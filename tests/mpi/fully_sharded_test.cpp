@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <strata/data/dataset.hpp>
@@ -397,14 +398,20 @@ TEST_CASE("GPU replicas across workers shard at ZeRO 1, 2 and 3: the CPU replica
 
 TEST_CASE("a worker stalled in its forward while the others wait in a parameter gather is named within the deadline") {
   strata::MultiWorkerMirroredStrategy probe{strata::cpu_replicas(1), strata_test::quick_workers(20s)};
-  for (bool gpus : {false, true}) {  // GPU replicas across workers: their gathers staged through the same context
-    INFO((gpus ? "GPU replicas" : "CPU replicas"));
+  // GPU replicas across workers: their gathers staged through the same context; by buckets (a bucket a
+  // layer): the others wait in a bucket's gather
+  for (const auto& run : {std::pair{false, std::size_t{0}}, std::pair{true, std::size_t{0}},
+                          std::pair{false, std::size_t{1}}, std::pair{true, std::size_t{1}}}) {
+    const bool gpus = run.first;  // (no structured binding: clang 14 cannot capture one in doctest's lambdas)
+    const std::size_t bytes = run.second;
+    INFO((gpus ? "GPU replicas" : "CPU replicas"), ", bucket bytes ", bytes);
     probe.communicator().barrier();  // worker 1 is out of its stall before the next strategy is made
     std::optional<strata_test::HostAsGpu> host;
     if (gpus) host.emplace();
     strata::MultiWorkerMirroredStrategy s{gpus ? strata::virtual_gpus(0, 1) : strata::cpu_replicas(1),
                                           strata_test::quick_workers(2s)};
     s.executor_options().sharded_update = ShardedUpdate::Parameters;
+    s.executor_options().bucket_bytes = bytes;
     const auto data = strata_test::blobs(60, 3);
     auto m = s.scope([] {  // worker 1 stalls 6 s in its third step, between two layers' gathers
       return nn::Sequential{nn::Input{{6}}, nn::Dense{16}, Stalls{1, 6000, 2}, nn::Dense{8}, nn::Dense{3}};
