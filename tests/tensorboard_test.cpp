@@ -4,11 +4,15 @@
 // protobuf's decoder over event.proto compiled by protoc).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +25,7 @@
 
 #include "blobs.hpp"
 #include "checkpoint_files.hpp"
+#include "strategy_sweep.hpp"
 
 namespace fs = std::filesystem;
 namespace nn = strata::nn;
@@ -288,4 +293,98 @@ TEST_CASE("TensorBoard callback: a process that is not the chief writes nothing;
   CHECK_THROWS_WITH_AS(nn::TensorBoard(true, d.path, {.update_freq = -1}), doctest::Contains("update_freq"),
                        strata::Error);
   CHECK_THROWS_WITH_AS(nn::TensorBoard(true, ""), doctest::Contains("log directory is empty"), strata::Error);
+}
+
+namespace {
+
+//! Stops a run (as a kill would) when the model has taken `at` steps: a
+//! SIGKILL as far as fit can tell (a throw between steps: no save), or a
+//! real SIGTERM (fit finishes the step, saves, throws nn::Preempted).
+struct StopAtStep final : nn::Callback {
+  std::int64_t at;
+  bool term;
+  StopAtStep(std::int64_t a, bool t) : at(a), term(t) {}
+  void on_batch_end(int, const nn::Logs&) override {
+    if (model().iterations() != at) return;
+    if (term) std::raise(SIGTERM);
+    else throw strata_test::Crashed{};
+  }
+};
+
+//! Every event file under `dir` (train/ and validation/).
+std::vector<fs::path> event_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const char* sub : {"train", "validation"})
+    if (fs::is_directory(dir / sub))
+      for (const auto& e : fs::directory_iterator(dir / sub)) out.push_back(e.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+//! The (folder, step, tag, value) lines of the event files under `dir`, as a
+//! set, the time-based scalars (per second, ms per step) left out.
+std::set<std::string> timeless_scalars(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& l : read_with_protobuf(event_files(dir)))
+    if (!l.starts_with("version ") && l.find("_per_second") == std::string::npos &&
+        l.find("_ms_per_step") == std::string::npos)
+      out.insert(l);
+  return out;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("A run stopped mid-epoch three times (kills and a SIGTERM, before and after the resumed run's first row) "
+          "writes the uninterrupted run's CSV and TensorBoard scalars") {
+  // 6 batches an epoch, 4 epochs, a checkpoint every 2 steps. The stopped run: killed at step 5 (epoch 1,
+  // before any row; resumes from step 4), killed at step 9 (after the resumed run wrote epoch 1's row;
+  // resumes from step 8), SIGTERM at step 11 (that run's checkpoints of steps 10 and 11 come before its
+  // first row; resumes from 11), killed at step 13 (after its first row), then runs to the end.
+  const auto train = strata_test::blobs(96, 1), val = strata_test::blobs(32, 2);
+  const auto run = [&](auto& s, const fs::path& dir, const std::vector<std::pair<std::int64_t, bool>>& stops) {
+    for (std::size_t attempt = 0; attempt <= stops.size(); ++attempt) {
+      auto model = s.scope([] { return strata_test::blobs_mlp(); });
+      model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                    {.seed = 7});
+      nn::BackupAndRestore backup{dir / "ckpt", {.save_every_steps = 2}};
+      nn::CSVLogger csv{dir / "history.csv"};
+      nn::TensorBoard tb{dir / "tb", {.update_freq = 1, .batch_size = 16}};
+      nn::EarlyStopping stop{{.monitor = "loss", .patience = 10}};
+      StopAtStep killer{attempt < stops.size() ? stops[attempt].first : -1,
+                        attempt < stops.size() && stops[attempt].second};
+      const nn::FitOptions opts{.epochs = 4, .verbose = nn::Verbosity::Silent,
+                                .callbacks = {&backup, &csv, &tb, &stop, &killer}};
+      const auto fit = [&] {
+        return model.fit(strata::data::from_tensor_slices(train.x, train.y).shuffle(96, 3).batch(16), opts,
+                         strata::data::from_tensor_slices(val.x, val.y).batch(16));
+      };
+      if (attempt == stops.size()) {
+        fit();
+        return strata_test::flat_weights(model);
+      }
+      if (stops[attempt].second) CHECK_THROWS_AS(fit(), nn::Preempted);
+      else CHECK_THROWS_AS(fit(), strata_test::Crashed);
+    }
+    return std::vector<float>{};
+  };
+  strata_test::for_each_strategy({.synchronous = true}, [&](auto& s, const strata::StrategyInfo&) {
+    TempDir want, got;
+    const auto w_want = run(s, want.path, {});
+    const auto w_got = run(s, got.path, {{5, false}, {9, false}, {11, true}, {13, false}});
+    CHECK(w_got == w_want);
+    const std::string csv_want = read_all(want.path / "history.csv"), csv_got = read_all(got.path / "history.csv");
+    CHECK(std::count(csv_want.begin(), csv_want.end(), '\n') == 5);  // the header, 4 epochs
+    CHECK(csv_got == csv_want);
+    const auto tb_want = timeless_scalars(want.path / "tb"), tb_got = timeless_scalars(got.path / "tb");
+    CHECK(tb_want.size() == 24 * 2 + 4 * 3 + 4 * 2);  // each batch's loss and accuracy, the epochs' and the rate
+    CHECK(tb_got == tb_want);
+    CHECK(event_files(got.path / "tb").size() == 5 + 3);  // a file a run in train/, validation/ from the first row
+  });
 }

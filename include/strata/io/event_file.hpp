@@ -96,10 +96,7 @@ inline std::string version_event(double wall_time) {
 //! One event file in `dir` (created if needed).
 class EventFileWriter {
  public:
-  explicit EventFileWriter(const std::filesystem::path& dir)
-      : w_(dir / ("events.out.tfevents." +
-                  std::to_string(static_cast<std::int64_t>(detail::unix_seconds())) + "." + detail::host_name() +
-                  "." + std::to_string(::getpid()) + ".strata")) {
+  explicit EventFileWriter(const std::filesystem::path& dir) : w_(fresh_name(dir)) {
     w_.write(version_event(detail::unix_seconds()));
     w_.flush();
   }
@@ -111,6 +108,17 @@ class EventFileWriter {
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return w_.path(); }
 
  private:
+  //! A name no file in `dir` has: a second writer in the same second and
+  //! process (a run resumed in-process, a second fit) starts a file of its
+  //! own instead of replacing the first one's.
+  static std::filesystem::path fresh_name(const std::filesystem::path& dir) {
+    const std::string base = "events.out.tfevents." + std::to_string(static_cast<std::int64_t>(detail::unix_seconds())) +
+                             "." + detail::host_name() + "." + std::to_string(::getpid());
+    std::error_code ec;
+    std::filesystem::path p = dir / (base + ".strata");
+    for (int n = 2; std::filesystem::exists(p, ec); ++n) p = dir / (base + "." + std::to_string(n) + ".strata");
+    return p;
+  }
   TfRecordWriter w_;
 };
 

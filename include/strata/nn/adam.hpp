@@ -28,7 +28,7 @@ class Adam final : public Optimizer {
   [[nodiscard]] std::string name() const override { return "Adam"; }
   [[nodiscard]] std::size_t slot_count() const noexcept override { return 2; }
   [[nodiscard]] std::string describe() const override {
-    return "Adam(" + field("learning_rate", lr_.scheduled(0)) + ", " + field("beta_1", o_.beta_1) + ", " +
+    return "Adam(" + rate_field(lr_) + ", " + field("beta_1", o_.beta_1) + ", " +
            field("beta_2", o_.beta_2) + ", " + field("epsilon", o_.epsilon) + clip_field() + ")";
   }
   [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return clone_of(*this, lr_); }

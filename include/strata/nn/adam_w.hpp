@@ -48,7 +48,7 @@ class AdamW final : public Optimizer {
   [[nodiscard]] std::string name() const override { return "AdamW"; }
   [[nodiscard]] std::size_t slot_count() const noexcept override { return 2; }
   [[nodiscard]] std::string describe() const override {
-    return "AdamW(" + field("learning_rate", lr_.scheduled(0)) + ", " + field("beta_1", o_.beta_1) + ", " +
+    return "AdamW(" + rate_field(lr_) + ", " + field("beta_1", o_.beta_1) + ", " +
            field("beta_2", o_.beta_2) + ", " + field("epsilon", o_.epsilon) + ", " +
            field("weight_decay", o_.weight_decay) + clip_field() + ")";
   }

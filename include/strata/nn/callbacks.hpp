@@ -53,15 +53,30 @@ class Callback {
   virtual void set_model(ModelAccess* m) { model_ = m; }
   //! What a BackupAndRestore checkpoint keeps of this callback (on the
   //! chief, when it saves), and gives back to a resumed run after
-  //! on_train_begin (on every worker). Callbacks without state keep none.
+  //! on_train_begin (on every worker), before the first step. Callbacks
+  //! without state keep none. A resumed run calls load_state on every
+  //! callback: with an empty state when the checkpoint kept none for it (it
+  //! was not in the run that saved, or kept nothing); an Error thrown there
+  //! refuses the resume before any step, the checkpoints and logs untouched.
   [[nodiscard]] virtual CallbackState save_state() const { return {}; }
   virtual void load_state(const CallbackState& /*state*/) {}
+  //! What this callback is, for its state in a checkpoint: its kind and,
+  //! where it writes one, its file ("CSVLogger(history.csv)"). A resumed
+  //! run hands each callback the state saved under its own id, whatever its
+  //! place in the list. Empty (the default): its type's name. Two callbacks
+  //! with one id are told apart by their order among those with that id.
+  [[nodiscard]] virtual std::string state_id() const { return {}; }
 
  protected:
   //! The model fit trains; an Error outside fit.
   [[nodiscard]] ModelAccess& model() const {
     if (!model_) throw Error("Callback: no model: a callback reaches its model only while fit runs it");
     return *model_;
+  }
+  //! Prints `line` where fit prints its progress (ModelAccess::say): on the
+  //! chief, unless fit is silent; nothing outside fit.
+  void say(const std::string& line) const {
+    if (model_) model_->say(line);
   }
 
  private:

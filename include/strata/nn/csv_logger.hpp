@@ -5,7 +5,9 @@
 //! appending to a file that has rows. Each row is flushed as written. The
 //! chief alone writes. Under BackupAndRestore a resumed run appends to the
 //! file as the checkpoint left it (rows written after it are dropped, then
-//! written again by the resumed epochs), never rewriting it.
+//! written again by the resumed epochs), never rewriting it, so a run
+//! stopped any number of times writes the rows of one never stopped; a
+//! file missing or cut short is refused before the first step.
 //!   strata::nn::CSVLogger csv{"history.csv", {.separator = ';', .append = false}};
 //!   model.fit(train, {.epochs = 10, .callbacks = {&csv}}, test);
 
@@ -36,12 +38,19 @@ class CSVLogger : public Callback {
       throw Error("CSVLogger: the separator cannot be a newline, a quote or NUL");
   }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  [[nodiscard]] std::string state_id() const override { return "CSVLogger(" + path_.string() + ")"; }
 
   void on_train_begin() override {  // the file is opened at the first row: a resumed run's state comes first
     file_.reset();
     keys_.clear();
-    resume_size_.reset();
+    keep_ = false;
     written_ = 0;
+    std::error_code ec;
+    if (o_.append && model().is_chief() && std::filesystem::exists(path_, ec)) {  // rows before this fit stay
+      written_ = std::filesystem::file_size(path_, ec);
+      if (ec) throw Error("CSVLogger: cannot read the size of " + path_.string() + ": " + ec.message());
+      keep_ = true;
+    }
   }
   void on_epoch_end(int epoch, const Logs& logs) override {
     if (!model().is_chief()) return;
@@ -52,18 +61,45 @@ class CSVLogger : public Callback {
   }
   void on_train_end(const Logs& /*logs*/) override { file_.reset(); }
 
+  //! The file's size as this run left it (also before its first row of a
+  //! resumed fit: the size the checkpoint resumed from recorded) and its columns.
   [[nodiscard]] CallbackState save_state() const override {
     std::string keys;
     for (const auto& k : keys_) keys += k + '\n';
     return {{"bytes", std::to_string(written_)}, {"keys", keys}};
   }
+  //! A resumed run: the file must hold at least the bytes the checkpoint
+  //! recorded (rows after them, written by the run that was stopped, go
+  //! when the next row is written); a logger the checkpoint kept nothing of
+  //! starts its file at the resumed epoch, but never over an existing file
+  //! (unless appending). Checked on the chief, before the first step.
   void load_state(const CallbackState& s) override {
-    // 0: the checkpoint came before the first row, the file not yet opened: it opens as a fresh run's
-    if (const auto* b = detail::find_state(s, "bytes"); b && std::stoull(*b) > 0) resume_size_.emplace(std::stoull(*b));
     keys_.clear();
+    const auto* b = detail::find_state(s, "bytes");
+    const bool chief = model().is_chief();
+    std::error_code ec;
+    if (!b) {
+      const bool exists = std::filesystem::exists(path_, ec);
+      if (chief && exists && !o_.append && std::filesystem::file_size(path_, ec) > 0)
+        throw Error("CSVLogger: the checkpoint this run resumes from kept no history for " + path_.string() +
+                    " (the run that saved it did not log there), and the file exists: logging there now would "
+                    "replace it. Move it away, log to another file, or start the run over (--start-over)");
+      return;
+    }
+    written_ = std::stoull(*b);
+    keep_ = written_ > 0;
     if (const auto* k = detail::find_state(s, "keys"))
       for (std::size_t at = 0, nl; (nl = k->find('\n', at)) != std::string::npos; at = nl + 1)
         keys_.push_back(k->substr(at, nl - at));
+    if (!chief || !keep_) return;
+    const bool exists = std::filesystem::exists(path_, ec);
+    const auto size = exists ? std::filesystem::file_size(path_, ec) : 0;
+    if (!exists || ec || size < written_)
+      throw Error("CSVLogger: resuming, " + path_.string() + " should hold the " + std::to_string(written_) +
+                  " bytes of history written before the checkpoint, but " +
+                  (!exists ? std::string("it is missing (renamed or deleted?)")
+                           : ec ? "it cannot be read (" + ec.message() + ")" : "it holds " + std::to_string(size)) +
+                  ". Put the file back, or start the run over (--start-over)");
   }
 
  private:
@@ -72,20 +108,18 @@ class CSVLogger : public Callback {
   };
   void open(const Logs& logs) {
     std::error_code ec;
-    if (resume_size_) {  // as the checkpoint left it: rows after it go (the resumed epochs write them again)
+    if (keep_) {  // as this run knows it: rows after it (a stopped run's, written again now) go
       const auto size = std::filesystem::file_size(path_, ec);
-      if (ec || size < *resume_size_)
-        throw Error("CSVLogger: resuming, " + path_.string() + " should hold " + std::to_string(*resume_size_) +
-                    " bytes written before the checkpoint, but " +
+      if (ec || size < written_)
+        throw Error("CSVLogger: " + path_.string() + " should hold " + std::to_string(written_) +
+                    " bytes of history, but " +
                     (ec ? "cannot be read (" + ec.message() + ")" : "holds " + std::to_string(size)));
-      std::filesystem::resize_file(path_, *resume_size_, ec);
+      if (size > written_) std::filesystem::resize_file(path_, written_, ec);
       if (ec) throw Error("CSVLogger: cannot resize " + path_.string() + ": " + ec.message());
-      written_ = *resume_size_;
     }
-    const bool appending = resume_size_ || o_.append;
-    file_.reset(std::fopen(path_.string().c_str(), appending ? "ab" : "wb"));
+    file_.reset(std::fopen(path_.string().c_str(), keep_ ? "ab" : "wb"));
     if (!file_) throw Error("CSVLogger: cannot open " + path_.string() + " for writing");
-    if (appending && !resume_size_) written_ = std::filesystem::file_size(path_, ec);
+    if (!keep_) written_ = 0;
     if (keys_.empty()) {  // a fresh run's columns: the first row's names, sorted (as Keras)
       for (const auto& kv : logs.items()) keys_.push_back(kv.first);
       std::sort(keys_.begin(), keys_.end());
@@ -106,8 +140,8 @@ class CSVLogger : public Callback {
   CSVLoggerOptions o_;
   std::unique_ptr<std::FILE, Close> file_;
   std::vector<std::string> keys_;
-  std::optional<std::uintmax_t> resume_size_;  // a resumed run: the file's size at the checkpoint
-  std::uintmax_t written_ = 0;                 // the file's size (as written by this logger)
+  bool keep_ = false;           // the file's first written_ bytes are history to keep (appending or resumed)
+  std::uintmax_t written_ = 0;  // the file's size as this run knows it
 };
 
 }  // namespace strata::nn

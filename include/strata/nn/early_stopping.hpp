@@ -36,6 +36,7 @@ class EarlyStopping : public Callback {
 
   //! The value it watches (EarlyStoppingOptions::monitor).
   [[nodiscard]] const std::string& monitor() const noexcept { return o_.monitor; }
+  [[nodiscard]] std::string state_id() const override { return "EarlyStopping(" + o_.monitor + ")"; }
   //! The epoch (0-based) at which it stopped fit; -1 when it did not.
   [[nodiscard]] int stopped_epoch() const noexcept { return stopped_epoch_; }
   //! The best epoch (0-based; -1 before any) and its value.
@@ -64,10 +65,15 @@ class EarlyStopping : public Callback {
     if (wait_ >= o_.patience && epoch > 0) {
       stopped_epoch_ = epoch;
       stop_training = true;
+      say("Epoch " + std::to_string(epoch + 1) + ": early stopping (" + o_.monitor + " has not improved for " +
+          std::to_string(wait_) + " epoch(s))");
     }
   }
   void on_train_end(const Logs& /*logs*/) override {
-    if (o_.restore_best_weights && !best_weights_.empty()) model().set_weights(best_weights_);
+    if (o_.restore_best_weights && !best_weights_.empty()) {
+      model().set_weights(best_weights_);
+      if (best_epoch_ >= 0) say("Restoring model weights from the end of the best epoch: " + std::to_string(best_epoch_ + 1) + ".");
+    }
   }
 
   [[nodiscard]] CallbackState save_state() const override {

@@ -9,6 +9,7 @@
 //! learning rate set at run time; a resumed run gets both back.
 //!   detail::FitBackup<Sequential> b(model, backup);  b.resume();  fit_epochs(..., &b.hooks());
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -25,6 +26,7 @@
 #include <strata/nn/fit_callbacks.hpp>
 #include <strata/nn/fit_loop.hpp>
 #include <strata/nn/learning_rate.hpp>
+#include <strata/nn/monitor.hpp>
 #include <strata/nn/preemption.hpp>
 #include <strata/nn/run_record.hpp>
 #include <strata/strategy/any_strategy.hpp>
@@ -41,7 +43,10 @@ class FitBackup {
             std::vector<Callback*> callbacks, ModelAccess& access)
       : m_(m), b_(b), fields_(std::move(fields)), epochs_(epochs), callbacks_(std::move(callbacks)), access_(access) {
     if (b_.options().handle_signals) guard_ = std::make_unique<PreemptionGuard>();
-    resume_.after = [this](const TrainingPosition& p, FitMoment m) { return after(p, m); };
+    resume_.after = [this](const TrainingPosition& p, FitMoment m, const PassTotals* running) {
+      return after(p, m, running);
+    };
+    resume_.restore = [this] { restore_callbacks_or_refuse(); };
   }
 
   //! The chief takes the directory (its lock, then its run record: ours,
@@ -79,19 +84,14 @@ class FitBackup {
     try {
       check_resumable(loaded, step);
     } catch (const CheckpointDirectoryError&) {
-      if (m_.is_chief()) {  // refused after all: leave no record or lock file this attempt made
-        std::error_code ec;
-        if (record_made_) std::filesystem::remove(b_.record_path(), ec);
-        if (b_.lock_ && b_.lock_->created()) b_.lock_->remove_and_release();
-      }
-      b_.lock_.reset();
-      b_.run_ = {};
+      abandon();
       throw;
     }
     b_.resumed_at_ = loaded;
     if (loaded) {
       resume_.resumed = true;
       resume_.start = *loaded;
+      resume_.from = b_.dir().string();
       resumed_from_ = step;
       restore_extras(loaded_path_);
     }
@@ -108,6 +108,30 @@ class FitBackup {
   }
 
  private:
+  //! A resume refused: no record or lock file this attempt made stays (the
+  //! chief's), and this object holds the directory no more.
+  void abandon() {
+    if (m_.is_chief()) {
+      std::error_code ec;
+      if (record_made_) std::filesystem::remove(b_.record_path(), ec);
+      if (b_.lock_ && b_.lock_->created()) b_.lock_->remove_and_release();
+    }
+    b_.lock_.reset();
+    b_.run_ = {};
+    b_.resumed_at_.reset();
+  }
+  //! Every worker: hands the callbacks their state (fit calls it after
+  //! on_train_begin); a callback that refuses it on any worker (a CSV
+  //! history missing, say) refuses the resume on every worker, before any
+  //! step, the directory left as it was.
+  void restore_callbacks_or_refuse() {
+    const std::string why = restore_callbacks(callbacks_, callback_state_);
+    if (sum_over_workers(m_.strategy(), {why.empty() ? 0.0 : 1.0})[0] == 0) return;
+    abandon();
+    if (!why.empty()) throw CheckpointDirectoryError("BackupAndRestore: cannot resume from " + b_.dir().string() + ": " + why);
+    throw CheckpointDirectoryError("BackupAndRestore: cannot resume from " + b_.dir().string() +
+                                   ": the chief refused the callbacks' state; its error says why");
+  }
   //! Every worker: loads the newest checkpoint of this run, then refuses a
   //! directory with files named like checkpoints and none resumable, or a
   //! checkpoint past the end of this fit's epochs.
@@ -235,10 +259,10 @@ class FitBackup {
   //! parameter server: steps in flight), a step's end saves nothing: a
   //! signal stops the pass, which then saves (PassStopped); periodic saves
   //! happen at epoch ends only.
-  bool after(const TrainingPosition& p, FitMoment m) {
+  bool after(const TrainingPosition& p, FitMoment m, const PassTotals* running) {
     AnyStrategy& s = m_.strategy();
     if (m == FitMoment::PassStopped) {
-      save(p);
+      save(p, running);
       throw Preempted(signal_ ? signal_ : SIGTERM, b_.path_for(p.step).string());
     }
     const int sig = guard_ ? PreemptionGuard::pending() : 0;
@@ -250,7 +274,7 @@ class FitBackup {
     }
     const std::int64_t from = std::exchange(last_step_, p.step);  // an execution may take several steps
     if (!preempt && m == FitMoment::Step && !b_.due(from, p.step)) return false;
-    save(p);
+    save(p, m == FitMoment::Step ? running : nullptr);
     if (preempt) throw Preempted(sig ? sig : SIGTERM, b_.path_for(p.step).string());
     return false;
   }
@@ -259,18 +283,77 @@ class FitBackup {
   void restore_extras(const std::filesystem::path& path) {
     const io::TensorFile f = io::read_tensor_file(path, "BackupAndRestore", io::ReadPart::MetadataOnly);
     for (const auto& [k, v] : f.meta)
-      if (k.starts_with("callback/")) resume_.callback_state.emplace_back(k, v);
+      if (k.starts_with("callback/")) callback_state_.emplace_back(k, v);
+    if (const std::string* t = f.find("epoch_totals"); t && resume_.start.batch > 0)
+      resume_.totals = totals_of_this_worker(*t, path);
     if (const std::string* r = f.find("learning_rate_override")) {
       access_.set_learning_rate(std::strtof(r->c_str(), nullptr));
     } else if (LearningRate* lr = m_.optimizer().learning_rate()) {
       lr->set_override(std::nullopt);  // the run had no rate set at run time then
     }
   }
-  //! What a checkpoint keeps besides the model: the run, the callbacks' state, a rate set at run time.
-  std::vector<std::pair<std::string, std::string>> extras() const {
+  //! Collective: every worker's running totals of the epoch (`running`:
+  //! this worker's; null at an epoch's end: none), as the checkpoint keeps
+  //! them: "W K" then W blocks of K values (loss, rows, samples, metrics),
+  //! each exact ("" when none).
+  std::string gather_totals(const PassTotals* running) const {
+    AnyStrategy& s = m_.strategy();
+    if (!running) return {};
+    const std::size_t W = static_cast<std::size_t>(std::max(1, s.num_workers()));
+    const std::size_t K = 3 + running->metrics.size();
+    std::vector<double> all(W * K, 0.0);
+    const std::size_t w = static_cast<std::size_t>(s.worker_index());
+    all[w * K] = running->loss;
+    all[w * K + 1] = static_cast<double>(running->local);
+    all[w * K + 2] = static_cast<double>(running->samples);
+    std::copy(running->metrics.begin(), running->metrics.end(), all.begin() + static_cast<std::ptrdiff_t>(w * K + 3));
+    all = sum_over_workers(s, std::move(all));  // (one nonzero term per value: exact)
+    std::string out = std::to_string(W) + " " + std::to_string(K);
+    for (const double v : all) out += " " + detail::exact(v);
+    return out;
+  }
+  //! This worker's totals from a checkpoint's "epoch_totals"; saved by
+  //! another number of workers: worker 0 takes their sum (the epoch's
+  //! totals, summed over the workers at its end, come out the same), the
+  //! others none.
+  PassTotals totals_of_this_worker(const std::string& text, const std::filesystem::path& path) const {
+    AnyStrategy& s = m_.strategy();
+    std::vector<double> v;
+    const char* at = text.c_str();
+    for (char* end = nullptr;; at = end) {
+      const double x = std::strtod(at, &end);
+      if (end == at) break;
+      v.push_back(x);
+    }
+    const std::size_t W = v.size() >= 2 ? static_cast<std::size_t>(v[0]) : 0, K = v.size() >= 2 ? static_cast<std::size_t>(v[1]) : 0;
+    if (W == 0 || K < 3 || v.size() != 2 + W * K)
+      throw Error("BackupAndRestore: " + path.string() + " is corrupt: its epoch_totals do not parse");
+    const double* blocks = v.data() + 2;
+    PassTotals t;
+    t.metrics.assign(K - 3, 0.0);
+    t.samples = static_cast<std::size_t>(blocks[2]);  // global samples: the same on every worker
+    const auto w = static_cast<std::size_t>(s.worker_index());
+    if (W == static_cast<std::size_t>(std::max(1, s.num_workers()))) {
+      t.loss = blocks[w * K];
+      t.local = static_cast<std::size_t>(blocks[w * K + 1]);
+      std::copy(blocks + w * K + 3, blocks + (w + 1) * K, t.metrics.begin());
+    } else if (w == 0) {
+      for (std::size_t q = 0; q < W; ++q) {
+        t.loss += blocks[q * K];
+        t.local += static_cast<std::size_t>(blocks[q * K + 1]);
+        for (std::size_t m = 0; m + 3 < K; ++m) t.metrics[m] += blocks[q * K + 3 + m];
+      }
+    }
+    return t;
+  }
+  //! What a checkpoint keeps besides the model: the run, the callbacks' state
+  //! (keyed by their ids), a rate set at run time, the epoch's running totals.
+  std::vector<std::pair<std::string, std::string>> extras(const std::string& totals) const {
     auto meta = detail::run_meta(b_.run_);
+    const auto ids = callback_ids(callbacks_);
     for (std::size_t i = 0; i < callbacks_.size(); ++i)
-      for (auto& [k, v] : callbacks_[i]->save_state()) meta.emplace_back(callback_key(i, k), std::move(v));
+      for (auto& [k, v] : callbacks_[i]->save_state()) meta.emplace_back(callback_key(ids[i], k), std::move(v));
+    if (!totals.empty()) meta.emplace_back("epoch_totals", totals);
     if (const LearningRate* lr = m_.optimizer().learning_rate(); lr && lr->override_rate()) {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(*lr->override_rate()));
@@ -279,13 +362,14 @@ class FitBackup {
     return meta;
   }
 
-  void save(const TrainingPosition& p) {
+  void save(const TrainingPosition& p, const PassTotals* running) {
     trace::Span span{"backup", trace::Category::Checkpoint, {{"step", p.step}}};
     const auto path = b_.path_for(p.step);
+    const std::string totals = gather_totals(p.batch > 0 ? running : nullptr);  // collective
     std::string why;
     if (m_.is_chief() || m_.state_reads_collective()) {  // sharded state: every worker joins it, the chief writes
       try {
-        m_.save_checkpoint(path, p, extras());
+        m_.save_checkpoint(path, p, extras(totals));
         if (m_.is_chief()) b_.prune(p.step);
       } catch (const std::exception& e) {
         why = e.what();
@@ -309,6 +393,7 @@ class FitBackup {
   std::optional<std::int64_t> resumed_from_;
   int signal_ = 0;
   std::filesystem::path loaded_path_;  // the checkpoint resumed from
+  CallbackState callback_state_;       // the callbacks' state in it, keyed by callback_key
 };
 
 }  // namespace strata::nn::detail

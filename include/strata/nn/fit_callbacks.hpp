@@ -6,6 +6,7 @@
 //!   detail::ModelAccessOf<Sequential> access(model);  detail::CallbacksSeeModel seen(opts.callbacks, access);
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -89,6 +90,13 @@ class ModelAccessOf final : public ModelAccess {
     return sum_over_workers(m_.strategy(), std::move(v));
   }
   bool any_worker(bool mine) override { return sum_over_workers(m_.strategy(), {mine ? 1.0 : 0.0})[0] > 0; }
+  void say(const std::string& line) override {
+    if (!out_ || !m_.is_chief()) return;
+    std::fprintf(out_, "%s\n", line.c_str());
+    std::fflush(out_);
+  }
+  //! Where say() prints (fit's progress output; null: fit is silent).
+  void speak_to(std::FILE* out) noexcept { out_ = out; }
 
  private:
   LearningRate* rate(const char* what) const {
@@ -99,6 +107,7 @@ class ModelAccessOf final : public ModelAccess {
     return lr;
   }
   Model& m_;
+  std::FILE* out_ = nullptr;
 };
 
 //! Hands `access` to every callback for a fit (Callback::set_model), and takes it back after.

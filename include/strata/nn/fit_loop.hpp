@@ -4,11 +4,18 @@
 //! is the executor's (strategy/executor.hpp).
 //!   History h = strata::nn::detail::fit_epochs(executor, dataset, opts, make_pass, logs_of, validate);
 
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
+
+#include <cxxabi.h>
 
 #include <strata/nn/checkpoint_format.hpp>
 #include <strata/nn/data_pass.hpp>
@@ -32,31 +39,71 @@ enum class FitMoment {
 struct FitResume {
   bool resumed = false;  //!< start comes from a checkpoint (else: the beginning)
   TrainingPosition start;
-  std::function<bool(const TrainingPosition&, FitMoment)> after;
-  //! The callbacks' state in the checkpoint resumed from, keyed by callback_key.
-  CallbackState callback_state;
+  std::string from;  //!< where it resumed from (the checkpoint directory), for fit's message
+  //! This worker's running totals of the epoch resumed inside, as they
+  //! stood at the checkpoint (nullopt: none, as at an epoch's start).
+  std::optional<PassTotals> totals;
+  //! after(position, moment, the pass's running totals: this worker's; null at an epoch's end).
+  std::function<bool(const TrainingPosition&, FitMoment, const PassTotals*)> after;
+  //! A resumed run: hands the callbacks their state (after on_train_begin,
+  //! before the first step); throws, on every worker, to refuse the resume.
+  std::function<void()> restore;
 };
 
-//! Where a checkpoint keeps entry `key` of the state of callback number `i` of fit's list.
-inline std::string callback_key(std::size_t i, const std::string& key) {
-  return "callback/" + std::to_string(i) + "/" + key;
+//! A callback's type, as a name (the id of a callback that gives none).
+inline std::string type_name_of(const Callback& cb) {
+  const char* mangled = typeid(cb).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  return status == 0 && name ? std::string(name.get()) : std::string(mangled);
 }
-//! Hands each callback its part of `state` (a resumed run's, after on_train_begin).
-inline void restore_callbacks(const std::vector<Callback*>& callbacks, const CallbackState& state) {
+//! Each callback's id for its state in a checkpoint (Callback::state_id,
+//! else its type's name); the second and later with one id get "#2", "#3"...
+inline std::vector<std::string> callback_ids(const std::vector<Callback*>& callbacks) {
+  std::vector<std::string> ids;
+  std::map<std::string, int> seen;
+  for (const auto* cb : callbacks) {
+    std::string id = cb->state_id();
+    if (id.empty()) id = type_name_of(*cb);
+    const int n = ++seen[id];
+    ids.push_back(n == 1 ? id : id + "#" + std::to_string(n));
+  }
+  return ids;
+}
+//! Where a checkpoint keeps entry `key` of the state of the callback with id `id`.
+inline std::string callback_key(const std::string& id, const std::string& key) { return "callback/" + id + "/" + key; }
+//! Hands every callback the state `state` keeps under its id (an empty one
+//! where it keeps none: a callback the run that saved did not have);
+//! entries of callbacks this run lacks are ignored. Checkpoints written
+//! before ids keyed them by position ("callback/0/..."): read so. Every
+//! callback gets its call; returns the first error ("": none).
+inline std::string restore_callbacks(const std::vector<Callback*>& callbacks, const CallbackState& state) {
+  const auto ids = callback_ids(callbacks);
+  bool by_position = !state.empty();
+  for (const auto& kv : state)
+    by_position = by_position && kv.first.size() > 9 && std::isdigit(static_cast<unsigned char>(kv.first[9]));
+  std::string why;
   for (std::size_t i = 0; i < callbacks.size(); ++i) {
-    const std::string prefix = callback_key(i, "");
+    const std::string prefix = by_position ? "callback/" + std::to_string(i) + "/" : callback_key(ids[i], "");
     CallbackState mine;
     for (const auto& [k, v] : state)
       if (k.starts_with(prefix)) mine.emplace_back(k.substr(prefix.size()), v);
-    if (!mine.empty()) callbacks[i]->load_state(mine);
+    try {
+      callbacks[i]->load_state(mine);
+    } catch (const std::exception& e) {
+      if (why.empty()) why = e.what();
+    }
   }
+  return why;
 }
 
 //! Runs opts.epochs passes of `ds` (each made by make_pass(iterator)) on
 //! `ex`; logs_of(totals) makes the logs; validate(logs) adds val_* entries.
 //! With `resume`: from its start (the dataset's pass counters set for that
-//! epoch, its first `batch` batches skipped, the callbacks' state restored
-//! after on_train_begin), calling its `after`.
+//! epoch, its first `batch` batches skipped, their sums carried into the
+//! epoch's, the callbacks' state restored after on_train_begin: a resumed
+//! epoch's logs and progress are the whole epoch's), saying where it
+//! resumed from, calling its `after`.
 //! With opts.check_finite the executor skips steps whose reduced gradient
 //! is not finite (strategy/program.hpp, Pass::FiniteCheck): an epoch's logs
 //! then carry "skipped_steps", its count. An epoch that gets no batch (or
@@ -69,7 +116,16 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
     cb->stop_training = false;
     cb->on_train_begin();
   }
-  if (resume && resume->resumed) restore_callbacks(opts.callbacks, resume->callback_state);
+  const bool resumed = resume && resume->resumed;
+  if (resumed) {
+    resume->restore();  // before any step: a refusal changes nothing
+    if (ex.is_chief() && opts.verbose != Verbosity::Silent) {
+      std::fprintf(opts.out, "Resumed from step %lld (epoch %d, batch %zu) in %s\n",
+                   static_cast<long long>(resume->start.step), resume->start.epoch + 1, resume->start.batch,
+                   resume->from.c_str());
+      std::fflush(opts.out);
+    }
+  }
   Logs logs;
   bool stop = false;
   Pass::FiniteCheck finite{opts.max_bad_steps};
@@ -80,12 +136,15 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
     if (verbose != Verbosity::Silent) std::fprintf(opts.out, "Epoch %d/%d\n", epoch + 1, opts.epochs);
     std::optional<std::size_t> total = ds.cardinality();
     if (opts.steps_per_epoch) total = total ? std::min(*total, opts.steps_per_epoch) : opts.steps_per_epoch;
-    Progress progress(verbose, opts.out, total);
     std::size_t skip = 0;
-    if (resume && resume->resumed && epoch == first) {
+    const PassTotals* carried = nullptr;  // the resumed epoch's sums before its checkpoint
+    if (resumed && epoch == first) {
       ds.set_pass_counters(resume->start.data_counters);
       skip = resume->start.batch;
+      if (skip > 0 && resume->totals) carried = &*resume->totals;
     }
+    const std::size_t carried_samples = carried ? carried->samples : 0;
+    Progress progress(verbose, opts.out, total, skip);  // the whole epoch's batches; rates: this process's
     TrainingPosition at{0, epoch, skip, resume ? ds.pass_counters() : std::vector<std::uint64_t>{}};
     bool stopped_by_resume = false;
     auto it = ds.iterator();
@@ -95,6 +154,7 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
     std::size_t steps = 0;
     FnPass pass = make_pass(it);
     pass.finite = opts.check_finite ? &finite : nullptr;
+    pass.carried = carried;
     const std::size_t skipped_before = finite.skipped;
     const auto with_skipped = [&](Logs l) {
       if (finite.skipped > skipped_before) l.set("skipped_steps", static_cast<double>(finite.skipped - skipped_before));
@@ -103,12 +163,13 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
     pass.max_steps = opts.steps_per_epoch ? (opts.steps_per_epoch > skip ? opts.steps_per_epoch - skip : 0) : 0;
     if (opts.steps_per_epoch && pass.max_steps == 0) continue;  // the resumed epoch was complete
     std::size_t ended = 0;  // the pass's steps whose on_batch_end ran
+    PassTotals running;     // the last running totals (what a stopped pass's checkpoint keeps)
     pass.begin_fn = [&](std::size_t s) {
       for (auto* cb : opts.callbacks) cb->on_batch_begin(static_cast<int>(s));
     };
     pass.end_fn = [&](std::size_t s, const PassTotals& t) {
       // running logs (an O(parameters) regularization sum with L2) only for whoever reads them
-      progress.update(steps = s + 1, t.samples, [&] { return with_skipped(logs_of(t)); });
+      progress.update(skip + (steps = s + 1), t.samples - carried_samples, [&] { return with_skipped(logs_of(t)); });
       if (!opts.callbacks.empty()) {
         const Logs running = with_skipped(logs_of(t));
         for (auto* cb : opts.callbacks) {
@@ -121,7 +182,8 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
       if (resume) {
         at.step = *pass.iteration;
         at.batch = skip + s + 1;
-        if (resume->after(at, FitMoment::Step)) stop = stopped_by_resume = true;
+        running = t;
+        if (resume->after(at, FitMoment::Step, &t)) stop = stopped_by_resume = true;
       }
       return stop;
     };
@@ -137,7 +199,7 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
     if (stopped_by_resume) {  // every step it ran is applied now: batches trained = steps taken
       at.step = *pass.iteration;
       at.batch = skip + static_cast<std::size_t>(at.step - it0);
-      resume->after(at, FitMoment::PassStopped);  // saves, and throws Preempted
+      resume->after(at, FitMoment::PassStopped, &running);  // saves, and throws Preempted
       break;
     }
     if (t.samples == 0 && skip == 0)
@@ -146,13 +208,14 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
                   ": nothing to train on. Check its size against its batch size and any take, skip or filter");
     logs = with_skipped(logs_of(t));
     validate(logs);
-    progress.finish(steps, t.samples, logs);
+    progress.finish(skip + steps, t.samples - carried_samples, logs);
     history.append(logs);
     for (auto* cb : opts.callbacks) {
       cb->on_epoch_end(epoch, logs);
       stop = stop || cb->stop_training;
     }
-    if (resume && !stop && resume->after({*pass.iteration, epoch + 1, 0, ds.pass_counters()}, FitMoment::EpochEnd))
+    if (resume && !stop &&
+        resume->after({*pass.iteration, epoch + 1, 0, ds.pass_counters()}, FitMoment::EpochEnd, nullptr))
       stop = true;
   }
   for (auto* cb : opts.callbacks) cb->on_train_end(logs);

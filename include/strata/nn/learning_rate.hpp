@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <concepts>
 #include <limits>
 #include <memory>
@@ -25,18 +27,48 @@
 
 namespace strata::nn {
 
+namespace detail {
+//! The shortest text that reads back as `v` ("0.001").
+inline std::string rate_text(float v) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+}  // namespace detail
+
 class LearningRate {
  public:
   LearningRate(double value) : fn_([v = static_cast<float>(value)](std::int64_t) { return v; }) {}  // NOLINT: implicit on purpose
   template <class F>
     requires(std::is_invocable_r_v<float, F&, std::int64_t> && !std::is_arithmetic_v<F> &&
              !std::same_as<std::remove_cvref_t<F>, LearningRate>)
-  LearningRate(F schedule) : fn_(std::move(schedule)) {}  // NOLINT
+  LearningRate(F schedule) : fn_(schedule) {  // NOLINT
+    if constexpr (requires(const F& f) { { f.describe() } -> std::convertible_to<std::string>; })
+      describe_ = [f = std::move(schedule)] { return f.describe(); };
+    else
+      describe_ = [fn = fn_] {  // a callable that says nothing of itself: its rates at a few steps
+        std::string s = "schedule(";
+        const char* sep = "";
+        for (std::int64_t step = 1; step <= 1000000; step *= 10) {
+          for (const std::int64_t at : step == 1 ? std::vector<std::int64_t>{0, 1} : std::vector<std::int64_t>{step}) {
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%s%lld: %.9g", sep, static_cast<long long>(at), static_cast<double>(fn(at)));
+            s += buf;
+            sep = ", ";
+          }
+        }
+        return s + ")";
+      };
+  }
   //! A copy has an override of its own (starting from this one's): two
   //! models compiled with copies of one optimizer do not share it.
-  LearningRate(const LearningRate& o) : fn_(o.fn_), override_(std::make_shared<Override>(o.override_->load())) {}
+  LearningRate(const LearningRate& o)
+      : fn_(o.fn_), describe_(o.describe_), override_(std::make_shared<Override>(o.override_->load())) {}
   LearningRate& operator=(const LearningRate& o) {
-    if (this != &o) fn_ = o.fn_, override_ = std::make_shared<Override>(o.override_->load());
+    if (this != &o) fn_ = o.fn_, describe_ = o.describe_, override_ = std::make_shared<Override>(o.override_->load());
     return *this;
   }
   LearningRate(LearningRate&&) noexcept = default;
@@ -47,8 +79,19 @@ class LearningRate {
     const float o = override_->load(std::memory_order_relaxed);
     return std::isnan(o) ? fn_(step) : o;
   }
-  //! The schedule's rate at `step`, whatever the override (what Optimizer::describe shows).
+  //! The schedule's rate at `step`, whatever the override.
   [[nodiscard]] float scheduled(std::int64_t step) const { return fn_(step); }
+  //! Whether the rate is a constant (not a schedule).
+  [[nodiscard]] bool is_constant() const noexcept { return !describe_; }
+  //! A schedule as text, for a run's fingerprint (Optimizer::describe):
+  //! its own describe() ("CosineDecay(initial=0, ..., warmup_target=0.001, ...)"),
+  //! else its rates at steps 0, 1, 10, ..., 10^6; a constant: its value.
+  [[nodiscard]] std::string describe() const {
+    if (describe_) return describe_();
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(fn_(0)));
+    return buf;
+  }
   //! The rate set at run time, if any.
   [[nodiscard]] std::optional<float> override_rate() const {
     std::optional<float> out;
@@ -68,6 +111,7 @@ class LearningRate {
  private:
   using Override = std::atomic<float>;  // NaN: none
   std::function<float(std::int64_t)> fn_;
+  std::function<std::string()> describe_;  // a schedule's (empty: a constant)
   std::shared_ptr<Override> override_ = std::make_shared<Override>(std::numeric_limits<float>::quiet_NaN());
 };
 
@@ -83,6 +127,10 @@ struct ExponentialDecay {
     if (staircase) e = std::floor(e);
     return static_cast<float>(initial * std::pow(static_cast<double>(decay_rate), e));
   }
+  [[nodiscard]] std::string describe() const {
+    return "ExponentialDecay(initial=" + detail::rate_text(initial) + ", decay_steps=" + std::to_string(decay_steps) +
+           ", decay_rate=" + detail::rate_text(decay_rate) + ", staircase=" + (staircase ? "1" : "0") + ")";
+  }
 };
 
 //! values[i] while step <= boundaries[i] (and values.back() after the last boundary).
@@ -96,6 +144,13 @@ struct PiecewiseConstantDecay {
     std::size_t i = 0;
     while (i < boundaries.size() && step > boundaries[i]) ++i;
     return values[i];
+  }
+  [[nodiscard]] std::string describe() const {
+    std::string s = "PiecewiseConstantDecay(boundaries=[";
+    for (std::size_t i = 0; i < boundaries.size(); ++i) s += (i ? "," : "") + std::to_string(boundaries[i]);
+    s += "], values=[";
+    for (std::size_t i = 0; i < values.size(); ++i) s += (i ? "," : "") + detail::rate_text(values[i]);
+    return s + "])";
   }
 };
 
@@ -128,6 +183,13 @@ struct CosineDecay {
     const double cosine = 0.5 * (1.0 + std::cos(pi * (s - w) / static_cast<double>(decay_steps)));
     const double a = alpha;
     return static_cast<float>(peak * ((1.0 - a) * cosine + a));
+  }
+  //! Its parameters: the peak (warmup_target) among them, whatever the rate at step 0.
+  [[nodiscard]] std::string describe() const {
+    return "CosineDecay(initial=" + detail::rate_text(initial) + ", decay_steps=" + std::to_string(decay_steps) +
+           ", alpha=" + detail::rate_text(alpha) +
+           (warmup_target ? ", warmup_target=" + detail::rate_text(*warmup_target) : std::string()) +
+           ", warmup_steps=" + std::to_string(warmup_steps) + ")";
   }
 };
 

@@ -19,6 +19,7 @@
 #include <string>
 
 #include <strata/nn/callbacks.hpp>
+#include <strata/nn/learning_rate.hpp>
 #include <strata/nn/monitor.hpp>
 
 namespace strata::nn {
@@ -44,12 +45,13 @@ class ReduceLROnPlateau : public Callback {
   //! Epochs without improvement so far; the best value; reductions made in the last fit.
   [[nodiscard]] int wait() const noexcept { return wait_; }
   [[nodiscard]] std::optional<double> best() const noexcept { return best_; }
+  [[nodiscard]] std::string state_id() const override { return "ReduceLROnPlateau(" + o_.monitor + ")"; }
 
   void on_train_begin() override {
     wait_ = cooldown_ = 0;
     best_.reset();
   }
-  void on_epoch_end(int /*epoch*/, const Logs& logs) override {
+  void on_epoch_end(int epoch, const Logs& logs) override {
     const double current = m_.value(logs, "ReduceLROnPlateau");
     if (cooldown_ > 0) {
       --cooldown_;
@@ -63,7 +65,10 @@ class ReduceLROnPlateau : public Callback {
     if (cooldown_ > 0 || ++wait_ < o_.patience) return;
     const float old = model().learning_rate();
     if (old > static_cast<float>(o_.min_lr)) {
-      model().set_learning_rate(std::max(static_cast<float>(old * o_.factor), static_cast<float>(o_.min_lr)));
+      const float rate = std::max(static_cast<float>(old * o_.factor), static_cast<float>(o_.min_lr));
+      model().set_learning_rate(rate);
+      say("Epoch " + std::to_string(epoch + 1) + ": ReduceLROnPlateau reducing learning rate to " +
+          detail::rate_text(rate) + ".");
       cooldown_ = o_.cooldown;
       wait_ = 0;
     }
@@ -95,6 +100,7 @@ class LearningRateScheduler : public Callback {
     if (!fn_) throw Error("LearningRateScheduler: no schedule function");
   }
 
+  [[nodiscard]] std::string state_id() const override { return "LearningRateScheduler"; }
   void on_train_begin() override { applied_ = -1; }
   void on_epoch_begin(int epoch) override {
     if (epoch == applied_) return;  // a run resumed inside this epoch: its rate is set already

@@ -333,6 +333,7 @@ class Model {
     }
     History history;
     detail::ModelAccessOf<Model> access(*this);
+    access.speak_to(opts.verbose == Verbosity::Silent ? nullptr : opts.out);  // Callback::say
     detail::CallbacksSeeModel seen(opts.callbacks, access);  // their model() during this fit
     std::optional<detail::FitBackup<Model>> backup;
     if (backup_of) backup.emplace(*this, *backup_of, std::move(run_fields), opts.epochs, opts.callbacks, access);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include <strata/io/tensor_file.hpp>
@@ -43,6 +44,10 @@ class ModelAccess {
   [[nodiscard]] virtual std::vector<double> from_chief(std::vector<double> v) = 0;
   //! Collective: whether `mine` is true on any worker.
   [[nodiscard]] virtual bool any_worker(bool mine) = 0;
+  //! Prints `line` (and a newline) where fit prints its progress, on the
+  //! chief, unless fit is silent: how a callback says what it did
+  //! ("Epoch 6: early stopping").
+  virtual void say(const std::string& /*line*/) {}
 };
 
 }  // namespace strata::nn

@@ -77,6 +77,7 @@ class ModelCheckpoint : public Callback {
   [[nodiscard]] const std::filesystem::path& last_saved() const noexcept { return last_; }
   [[nodiscard]] std::optional<double> best() const noexcept { return best_; }
 
+  [[nodiscard]] std::string state_id() const override { return "ModelCheckpoint(" + pattern_ + ")"; }
   void on_train_begin() override {
     best_.reset();
     since_save_ = 0;

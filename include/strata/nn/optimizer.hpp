@@ -122,6 +122,12 @@ class Optimizer {
     c->learning_rate()->share_override_of(rate);  // a rate set at run time reaches every copy
     return c;
   }
+  //! "learning_rate=..." for describe(): a constant's value ("learning_rate=0.001"); a schedule's
+  //! parameters, or its rates at steps 0, 1, 10, ... 10^6 (its peak, not only its value at step 0).
+  static std::string rate_field(const LearningRate& lr) {
+    if (lr.is_constant()) return field("learning_rate", lr.scheduled(0));
+    return "learning_rate=" + lr.describe();
+  }
   //! "name=value" with the shortest form that reads back as the same float ("0.001", not "0.001000").
   static std::string field(const char* name, float v) {
     char buf[64];

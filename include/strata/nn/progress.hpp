@@ -46,8 +46,11 @@ inline std::string format_logs(const Logs& logs) {
 
 class Progress {
  public:
-  Progress(Verbosity v, std::FILE* out, std::optional<std::size_t> total_steps)
-      : out_(out), total_(total_steps) {
+  //! `done_before`: the steps of this epoch trained before (a resumed
+  //! epoch's, by the run stopped): counted in the steps shown, not in the
+  //! time per step, whose clock starts now (the samples given are this run's).
+  Progress(Verbosity v, std::FILE* out, std::optional<std::size_t> total_steps, std::size_t done_before = 0)
+      : out_(out), total_(total_steps), before_(done_before) {
     live_ = v == Verbosity::Bar || (v == Verbosity::Auto && ::isatty(::fileno(out)));
     enabled_ = v != Verbosity::Silent;
     start_ = last_draw_ = std::chrono::steady_clock::now();
@@ -86,7 +89,8 @@ class Progress {
       std::snprintf(b, sizeof b, "%zu", step);
       s = b;
     }
-    const double per_step = step ? el / static_cast<double>(step) : 0;
+    const std::size_t here = step > before_ ? step - before_ : 0;  // the steps this run took
+    const double per_step = here ? el / static_cast<double>(here) : 0;
     if (!done && total_ && step < *total_)
       s += " - ETA: " + format_duration(per_step * static_cast<double>(*total_ - step));
     else {
@@ -101,6 +105,7 @@ class Progress {
 
   std::FILE* out_;
   std::optional<std::size_t> total_;
+  std::size_t before_ = 0;
   bool live_ = false, enabled_ = true;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };

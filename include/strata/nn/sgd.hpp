@@ -24,7 +24,7 @@ class SGD final : public Optimizer {
   [[nodiscard]] std::string name() const override { return "SGD"; }
   [[nodiscard]] std::size_t slot_count() const noexcept override { return o_.momentum > 0.f ? 1 : 0; }
   [[nodiscard]] std::string describe() const override {
-    return "SGD(" + field("learning_rate", lr_.scheduled(0)) + ", " + field("momentum", o_.momentum) +
+    return "SGD(" + rate_field(lr_) + ", " + field("momentum", o_.momentum) +
            ", nesterov=" + (o_.nesterov ? "1" : "0") + clip_field() + ")";
   }
   [[nodiscard]] std::unique_ptr<Optimizer> clone() const override { return clone_of(*this, lr_); }

@@ -35,6 +35,7 @@
 #include <strata/core/trace_session.hpp>
 #include <strata/io/event_file.hpp>
 #include <strata/nn/callbacks.hpp>
+#include <strata/nn/monitor.hpp>
 
 namespace strata::nn {
 
@@ -69,14 +70,23 @@ class TensorBoard : public Callback {
     return validation_ ? validation_->path() : std::filesystem::path{};
   }
 
+  [[nodiscard]] std::string state_id() const override { return "TensorBoard(" + dir_.string() + ")"; }
+  //! The files open at the first scalar (a resume refused before its first step leaves no new file).
   void on_train_begin() override {
-    const bool chief = chief_ ? *chief_ : model().is_chief();
-    if (chief && !train_) train_ = std::make_unique<io::EventFileWriter>(dir_ / "train");
+    writes_ = chief_ ? *chief_ : model().is_chief();
   }
   void on_epoch_begin(int /*epoch*/) override {
     epoch_start_ = window_start_ = Clock::now();
     epoch_batches_ = window_batches_ = 0;
-    if (train_ && trace::enabled()) traced_at_start_ = trace::recorded_totals();
+    if (writes_ && trace::enabled()) traced_at_start_ = trace::recorded_totals();
+  }
+  //! The global batch count the batch scalars are written at: a resumed run
+  //! goes on from the checkpoint's (one that kept none of this callback: the
+  //! optimizer steps taken), so its curves continue those of the run stopped.
+  [[nodiscard]] CallbackState save_state() const override { return {{"global_batch", std::to_string(global_batch_)}}; }
+  void load_state(const CallbackState& s) override {
+    const auto* g = detail::find_state(s, "global_batch");
+    global_batch_ = g ? std::stoll(*g) : model().iterations();
   }
   void on_batch_end(int /*batch*/, const Logs& logs) override {
     const auto n = static_cast<std::int64_t>(batches_ended());  // several with steps_per_execution
@@ -85,41 +95,41 @@ class TensorBoard : public Callback {
     global_batch_ += n;
     epoch_end_ = Clock::now();  // the epoch's steps end at its last batch's end
     // a write when a multiple of update_freq was reached by these batches
-    if (!train_ || !opts_.update_freq || global_batch_ / opts_.update_freq == (global_batch_ - n) / opts_.update_freq)
+    if (!writes_ || !opts_.update_freq || global_batch_ / opts_.update_freq == (global_batch_ - n) / opts_.update_freq)
       return;
-    for (const auto& [name, value] : logs.items()) train_->scalar("batch_" + name, value, global_batch_);
+    for (const auto& [name, value] : logs.items()) train().scalar("batch_" + name, value, global_batch_);
     if (opts_.batch_size) {  // over the batches since the last write (or the epoch's start)
       const double seconds = std::chrono::duration<double>(epoch_end_ - window_start_).count();
       if (seconds > 0)
-        train_->scalar("batch_samples_per_second",
+        train().scalar("batch_samples_per_second",
                        static_cast<double>(window_batches_ * opts_.batch_size) / seconds, global_batch_);
     }
     window_start_ = Clock::now();
     window_batches_ = 0;
   }
   void on_epoch_end(int epoch, const Logs& logs) override {
-    if (!train_) return;
+    if (!writes_) return;
     for (const auto& [name, value] : logs.items()) {
       if (name.starts_with("val_")) {
         if (!validation_) validation_ = std::make_unique<io::EventFileWriter>(dir_ / "validation");
         validation_->scalar("epoch_" + name.substr(4), value, epoch);
       } else {
-        train_->scalar("epoch_" + name, value, epoch);
+        train().scalar("epoch_" + name, value, epoch);
       }
     }
     // the training steps' time: from the epoch's start to its last batch's end (not the validation after)
     const double seconds = std::chrono::duration<double>(epoch_end_ - epoch_start_).count();
     if (epoch_batches_ && seconds > 0) {
-      train_->scalar("epoch_steps_per_second", static_cast<double>(epoch_batches_) / seconds, epoch);
+      train().scalar("epoch_steps_per_second", static_cast<double>(epoch_batches_) / seconds, epoch);
       if (opts_.batch_size)
-        train_->scalar("epoch_samples_per_second", static_cast<double>(epoch_batches_ * opts_.batch_size) / seconds,
+        train().scalar("epoch_samples_per_second", static_cast<double>(epoch_batches_ * opts_.batch_size) / seconds,
                        epoch);
     }
     if (traced_at_start_ && trace::enabled() && epoch_batches_) write_step_times(epoch);
     traced_at_start_.reset();
     if (has_model_) {
       try {  // the rate the next step uses (a schedule's, or one set at run time)
-        train_->scalar("epoch_learning_rate", model().learning_rate(), epoch);
+        train().scalar("epoch_learning_rate", model().learning_rate(), epoch);
       } catch (const Error&) {  // an optimizer that exposes no learning rate: nothing to plot
       }
     }
@@ -149,9 +159,13 @@ class TensorBoard : public Callback {
         ++threads;
       }
       if (threads)
-        train_->scalar(std::string("epoch_") + trace::category_name(c) + "_ms_per_step",
+        train().scalar(std::string("epoch_") + trace::category_name(c) + "_ms_per_step",
                        ns / threads / 1e6 / static_cast<double>(epoch_batches_), epoch);
     }
+  }
+  io::EventFileWriter& train() {
+    if (!train_) train_ = std::make_unique<io::EventFileWriter>(dir_ / "train");
+    return *train_;
   }
   void check() const {
     if (dir_.empty()) throw Error("TensorBoard: the log directory is empty");
@@ -167,6 +181,7 @@ class TensorBoard : public Callback {
   std::int64_t epoch_batches_ = 0, window_batches_ = 0;
   std::int64_t global_batch_ = 0;
   bool has_model_ = false;
+  bool writes_ = false;  // this process writes (the chief)
   std::optional<std::vector<trace::TrackTotals>> traced_at_start_;  // the trace's totals when the epoch began
 };
 

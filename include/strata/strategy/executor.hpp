@@ -148,8 +148,7 @@ inline std::vector<Batch> next_batches(Pass& pass, std::size_t done) {
 //! steps); ends with the data, at max_steps, or when end_step says so.
 template <class Step>
 PassTotals run_batches(Pass& pass, std::size_t num_metrics, Step&& step) {
-  PassTotals t;
-  t.metrics.assign(num_metrics, 0.0);
+  PassTotals t = pass.first_totals(num_metrics);
   for (std::size_t steps = 0;;) {
     const std::vector<Batch> group = next_batches(pass, steps);
     if (group.empty()) break;

@@ -232,8 +232,7 @@ class ParameterServerExecutor final : public Executor {
   //! ends on a round boundary, as every position it saves must (a resumed
   //! run's rounds start where its pass starts).
   PassTotals train(Pass& pass) {
-    PassTotals t;
-    t.metrics.assign(program_.num_metrics(), 0.0);
+    PassTotals t = pass.first_totals(program_.num_metrics());
     rt_.set_step([this](int w, const StepInput& in) { return worker_step(w, in); });
     std::deque<RemoteValue<StepOutput>> inflight;
     const auto window = 2 * static_cast<std::size_t>(rt_.num_workers());

@@ -69,6 +69,17 @@ class Pass {
   bool per_worker = false;       //!< the data is this worker's own share of each global batch
   std::optional<std::size_t> batches;  //!< batches in a pass of the data, where it knows (its cardinality)
   std::int64_t* iteration = nullptr;  //!< the model's optimizer step, advanced by training steps
+  //! A resumed epoch's sums over the batches trained before its checkpoint
+  //! (this worker's, as its running totals stood): the pass's sums go on
+  //! from them, in the same order as a pass never stopped, so the epoch's
+  //! logs are that pass's to the bit. Null: from zero.
+  const PassTotals* carried = nullptr;
+  //! The totals a pass's sums start from: `carried`, or zeros for `metrics` metrics.
+  [[nodiscard]] PassTotals first_totals(std::size_t metrics) const {
+    PassTotals t = carried ? *carried : PassTotals{};
+    t.metrics.resize(metrics, 0.0);
+    return t;
+  }
   //! Steps run as one execution (nn::CompileOptions::steps_per_execution,
   //! Keras' name): the executor takes up to this many batches, runs their
   //! steps one after the other (the synchronous executors: in one run of

@@ -83,8 +83,7 @@ class SyncExecutor : public Executor {
   //! caller wakes them once per execution and runs the pass's hooks between.
   PassTotals run_pass(Pass& pass) override {
     pass.runs_gradient_hook = true;  // between each replica's backward and Derived::apply
-    PassTotals t;
-    t.metrics.assign(program_.num_metrics(), 0.0);
+    PassTotals t = pass.first_totals(program_.num_metrics());
     // With each worker's own share (sharded by file) the workers agree on
     // every global batch; one out of data takes part with an empty share
     // until all are. Predicting, each worker predicts its own rows alone.
