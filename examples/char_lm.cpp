@@ -29,6 +29,8 @@
 #endif
 
 #include "example_cli.hpp"
+#include "job_checks.hpp"
+#include "run_trace.hpp"
 
 namespace {
 
@@ -154,8 +156,25 @@ std::string sample(M& model, const strata::data::CharVocab& vocab, std::vector<s
   return vocab.decode(std::vector<std::uint32_t>(text.begin() + static_cast<std::ptrdiff_t>(prompt), text.end()));
 }
 
+//! `text` as a terminal shows it whole: control characters other than a
+//! line break and a tab (a corpus' NUL would end a C string) written as \xNN.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if ((u < 0x20 && ch != '\n' && ch != '\t') || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 template <class S>
-int train_char_lm(S& strategy, const example::Args& a, const Corpus& c) {
+int train_char_lm(S& strategy, const example::Args& a, const example::RankAgreement& agreed, const Corpus& c) {
   if constexpr (requires { strategy.executor_options(); })  // --zero, --bucket-mb, --compression
     example::apply_gradient_options(a, strategy.executor_options());
   auto model = strategy.scope([&] { return make_gpt(a, c.vocab.size()); });
@@ -188,20 +207,38 @@ int train_char_lm(S& strategy, const example::Args& a, const Corpus& c) {
                                                        .start_over = a.start_over});
     fit.callbacks.push_back(&*backup);
   }
+  // --early-stopping (on val_loss), --csv, --tensorboard: after the backup, as in the MNIST examples
+  example::WatchCallbacks watch(a, true, a.batch);
+  watch.add_to(fit.callbacks);
   BitsPerChar bits(chief);
   fit.callbacks.push_back(&bits);
+  example::RunTrace trace(a.trace, strategy);  // --trace: the timeline of the fit and the evaluation
   model.fit(strategy.distribute(train), fit, strategy.distribute(val));
   const double secs = bits.training_seconds();
+  const int epochs = watch.epochs_run(a.epochs);
+  if (chief) std::fputs(watch.stopped_line(a.epochs).c_str(), stdout);  // even with --quiet: it changes the run
   if (backup && backup->resumed_from() && chief)
     std::printf("resumed from the checkpoint of step %lld in %s\n", static_cast<long long>(*backup->resumed_from()),
                 a.checkpoint_dir.c_str());
   const auto logs = model.evaluate(strategy.distribute(val));
-  const double tokens = static_cast<double>(n) * static_cast<double>(a.context) * a.epochs;
+  trace.finish();
+  // what this process trained: a resumed run counts only the windows after its checkpoint
+  const double all = static_cast<double>(n) * epochs;
+  double windows = all;
+  if (const auto& at = backup ? backup->resumed_at() : std::nullopt)
+    windows = std::max(0.0, all - std::min(all, static_cast<double>(at->epoch) * static_cast<double>(n) +
+                                                    static_cast<double>(at->batch * a.batch)));
+  const double tokens = windows * static_cast<double>(a.context);
+  char pace[160];
+  std::snprintf(pace, sizeof pace, "%.0f tokens/s", secs > 0 ? tokens / secs : 0.0);
+  std::string speed = windows > 0 ? std::string(pace) : std::string("nothing left to train");
+  if (windows < all)
+    speed = "resumed: " + std::to_string(static_cast<long long>(tokens)) + " tokens trained here, " + speed;
   if (chief)
     std::printf("validation %.4f bits/char (loss %.4f)  (%s, %d replica(s), %d epochs of %zu windows, trained in "
-                "%.1f s: %.0f tokens/s)\n",
+                "%.1f s: %s)\n",
                 logs.at("loss") / std::log(2.0), logs.at("loss"), a.strategy.c_str(),
-                strategy.num_replicas_in_sync(), a.epochs, n, secs, secs > 0 ? tokens / secs : 0.0);
+                strategy.num_replicas_in_sync(), epochs, n, secs, speed.c_str());
   if (a.sample > 0) {
     // the prompt: the start of a fortune (they are separated by "%" lines), else the held-out text's first character
     std::vector<std::uint32_t> prompt{static_cast<std::uint32_t>(c.val_x[0])};
@@ -212,12 +249,9 @@ int train_char_lm(S& strategy, const example::Args& a, const Corpus& c) {
     }
     const std::string text = sample(model, c.vocab, prompt, a.sample, a.context, a.temperature, a.seed);
     if (chief) std::printf("--- sampled at temperature %g, seed %llu:\n%s\n---\n", a.temperature,
-                           static_cast<unsigned long long>(a.seed), text.c_str());
+                           static_cast<unsigned long long>(a.seed), printable(text).c_str());
   }
-  if (!a.save.empty() && (chief || model.state_reads_collective())) {  // ZeRO 3 across workers: every one joins
-    model.save_weights(a.save);
-    if (chief) std::printf("weights saved to %s\n", a.save.c_str());
-  }
+  example::save_weights_on_chief(model, a, agreed, chief);  // ZeRO 3 across workers: every one joins
   if (backup && chief) backup->finish();
   return std::isfinite(logs.at("loss")) ? 0 : 1;
 }
@@ -236,7 +270,8 @@ int main(int argc, char** argv) {
                                       "exit status: 0 success; 1 error (a missing, empty or non-UTF-8 corpus, one "
                                       "shorter than the context); 2 a mistake on the command line; 75 preempted "
                                       "(--checkpoint-dir: run the same command again to resume); 77 skipped "
-                                      "(--if-present: no corpus)"});
+                                      "(--if-present: no corpus)",
+                                      "val_loss (the corpus' held-out last tenth)"});
   const bool split = a.strategy == "tensor_parallel" || (a.strategy == "pipeline" && a.has("--tensor-parallel"));
   if (split && a.heads % static_cast<std::size_t>(a.tensor_parallel) != 0) {
     std::fprintf(stderr, "%s: --heads %zu %s --tensor-parallel %d: each of the %d replicas an attention layer is "
@@ -247,6 +282,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // every rank of an mpirun job given the options that change what is trained alike, the
+    // pipeline's stages within the ranks and the layers: before the corpus is read
+    const example::RankAgreement agreed = example::agree_across_ranks(argv[0], a);
+    example::Args shape = a;  // the number of layers does not depend on the sizes: count them on a small one
+    shape.width = shape.heads, shape.context = 2;
+    example::check_job_shape<Strategies>(argv[0], a, make_gpt(shape, 2).layers().size());
     if (a.if_present && a.corpus.empty()) {
       std::error_code ec;
       if (!std::filesystem::exists(default_corpus(), ec)) {
@@ -256,7 +297,7 @@ int main(int argc, char** argv) {
     }
     const Corpus corpus = load_corpus(a);
     return Strategies::with(a.strategy, example::choice_of(a),
-                            [&](auto& s) { return train_char_lm(s, a, corpus); });
+                            [&](auto& s) { return train_char_lm(s, a, agreed, corpus); });
   } catch (const strata::nn::Preempted& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     return 75;

@@ -166,7 +166,8 @@ inline constexpr OptionInfo option_table[] = {
     {"--batch", "N", "global batch, 1-1048576 (default 128)"},
     {"--data", "DIR", "the MNIST directory (default: the cache of scripts/fetch-mnist.sh)"},
     {"--seed", "N", "initialization and shuffling seed, 0-18446744073709551615 (default {seed})"},
-    {"--save", "FILE", "write the trained weights there (its directory must exist and be writable)"},
+    {"--save", "FILE", "write the trained weights there (its directory must exist and be writable). Under mpirun "
+                       "the chief (rank 0) writes; the other ranks' --save is unused and may differ or be left out"},
     {"--checkpoint-dir", "DIR",
      "BackupAndRestore into DIR: a checkpoint every 100 steps and at each epoch's end; running the same command "
      "again resumes from the newest. A completed run deletes its checkpoints only after its final evaluation "
@@ -186,15 +187,18 @@ inline constexpr OptionInfo option_table[] = {
      "stops at the same epoch"},
     {"--csv", "FILE", "write one row per epoch to FILE (CSVLogger): epoch, then the first epoch's logs in name "
                       "order (as accuracy, loss, val_accuracy, val_loss); its directory must exist and be writable. "
-                      "Under mpirun the chief (rank 0) writes"},
+                      "Under mpirun the chief (rank 0) writes; the other ranks' --csv may differ or be left out"},
     {"--tensorboard", "DIR", "write TensorBoard event files to DIR/train (and DIR/validation): each epoch's loss, "
                              "metrics, steps and samples per second, learning rate and skipped non-finite steps, "
-                             "and every 100 batches the running values (tensorboard --logdir DIR). Under mpirun the "
-                             "chief (rank 0) writes"},
+                             "and every 100 batches the running values (tensorboard --logdir DIR); DIR/train and "
+                             "DIR/validation must be directories or absent. Under mpirun the chief (rank 0) writes; "
+                             "the other ranks' --tensorboard may differ or be left out"},
     {"--trace", "FILE", "write the run's timeline to FILE as trace-event JSON (open it in ui.perfetto.dev or "
                         "chrome://tracing; bench/plot_trace.py draws it): every step, batch, layer, collective, "
-                        "wait and update on each replica's track. Under mpirun every rank records, the chief "
-                        "(rank 0) writes FILE"},
+                        "wait and update on each replica's track. Under mpirun give it to every rank or to none "
+                        "(every rank records, the chief (rank 0) merges them into its FILE; the others' FILE may "
+                        "differ: their part waits beside it until the merge); parameter_server across ranks: the "
+                        "chief records and writes"},
     {"--min-accuracy", "X", "exit 3 below this test accuracy, 0-1 (default {min_accuracy})"},
     {"--timeout", "SECONDS", "the collective deadline, > 0 up to 604800, fractions allowed (default 120; "
                              "parameter_server: 60; default runs one replica on this thread: nothing to wait for)"},
@@ -218,6 +222,8 @@ struct Program {
   std::span<const std::string_view> strategies = strata::strategy_names;
   std::vector<std::string_view> options;
   std::string_view epilogue = "exit status: 0 success, 1 error, 2 a mistake on the command line";
+  //! What --early-stopping watches, for --help ("": val_loss with --validation-split, else the training loss).
+  std::string_view monitored = "";
 };
 
 //! The exit statuses of the MNIST examples, for --help.
@@ -241,12 +247,12 @@ inline std::vector<std::string_view> mnist_options(bool mpi) {
 }
 
 //! The options of examples/char_lm: the MNIST examples' (less those about
-//! MNIST, the device and accuracy) and its own; with `mpi`, --cluster too.
+//! MNIST, the device, accuracy and the validation split: it always validates
+//! on the corpus' last tenth) and its own; with `mpi`, --cluster too.
 inline std::vector<std::string_view> char_lm_options(bool mpi) {
   std::vector<std::string_view> o;
   constexpr std::string_view not_here[] = {"--device", "--data", "--validation-split", "--lr-decay",
-                                           "--min-accuracy", "--early-stopping", "--csv",
-                                           "--tensorboard", "--trace"};
+                                           "--min-accuracy"};
   for (const auto& info : option_table)
     if ((mpi || info.name != "--cluster") &&
         std::find(std::begin(not_here), std::end(not_here), info.name) == std::end(not_here))
@@ -271,17 +277,18 @@ inline std::string shown(double x) {
   std::snprintf(buf, sizeof buf, "%g", x);
   return buf;
 }
-//! A number as it reads back, bit for bit (what the ranks of an mpirun job compare).
+//! A number as it reads back, bit for bit, in the fewest digits that do (what the ranks of an
+//! mpirun job compare, and name when they differ: 0.003, not 0.0030000000000000001).
 inline std::string exact(double x) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return buf;
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
 }
 
 //! `help` with its {epochs}, {seed}, {learning_rate} and {min_accuracy} replaced by the program's
 //! defaults `d`, {gpu_strategies} and {replica_strategies} by the catalogue's names, {monitored} by
-//! what --early-stopping watches (`validation`: the program takes --validation-split).
-inline std::string with_defaults(std::string_view help, const Args& d, bool validation) {
+//! what --early-stopping watches (`monitored`).
+inline std::string with_defaults(std::string_view help, const Args& d, std::string_view monitored) {
   std::string out(help);
   const auto put = [&](std::string_view key, const std::string& value) {
     if (const auto at = out.find(key); at != std::string::npos) out.replace(at, key.size(), value);
@@ -296,7 +303,7 @@ inline std::string with_defaults(std::string_view help, const Args& d, bool vali
   put("{seed}", std::to_string(d.seed));
   put("{learning_rate}", shown(d.learning_rate));
   put("{lr_decay}", shown(d.lr_decay));
-  put("{monitored}", validation ? "val_loss (with --validation-split; else the training loss)" : "the training loss");
+  put("{monitored}", std::string(monitored));
   put("{min_accuracy}", d.min_accuracy >= 0 ? shown(d.min_accuracy) : std::string("the example's bar"));
   return out;
 }
@@ -332,7 +339,10 @@ inline std::string usage_text(const char* prog, const Program& p, const Args& d 
     out += std::string(30 - col, ' ');
     const bool validation =
         std::find(p.options.begin(), p.options.end(), std::string_view("--validation-split")) != p.options.end();
-    detail::wrap(out, detail::with_defaults(info.help, d, validation), 30, 30);
+    const std::string_view monitored = !p.monitored.empty() ? p.monitored
+                                       : validation ? "val_loss (with --validation-split; else the training loss)"
+                                                    : "the training loss";
+    detail::wrap(out, detail::with_defaults(info.help, d, monitored), 30, 30);
     if (info.name == "--strategy")  // each name the program takes, with the catalogue's line on it
       for (const auto name : p.strategies) {
         const std::string row = "    " + std::string(name);
@@ -504,6 +514,9 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
       fail(prog, k + " does not apply to --strategy " + a.strategy + (a.strategy_named ? "" : " (the default)") +
                      ": it is an option of " + join(names, ", "));
   }
+  if (a.strategy == "tensor_parallel" && a.zero && *a.zero > 1)
+    fail(prog, "--zero " + std::to_string(*a.zero) + " does not apply to --strategy tensor_parallel: its replicas "
+                   "shard the optimizer state at most (expected --zero 0 or 1)");
   if (a.strategy == "tensor_parallel" && a.replicas && a.replicas % a.tensor_parallel != 0)
     fail(prog, "--replicas " + std::to_string(a.replicas) + " is not a multiple of --tensor-parallel " +
                    std::to_string(a.tensor_parallel) + ": each copy of the model takes " +
@@ -527,11 +540,12 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
   if (a.has("--csv")) check_output_file(prog, "--csv", a.csv);
   if (a.has("--tensorboard")) check_output_dir(prog, "--tensorboard", a.tensorboard);
   if (a.has("--trace")) check_output_file(prog, "--trace", a.trace);
-  for (const auto& [k, other] : {std::pair{"--csv", &a.csv}, std::pair{"--save", &a.save}})
-    if (a.has("--trace") && a.has(k) && same_file(a.trace, *other))
-      fail(prog, "--trace '" + a.trace + "' and " + k + " '" + *other + "' name the same file: give each its own");
-  if (a.has("--csv") && a.has("--save") && same_file(a.csv, a.save))
-    fail(prog, "--csv '" + a.csv + "' and --save '" + a.save + "' name the same file: give each its own");
+  check_outputs_apart(prog, {{"--trace", a.has("--trace") ? &a.trace : nullptr},
+                             {"--csv", a.has("--csv") ? &a.csv : nullptr},
+                             {"--save", a.has("--save") ? &a.save : nullptr}},
+                      {{"--checkpoint-dir", a.has("--checkpoint-dir") ? &a.checkpoint_dir : nullptr},
+                       {"--tensorboard", a.has("--tensorboard") ? &a.tensorboard : nullptr}},
+                      {{"--tensorboard", {"train", "validation"}}});
   if (a.width % a.heads != 0)
     fail(prog, "--width " + std::to_string(a.width) + " is not divisible by --heads " + std::to_string(a.heads) +
                    ": each head takes an equal share of the width");
@@ -543,8 +557,10 @@ inline Args parse(int argc, char** argv, Args a, const Program& p) {
 //! The options every rank of an mpirun job must be given alike (what is
 //! trained, for how long, what is written and what counts as success), as
 //! (option, value) pairs of their parsed values: the ranks compare them
-//! before they train. --data, --save, --csv, --tensorboard, --trace, --device,
-//! --replicas, --quiet may differ (per host, or written by the chief alone).
+//! before they train (examples/job_checks.hpp). --trace must be given to
+//! every rank or none (every rank records), its FILE may differ. --data,
+//! --corpus, --save, --csv, --tensorboard, --device, --replicas, --quiet may
+//! differ (per host, or written by the chief alone).
 inline std::vector<std::pair<std::string, std::string>> options_that_must_match(const Args& a) {
   const auto or_none = [](const std::string& v) { return v.empty() ? std::string("(none)") : v; };
   return {{"--strategy", a.strategy},
@@ -570,7 +586,14 @@ inline std::vector<std::pair<std::string, std::string>> options_that_must_match(
           {"--tensor-parallel", std::to_string(a.tensor_parallel)},
           {"--servers", std::to_string(a.servers)},
           {"--staleness", a.staleness ? std::to_string(*a.staleness) : std::string("(unbounded)")},
-          {"--cluster", or_none(a.cluster)}};
+          {"--cluster", or_none(a.cluster)},
+          {"--trace", a.trace.empty() ? std::string("(none)") : std::string("(a file)")},
+          {"--context", std::to_string(a.context)},
+          {"--layers", std::to_string(a.layers)},
+          {"--width", std::to_string(a.width)},
+          {"--heads", std::to_string(a.heads)},
+          {"--sample", std::to_string(a.sample)},
+          {"--temperature", detail::exact(a.temperature)}};
 }
 
 //! The device --device names: "auto" is the first GPU when the program can

@@ -8,6 +8,7 @@
 //             kernel_regularizer=tf.keras.regularizers.l2(1e-4))])
 //   model.compile(loss='mse', optimizer='sgd'); model.fit(dataset, epochs=2); model.evaluate(dataset)
 #include <cstdio>
+#include <exception>
 
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
@@ -19,15 +20,9 @@
 
 namespace nn = strata::nn;
 
-int main(int argc, char** argv) {
-  example::Args defaults;
-  defaults.epochs = 2;
-  defaults.learning_rate = 0.01;
-  const example::Args args =
-      example::parse(argc, argv, defaults,
-                     {.options = {"--strategy", "--replicas", "--workers", "--servers", "--staleness", "--epochs",
-                                  "--seed", "--learning-rate", "--early-stopping", "--csv", "--tensorboard", "--trace", "--timeout",
-                                  "--quiet", "--help"}});
+namespace {
+
+int train(const example::Args& args) {
   return strata::with_strategy(args.strategy, example::choice_of(args), [&](auto& strategy) {
     auto dataset = strata::data::from_tensors(strata::Tensor<float>{{1}, {1.f}}, strata::Tensor<float>{{1}, {1.f}})
                        .repeat(100)
@@ -51,4 +46,23 @@ int main(int argc, char** argv) {
     // 20 SGD steps at the default rate 0.01 shrink the error k + b - 1 by 0.96 per step: the loss must fall.
     return logs.at("loss") < 0.5 * before ? 0 : 1;
   });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  example::Args defaults;
+  defaults.epochs = 2;
+  defaults.learning_rate = 0.01;
+  const example::Args args =
+      example::parse(argc, argv, defaults,
+                     {.options = {"--strategy", "--replicas", "--workers", "--servers", "--staleness", "--epochs",
+                                  "--seed", "--learning-rate", "--early-stopping", "--csv", "--tensorboard", "--trace", "--timeout",
+                                  "--quiet", "--help"}});
+  try {
+    return train(args);
+  } catch (const std::exception& e) {  // a failure is one sentence and exit 1, never an abort
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 1;
+  }
 }

@@ -19,7 +19,6 @@
 #include <strata/strategy/by_name.hpp>
 #if STRATA_HAS_MPI  // examples/meson.build links the MNIST examples with strata-mpi whenever the backend is built
 #include <strata/strategy/by_name_mpi.hpp>  // the strategies across the ranks of an mpirun job
-#include <strata/comm/mpi/fingerprint.hpp>  // the ranks agree on their command line
 #endif
 #if STRATA_HAS_NCCL  // examples/meson.build links strata-nccl whenever NCCL is built, else strata-cuda
 #include <strata/nccl.hpp>  // --device gpu; GPU replicas on distinct GPUs sum with NCCL
@@ -31,6 +30,7 @@
 #endif
 
 #include "example_cli.hpp"
+#include "job_checks.hpp"
 #include "mnist_main.hpp"
 #include "run_trace.hpp"
 
@@ -99,8 +99,9 @@ inline strata::data::Mnist load(const Args& a) {
 //! With --validation-split, `validation` holds the examples held out: fit
 //! evaluates them after each epoch (val_loss, val_accuracy).
 template <class S>
-int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, const std::optional<Validation>& validation,
-                const std::function<strata::nn::Sequential()>& make_model, double target) {
+int train_mnist(S& strategy, const Args& a, const RankAgreement& agreed, const strata::data::Mnist& mnist,
+                const std::optional<Validation>& validation, const std::function<strata::nn::Sequential()>& make_model,
+                double target) {
   namespace nn = strata::nn;
   if constexpr (requires { strategy.executor_options(); })  // --zero, --bucket-mb, --compression
     apply_gradient_options(a, strategy.executor_options());
@@ -204,10 +205,7 @@ int train_mnist(S& strategy, const Args& a, const strata::data::Mnist& mnist, co
     std::printf("test accuracy %.4f, test loss %.4f  (%s, %s, %d epochs of %zu in %.1f s: %s)\n", logs.at("accuracy"),
                 logs.at("loss"), std::string(strategy.any().name()).c_str(), where.c_str(), epochs, n, secs,
                 pace.c_str());
-  if (!a.save.empty() && (chief || model.state_reads_collective())) {  // ZeRO 3 across workers: every one joins
-    model.save_weights(a.save);
-    if (chief) std::printf("weights saved to %s\n", a.save.c_str());
-  }
+  save_weights_on_chief(model, a, agreed, chief);
   if (backup && chief) backup->finish();  // everything asked for is written: the checkpoints go
   if (logs.at("accuracy") >= target) return 0;
   if (chief)
@@ -228,63 +226,13 @@ int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential
   defaults.lr_decay = lr_decay;
   Args a = parse(argc, argv, defaults, Program{Strategies::names, mnist_options(mpi), mnist_exit_statuses});
   if (a.min_accuracy < 0) a.min_accuracy = target;
-#if STRATA_HAS_MPI  // (a discarded `if constexpr` of a plain function is still checked: no MpiStrategies without MPI)
-  if (a.has("--workers") && Strategies::parameter_server_across_ranks(a.strategy, choice_of(a)))
-    fail(argv[0], "--workers does not apply to parameter_server across the ranks of an MPI job: its worker "
-                  "ranks are the workers (see --servers, --cluster)");
-#endif
-  if (const auto* info = strata::find_strategy(a.strategy); info && !info->whole_model) {
-    // a strategy that splits the model into stages (the catalogue's pipeline): every stage
-    // needs a layer, said in the options the user set, before any data is loaded
-    const int ranks = Strategies::launched_ranks();
-    const int d = a.data_parallel;
-    if (ranks > 1 && ranks % d)
-      fail(argv[0], "--data-parallel " + std::to_string(d) + " does not divide the " + std::to_string(ranks) +
-                        " ranks of this mpirun job (one stage per rank): expected a divisor of " + std::to_string(ranks));
-    if (ranks > 1 && a.has("--stages") && a.stages * d != ranks)
-      fail(argv[0], "--stages " + std::to_string(a.stages) + " x --data-parallel " + std::to_string(d) + " makes " +
-                        std::to_string(a.stages * d) + " stages, but under mpirun each rank runs one stage and this "
-                        "job has " + std::to_string(ranks) + " ranks: expected --stages " + std::to_string(ranks / d) +
-                        " (or leave --stages out)");
-    const std::size_t layers = make_model().layers().size();
-    if (const int stages = Strategies::pipeline_stages(choice_of(a)); static_cast<std::size_t>(stages) > layers) {
-      const std::string most = std::to_string(layers);
-      if (a.has("--stages") || ranks == 1)
-        fail(argv[0], "--stages " + std::to_string(stages) + (a.has("--stages") ? "" : " (the default)") +
-                          " is more than the model's " + most + " layers (every stage needs one): expected --stages 1 "
-                          "to " + most);
-      fail(argv[0], "this mpirun job's " + std::to_string(ranks) + " ranks make " + std::to_string(stages) +
-                        " pipeline stages (one per rank" + (d > 1 ? ", over --data-parallel " + std::to_string(d) : "") +
-                        "), more than the model's " + most + " layers (every stage needs one): expected at most " +
-                        std::to_string(layers * static_cast<std::size_t>(d)) + " ranks (mpirun -np)");
-    }
-  }
   try {
-#if STRATA_HAS_MPI
     // The ranks of one job run one command: options that change what is trained or
     // written must match, else a rank would fail later inside a collective that names no option.
-    if (Strategies::launched_ranks() > 1) {
-      std::string why;
-      {
-        strata::MpiOptions o;
-        if (a.timeout) o.timeout = *a.timeout;
-        auto world = strata::MpiCommunicator::world(o);
-        const auto fields = options_that_must_match(a);
-        for (std::size_t first = 0; first < fields.size() && why.empty();
-             first += strata::detail::mpi::FingerprintWire::max_fields) {
-          const std::vector<strata::RunField> part(
-              fields.begin() + static_cast<std::ptrdiff_t>(first),
-              fields.begin() + static_cast<std::ptrdiff_t>(
-                                   std::min(fields.size(), first + strata::detail::mpi::FingerprintWire::max_fields)));
-          const auto mine = strata::detail::mpi::encode_fingerprint(part);
-          std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(world.size()));
-          world.all_gather(mine, all);
-          why = strata::detail::mpi::fingerprint_mismatch(all, world.size(), "command line");
-        }
-      }  // (the communicator is freed before the exit)
-      if (!why.empty()) fail(argv[0], why + ": every rank of an mpirun job must be given the same options");
-    }
-#endif
+    const RankAgreement agreed = agree_across_ranks(argv[0], a);
+    // --workers across ranks; a strategy that splits the model into stages: every stage needs a
+    // layer, said in the options the user set, before any data is loaded
+    check_job_shape<Strategies>(argv[0], a, make_model().layers().size());
     if (a.if_present) {
       const auto dir = a.data.empty() ? strata::data::default_mnist_dir() : std::filesystem::path(a.data);
       if (std::error_code ec; !std::filesystem::exists(dir / "t10k-labels-idx1-ubyte", ec)) {
@@ -311,7 +259,9 @@ int mnist_main(int argc, char** argv, const std::function<strata::nn::Sequential
     std::optional<Validation> validation;
     if (a.validation_split > 0) validation.emplace(split_validation(mnist, a.validation_split));
     return Strategies::with(a.strategy, choice_of(a, device),
-                            [&](auto& s) { return train_mnist(s, a, mnist, validation, make_model, a.min_accuracy); });
+                            [&](auto& s) {
+                              return train_mnist(s, a, agreed, mnist, validation, make_model, a.min_accuracy);
+                            });
   } catch (const strata::nn::Preempted& e) {
     std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
     return 75;  // EX_TEMPFAIL: run the same command again to resume

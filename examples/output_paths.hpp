@@ -1,7 +1,7 @@
 // Checks of the examples' output paths (--save FILE, --checkpoint-dir DIR,
-// --csv FILE, --tensorboard DIR)
-// before training starts: a path that cannot be written fails now, in one
-// sentence with exit status 2, not with an exception after the last epoch.
+// --csv FILE, --tensorboard DIR, --trace FILE) before any data is loaded: a
+// path that cannot be written, or two options naming one place, fail now, in
+// one sentence with exit status 2, not with an exception after the last epoch.
 #pragma once
 
 #include <fcntl.h>
@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
+#include <vector>
 #include <system_error>
 
 namespace example {
@@ -79,6 +81,48 @@ inline bool same_file(const std::string& a, const std::string& b) {
   const auto ca = fs::weakly_canonical(fs::absolute(a, ec1), ec2), cb = fs::weakly_canonical(fs::absolute(b, ec3), ec4);
   if (ec1 || ec2 || ec3 || ec4) return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
   return ca == cb;
+}
+
+//! An output option and its path (nullptr: not given).
+struct OutputPath {
+  const char* opt;
+  const std::string* path;
+};
+//! The folders an output directory option writes into (--tensorboard: train, validation).
+struct OutputSubdirs {
+  const char* opt;
+  std::initializer_list<const char*> names;
+};
+
+//! Every output in its own place: no two of `files` and `dirs` name the
+//! same path, none of them names a folder of `subdirs` (DIR/train of
+//! --tensorboard DIR), and each such folder is a directory or absent.
+inline void check_outputs_apart(const char* prog, std::initializer_list<OutputPath> files,
+                                std::initializer_list<OutputPath> dirs, std::initializer_list<OutputSubdirs> subdirs) {
+  namespace fs = std::filesystem;
+  struct Place {
+    std::string what, path;
+  };
+  std::vector<Place> places;
+  for (const auto& list : {files, dirs})
+    for (const auto& o : list)
+      if (o.path) places.push_back({std::string(o.opt) + " '" + *o.path + "'", *o.path});
+  for (const auto& s : subdirs)
+    for (const auto& d : dirs)
+      if (d.path && std::string(d.opt) == s.opt)
+        for (const char* name : s.names) {
+          const std::string sub = (fs::path(*d.path) / name).string();
+          std::error_code ec;
+          const auto st = fs::status(sub, ec);
+          if (fs::exists(st) && !fs::is_directory(st))
+            fail(prog, std::string(s.opt) + " '" + *d.path + "': " + sub + " exists and is not a directory (" +
+                           s.opt + " writes its " + name + " files into it): remove it or name another directory");
+          places.push_back({std::string(s.opt) + "'s folder " + sub, sub});
+        }
+  for (std::size_t i = 0; i < places.size(); ++i)
+    for (std::size_t j = i + 1; j < places.size(); ++j)
+      if (same_file(places[i].path, places[j].path))
+        fail(prog, places[i].what + " and " + places[j].what + " name the same place: give each its own");
 }
 
 //! A directory the program will write into (e.g. --checkpoint-dir): it may

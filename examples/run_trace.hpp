@@ -2,7 +2,10 @@
 // examples train and evaluate: trace-event JSON that ui.perfetto.dev and
 // chrome://tracing open. Under mpirun (a strategy over an MPI
 // communicator) every rank records, the chief merges the ranks into FILE
-// on its clock; in one process, one recording. Off without --trace.
+// on its clock (every rank must be given --trace: examples/job_checks.hpp
+// checks it); parameter servers across ranks: the chief alone records and
+// writes; in one process, one recording. Off without --trace. One process
+// writes FILE, always.
 //   example::RunTrace trace(args.trace, strategy);  ... fit, evaluate ...;  trace.finish();
 #pragma once
 
@@ -32,7 +35,9 @@ class RunTrace {
       return;
     }
 #endif
-    (void)strategy;
+    // a strategy of several processes without a communicator to merge over (parameter servers across
+    // ranks): the chief alone records and writes FILE, the other processes leave it alone
+    if (strategy.any().worker_index() != 0) return;
     local_.emplace(strata::trace::Options{.path = path});
   }
   //! Writes the file (under mpirun: collective, every rank calls it).

@@ -25,6 +25,7 @@ temporary directory):
                             1:replica 0) with training steps or spans
   --absent NAME             nothing there (a worker that is not the chief
                             wrote nothing)
+  --file NAME               a file there that is not empty (e.g. --save's)
 """
 import csv
 import glob
@@ -149,6 +150,10 @@ def main(argv):
             elif kind == "--trace" and i + 2 < len(checks):
                 r = check_trace(os.path.join(d, checks[i + 1]), checks[i + 2])
                 i += 3
+            elif kind == "--file" and i + 1 < len(checks):
+                path = os.path.join(d, checks[i + 1])
+                r = 0 if os.path.isfile(path) and os.path.getsize(path) > 0 else fail(f"{path} was not written")
+                i += 2
             elif kind == "--absent" and i + 1 < len(checks):
                 path = os.path.join(d, checks[i + 1])
                 r = fail(f"{path} exists: only the chief writes") if os.path.exists(path) else 0
