@@ -217,7 +217,8 @@ int train_char_lm(S& strategy, const example::Args& a, const example::RankAgreem
   const double secs = bits.training_seconds();
   const int epochs = watch.epochs_run(a.epochs);
   if (chief) std::fputs(watch.stopped_line(a.epochs).c_str(), stdout);  // even with --quiet: it changes the run
-  if (backup && backup->resumed_from() && chief)
+  // even with --quiet (it changes what the run did); without it fit said so as it resumed
+  if (backup && backup->resumed_from() && chief && a.quiet)
     std::printf("resumed from the checkpoint of step %lld in %s\n", static_cast<long long>(*backup->resumed_from()),
                 a.checkpoint_dir.c_str());
   const auto logs = model.evaluate(strategy.distribute(val));

@@ -157,7 +157,8 @@ int train_mnist(S& strategy, const Args& a, const RankAgreement& agreed, const s
     model.fit(strategy.distribute(train), fit);
   const int epochs = watch.epochs_run(a.epochs);
   if (chief) std::fputs(watch.stopped_line(a.epochs).c_str(), stdout);  // even with --quiet: it changes the run
-  if (backup && backup->resumed_from() && chief)  // even with --quiet: it changes what the run did
+  // even with --quiet (it changes what the run did); without it fit said so as it resumed
+  if (backup && backup->resumed_from() && chief && a.quiet)
     std::printf("resumed from the checkpoint of step %lld in %s\n", static_cast<long long>(*backup->resumed_from()),
                 a.checkpoint_dir.c_str());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
