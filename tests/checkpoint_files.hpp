@@ -1,14 +1,19 @@
 // What the checkpoint tests share: a temporary directory, reading and
-// writing a file's bytes, and a callback that "kills" a run mid-fit.
+// writing a file's bytes, a directory's every file and its bytes, and
+// callbacks that "kill" a run mid-fit.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <stdlib.h>
 
+#include <csignal>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -51,5 +56,29 @@ struct Crash final : strata::nn::Callback {
     if (++seen == at) throw Crashed{};
   }
 };
+
+//! Stops a run when the model has taken `at` steps: as a SIGKILL would, as
+//! far as fit can tell (a throw between steps, before the step's
+//! checkpoint: nothing saved), or with a real SIGTERM (`term`: fit
+//! finishes the step, saves, and throws nn::Preempted).
+struct StopAtStep final : strata::nn::Callback {
+  std::int64_t at;
+  bool term;
+  StopAtStep(std::int64_t a, bool t) : at(a), term(t) {}
+  void on_batch_end(int, const strata::nn::Logs&) override {
+    if (model().iterations() != at) return;
+    if (term) std::raise(SIGTERM);
+    else throw Crashed{};
+  }
+};
+
+//! Every file under `dir` (recursively, by path relative to it) and its
+//! bytes: what a refused run must leave as it found.
+inline std::map<std::string, std::vector<char>> tree(const std::filesystem::path& dir) {
+  std::map<std::string, std::vector<char>> out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    out[std::filesystem::relative(e.path(), dir).string()] = e.is_regular_file() ? slurp(e.path()) : std::vector<char>{};
+  return out;
+}
 
 }  // namespace strata_test

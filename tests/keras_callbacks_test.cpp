@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -481,4 +482,228 @@ TEST_CASE("BackupAndRestore: a run killed and resumed makes the uninterrupted ru
     REQUIRE(got.losses.size() == 2);
     CHECK(std::vector<double>(want.losses.begin() + 3, want.losses.end()) == got.losses);
   });
+}
+
+namespace {
+//! One fit of sgd_model on train_set (6 batches an epoch) under `s`, backed
+//! up every 2 steps in dir/backup, with `callbacks` after the backup;
+//! `out`: where fit prints (null: silent). Returns the weights.
+template <class S>
+std::vector<float> backed_up_fit(S& s, const std::filesystem::path& dir, std::vector<nn::Callback*> callbacks,
+                                 int epochs = 3, std::FILE* out = nullptr) {
+  nn::BackupAndRestore backup{dir / "backup", {.save_every_steps = 2}};
+  callbacks.insert(callbacks.begin(), &backup);
+  auto m = sgd_model(s, 0.1);
+  m.fit(s.distribute(train_set().shuffle(96, 5)),
+        {.epochs = epochs, .verbose = out ? nn::Verbosity::PerEpoch : nn::Verbosity::Silent,
+         .callbacks = callbacks, .out = out ? out : stdout});
+  return strata_test::flat_weights(m);
+}
+}  // namespace
+
+TEST_CASE("BackupAndRestore: a callback added or dropped on resume carries on; each gets back only its own state") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  TempDir want;
+  {
+    nn::CSVLogger csv{want.path / "log.csv"};
+    backed_up_fit(s, want.path, {&csv});
+  }
+  const std::string rows = read_all(want.path / "log.csv");
+  SUBCASE("dropped: an EarlyStopping before the CSV logger in the run stopped, not in the resumed one") {
+    TempDir d;
+    nn::EarlyStopping stop{{.monitor = "loss", .patience = 10}};
+    nn::CSVLogger csv{d.path / "log.csv"};
+    strata_test::StopAtStep kill{9, false};  // after epoch 0's row; resumes from step 8
+    CHECK_THROWS_AS(backed_up_fit(s, d.path, {&stop, &csv, &kill}), strata_test::Crashed);
+    nn::CSVLogger again{d.path / "log.csv"};
+    backed_up_fit(s, d.path, {&again});
+    CHECK(read_all(d.path / "log.csv") == rows);
+  }
+  SUBCASE("added: an EarlyStopping and a TensorBoard before the CSV logger in the resumed run only") {
+    TempDir d;
+    nn::CSVLogger csv{d.path / "log.csv"};
+    strata_test::StopAtStep kill{9, false};
+    CHECK_THROWS_AS(backed_up_fit(s, d.path, {&csv, &kill}), strata_test::Crashed);
+    nn::EarlyStopping stop{{.monitor = "loss", .patience = 10}};
+    nn::TensorBoard tb{d.path / "tb", {.update_freq = 1}};
+    nn::CSVLogger again{d.path / "log.csv"};
+    backed_up_fit(s, d.path, {&stop, &tb, &again});
+    CHECK(read_all(d.path / "log.csv") == rows);
+    CHECK(stop.best_epoch() >= 1);  // it saw the resumed run's epochs (1 and 2), from a fresh start
+  }
+  SUBCASE("two CSV loggers swapped in the list: each goes on with its own file") {
+    TempDir d;
+    nn::CSVLogger a{d.path / "log.csv"}, b{d.path / "other.csv", {.separator = ';'}};
+    strata_test::StopAtStep kill{9, false};
+    CHECK_THROWS_AS(backed_up_fit(s, d.path, {&a, &b, &kill}), strata_test::Crashed);
+    nn::CSVLogger a2{d.path / "log.csv"}, b2{d.path / "other.csv", {.separator = ';'}};
+    backed_up_fit(s, d.path, {&b2, &a2});
+    CHECK(read_all(d.path / "log.csv") == rows);
+    std::string semi = rows;
+    std::replace(semi.begin(), semi.end(), ',', ';');
+    CHECK(read_all(d.path / "other.csv") == semi);
+  }
+  SUBCASE("a CSV logger added on resume starts its file at the resumed epoch; over an existing file it is refused") {
+    TempDir d;
+    strata_test::StopAtStep kill{9, false};
+    CHECK_THROWS_AS(backed_up_fit(s, d.path, {&kill}), strata_test::Crashed);
+    {
+      std::ofstream f(d.path / "log.csv");
+      f << "someone else's rows\n";
+    }
+    const auto before = strata_test::tree(d.path);
+    nn::CSVLogger csv{d.path / "log.csv"};
+    try {
+      backed_up_fit(s, d.path, {&csv});
+      FAIL("the resume was not refused");
+    } catch (const nn::CheckpointDirectoryError& e) {
+      const std::string what = e.what();
+      CHECK(what.find("kept no history for") != std::string::npos);
+      CHECK(what.find("log.csv") != std::string::npos);
+    }
+    CHECK(strata_test::tree(d.path) == before);
+    std::filesystem::remove(d.path / "log.csv");
+    nn::CSVLogger fresh{d.path / "log.csv"};
+    backed_up_fit(s, d.path, {&fresh});
+    // the header, then epochs 1 and 2: the uninterrupted run's rows from the resumed epoch on
+    const auto header_end = rows.find('\n') + 1, row1 = rows.find('\n', header_end) + 1;
+    CHECK(read_all(d.path / "log.csv") == rows.substr(0, header_end) + rows.substr(row1));
+  }
+}
+
+TEST_CASE("BackupAndRestore: a CSV history renamed, deleted or cut short is refused before the first step, "
+          "the directory as it was") {
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  TempDir want;
+  {
+    nn::CSVLogger csv{want.path / "log.csv"};
+    backed_up_fit(s, want.path, {&csv});
+  }
+  for (const char* change : {"renamed", "deleted", "cut short"}) {
+    CAPTURE(change);
+    TempDir d;
+    nn::CSVLogger csv{d.path / "log.csv"};
+    strata_test::StopAtStep kill{9, false};
+    CHECK_THROWS_AS(backed_up_fit(s, d.path, {&csv, &kill}), strata_test::Crashed);
+    const std::string change_s = change;
+    const auto kept = read_all(d.path / "log.csv");
+    if (change_s == "renamed") std::filesystem::rename(d.path / "log.csv", d.path / "moved.csv");
+    else if (change_s == "deleted") std::filesystem::remove(d.path / "log.csv");
+    else std::filesystem::resize_file(d.path / "log.csv", kept.size() - 3);
+    const auto before = strata_test::tree(d.path);
+    nn::CSVLogger again{d.path / "log.csv"};
+    strata_test::StopAtStep never{-1, false};
+    std::int64_t first_step = -1;
+    nn::LambdaCallback watch;
+    watch.on_batch_end_fn = [&](int, const nn::Logs&) { first_step = 0; };
+    try {
+      backed_up_fit(s, d.path, {&again, &watch});
+      FAIL("the resume was not refused");
+    } catch (const nn::CheckpointDirectoryError& e) {
+      const std::string what = e.what();
+      CHECK(what.find("log.csv") != std::string::npos);
+      CHECK(what.find(change_s == "cut short" ? "holds" : "missing") != std::string::npos);
+      CHECK(what.find("--start-over") != std::string::npos);
+    }
+    CHECK(first_step == -1);  // no step ran
+    CHECK(strata_test::tree(d.path) == before);
+    // the file put back, the same command goes on, and its history is the uninterrupted run's
+    if (change_s == "renamed") std::filesystem::rename(d.path / "moved.csv", d.path / "log.csv");
+    else {
+      std::ofstream f(d.path / "log.csv", std::ios::binary);
+      f << kept;
+    }
+    nn::CSVLogger last{d.path / "log.csv"};
+    backed_up_fit(s, d.path, {&last});
+    CHECK(read_all(d.path / "log.csv") == read_all(want.path / "log.csv"));
+  }
+}
+
+TEST_CASE("fit says where it resumed from; the resumed epoch's progress counts the whole epoch") {
+  strata::OneDeviceStrategy s{strata::cpu(0)};
+  TempDir d;
+  strata_test::StopAtStep kill{5, false};  // epoch 0, after step 4's checkpoint
+  CHECK_THROWS_AS(backed_up_fit(s, d.path, {&kill}, 2), strata_test::Crashed);
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  backed_up_fit(s, d.path, {}, 2, out);
+  std::rewind(out);
+  std::string text;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, out)) > 0;) text.append(buf, n);
+  std::fclose(out);
+  CAPTURE(text);
+  CHECK(text.starts_with("Resumed from step 4 (epoch 1, batch 4) in " + (d.path / "backup").string() + "\n"));
+  CHECK(text.find("Epoch 1/2\n6/6 - ") != std::string::npos);  // not 2/6: the epoch's batches trained before count
+  CHECK(text.find("Epoch 2/2\n6/6 - ") != std::string::npos);
+}
+
+TEST_CASE("EarlyStopping and ReduceLROnPlateau say when they act, where fit prints") {
+  struct Heard final : nn::ModelAccess {
+    FakeModel m;
+    std::vector<std::string> lines;
+    bool is_chief() const override { return true; }
+    std::vector<strata::io::NamedTensor> get_weights() const override { return m.get_weights(); }
+    void set_weights(const std::vector<strata::io::NamedTensor>& ws) override { m.set_weights(ws); }
+    void save_weights(const std::filesystem::path&) const override {}
+    void save_checkpoint(const std::filesystem::path&) override {}
+    std::int64_t iterations() const override { return 0; }
+    float learning_rate() const override { return m.lr; }
+    void set_learning_rate(float r) override { m.lr = r; }
+    std::vector<double> from_chief(std::vector<double> v) override { return v; }
+    bool any_worker(bool mine) override { return mine; }
+    void say(const std::string& line) override { lines.push_back(line); }
+  } heard;
+  nn::EarlyStopping stop{{.monitor = "val_loss", .patience = 2, .restore_best_weights = true}};
+  stop.set_model(&heard);
+  stop.on_train_begin();
+  const std::vector<double> values{1.0, 0.5, 0.7, 0.8, 0.9};
+  int e = 0;
+  for (; e < 5 && !stop.stop_training; ++e) {
+    heard.m.w = static_cast<float>(e);
+    stop.on_epoch_end(e, logs_of({{"val_loss", values[static_cast<std::size_t>(e)]}}));
+  }
+  stop.on_train_end({});
+  CHECK(e == 4);
+  CHECK(heard.lines == std::vector<std::string>{
+                           "Epoch 4: early stopping (val_loss has not improved for 2 epoch(s))",
+                           "Restoring model weights from the end of the best epoch: 2."});
+  heard.lines.clear();
+  nn::ReduceLROnPlateau plateau{{.monitor = "loss", .factor = 0.5, .patience = 1}};
+  plateau.set_model(&heard);
+  heard.m.lr = 0.1f;
+  plateau.on_train_begin();
+  plateau.on_epoch_end(0, logs_of({{"loss", 1.0}}));
+  plateau.on_epoch_end(1, logs_of({{"loss", 2.0}}));
+  CHECK(heard.lines == std::vector<std::string>{"Epoch 2: ReduceLROnPlateau reducing learning rate to 0.05."});
+  // in fit, silent: nothing printed (the FitOptions::out is never written)
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  strata::OneDeviceStrategy s{strata::cpu(0)};
+  auto m = sgd_model(s, 0.1);
+  nn::EarlyStopping quick{{.monitor = "loss", .min_delta = 100.0, .patience = 0}};
+  m.fit(s.distribute(train_set()), {.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&quick}, .out = out});
+  CHECK(quick.stopped_epoch() == 1);
+  CHECK(std::ftell(out) == 0);
+  m.fit(s.distribute(train_set()), {.epochs = 3, .verbose = nn::Verbosity::PerEpoch, .callbacks = {&quick}, .out = out});
+  std::rewind(out);
+  std::string text;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, out)) > 0;) text.append(buf, n);
+  std::fclose(out);
+  CHECK(text.find("Epoch 2: early stopping (loss has not improved for 1 epoch(s))\n") != std::string::npos);
+}
+
+TEST_CASE("A run's fingerprint names a schedule's peak, not only its rate at step 0") {
+  const auto warm = [](float peak) {
+    return nn::AdamW{nn::CosineDecay{.initial = 0.f, .decay_steps = 100, .warmup_target = peak, .warmup_steps = 10}};
+  };
+  CHECK(warm(1e-3f).describe() != warm(2e-3f).describe());
+  CHECK(warm(1e-3f).describe().find("warmup_target=0.001") != std::string::npos);
+  // a schedule that says nothing of itself: its rates at several steps
+  const auto ramp = [](float peak) { return nn::SGD{[peak](std::int64_t step) { return step < 5 ? 0.f : peak; }}; };
+  CHECK(ramp(0.1f).describe() != ramp(0.2f).describe());
+  CHECK(ramp(0.1f).describe() == ramp(0.1f).describe());
+  // a constant rate reads as before
+  CHECK(nn::Adam{1e-3}.describe().starts_with("Adam(learning_rate=0.001, "));
 }

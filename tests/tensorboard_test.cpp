@@ -297,20 +297,6 @@ TEST_CASE("TensorBoard callback: a process that is not the chief writes nothing;
 
 namespace {
 
-//! Stops a run (as a kill would) when the model has taken `at` steps: a
-//! SIGKILL as far as fit can tell (a throw between steps: no save), or a
-//! real SIGTERM (fit finishes the step, saves, throws nn::Preempted).
-struct StopAtStep final : nn::Callback {
-  std::int64_t at;
-  bool term;
-  StopAtStep(std::int64_t a, bool t) : at(a), term(t) {}
-  void on_batch_end(int, const nn::Logs&) override {
-    if (model().iterations() != at) return;
-    if (term) std::raise(SIGTERM);
-    else throw strata_test::Crashed{};
-  }
-};
-
 //! Every event file under `dir` (train/ and validation/).
 std::vector<fs::path> event_files(const fs::path& dir) {
   std::vector<fs::path> out;
@@ -357,7 +343,7 @@ TEST_CASE("A run stopped mid-epoch three times (kills and a SIGTERM, before and 
       nn::CSVLogger csv{dir / "history.csv"};
       nn::TensorBoard tb{dir / "tb", {.update_freq = 1, .batch_size = 16}};
       nn::EarlyStopping stop{{.monitor = "loss", .patience = 10}};
-      StopAtStep killer{attempt < stops.size() ? stops[attempt].first : -1,
+      strata_test::StopAtStep killer{attempt < stops.size() ? stops[attempt].first : -1,
                         attempt < stops.size() && stops[attempt].second};
       const nn::FitOptions opts{.epochs = 4, .verbose = nn::Verbosity::Silent,
                                 .callbacks = {&backup, &csv, &tb, &stop, &killer}};

@@ -220,3 +220,57 @@ TEST_CASE("BackupAndRestore across workers: the resumed run makes the uninterrup
   CHECK(got.weights == want.weights);
   CHECK(same_on_both({static_cast<double>(got.rate), static_cast<double>(got.stopped)}));
 }
+
+namespace {
+//! Throws (a kill, as far as fit can tell) on every rank when the model has taken `at` steps.
+struct CrashAtStep final : nn::Callback {
+  std::int64_t at;
+  explicit CrashAtStep(std::int64_t a) : at(a) {}
+  void on_batch_end(int, const nn::Logs&) override {
+    if (model().iterations() == at) throw Crashed{};
+  }
+};
+}  // namespace
+
+TEST_CASE("BackupAndRestore across workers: a run killed mid-epoch twice writes the uninterrupted run's CSV; "
+          "a CSV history gone from the chief is refused on both ranks before the first step") {
+  // 6 global batches an epoch, a checkpoint every 2 steps: killed at step 5 (resumes from 4, inside epoch 0:
+  // each worker's running sums come back from the checkpoint), then at step 9 (after the resumed run's row)
+  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers()};
+  const auto run = [&](const std::filesystem::path& dir, std::int64_t crash_at, bool expect_refusal = false) {
+    nn::BackupAndRestore backup{dir / "backup", {.save_every_steps = 2}};
+    nn::CSVLogger csv{dir / "log.csv"};
+    CrashAtStep kill{crash_at};
+    auto m = sgd_model(s, 0.1);
+    const nn::FitOptions opts{.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&backup, &csv, &kill}};
+    if (expect_refusal) {
+      CHECK_THROWS_AS(m.fit(s.distribute(train_set().shuffle(96, 5)), opts), nn::CheckpointDirectoryError);
+      CHECK(m.iterations() == 8);  // the checkpoint's step (loaded), and no step further
+    } else if (crash_at > 0) {
+      CHECK_THROWS_AS(m.fit(s.distribute(train_set().shuffle(96, 5)), opts), Crashed);
+    } else {
+      m.fit(s.distribute(train_set().shuffle(96, 5)), opts);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return strata_test::flat_weights(m);
+  };
+  SharedDir a, b;
+  const auto want = run(a.path, -1);
+  run(b.path, 5);
+  run(b.path, 9);
+  std::string kept;
+  if (world_rank() == 0) {
+    kept = read_all(b.path / "log.csv");
+    std::filesystem::rename(b.path / "log.csv", b.path / "moved.csv");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  run(b.path, -1, true);
+  if (world_rank() == 0) std::filesystem::rename(b.path / "moved.csv", b.path / "log.csv");
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto got = run(b.path, -1);
+  CHECK(got == want);
+  if (world_rank() == 0) {
+    CHECK(!kept.empty());
+    CHECK(read_all(b.path / "log.csv") == read_all(a.path / "log.csv"));
+  }
+}

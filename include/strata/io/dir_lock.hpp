@@ -65,6 +65,7 @@ class DirLock {
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     const std::string me = "process " + std::to_string(::getpid()) + " on " + host + ", since " + now() + "\n";
+    before_ = read_holder(false);
     if (::ftruncate(fd_, 0) == 0) {
       [[maybe_unused]] auto n = ::pwrite(fd_, me.data(), me.size(), 0);  // for people: the lock is the flock
     }
@@ -83,16 +84,28 @@ class DirLock {
     ::close(fd_);
     fd_ = -1;
   }
+  //! Releases the lock leaving the directory as the lock found it: the file
+  //! removed if this lock made it, else its words (the last holder's) put back.
+  void release_as_found() {
+    if (fd_ < 0) return;
+    if (created_) return remove_and_release();
+    if (::ftruncate(fd_, 0) == 0) {
+      [[maybe_unused]] auto n = ::pwrite(fd_, before_.data(), before_.size(), 0);
+    }
+    ::close(fd_);
+    fd_ = -1;
+  }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   //! Whether this lock made its file (a refused run removes only that).
   [[nodiscard]] bool created() const noexcept { return created_; }
 
  private:
-  std::string read_holder() const {
+  //! The lock file's words (`trim`: without trailing newlines).
+  std::string read_holder(bool trim = true) const {
     char buf[512] = {};
     const auto n = ::pread(fd_, buf, sizeof buf - 1, 0);
     std::string s(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\0')) s.pop_back();
+    while (trim && !s.empty() && (s.back() == '\n' || s.back() == '\0')) s.pop_back();
     return s;
   }
   static std::string now() {
@@ -107,6 +120,7 @@ class DirLock {
   std::filesystem::path path_;
   int fd_ = -1;
   bool created_ = false;
+  std::string before_;  // the file's words when this lock took it
 };
 
 }  // namespace strata::io

@@ -68,7 +68,7 @@ class FitBackup {
       }
     }
     if (sum_over_workers(s, {refused ? 1.0 : 0.0})[0] > 0) {
-      if (b_.lock_ && b_.lock_->created()) b_.lock_->remove_and_release();  // leave no trace where refused
+      if (b_.lock_) b_.lock_->release_as_found();  // leave no trace where refused
       b_.lock_.reset();
       if (refused) std::rethrow_exception(refused);
       throw CheckpointDirectoryError("BackupAndRestore: the chief (worker 0) refused the checkpoint directory " +
@@ -114,7 +114,7 @@ class FitBackup {
     if (m_.is_chief()) {
       std::error_code ec;
       if (record_made_) std::filesystem::remove(b_.record_path(), ec);
-      if (b_.lock_ && b_.lock_->created()) b_.lock_->remove_and_release();
+      if (b_.lock_) b_.lock_->release_as_found();
     }
     b_.lock_.reset();
     b_.run_ = {};
