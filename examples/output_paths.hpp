@@ -77,10 +77,12 @@ inline void check_output_file(const char* prog, const std::string& opt, const st
 //! overwritten by the other), whether or not it exists yet.
 inline bool same_file(const std::string& a, const std::string& b) {
   namespace fs = std::filesystem;
+  const auto bare = [](fs::path p) { return p.has_filename() || !p.has_parent_path() ? p : p.parent_path(); };  // "d/" is d
   std::error_code ec1, ec2, ec3, ec4;  // absolute first: a relative name's own part is never made canonical
   const auto ca = fs::weakly_canonical(fs::absolute(a, ec1), ec2), cb = fs::weakly_canonical(fs::absolute(b, ec3), ec4);
-  if (ec1 || ec2 || ec3 || ec4) return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
-  return ca == cb;
+  if (ec1 || ec2 || ec3 || ec4)
+    return bare(fs::path(a).lexically_normal()) == bare(fs::path(b).lexically_normal());
+  return bare(ca) == bare(cb);
 }
 
 //! An output option and its path (nullptr: not given).
