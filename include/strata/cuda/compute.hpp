@@ -54,7 +54,7 @@ struct CublasDestroy {
   void operator()(cublasHandle_t h) const noexcept { (void)cublasDestroy(h); }
 };
 struct CudaFree {
-  void operator()(void* p) const noexcept { (void)cudaFree(p); }
+  void operator()(void* p) const noexcept { cuda::detail::ignore(cudaFree(p)); }
 };
 //! Lets the device's default memory pool keep freed memory instead of
 //! returning it to the driver at each synchronization (a training step
@@ -100,16 +100,21 @@ class CudaCompute final : public CudaDeviceOps {
     set_math_mode(math);
   }
   ~CudaCompute() override {
-    drain();
+    if (!drain()) {  // work still runs that may use the workspace: leave both allocated
+      (void)blas_.release();
+      (void)workspace_.release();
+    }
     // the handle and its workspace belong to device_: released with it current (a replica's
     // compute may be destroyed from a thread where another GPU is); the stream goes after them
     int previous = device_;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = device_;
-    if (previous != device_) (void)cudaSetDevice(device_);
+    if (const cudaError_t e = cudaGetDevice(&previous); e != cudaSuccess) {
+      detail::ignore(e);
+      previous = device_;
+    }
+    if (previous != device_) detail::ignore(cudaSetDevice(device_));
     blas_.reset();
     workspace_.reset();
-    if (previous != device_) (void)cudaSetDevice(previous);
-    (void)cudaGetLastError();
+    if (previous != device_) cuda::detail::ignore(cudaSetDevice(previous));
   }
 
   [[nodiscard]] MathMode math_mode() const noexcept { return math_; }

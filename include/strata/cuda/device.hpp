@@ -16,8 +16,8 @@ namespace strata::cuda {
 //!   for (int d = 0; d < n; ++d) std::cout << strata::cuda::device_name(d) << '\n';
 inline int device_count() noexcept {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // cudaErrorNoDevice, cudaErrorInsufficientDriver, ...: no GPU to use
+  if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) {
+    detail::consume_error(e);  // cudaErrorNoDevice, cudaErrorInsufficientDriver, ...: no GPU to use
     return 0;
   }
   return n;

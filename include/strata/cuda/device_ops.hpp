@@ -6,6 +6,7 @@
 //! adds cuBLAS and strata's kernels on top.
 //!   class CudaCompute final : public strata::cuda::CudaDeviceOps { ... };
 
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -27,14 +28,17 @@ class CudaDeviceOps : public kernels::Compute {
   CudaDeviceOps(const CudaDeviceOps&) = delete;
   CudaDeviceOps& operator=(const CudaDeviceOps&) = delete;
   ~CudaDeviceOps() override {
-    drain();
+    (void)drain();
     // the stream belongs to device_: destroyed with it current, then the thread's device given back
+    // (a stream destroyed with work pending is released once that work ends)
     int previous = device_;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = device_;
-    if (previous != device_) (void)cudaSetDevice(device_);
+    if (const cudaError_t e = cudaGetDevice(&previous); e != cudaSuccess) {
+      detail::ignore(e);
+      previous = device_;
+    }
+    if (previous != device_) detail::ignore(cudaSetDevice(device_));
     stream_ = Stream{};
-    if (previous != device_) (void)cudaSetDevice(previous);
-    (void)cudaGetLastError();
+    if (previous != device_) detail::ignore(cudaSetDevice(previous));
   }
 
   [[nodiscard]] kernels::Where where() const noexcept override { return kernels::Where::Cuda; }
@@ -56,7 +60,7 @@ class CudaDeviceOps : public kernels::Compute {
     cudaGraph_t graph = nullptr;
     check(cudaStreamEndCapture(stream_.get(), &graph), "cudaStreamEndCapture");
     struct Destroy {
-      void operator()(cudaGraph_t p) const noexcept { (void)cudaGraphDestroy(p); }
+      void operator()(cudaGraph_t p) const noexcept { cuda::detail::ignore(cudaGraphDestroy(p)); }
     };
     std::unique_ptr<CUgraph_st, Destroy> owned(graph);
     cudaGraphExec_t exec = nullptr;
@@ -81,10 +85,10 @@ class CudaDeviceOps : public kernels::Compute {
   void deallocate(void* p, std::size_t /*bytes*/) noexcept override {
     if (!p) return;
     int previous = device_;
-    (void)cudaGetDevice(&previous);
-    if (previous != device_) (void)cudaSetDevice(device_);
-    (void)cudaFreeAsync(p, stream_.get());
-    if (previous != device_) (void)cudaSetDevice(previous);
+    cuda::detail::ignore(cudaGetDevice(&previous));
+    if (previous != device_) cuda::detail::ignore(cudaSetDevice(device_));
+    cuda::detail::ignore(cudaFreeAsync(p, stream_.get()));
+    if (previous != device_) cuda::detail::ignore(cudaSetDevice(previous));
   }
   void upload(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
@@ -103,6 +107,19 @@ class CudaDeviceOps : public kernels::Compute {
     DeviceGuard g{device_};
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_.get()), "cudaMemcpyAsync(DeviceToDevice)");
   }
+  //! `rows` blocks of `width` bytes in one cudaMemcpy2DAsync on the stream
+  //! (Concatenate's column blocks: one call, not one copy per row).
+  void copy_2d(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t width,
+               std::size_t rows) override {
+    if (width == 0 || rows == 0) return;
+    if (width > dst_pitch || width > src_pitch)
+      throw Error(name_ + ": copy_2d of " + std::to_string(width) + " bytes per row with pitches " +
+                  std::to_string(dst_pitch) + " (destination) and " + std::to_string(src_pitch) +
+                  " (source): a row cannot be wider than its pitch");
+    DeviceGuard g{device_};
+    check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, stream_.get()),
+          "cudaMemcpy2DAsync(DeviceToDevice)");
+  }
   void fill(float* x, float value, std::size_t n) override {
     DeviceGuard g{device_};
     detail::launch_fill(stream_.get(), x, value, n);
@@ -117,15 +134,15 @@ class CudaDeviceOps : public kernels::Compute {
   //! before its step).
   int bind_thread() override {
     int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) {
-      (void)cudaGetLastError();
+    if (const cudaError_t e = cudaGetDevice(&previous); e != cudaSuccess) {
+      detail::ignore(e);
       previous = -1;
     }
     check(cudaSetDevice(device_), "cudaSetDevice");
     return previous;
   }
   void unbind_thread(int previous) noexcept override {
-    if (previous >= 0 && previous != device_ && cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
+    if (previous >= 0 && previous != device_) detail::ignore(cudaSetDevice(previous));
   }
 
  protected:
@@ -136,15 +153,27 @@ class CudaDeviceOps : public kernels::Compute {
                   "staging memory); call it before begin_capture() or after end_capture()");
   }
   //! Ends an abandoned capture (so that the stream can be destroyed) and
-  //! waits for the stream: before anything of the device is released.
-  void drain() noexcept {
+  //! waits for the stream, before anything of the device is released:
+  //! bounded (detail::teardown_timeout; a destructor may run while an error
+  //! unwinds, behind work that never ends). False when the stream's work is
+  //! still pending: the caller then leaves its memory allocated, and says so.
+  [[nodiscard]] bool drain() noexcept {
+    if (!stream_.get()) return true;
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream_.get(), &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+    const cudaError_t capturing = cudaStreamIsCapturing(stream_.get(), &st);
+    detail::ignore(capturing);
+    if (capturing == cudaSuccess && st != cudaStreamCaptureStatusNone) {
       cudaGraph_t g = nullptr;
-      if (cudaStreamEndCapture(stream_.get(), &g) == cudaSuccess && g) (void)cudaGraphDestroy(g);
+      const cudaError_t ended = cudaStreamEndCapture(stream_.get(), &g);
+      detail::ignore(ended);
+      if (ended == cudaSuccess && g) detail::ignore(cudaGraphDestroy(g));
     }
-    (void)cudaStreamSynchronize(stream_.get());
-    (void)cudaGetLastError();
+    if (detail::wait_bounded([&] { return cudaStreamQuery(stream_.get()); }, detail::teardown_timeout)) return true;
+    std::fprintf(stderr,
+                 "strata: %s: its stream's work has not ended %lld ms after the compute was released; its "
+                 "memory is left allocated rather than freed under running work\n",
+                 name_.c_str(), static_cast<long long>(detail::teardown_timeout.count()));
+    return false;
   }
 
   int device_;

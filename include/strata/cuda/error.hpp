@@ -69,15 +69,28 @@ inline std::string status_text(cudaError_t e) {
 inline std::string status_text(cublasStatus_t s) {
   return std::string(cublasGetStatusName(s)) + " (" + cublasGetStatusString(s) + ")";
 }
+//! A call returned `e`: clears the thread's last error if it is that call's
+//! own (`e`), and leaves it otherwise, so that the failing call is the one
+//! the next check names (a sticky error stays whatever this does).
+//!   const cudaError_t q = cudaEventQuery(e);  if (q == cudaErrorNotReady) consume_error(q);
+inline void consume_error(cudaError_t e) noexcept {
+  if (e != cudaSuccess && cudaPeekAtLastError() == e) (void)cudaGetLastError();
+}
+//! A status a path cannot report (a destructor, a deallocation, the cleanup
+//! on a failure path): its own error is consumed, so that the next check
+//! names the call that failed, not this one.
+//!   ignore(cudaFreeAsync(p, s));
+inline void ignore(cudaError_t e) noexcept { consume_error(e); }
 }  // namespace detail
 
-//! Throws CudaError naming `call` unless `e` is cudaSuccess. A non-sticky
-//! error is cleared first, so that the next check does not report it again.
+//! Throws CudaError naming `call` unless `e` is cudaSuccess. The call's own
+//! non-sticky error is cleared first, so that the next check does not
+//! report it again (another call's is left for its own check).
 //!   strata::cuda::check(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
 //!   STRATA_CUDA_CHECK(cudaGetLastError());   // the same, naming the call by its text
 inline void check(cudaError_t e, const char* call) {
   if (e == cudaSuccess) return;
-  (void)cudaGetLastError();
+  detail::consume_error(e);
   const int dev = detail::current_device_or_minus_one();
   throw CudaError(call, detail::status_text(e),
                   std::string("CUDA call ") + call + " failed on device " + std::to_string(dev) + ": " +
@@ -102,13 +115,13 @@ inline void check(cublasStatus_t s, const char* call) {
 inline void check_allocation(cudaError_t e, const char* call, std::size_t bytes, int device) {
   if (e == cudaSuccess) return;
   if (e != cudaErrorMemoryAllocation) check(e, call);
-  (void)cudaGetLastError();
+  detail::consume_error(e);
   std::size_t free = 0, total = 0;
   std::string have;
-  if (cudaMemGetInfo(&free, &total) == cudaSuccess)
+  if (const cudaError_t info = cudaMemGetInfo(&free, &total); info == cudaSuccess)
     have = " (" + std::to_string(free) + " of " + std::to_string(total) + " bytes free)";
   else
-    (void)cudaGetLastError();
+    detail::consume_error(info);
   throw CudaOutOfMemory(call, detail::status_text(e),
                         std::string("CUDA call ") + call + ": out of memory allocating " + std::to_string(bytes) +
                             (device < 0 ? std::string(" bytes of pinned host memory")

@@ -32,7 +32,7 @@ class Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
   ~Graph() {
-    if (exec_) (void)cudaGraphExecDestroy(exec_);
+    if (exec_) cuda::detail::ignore(cudaGraphExecDestroy(exec_));
   }
 
   //! Enqueues one replay on the stream it was captured on (returns at once).

@@ -91,7 +91,7 @@ struct CudaSpace {
     try {
       const int device = detail::CudaSpaceContext::device_of(p);
       cuda::DeviceGuard g{device};
-      (void)cudaFreeAsync(p, detail::CudaSpaceContext::of(device).stream.get());
+      cuda::detail::ignore(cudaFreeAsync(p, detail::CudaSpaceContext::of(device).stream.get()));
     } catch (...) {  // the runtime is gone (static destruction) or the pointer is foreign: nothing to free into
     }
   }

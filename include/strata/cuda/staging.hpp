@@ -32,8 +32,9 @@ class Stager {
   Stager& operator=(const Stager&) = delete;
   ~Stager() {
     for (Slot& s : slots_) {
-      if (s.pending) (void)cudaEventSynchronize(s.done->get());
-      if (s.host) (void)cudaFreeHost(s.host);
+      // bounded (a destructor may run while an error unwinds): a copy that has not ended keeps its buffer
+      if (s.pending && !wait_bounded([&] { return cudaEventQuery(s.done->get()); }, teardown_timeout)) continue;
+      if (s.host) ignore(cudaFreeHost(s.host));
     }
   }
 

@@ -41,7 +41,7 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
   ~DeviceGuard() {
     int now = previous_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cuda::detail::ignore(cudaSetDevice(previous_));
   }
 
  private:
@@ -118,9 +118,34 @@ void poll_until_done(Query query, const std::vector<HostWaitWatch*>& watches, co
     const cudaError_t q = query();
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) check(q, call);
-    (void)cudaGetLastError();  // cudaErrorNotReady is no error
+    consume_error(q);  // cudaErrorNotReady is no error; another call's error is left for its check
     for (HostWaitWatch* w : watches) w->check(what);
     if (!watches.empty() && std::chrono::steady_clock::now() - start >= timeout) watches.front()->expire(what);
+    poll_pause(i);
+  }
+}
+
+//! How long a wait on a teardown or failure path (a destructor, the cleanup
+//! after an error) polls before it gives up: what it guarded is then left
+//! allocated rather than freed under work that may still run.
+inline constexpr std::chrono::milliseconds teardown_timeout{std::chrono::minutes(2)};
+
+//! Polls `query` (cudaEventQuery, cudaStreamQuery) until it is not
+//! cudaErrorNotReady or `timeout` has passed, never blocking in CUDA: true
+//! when the work ended (a failure ends it too; its status is consumed, for
+//! the error being reported), false when it is still pending.
+//!   if (!wait_bounded([&] { return cudaStreamQuery(s); }, teardown_timeout)) leak_instead_of_free();
+template <class Query>
+bool wait_bounded(Query query, std::chrono::milliseconds timeout) noexcept {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int i = 0;; ++i) {
+    const cudaError_t q = query();
+    if (q != cudaErrorNotReady) {
+      ignore(q);
+      return true;
+    }
+    ignore(q);
+    if (std::chrono::steady_clock::now() >= deadline) return false;
     poll_pause(i);
   }
 }
@@ -156,7 +181,7 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   ~Stream() {
-    if (s_) (void)cudaStreamDestroy(s_);
+    if (s_) cuda::detail::ignore(cudaStreamDestroy(s_));
   }
 
   [[nodiscard]] cudaStream_t get() const noexcept { return s_; }
@@ -193,7 +218,7 @@ class Event {
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
   ~Event() {
-    if (e_) (void)cudaEventDestroy(e_);
+    if (e_) cuda::detail::ignore(cudaEventDestroy(e_));
   }
 
   [[nodiscard]] cudaEvent_t get() const noexcept { return e_; }
@@ -207,7 +232,7 @@ class Event {
   [[nodiscard]] bool query() const {
     const cudaError_t r = cudaEventQuery(e_);
     if (r == cudaErrorNotReady) {
-      (void)cudaGetLastError();
+      detail::consume_error(r);
       return false;
     }
     check(r, "cudaEventQuery");

@@ -280,7 +280,7 @@ class DeviceCommunicator {
     if (bytes == 0) return;
     cudaPointerAttributes a{};
     const cudaError_t e = cudaPointerGetAttributes(&a, p);
-    if (e != cudaSuccess) (void)cudaGetLastError();
+    cuda::detail::ignore(e);
     const std::string who = std::string("DeviceCommunicator::") + call + " on replica " + std::to_string(rank_) +
                             " (GPU " + std::to_string(device_) + "): the " + what;
     if (e != cudaSuccess || (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged))
@@ -349,18 +349,28 @@ class DeviceCommunicator {
       cuda::check(cudaEventRecord(team_->done(rank_), stream_), "cudaEventRecord (done)");
     } catch (const std::exception& e) {
       team_->abort(rank_, e.what());
-      team_->quiesce();  // others' kernels may still touch our buffers: let them end first
+      settle(e);  // others' kernels may still touch our buffers: let them end first
       throw;
     }
     try {
       t.leave(rank_, seq, d);
-    } catch (...) {
-      team_->quiesce();
+    } catch (const std::exception& e) {
+      settle(e);
       throw;
     }
     if (d.kind != detail::CallKind::barrier)
       for (int s = 0; s < size(); ++s)
         if (s != rank_) wait_for(team_->done(s));
+  }
+
+  //! After `failure` inside a collective: the team's queued work ends
+  //! (DeviceTeam::quiesce, bounded by the team's timeout), or, past the
+  //! deadline, CollectiveTimeout naming `failure` and what is still pending
+  //! (the caller rethrows `failure` otherwise).
+  void settle(const std::exception& failure) {
+    const std::string pending = team_->quiesce();
+    if (!pending.empty())
+      throw CollectiveTimeout(std::string(failure.what()) + "; after it, the team's GPU work did not end: " + pending);
   }
 
   DeviceTeam* team_;

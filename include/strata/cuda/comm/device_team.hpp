@@ -16,6 +16,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <set>
@@ -79,17 +81,37 @@ class DeviceTeam {
   void depart(int r) { team_.depart(r); }
   //! Called while no replica runs: forget the previous run (counters, abort).
   void reset() { team_.reset(); }
-  //! After a failure inside a collective: waits until every GPU of the team
-  //! has finished the work already queued (another replica's kernel may
-  //! still be writing a buffer its owner is about to free or reuse).
-  //! Errors are ignored: the failure being reported is the one that counts.
-  void quiesce() const noexcept {
-    int previous = 0;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-    for (int d : distinct_)
-      if (cudaSetDevice(d) == cudaSuccess) (void)cudaDeviceSynchronize();
-    if (previous >= 0) (void)cudaSetDevice(previous);
-    (void)cudaGetLastError();
+  //! After a failure inside a collective: waits until every replica's work
+  //! already queued in the team's collectives has finished (another
+  //! replica's kernel may still be writing a buffer its owner is about to
+  //! free or reuse). Bounded: it polls each replica's "done" event (recorded
+  //! after its part of the last collective) until options().timeout has
+  //! passed, never cudaDeviceSynchronize (which would also wait for work
+  //! outside the team, such as an NCCL sum whose peer is gone). Returns ""
+  //! when everything ended, else what is still pending, for the error being
+  //! reported ("replica 1 (GPU 0): its part of the last collective has not
+  //! ended after 120000 ms"). Its own CUDA errors are not reported: the
+  //! failure being reported is the one that counts.
+  //!   if (std::string pending = team.quiesce(); !pending.empty()) why += "; " + pending;
+  [[nodiscard]] std::string quiesce() const noexcept {
+    try {
+      const auto deadline = std::chrono::steady_clock::now() + options().timeout;
+      std::string pending;
+      for (int r = 0; r < size(); ++r) {
+        const cudaEvent_t e = done(r);
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration::zero()));
+        if (cuda::detail::wait_bounded([&] { return cudaEventQuery(e); }, left)) continue;
+        pending += std::string(pending.empty() ? "" : "; ") + "replica " + std::to_string(r) + " (GPU " +
+                   std::to_string(devices_[static_cast<std::size_t>(r)]) +
+                   "): its part of the last collective has not ended on the GPU after " +
+                   std::to_string(options().timeout.count()) +
+                   " ms (its stream is held by earlier work); its buffers may still be in use";
+      }
+      return pending;
+    } catch (...) {
+      return "the wait for the team's queued work failed (out of memory for its message)";
+    }
   }
 
   // For DeviceCommunicator.
@@ -133,7 +155,7 @@ class DeviceTeam {
     {
       cuda::DeviceGuard g{a};
       const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
-      if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+      if (e == cudaErrorPeerAccessAlreadyEnabled) cuda::detail::ignore(e);
       else cuda::check(e, "cudaDeviceEnablePeerAccess");
     }
     // Peer access covers cudaMalloc memory, not the stream-ordered pool's,

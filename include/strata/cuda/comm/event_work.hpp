@@ -61,8 +61,11 @@ class EventWork final : public strata::detail::PolledWork {
 
   [[nodiscard]] bool is_completed() const override {
     if (done_) return true;
+    // the query's own status only: cudaErrorNotReady is consumed, and only
+    // when it is the thread's last error (another call's error stays for its
+    // check); a failure is left for test() or wait() to report
     const cudaError_t q = cudaEventQuery(event_->get());
-    if (q == cudaErrorNotReady) (void)cudaGetLastError();
+    if (q == cudaErrorNotReady) consume_error(q);
     return q != cudaErrorNotReady;  // completed, or failed (a CUDA error ends it too)
   }
 
@@ -71,7 +74,7 @@ class EventWork final : public strata::detail::PolledWork {
     try {
       const cudaError_t q = cudaEventQuery(event_->get());
       if (q == cudaErrorNotReady) {
-        (void)cudaGetLastError();
+        consume_error(q);
         watch_->check(what_);
         return false;
       }

@@ -39,10 +39,9 @@ struct MessageBuffer {
   ~MessageBuffer() {  // the team ends: cudaFree waits for the device
     int previous = -1;
     const bool got = cudaGetDevice(&previous) == cudaSuccess;
-    if (got && previous != device) (void)cudaSetDevice(device);
-    (void)cudaFree(data);
-    if (got && previous != device) (void)cudaSetDevice(previous);
-    (void)cudaGetLastError();
+    if (got && previous != device) cuda::detail::ignore(cudaSetDevice(device));
+    cuda::detail::ignore(cudaFree(data));
+    if (got && previous != device) cuda::detail::ignore(cudaSetDevice(previous));
   }
 
   Event copied, released;

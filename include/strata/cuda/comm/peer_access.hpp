@@ -15,8 +15,8 @@ namespace strata::cuda {
 //! Whether GPU `a` can read and write GPU `b`'s memory.
 inline bool peer_access(int a, int b) {
   int can = 0;
-  if (cudaDeviceCanAccessPeer(&can, a, b) != cudaSuccess) {
-    (void)cudaGetLastError();
+  if (const cudaError_t e = cudaDeviceCanAccessPeer(&can, a, b); e != cudaSuccess) {
+    detail::ignore(e);
     return false;
   }
   return can != 0;

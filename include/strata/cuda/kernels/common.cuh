@@ -11,10 +11,13 @@
 #include <thrust/execution_policy.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/system/cuda/error.h>
+#include <thrust/system_error.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include <strata/cuda/error.hpp>
 #include <strata/cuda/launch.hpp>
@@ -83,10 +86,20 @@ struct WarpLanes {
 //! can capture it), then checks the launch. `f` is an element body
 //! (kernels/bodies/) bound to its pointers: a struct with a __device__
 //! (or STRATA_HD) operator()(std::size_t).
+//! Thrust reports a failure as thrust::system_error: it becomes a
+//! strata::CudaError naming `what` (the body's kernel) and Thrust's status.
 template <class F>
 void for_each_index(cudaStream_t s, std::size_t n, const F& f, const char* what) {
   if (n == 0) return;
-  thrust::for_each_n(thrust::cuda::par_nosync.on(s), thrust::counting_iterator<std::size_t>(0), n, f);
+  try {
+    thrust::for_each_n(thrust::cuda::par_nosync.on(s), thrust::counting_iterator<std::size_t>(0), n, f);
+  } catch (const thrust::system_error& e) {
+    const auto status = static_cast<cudaError_t>(e.code().value());
+    if (e.code().category() == thrust::cuda_category()) consume_error(status);
+    throw CudaError(std::string("thrust::for_each_n (") + what + ")", e.what(),
+                    std::string("CUDA call thrust::for_each_n (") + what + ") failed on device " +
+                        std::to_string(current_device_or_minus_one()) + ": " + e.what());
+  }
   check_launch(what);
 }
 

@@ -54,7 +54,7 @@ void launch_column_sums(cudaStream_t s, const float* x, float* out, std::size_t 
   // capturable into a graph), then are summed the same way.
   void* scratch = nullptr;
   int device = -1;
-  (void)cudaGetDevice(&device);
+  cuda::detail::ignore(cudaGetDevice(&device));
   const std::size_t bytes = chunks * cols * sizeof(float);
   check_allocation(cudaMallocAsync(&scratch, bytes, s), "cudaMallocAsync (column_sums scratch)", bytes, device);
   auto* partial = static_cast<float*>(scratch);
@@ -64,7 +64,7 @@ void launch_column_sums(cudaStream_t s, const float* x, float* out, std::size_t 
     try {
       launch_column_sums(s, partial, out, chunks, cols);
     } catch (...) {
-      (void)cudaFreeAsync(scratch, s);
+      cuda::detail::ignore(cudaFreeAsync(scratch, s));
       throw;
     }
   }

@@ -84,10 +84,10 @@ template <class F>
 void on_device(int device, F f) noexcept {
   int previous = -1;
   const bool got = cudaGetDevice(&previous) == cudaSuccess;
-  if (got && previous != device) (void)cudaSetDevice(device);
+  if (got && previous != device) cuda::detail::ignore(cudaSetDevice(device));
   f();
-  if (got && previous != device) (void)cudaSetDevice(previous);
-  (void)cudaGetLastError();
+  if (got && previous != device) cuda::detail::ignore(cudaSetDevice(previous));
+  (void)cudaGetLastError();  // teardown: what f's NCCL calls left (none of it can be reported)
 }
 
 //! Throws Error unless `bytes` at `p` are memory of GPU `device` (device or
@@ -100,7 +100,7 @@ inline void check_device_memory(const void* p, std::size_t bytes, int device, co
   const cudaError_t e = cudaPointerGetAttributes(&a, p);
   std::string wrong;
   if (e != cudaSuccess) {
-    (void)cudaGetLastError();
+    cuda::detail::ignore(e);
     wrong = "is not memory CUDA knows (" + std::string(cudaGetErrorName(e)) + ")";
   } else if (a.type == cudaMemoryTypeManaged) {
     return;

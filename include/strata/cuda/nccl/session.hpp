@@ -289,8 +289,8 @@ class Session {
 #if CUDART_VERSION >= 12080
     if (stream == nullptr) return;  // the legacy default stream: the current device's
     int d = -1;
-    if (cudaStreamGetDevice(stream, &d) != cudaSuccess) {
-      (void)cudaGetLastError();
+    if (const cudaError_t e = cudaStreamGetDevice(stream, &d); e != cudaSuccess) {
+      cuda::detail::ignore(e);
       return;
     }
     if (d != device)

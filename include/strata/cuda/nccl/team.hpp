@@ -131,8 +131,8 @@ class NcclTeam {
     nccl::check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < p && failed == ncclSuccess; ++r) {
       const auto ur = static_cast<std::size_t>(r);
-      if (cudaSetDevice(devices_[ur]) != cudaSuccess) {
-        (void)cudaGetLastError();
+      if (const cudaError_t e = cudaSetDevice(devices_[ur]); e != cudaSuccess) {
+        cuda::detail::ignore(e);
         failed = ncclUnhandledCudaError;
       } else {
         const ncclResult_t res = ncclCommInitRankConfig(&comms[ur], p, id, r, &configs[ur]);
@@ -141,7 +141,7 @@ class NcclTeam {
       if (failed != ncclSuccess) failed_rank = r;
     }
     const ncclResult_t end = ncclGroupEnd();
-    (void)cudaSetDevice(previous);
+    cuda::detail::ignore(cudaSetDevice(previous));
     if (failed == ncclSuccess && end != ncclSuccess && end != ncclInProgress) failed = end;
 
     // Every rank's initialization goes on in the background: poll them all.

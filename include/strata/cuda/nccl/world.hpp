@@ -139,11 +139,14 @@ inline WireGpu describe_gpu(int device, [[maybe_unused]] cudaStream_t stream) {
   }
 #if CUDART_VERSION >= 12080
   int d = -1;
-  if (stream != nullptr && cudaStreamGetDevice(stream, &d) == cudaSuccess && d != device) {
-    w.status = WireGpu::stream_elsewhere;
-    w.stream_device = d;
+  if (stream != nullptr) {
+    const cudaError_t e = cudaStreamGetDevice(stream, &d);
+    if (e == cudaSuccess && d != device) {
+      w.status = WireGpu::stream_elsewhere;
+      w.stream_device = d;
+    }
+    cuda::detail::ignore(e);
   }
-  (void)cudaGetLastError();
 #endif
   return w;
 }
