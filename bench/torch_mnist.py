@@ -4,7 +4,8 @@
 The same models as strata's examples (MLP: Flatten, Dense 128 relu, Dense 10;
 CNN: Conv 32x3 relu, pool 2, Conv 64x3 relu, pool 2, Dense 128 relu, Dense 10),
 Adam(1e-3), cross-entropy from logits, MNIST-shaped data resident on the GPU
-(standardized MNIST from ~/.cache/strata/mnist when present, else random),
+(standardized MNIST from $STRATA_MNIST_DIR, else ~/.cache/strata/mnist, when
+present, else random),
 one pass of 60,000 examples per measurement after a warm-up pass. Eager, and
 the whole step captured in one CUDA graph (Adam with capturable=True).
 Prints samples/s. Skips (exit 77) without PyTorch or a GPU.
@@ -35,7 +36,8 @@ def model(name):
 
 
 def data(n=60000):
-    path = os.path.expanduser("~/.cache/strata/mnist/train-images-idx3-ubyte")
+    root = os.environ.get("STRATA_MNIST_DIR") or os.path.expanduser("~/.cache/strata/mnist")
+    path = os.path.join(root, "train-images-idx3-ubyte")
     if os.path.exists(path):
         raw = open(path, "rb").read()[16:]
         x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).float().view(-1, 28, 28)[:n] / 255.0
