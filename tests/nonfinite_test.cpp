@@ -345,7 +345,18 @@ class Probe final : public strata::ModelProgram {
     r->g = g;
     return r;
   }
+  //! On the stand-in device (host memory, reported as a GPU's: the executors take their GPU branches) the
+  //! probe's host loops reach its buffers; a real GPU's they could not.
+  std::unique_ptr<strata::ReplicaProgram> make_replica_on(strata::kernels::Compute& c, std::span<const float> v,
+                                                          std::span<float> g) override {
+    if (c.where() == strata::kernels::Where::Cuda) return ModelProgram::make_replica_on(c, v, g);  // refuses it
+    return make_replica(v, g);
+  }
   bool compiled() const override { return true; }
+  std::unique_ptr<strata::Updater> make_updater_on(strata::kernels::Compute& c, std::size_t k) const override {
+    if (c.where() == strata::kernels::Where::Cuda) return ModelProgram::make_updater_on(c, k);  // refuses it
+    return make_updater(k);
+  }
   std::unique_ptr<strata::Updater> make_updater(std::size_t) const override {
     auto u = std::make_unique<Sgd>();
     u->applies = const_cast<std::atomic<int>*>(&applies);

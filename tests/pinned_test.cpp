@@ -11,7 +11,9 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -153,6 +155,43 @@ TEST_CASE("the device executor on the host compute trains bitwise like one CPU r
   const std::uint64_t got = run(dev);
   maker = saved;
   CHECK(got == want);
+}
+
+// A small CNN trained with Adam under one device: what a GPU step runs as
+// element bodies of kernels/bodies/ (Adam, ReLU's gradient, im2col, col2im,
+// max pooling and its gradient, a bias added after the product).
+template <class S>
+std::vector<float> cnn_weights(S& s) {
+  const auto data = strata_test::blobs(40, 13);  // 6 features: read as 3 x 2 images of one channel
+  auto model = s.scope([] {
+    return nn::Sequential{nn::Input{{6}},          nn::Reshape{{3, 2, 1}},     nn::Conv2D{4, 2, {.padding = nn::Padding::Same}},
+                          nn::ReLU{},              nn::MaxPool2D{{2, 1}},      nn::Flatten{},
+                          nn::Dense{8, {.activation = nn::Activation::ReLU}}, nn::Dense{3}};
+  });
+  model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {}, {.seed = 3});
+  model.fit(s.distribute(strata::data::from_tensor_slices(data.x, data.y).batch(8)),
+            {.epochs = 2, .verbose = nn::Verbosity::Silent});
+  return strata_test::flat_weights(model);
+}
+
+TEST_CASE("a GPU step's kernel bodies on the stand-in device: the CPU's bits; in a GPU's Dense order, within rounding") {
+  strata::OneDeviceStrategy cpu{strata::cpu(0)};
+  const auto want = cnn_weights(cpu);
+  {
+    strata_test::HostAsGpu host;  // the bodies where a GPU runs them; Dense as the host orders it
+    const auto c = strata::detail::make_compute(strata::gpu(0), {});
+    CHECK(c->where() == strata::kernels::Where::StandIn);
+    CHECK(c->name() == "stand-in GPU 0 (host memory)");
+    strata::OneDeviceStrategy dev{strata::gpu(0)};
+    CHECK(cnn_weights(dev) == want);  // the bodies against the host's own loops and SSE
+  }
+  strata_test::HostAsGpu host{strata::kernels::DenseOrder::Device};  // the bias after the product, by its body
+  strata::OneDeviceStrategy dev{strata::gpu(0)};
+  const auto got = cnn_weights(dev);
+  REQUIRE(got.size() == want.size());
+  float worst = 0.f;
+  for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+  CHECK(worst < 1e-4f);
 }
 
 TEST_CASE("a GPU device without the CUDA backend is an error naming what to include") {

@@ -14,8 +14,11 @@
 
 namespace strata::kernels {
 
-//! Which kind of memory a Compute's pointers address.
-enum class Where { Host, Cuda };
+//! Which kind of memory a Compute's pointers address. StandIn: the host's
+//! memory, handled as a device's (kernels/host/device_stand_in.hpp: a GPU's
+//! stand-in on a machine without one, so that every branch for a device
+//! runs there): code must reach it through upload and download, as a GPU's.
+enum class Where { Host, Cuda, StandIn };
 
 class Memory {
  public:

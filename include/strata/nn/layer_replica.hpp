@@ -12,8 +12,6 @@ namespace strata::nn::detail {
 inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<const float> value,
                                   std::span<float> grad, const TensorSplit* split)
     : m_(m), c_(c), value_(value), grad_(grad), acts_(m.layers.size()), windowed_(grad.empty() && m.total > 0) {
-  if (windowed_ && c.where() != kernels::Where::Host)
-    throw Error("sharded parameters or gradients (ZeRO 2 and 3) run on CPU replicas only, not on " + c.name());
   if (windowed_ && split) throw Error("tensor parallelism and ZeRO 2 or 3 do not combine (yet): choose one");
   std::size_t off = 0;
   for (std::size_t l = 0; l < m.layers.size(); ++l) {
