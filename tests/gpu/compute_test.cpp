@@ -21,6 +21,7 @@
 #include <strata/kernels/host/compute.hpp>
 
 #include "gpu_util.hpp"
+#include "skip.hpp"
 
 namespace compute_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
 
@@ -294,12 +295,10 @@ TEST_CASE("fit on a GPU skips a step whose gradient is not finite, as on the hos
   check_close(got, want, 1e-6, 1e-7, "weights as if the NaN batch had not been there");
 }
 
-TEST_CASE("a pass on gpu(1) gives the caller's thread its current device back") {
-  const int n = strata::cuda::device_count();
-  if (n < 2) {
-    MESSAGE("one GPU: the device-restoring case needs two");
-    return;
-  }
+TEST_CASE("a pass on gpu(1) gives the caller's thread its current device back (two GPUs)") {
+  STRATA_GPU_SKIP_UNLESS(strata::cuda::device_count() >= 2,
+                         "a pass on gpu(1) restoring the caller's device needs 2 GPUs; this machine has " +
+                             std::to_string(strata::cuda::device_count()));
   namespace nn = strata::nn;
   strata::Tensor<float> x{{32, 6}};
   strata::Tensor<std::int32_t> y{{32}};

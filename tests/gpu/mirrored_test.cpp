@@ -21,6 +21,7 @@
 
 #include "../blobs.hpp"
 #include "gpu_util.hpp"
+#include "skip.hpp"
 
 namespace mirrored_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
 
@@ -99,15 +100,21 @@ TEST_CASE("gradient buckets on virtual GPUs (a side stream each) give the flat s
       gpu_test::check_bitwise(got.w, want.w, "bucketed against flat on the same virtual GPUs");
     }
   }
-  if (strata::cuda::device_count() >= 2) {  // one replica per GPU: NCCL (or the direct kernel) on side streams
-    strata::MirroredStrategy flat{strata::gpus({0, 1})};
-    const Run want = train(flat, data, 2);
-    strata::MirroredStrategy s{strata::gpus({0, 1})};
-    s.executor_options().bucket_bytes = 256;
-    const Run got = train(s, data, 2);
-    CHECK(got.iterations == want.iterations);
-    gpu_test::check_close(got.w, want.w, 1e-5, 1e-6, "bucketed against flat on two GPUs (NCCL's order may differ)");
-  }
+}
+
+// One replica per GPU: NCCL (or the direct kernel) on side streams.
+TEST_CASE("bucketed against flat with one replica per GPU (two GPUs)") {
+  STRATA_GPU_SKIP_UNLESS(strata::cuda::device_count() >= 2,
+                         "bucketed against flat on gpus({0, 1}) needs 2 GPUs; this machine has " +
+                             std::to_string(strata::cuda::device_count()));
+  const auto data = strata_test::blobs(1003, 5);
+  strata::MirroredStrategy flat{strata::gpus({0, 1})};
+  const Run want = train(flat, data, 2);
+  strata::MirroredStrategy s{strata::gpus({0, 1})};
+  s.executor_options().bucket_bytes = 256;
+  const Run got = train(s, data, 2);
+  CHECK(got.iterations == want.iterations);
+  gpu_test::check_close(got.w, want.w, 1e-5, 1e-6, "bucketed against flat on two GPUs (NCCL's order may differ)");
 }
 
 // ZeRO 2 and 3 by buckets on GPU replicas (stop 45): each layer's gradient packed into its bucket's buffer
@@ -164,13 +171,21 @@ TEST_CASE("compression on virtual GPUs: flat, bucketed and ZeRO 1, 2, 3 give one
       }
     }
   }
-  if (strata::cuda::device_count() >= 2) {  // one replica per GPU: NCCL's bf16 sum (its own order)
-    strata::MirroredStrategy s{strata::gpus({0, 1})};
-    s.executor_options().compression = strata::Compression::BF16;
-    s.executor_options().bucket_bytes = 256;
-    const Run got = train(s, data, 2);
-    CHECK(gpu_test::close(got.loss, run(2, strata::Compression::None, strata::ShardedUpdate::Off, 0).loss, 0.05));
-  }
+}
+
+// One replica per GPU: NCCL's bf16 sum (its own order).
+TEST_CASE("compression with one replica per GPU stays near FP32's loss (two GPUs)") {
+  STRATA_GPU_SKIP_UNLESS(strata::cuda::device_count() >= 2,
+                         "bf16 compression on gpus({0, 1}) needs 2 GPUs; this machine has " +
+                             std::to_string(strata::cuda::device_count()));
+  const auto data = strata_test::blobs(1003, 5);
+  strata::MirroredStrategy fp32{strata::virtual_gpus(0, 2)};
+  const Run want = train(fp32, data, 2);
+  strata::MirroredStrategy s{strata::gpus({0, 1})};
+  s.executor_options().compression = strata::Compression::BF16;
+  s.executor_options().bucket_bytes = 256;
+  const Run got = train(s, data, 2);
+  CHECK(gpu_test::close(got.loss, want.loss, 0.05));
 }
 
 TEST_CASE("MirroredStrategy on virtual GPUs skips a step whose summed gradient holds a NaN, on every replica") {
@@ -211,12 +226,10 @@ TEST_CASE("CentralStorageStrategy with the variables on the GPU (CentralVariable
   }
 }
 
-TEST_CASE("MirroredStrategy with one replica per GPU (NCCL where built) takes one GPU's steps") {
-  const int n = strata::cuda::device_count();
-  if (n < 2) {
-    MESSAGE("one GPU: the replicas-on-distinct-GPUs case needs two (virtual GPUs are tested above)");
-    return;
-  }
+TEST_CASE("MirroredStrategy with one replica per GPU (NCCL where built) takes one GPU's steps (two GPUs)") {
+  STRATA_GPU_SKIP_UNLESS(strata::cuda::device_count() >= 2,
+                         "replicas on distinct GPUs need 2 GPUs; this machine has " +
+                             std::to_string(strata::cuda::device_count()) + " (virtual GPUs are tested above)");
   const auto data = strata_test::blobs(1003, 5);
   strata::OneDeviceStrategy one{strata::gpu(0)};
   const Run want = train(one, data, 2);

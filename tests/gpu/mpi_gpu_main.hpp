@@ -13,6 +13,8 @@
 #include <strata/comm/mpi/communicator.hpp>
 #include <strata/cuda/device.hpp>
 
+#include "skip.hpp"
+
 namespace gpu_test {
 
 inline int mpi_main(int argc, char** argv, const char* what) {
@@ -31,10 +33,18 @@ inline int mpi_main(int argc, char** argv, const char* what) {
   if (ctx.shouldExit()) return res;
   int failed = res != 0, ranks_failed = 0;
   MPI_Allreduce(&failed, &ranks_failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  int skipped = gpu_test::skipped().empty() ? 0 : 1, ranks_skipped = 0;  // skip.hpp: a case that cannot run here
+  MPI_Allreduce(&skipped, &ranks_skipped, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0)
-    std::printf("%s on %d ranks: %s on %d rank(s)\n", what, size, ranks_failed ? "FAILED" : "passed",
-                ranks_failed ? ranks_failed : size);
-  return ranks_failed ? 1 : 0;
+    std::printf("%s on %d ranks: %s on %d rank(s)\n", what, size,
+                ranks_failed ? "FAILED" : ranks_skipped ? "skipped" : "passed",
+                ranks_failed ? ranks_failed : ranks_skipped ? ranks_skipped : size);
+  if (ranks_failed) return 1;
+  if (ranks_skipped) {  // every rank exits 77 (mpirun's status), rank 0 printing its reasons
+    if (rank == 0) (void)gpu_test::skip_status(0);
+    return 77;
+  }
+  return 0;
 }
 
 }  // namespace gpu_test

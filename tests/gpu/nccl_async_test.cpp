@@ -24,6 +24,7 @@
 #include <strata/cuda/stream.hpp>
 
 #include "device_vector.hpp"
+#include "skip.hpp"
 
 namespace nccl_async_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
 
@@ -176,11 +177,9 @@ void check_bounded(const char* how,
 
 }  // namespace
 
-TEST_CASE("a host wait behind NCCL work whose peer never joins on its GPU is a bounded CollectiveTimeout") {
-  if (every_gpu().size() < 2) {
-    MESSAGE("skipped: a peer whose GPU never joins needs 2 GPUs, this machine has " << every_gpu().size());
-    return;
-  }
+TEST_CASE("a host wait behind NCCL work whose peer never joins on its GPU is a bounded CollectiveTimeout (two GPUs)") {
+  STRATA_GPU_SKIP_UNLESS(every_gpu().size() >= 2, "an NCCL peer whose GPU never joins needs 2 GPUs; this machine has " +
+                                                      std::to_string(every_gpu().size()));
   check_bounded("Work::wait", [](strata::NcclCommunicator& c, strata::cuda::Stream&, DeviceVector<float>& a) {
     strata::Work w = c.all_reduce_async(a.span(), strata::Sum);
     CHECK_FALSE(w.test());  // held on the peer's GPU

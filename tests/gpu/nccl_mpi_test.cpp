@@ -111,14 +111,12 @@ TEST_CASE("two ranks on one GPU: NcclCommunicator::world refuses on every rank, 
   mpi.barrier();  // every rank got here: nobody waits in NCCL
 }
 
-TEST_CASE("collectives across processes match the host (a GPU per rank)") {
+TEST_CASE("collectives across processes match the host (a GPU per rank) (two GPUs)") {
   auto mpi = mpi_world();
   const int gpus = strata::cuda::device_count();
-  if (gpus < mpi.size()) {
-    MESSAGE("skipped: " << mpi.size() << " ranks need " << mpi.size() << " GPUs, this machine has " << gpus
-                        << " (the duplicate-GPU case above is what runs here)");
-    return;
-  }
+  STRATA_GPU_SKIP_UNLESS(gpus >= mpi.size(), std::to_string(mpi.size()) + " ranks need " +
+                                                 std::to_string(mpi.size()) + " GPUs; this machine has " +
+                                                 std::to_string(gpus) + " (the duplicate-GPU case runs in gpu_nccl_mpi_np2)");
   const int device = mpi.rank();
   strata::cuda::DeviceGuard g{device};
   strata::cuda::Stream s{device};

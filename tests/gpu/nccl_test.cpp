@@ -25,6 +25,7 @@
 #include <strata/cuda/stream.hpp>
 
 #include "device_vector.hpp"
+#include "skip.hpp"
 
 namespace nccl_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
 
@@ -224,12 +225,10 @@ TEST_CASE_TEMPLATE("every collective matches the host on every GPU", T, float, d
   }
 }
 
-TEST_CASE("send and recv between GPUs: data, order, mismatches") {
+TEST_CASE("send and recv between GPUs: data, order, mismatches (two GPUs)") {
+  STRATA_GPU_SKIP_UNLESS(every_gpu().size() >= 2,
+                         "NCCL send / recv need 2 GPUs; this machine has " + std::to_string(every_gpu().size()));
   strata::NcclTeam team{every_gpu(), {.timeout = 60s}};
-  if (team.size() < 2) {
-    MESSAGE("skipped: send / recv need 2 GPUs, this machine has " << team.size());
-    return;
-  }
   const std::vector<std::size_t> sizes{0, 1, 1001, (std::size_t{1} << 22) + 3};
   std::vector<std::vector<float>> echoed(sizes.size());
   std::vector<std::vector<std::int64_t>> ints(sizes.size());
@@ -339,12 +338,10 @@ TEST_CASE("disagreements are CollectiveMismatch on every rank, and the communica
   }
 }
 
-TEST_CASE("a replica that never calls is named by CollectiveTimeout, and the team is aborted") {
+TEST_CASE("a replica that never calls is named by CollectiveTimeout, and the team is aborted (two GPUs)") {
   const auto gpus = every_gpu();
-  if (gpus.size() < 2) {
-    MESSAGE("skipped: a missing replica needs 2 GPUs, this machine has " << gpus.size());
-    return;
-  }
+  STRATA_GPU_SKIP_UNLESS(gpus.size() >= 2,
+                         "a missing NCCL replica needs 2 GPUs; this machine has " + std::to_string(gpus.size()));
   // (the timeout bounds NCCL's initialization of every GPU too: not too short)
   const auto timeout = 5s;
   strata::NcclTeam team{gpus, {.timeout = timeout}};
