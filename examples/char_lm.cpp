@@ -7,6 +7,7 @@
 // epoch, then text sampled from the trained model.
 //   bash scripts/fetch-corpus.sh && ./build/examples/char_lm --strategy mirrored --replicas 2 --train-limit 2000
 //   ./build/examples/char_lm --strategy pipeline --stages 2 --layers 4 --width 128 --sample 300 --temperature 0.7
+//   ./build/examples/char_lm --epochs 5 --early-stopping 1 --csv h.csv --tensorboard logs --trace run.json
 #include <algorithm>
 #include <chrono>
 #include <cmath>
