@@ -707,3 +707,30 @@ TEST_CASE("A run's fingerprint names a schedule's peak, not only its rate at ste
   // a constant rate reads as before
   CHECK(nn::Adam{1e-3}.describe().starts_with("Adam(learning_rate=0.001, "));
 }
+
+TEST_CASE("BackupAndRestore: a checkpoint at an epoch's last step, before its end, resumes into that epoch's end") {
+  // steps_per_epoch 4 and a save every 4 steps: the step checkpoint of step 4 stands at epoch 0, batch 4;
+  // the run dies in epoch 0's end, before the CSV row and the epoch's own checkpoint
+  strata::MirroredStrategy s{strata::cpu_replicas(2)};
+  const auto run = [&](const std::filesystem::path& dir, bool crash) {
+    nn::BackupAndRestore backup{dir / "backup", {.save_every_steps = 4}};
+    CrashAtEpochEnd kill{crash ? 0 : -1};
+    nn::CSVLogger csv{dir / "log.csv"};
+    std::vector<nn::Callback*> cbs{&backup, &kill, &csv};
+    const nn::FitOptions opts{.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = cbs, .steps_per_epoch = 4};
+    if (crash) {
+      auto m = sgd_model(s, 0.1);
+      CHECK_THROWS_AS(m.fit(s.distribute(train_set()), opts), Crashed);
+      kill.epoch = -1;
+    }
+    auto m = sgd_model(s, 0.1);
+    m.fit(s.distribute(train_set()), opts);
+    if (crash) CHECK(backup.resumed_at()->batch == 4);
+    return std::make_pair(strata_test::flat_weights(m), read_all(dir / "log.csv"));
+  };
+  TempDir a, b;
+  const auto want = run(a.path, false);
+  const auto got = run(b.path, true);
+  CHECK(got.second == want.second);  // epoch 0's row too, with its four steps' values
+  CHECK(got.first == want.first);
+}

@@ -284,8 +284,10 @@ class FitBackup {
     const io::TensorFile f = io::read_tensor_file(path, "BackupAndRestore", io::ReadPart::MetadataOnly);
     for (const auto& [k, v] : f.meta)
       if (k.starts_with("callback/")) callback_state_.emplace_back(k, v);
-    if (const std::string* t = f.find("epoch_totals"); t && resume_.start.batch > 0)
-      resume_.totals = totals_of_this_worker(*t, path);
+    if (const std::string* t = f.find("epoch_totals"); t && resume_.start.batch > 0) {
+      resume_.totals = totals_of(*t, path, false);
+      resume_.totals_all = totals_of(*t, path, true);
+    }
     if (const std::string* r = f.find("learning_rate_override")) {
       access_.set_learning_rate(std::strtof(r->c_str(), nullptr));
     } else if (LearningRate* lr = m_.optimizer().learning_rate()) {
@@ -312,11 +314,11 @@ class FitBackup {
     for (const double v : all) out += " " + detail::exact(v);
     return out;
   }
-  //! This worker's totals from a checkpoint's "epoch_totals"; saved by
-  //! another number of workers: worker 0 takes their sum (the epoch's
-  //! totals, summed over the workers at its end, come out the same), the
-  //! others none.
-  PassTotals totals_of_this_worker(const std::string& text, const std::filesystem::path& path) const {
+  //! This worker's totals from a checkpoint's "epoch_totals" (`all`: every
+  //! worker's summed, in worker order); saved by another number of workers:
+  //! worker 0 takes their sum (the epoch's totals, summed over the workers
+  //! at its end, come out the same), the others none.
+  PassTotals totals_of(const std::string& text, const std::filesystem::path& path, bool all) const {
     AnyStrategy& s = m_.strategy();
     std::vector<double> v;
     const char* at = text.c_str();
@@ -325,7 +327,10 @@ class FitBackup {
       if (end == at) break;
       v.push_back(x);
     }
-    const std::size_t W = v.size() >= 2 ? static_cast<std::size_t>(v[0]) : 0, K = v.size() >= 2 ? static_cast<std::size_t>(v[1]) : 0;
+    const auto count = [&](std::size_t i) {  // a count no larger than the values there are (else 0)
+      return i < v.size() && v[i] >= 1 && v[i] <= static_cast<double>(v.size()) ? static_cast<std::size_t>(v[i]) : 0;
+    };
+    const std::size_t W = count(0), K = count(1);
     if (W == 0 || K < 3 || v.size() != 2 + W * K)
       throw Error("BackupAndRestore: " + path.string() + " is corrupt: its epoch_totals do not parse");
     const double* blocks = v.data() + 2;
@@ -333,11 +338,11 @@ class FitBackup {
     t.metrics.assign(K - 3, 0.0);
     t.samples = static_cast<std::size_t>(blocks[2]);  // global samples: the same on every worker
     const auto w = static_cast<std::size_t>(s.worker_index());
-    if (W == static_cast<std::size_t>(std::max(1, s.num_workers()))) {
+    if (!all && W == static_cast<std::size_t>(std::max(1, s.num_workers()))) {
       t.loss = blocks[w * K];
       t.local = static_cast<std::size_t>(blocks[w * K + 1]);
       std::copy(blocks + w * K + 3, blocks + (w + 1) * K, t.metrics.begin());
-    } else if (w == 0) {
+    } else if (all || w == 0) {
       for (std::size_t q = 0; q < W; ++q) {
         t.loss += blocks[q * K];
         t.local += static_cast<std::size_t>(blocks[q * K + 1]);

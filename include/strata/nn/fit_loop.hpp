@@ -41,8 +41,9 @@ struct FitResume {
   TrainingPosition start;
   std::string from;  //!< where it resumed from (the checkpoint directory), for fit's message
   //! This worker's running totals of the epoch resumed inside, as they
-  //! stood at the checkpoint (nullopt: none, as at an epoch's start).
-  std::optional<PassTotals> totals;
+  //! stood at the checkpoint (nullopt: none, as at an epoch's start), and
+  //! every worker's summed (an epoch all of whose steps came before it).
+  std::optional<PassTotals> totals, totals_all;
   //! after(position, moment, the pass's running totals: this worker's; null at an epoch's end).
   std::function<bool(const TrainingPosition&, FitMoment, const PassTotals*)> after;
   //! A resumed run: hands the callbacks their state (after on_train_begin,
@@ -161,7 +162,11 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
       return l;
     };
     pass.max_steps = opts.steps_per_epoch ? (opts.steps_per_epoch > skip ? opts.steps_per_epoch - skip : 0) : 0;
-    if (opts.steps_per_epoch && pass.max_steps == 0) continue;  // the resumed epoch was complete
+    // A resumed epoch whose steps were all trained before its checkpoint (taken
+    // at its last step, before its end): no step to run, its end still to come
+    // from its totals (a checkpoint that kept none: the epoch skipped, as before).
+    const bool trained_already = opts.steps_per_epoch && pass.max_steps == 0;
+    if (trained_already && !(resume && resume->totals_all)) continue;
     std::size_t ended = 0;  // the pass's steps whose on_batch_end ran
     PassTotals running;     // the last running totals (what a stopped pass's checkpoint keeps)
     pass.begin_fn = [&](std::size_t s) {
@@ -190,7 +195,7 @@ History fit_epochs(Executor& ex, const Ds& ds, const FitOptions& opts, MakePass 
     const std::int64_t it0 = *pass.iteration;
     PassTotals t;
     try {
-      t = ex.run_pass(pass);
+      t = trained_already ? *resume->totals_all : ex.run_pass(pass);
     } catch (const NonFiniteError& e) {
       throw NonFiniteError("fit: epoch " + std::to_string(epoch + 1) + "/" + std::to_string(opts.epochs) + ": " +
                                e.what(),
