@@ -661,7 +661,7 @@ class WatchCallbacks {
   WatchCallbacks(const WatchCallbacks&) = delete;
   WatchCallbacks& operator=(const WatchCallbacks&) = delete;
 
-  //! Adds them to fit's list, in one order (a resumed run's callback state is by position).
+  //! Adds them to fit's list, in one order (a resumed run finds each one's state by its kind and file).
   void add_to(std::vector<strata::nn::Callback*>& callbacks) {
     if (stop_) callbacks.push_back(&*stop_);
     if (csv_) callbacks.push_back(&*csv_);

@@ -146,7 +146,7 @@ int train_mnist(S& strategy, const Args& a, const RankAgreement& agreed, const s
                                                        .start_over = a.start_over});
     fit.callbacks.push_back(&*backup);
   }
-  // --early-stopping, --csv, --tensorboard (after the backup: a resumed run finds their state by position)
+  // --early-stopping, --csv, --tensorboard (a resumed run finds each one's state by its kind and file)
   WatchCallbacks watch(a, validation.has_value(), a.batch);
   watch.add_to(fit.callbacks);
   RunTrace trace(a.trace, strategy);  // --trace: the timeline of the fit and the evaluation
