@@ -3,6 +3,9 @@
 # --checkpoint-dir, killed with SIGKILL right after its first checkpoint and
 # run again, must save the very weights (cmp, byte for byte) of a run never
 # interrupted; SIGTERM must make it save, exit 75, and resume the same way.
+# A run stopped three times in a row (SIGKILL, SIGKILL after the resumed
+# run's next checkpoint, SIGTERM) writes the uninterrupted run's --csv
+# history, byte for byte (issue 48).
 #   kill_resume.sh MNIST_MLP [LAUNCHER...] -- [EXTRA ARGS...]
 # LAUNCHER: e.g. "mpirun -np 2" (then EXTRA picks multi_worker_mirrored): SIGKILL
 # goes to one rank (the job ends; the run again resumes), SIGTERM to every rank.
@@ -28,17 +31,21 @@ fail() {
   exit 1
 }
 
-run --save "$dir/ref.bin"
+run --save "$dir/ref.bin" --csv "$dir/ref.csv"
 rc=$?
 [ $rc -eq 77 ] && { cat "$dir/log"; exit 77; }
 [ $rc -eq 0 ] || fail "the uninterrupted run exited $rc"
 
-# start, wait for the first complete checkpoint, send SIGNAL, wait for the exit
-interrupt() {  # interrupt SIGNAL CKPT_DIR -> sets $status
+# start, wait for a complete checkpoint newer than any there, send SIGNAL, wait for the exit
+newest() { ls "$1"/ckpt-*.strata 2> /dev/null | tail -n 1; }
+interrupt() {  # interrupt SIGNAL CKPT_DIR [ARGS...] -> sets $status
   local sig=$1 ck=$2
-  "${launcher[@]}" "$exe" "${common[@]}" --checkpoint-dir "$ck" --save "$dir/out.bin" > "$dir/log" 2>&1 &
+  shift 2
+  local before
+  before=$(newest "$ck")
+  "${launcher[@]}" "$exe" "${common[@]}" --checkpoint-dir "$ck" --save "$dir/out.bin" "$@" > "$dir/log" 2>&1 &
   local pid=$! waited=0
-  until compgen -G "$ck/ckpt-*.strata" > /dev/null; do
+  until [ -n "$(newest "$ck")" ] && [ "$(newest "$ck")" != "$before" ]; do
     kill -0 $pid 2> /dev/null || fail "the run ended (status $(wait $pid; echo $?)) before its first checkpoint"
     sleep 0.005
     waited=$((waited + 1))
@@ -83,4 +90,13 @@ grep -q "after saving checkpoint" "$dir/log" || fail "SIGTERM: no message naming
 run --checkpoint-dir "$dir/ck2" --save "$dir/out.bin" || fail "the run resumed after SIGTERM failed"
 grep -q "resumed from the checkpoint of step" "$dir/log" || fail "SIGTERM: the second run did not resume"
 cmp "$dir/ref.bin" "$dir/out.bin" || fail "SIGTERM then resume: weights differ from the uninterrupted run"
-echo "OK: SIGKILL and SIGTERM runs resumed to the uninterrupted run's weights, byte for byte"
+
+# 3. three stops in a row, then to the end: the CSV history is the uninterrupted run's
+rm -f "$dir/out.bin"
+interrupt KILL "$dir/ck3" --csv "$dir/got.csv"
+interrupt KILL "$dir/ck3" --csv "$dir/got.csv"  # (its output, buffered, dies with it)
+interrupt TERM "$dir/ck3" --csv "$dir/got.csv"
+run --checkpoint-dir "$dir/ck3" --save "$dir/out.bin" --csv "$dir/got.csv" || fail "3: the last resumed run failed"
+cmp "$dir/ref.bin" "$dir/out.bin" || fail "3: three stops then resume: weights differ from the uninterrupted run"
+cmp "$dir/ref.csv" "$dir/got.csv" || { diff "$dir/ref.csv" "$dir/got.csv"; fail "3: the CSV history differs from the uninterrupted run's"; }
+echo "OK: SIGKILL and SIGTERM runs resumed to the uninterrupted run's weights and CSV history, byte for byte"
