@@ -110,7 +110,7 @@ import json, re, sys
 rows, failed = [], 0
 for line in open(sys.argv[1], encoding="utf-8"):
     r = json.loads(line)
-    name = r["name"].split(":", 1)[-1].strip()
+    name = r["name"].rsplit(" / ", 1)[-1].strip()  # "strata:gpu / gpu_nccl" -> "gpu_nccl"
     result = r["result"]
     out = r.get("stdout") or ""
     why = ""
