@@ -32,7 +32,7 @@ fi
 echo "=== build bench/train_bench ($jobs jobs)"
 if ! ninja -C "$build" -j "$jobs" bench/train_bench > "$build.bench-build.log" 2>&1; then
   tail -n 30 "$build.bench-build.log"
-  echo "bench-gpu.sh: train_bench did not build (it needs OpenBLAS; log: $build.bench-build.log)"
+  echo "bench-gpu.sh: bench/train_bench did not build (log: $build.bench-build.log; it needs OpenBLAS)"
   exit 1
 fi
 
