@@ -2,9 +2,13 @@
 // check NCCL needs: plain C++, decided and worded without a GPU.
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <string>
 #include <vector>
 
 #include <strata/comm/gpu_choice.hpp>
+#include <strata/kernels/host/memory.hpp>
+#include <strata/strategy/device_compute.hpp>
 
 namespace gpu_choice_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 
@@ -133,3 +137,31 @@ TEST_CASE("choose_worker_reduce: NCCL across workers on distinct GPUs, host memo
 }
 
 }  // namespace gpu_choice_test
+
+namespace gpu_choice_test {
+//! A device's memory whose queued work never ends (behind a collective waiting for a dead peer).
+struct NeverEnds final : strata::kernels::HostMemoryOps<strata::kernels::Memory> {
+  int bounded_calls = 0;
+  std::chrono::milliseconds asked{0};
+  void synchronize() override { FAIL("a failure path waited without a deadline (Memory::synchronize)"); }
+  bool synchronize_within(std::chrono::milliseconds timeout) override {
+    ++bounded_calls;
+    asked = timeout;
+    return false;
+  }
+  [[nodiscard]] std::string name() const override { return "a GPU whose work never ends"; }
+};
+}  // namespace gpu_choice_test
+
+TEST_CASE("after a failed step a replica's device is waited for with a deadline, never without one") {
+  gpu_choice_test::NeverEnds never;
+  strata::detail::ReplicaDevice R;
+  R.m = &never;
+  CHECK_FALSE(R.quiesce(std::chrono::milliseconds(5)));  // pending: it says so and goes on
+  CHECK(never.bounded_calls == 1);
+  CHECK(never.asked == std::chrono::milliseconds(5));
+  CHECK_FALSE(R.quiesce());
+  CHECK(never.asked == strata::detail::ReplicaDevice::quiesce_timeout);
+  strata::detail::ReplicaDevice host;  // a CPU replica's: nothing queued
+  CHECK(host.quiesce());
+}

@@ -129,6 +129,11 @@ class CudaDeviceOps : public kernels::Compute {
     refuse_in_capture("synchronize");
     stream_.synchronize();
   }
+  //! Polls the stream (never blocking in CUDA) until its work ends or `timeout` passes.
+  bool synchronize_within(std::chrono::milliseconds timeout) override {
+    DeviceGuard g{device_};
+    return detail::wait_bounded([&] { return cudaStreamQuery(stream_.get()); }, timeout);
+  }
   //! Makes this compute's device current on the calling thread (the kernel
   //! launches and cuBLAS calls below rely on it; a replica thread calls it
   //! before its step).

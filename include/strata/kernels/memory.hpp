@@ -9,6 +9,7 @@
 //!   strata::kernels::Memory& m = strata::kernels::host_memory();
 //!   strata::kernels::Buffer<float> w{m, strata::Shape{n}};  m.fill(w.data(), 0.f, n);
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 
@@ -47,6 +48,18 @@ class Memory {
   virtual void fill(float* x, float value, std::size_t n) = 0;
   //! Returns when every call issued before it has finished (a no-op on the host).
   virtual void synchronize() = 0;
+  //! As synchronize(), but gives up after `timeout`, for failure paths (work
+  //! queued behind a collective that never ends must not hold the caller):
+  //! true when every call issued before it has finished, false when some is
+  //! still pending. Errors of that work are dropped (the failure being
+  //! reported is the one that counts). The host's: at once.
+  virtual bool synchronize_within(std::chrono::milliseconds /*timeout*/) {
+    try {
+      synchronize();
+    } catch (...) {
+    }
+    return true;
+  }
   //! Makes the calling thread ready to issue this space's calls (a GPU:
   //! its device current), for the thread that will run a replica's step; a
   //! no-op on the host. Returns what unbind_thread restores (a GPU: the

@@ -311,7 +311,10 @@ class FitBackup {
     std::copy(running->metrics.begin(), running->metrics.end(), all.begin() + static_cast<std::ptrdiff_t>(w * K + 3));
     all = sum_over_workers(s, std::move(all));  // (one nonzero term per value: exact)
     std::string out = std::to_string(W) + " " + std::to_string(K);
-    for (const double v : all) out += " " + detail::exact(v);
+    for (const double v : all) {
+      out += ' ';
+      out += detail::exact(v);
+    }
     return out;
   }
   //! This worker's totals from a checkpoint's "epoch_totals" (`all`: every

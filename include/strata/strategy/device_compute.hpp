@@ -5,6 +5,8 @@
 //! includes it (and links strata's CUDA kernels).
 //!   std::unique_ptr<strata::kernels::Compute> c = strata::detail::make_compute(strata::gpu(0), {});
 
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,14 +76,24 @@ struct ReplicaDevice {
     m = c ? static_cast<kernels::Memory*>(c) : &kernels::host_memory();
   }
   //! After a failed step: waits for what was queued (a collective's kernels
-  //! may still touch a failed replica's buffers); its errors are dropped, the
-  //! failure being reported is the one that counts.
-  void quiesce() noexcept {
+  //! may still touch a failed replica's buffers), at most `timeout` (work
+  //! behind a collective waiting for a dead peer never ends: the caller goes
+  //! on, saying so on stderr); its errors are dropped, the failure being
+  //! reported is the one that counts. False: work was still pending.
+  bool quiesce(std::chrono::milliseconds timeout = quiesce_timeout) noexcept {
+    bool ended = true;
     try {
-      if (m) m->synchronize();
+      ended = !m || m->synchronize_within(timeout);
+      if (!ended)
+        std::fprintf(stderr, "strata: %s: the work queued before the failed step had not ended after %lld ms; going "
+                             "on without waiting for it\n",
+                     m->name().c_str(), static_cast<long long>(timeout.count()));
     } catch (...) {
     }
+    return ended;
   }
+  //! How long quiesce waits by default.
+  static constexpr std::chrono::milliseconds quiesce_timeout{std::chrono::seconds(60)};
 };
 
 }  // namespace detail
