@@ -23,6 +23,7 @@
 #include <strata/core/trace.hpp>
 #include <strata/nn/backup_and_restore.hpp>
 #include <strata/nn/checkpoint_format.hpp>
+#include <strata/nn/epoch_totals.hpp>
 #include <strata/nn/fit_callbacks.hpp>
 #include <strata/nn/fit_loop.hpp>
 #include <strata/nn/learning_rate.hpp>
@@ -285,74 +286,14 @@ class FitBackup {
     for (const auto& [k, v] : f.meta)
       if (k.starts_with("callback/")) callback_state_.emplace_back(k, v);
     if (const std::string* t = f.find("epoch_totals"); t && resume_.start.batch > 0) {
-      resume_.totals = totals_of(*t, path, false);
-      resume_.totals_all = totals_of(*t, path, true);
+      resume_.totals = epoch_totals_of(m_.strategy(), *t, path, false);
+      resume_.totals_all = epoch_totals_of(m_.strategy(), *t, path, true);
     }
     if (const std::string* r = f.find("learning_rate_override")) {
       access_.set_learning_rate(std::strtof(r->c_str(), nullptr));
     } else if (LearningRate* lr = m_.optimizer().learning_rate()) {
       lr->set_override(std::nullopt);  // the run had no rate set at run time then
     }
-  }
-  //! Collective: every worker's running totals of the epoch (`running`:
-  //! this worker's; null at an epoch's end: none), as the checkpoint keeps
-  //! them: "W K" then W blocks of K values (loss, rows, samples, metrics),
-  //! each exact ("" when none).
-  std::string gather_totals(const PassTotals* running) const {
-    AnyStrategy& s = m_.strategy();
-    if (!running) return {};
-    const std::size_t W = static_cast<std::size_t>(std::max(1, s.num_workers()));
-    const std::size_t K = 3 + running->metrics.size();
-    std::vector<double> all(W * K, 0.0);
-    const std::size_t w = static_cast<std::size_t>(s.worker_index());
-    all[w * K] = running->loss;
-    all[w * K + 1] = static_cast<double>(running->local);
-    all[w * K + 2] = static_cast<double>(running->samples);
-    std::copy(running->metrics.begin(), running->metrics.end(), all.begin() + static_cast<std::ptrdiff_t>(w * K + 3));
-    all = sum_over_workers(s, std::move(all));  // (one nonzero term per value: exact)
-    std::string out = std::to_string(W) + " " + std::to_string(K);
-    for (const double v : all) {
-      out += ' ';
-      out += detail::exact(v);
-    }
-    return out;
-  }
-  //! This worker's totals from a checkpoint's "epoch_totals" (`all`: every
-  //! worker's summed, in worker order); saved by another number of workers:
-  //! worker 0 takes their sum (the epoch's totals, summed over the workers
-  //! at its end, come out the same), the others none.
-  PassTotals totals_of(const std::string& text, const std::filesystem::path& path, bool all) const {
-    AnyStrategy& s = m_.strategy();
-    std::vector<double> v;
-    const char* at = text.c_str();
-    for (char* end = nullptr;; at = end) {
-      const double x = std::strtod(at, &end);
-      if (end == at) break;
-      v.push_back(x);
-    }
-    const auto count = [&](std::size_t i) {  // a count no larger than the values there are (else 0)
-      return i < v.size() && v[i] >= 1 && v[i] <= static_cast<double>(v.size()) ? static_cast<std::size_t>(v[i]) : 0;
-    };
-    const std::size_t W = count(0), K = count(1);
-    if (W == 0 || K < 3 || v.size() != 2 + W * K)
-      throw Error("BackupAndRestore: " + path.string() + " is corrupt: its epoch_totals do not parse");
-    const double* blocks = v.data() + 2;
-    PassTotals t;
-    t.metrics.assign(K - 3, 0.0);
-    t.samples = static_cast<std::size_t>(blocks[2]);  // global samples: the same on every worker
-    const auto w = static_cast<std::size_t>(s.worker_index());
-    if (!all && W == static_cast<std::size_t>(std::max(1, s.num_workers()))) {
-      t.loss = blocks[w * K];
-      t.local = static_cast<std::size_t>(blocks[w * K + 1]);
-      std::copy(blocks + w * K + 3, blocks + (w + 1) * K, t.metrics.begin());
-    } else if (all || w == 0) {
-      for (std::size_t q = 0; q < W; ++q) {
-        t.loss += blocks[q * K];
-        t.local += static_cast<std::size_t>(blocks[q * K + 1]);
-        for (std::size_t m = 0; m + 3 < K; ++m) t.metrics[m] += blocks[q * K + 3 + m];
-      }
-    }
-    return t;
   }
   //! What a checkpoint keeps besides the model: the run, the callbacks' state
   //! (keyed by their ids), a rate set at run time, the epoch's running totals.
@@ -373,7 +314,7 @@ class FitBackup {
   void save(const TrainingPosition& p, const PassTotals* running) {
     trace::Span span{"backup", trace::Category::Checkpoint, {{"step", p.step}}};
     const auto path = b_.path_for(p.step);
-    const std::string totals = gather_totals(p.batch > 0 ? running : nullptr);  // collective
+    const std::string totals = gather_epoch_totals(m_.strategy(), p.batch > 0 ? running : nullptr);  // collective
     std::string why;
     if (m_.is_chief() || m_.state_reads_collective()) {  // sharded state: every worker joins it, the chief writes
       try {
