@@ -456,8 +456,9 @@ TEST_CASE("a writer killed mid-write leaves the previous checkpoint loadable, an
     for (std::int64_t step = 2;; ++step) io::write_tensor_file(backup.path_for(step), big);
   }
   // kill it while a temporary file exists (mid-write)
-  bool caught_mid_write = false;
-  for (int i = 0; i < 2000 && !caught_mid_write; ++i) {
+  bool caught_mid_write = false;  // within 30 s (a forked child under a sanitizer, on a busy machine, starts slowly)
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!caught_mid_write && std::chrono::steady_clock::now() < give_up) {
     for (const auto& n : names_in(d.path))
       if (n.find(".tmp-") != std::string::npos) caught_mid_write = true;
     if (!caught_mid_write) std::this_thread::sleep_for(std::chrono::milliseconds(1));
