@@ -145,14 +145,14 @@ class HostCompute : public HostMemoryOps<Compute> {
     if (!update_runs(d)) return;
     SgdStep at = s;
     at.lr = rate_at(*d.rates, d.counters->iteration);
-    host::sgd(w, g, v, n, at);
+    sgd(w, g, v, n, at);  // the virtual step: a device stand-in runs its body
   }
   void adam_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s,
                const DeviceStep& d) override {
     if (!update_runs(d)) return;
     AdamStep at = s;
     at.lr_t = rate_at(*d.rates, d.counters->iteration);
-    host::adam(w, g, m, v, n, at);
+    adam(w, g, m, v, n, at);
   }
   void adamw_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& s,
                 const DeviceStep& d) override {
@@ -160,7 +160,7 @@ class HostCompute : public HostMemoryOps<Compute> {
     AdamWStep at = s;
     at.adam.lr_t = rate_at(*d.rates, d.counters->iteration);
     at.decay = rate_at(*s.decays, d.counters->iteration);
-    host::adamw(w, g, m, v, n, at);
+    adamw(w, g, m, v, n, at);
   }
   void dropout_at(const float* x, float* y, float* mask, std::size_t n, std::uint64_t key_base, std::uint64_t layer,
                   std::uint64_t salt, const StepCounters* c, float rate) override {

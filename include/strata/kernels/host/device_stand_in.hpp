@@ -96,28 +96,7 @@ class DeviceStandIn final : public HostCompute {
     const bodies::AdamWElement body{s};
     for (std::size_t i = 0; i < n; ++i) body(w[i], g[i], m[i], v[i]);
   }
-  void sgd_at(float* w, const float* g, float* v, std::size_t n, const SgdStep& s, const DeviceStep& d) override {
-    if (!update_runs(d)) return;
-    SgdStep at = s;
-    at.lr = rate_at(*d.rates, d.counters->iteration);
-    sgd_body(w, g, v, n, at);
-  }
-  void adam_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s,
-               const DeviceStep& d) override {
-    if (!update_runs(d)) return;
-    bodies::AdamElement body{s};
-    body.lr_t = rate_at(*d.rates, d.counters->iteration);
-    for (std::size_t i = 0; i < n; ++i) body(w[i], g[i], m[i], v[i]);
-  }
-  void adamw_at(float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& s,
-                const DeviceStep& d) override {
-    if (!update_runs(d)) return;
-    AdamWStep at = s;
-    at.adam.lr_t = rate_at(*d.rates, d.counters->iteration);
-    at.decay = rate_at(*s.decays, d.counters->iteration);
-    const bodies::AdamWElement body{at};
-    for (std::size_t i = 0; i < n; ++i) body(w[i], g[i], m[i], v[i]);
-  }
+  // sgd_at, adam_at, adamw_at: HostCompute's, which take the rate at the step and call these three.
 
  private:
   static void sgd_body(float* w, const float* g, float* v, std::size_t n, const SgdStep& s) {
