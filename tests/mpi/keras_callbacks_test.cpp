@@ -25,6 +25,7 @@
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
 #include "../blobs.hpp"
+#include "../checkpoint_files.hpp"
 #include "../quick_workers.hpp"
 
 namespace nn = strata::nn;
@@ -172,7 +173,7 @@ TEST_CASE("ReduceLROnPlateau reaches a pipeline's stages on both ranks: the step
 }
 
 namespace {
-struct Crashed {};
+using strata_test::Crashed;
 struct CrashAtEpochEnd final : nn::Callback {
   int epoch;
   explicit CrashAtEpochEnd(int e) : epoch(e) {}
@@ -221,17 +222,6 @@ TEST_CASE("BackupAndRestore across workers: the resumed run makes the uninterrup
   CHECK(same_on_both({static_cast<double>(got.rate), static_cast<double>(got.stopped)}));
 }
 
-namespace {
-//! Throws (a kill, as far as fit can tell) on every rank when the model has taken `at` steps.
-struct CrashAtStep final : nn::Callback {
-  std::int64_t at;
-  explicit CrashAtStep(std::int64_t a) : at(a) {}
-  void on_batch_end(int, const nn::Logs&) override {
-    if (model().iterations() == at) throw Crashed{};
-  }
-};
-}  // namespace
-
 TEST_CASE("BackupAndRestore across workers: a run killed mid-epoch twice writes the uninterrupted run's CSV; "
           "a CSV history gone from the chief is refused on both ranks before the first step") {
   // 6 global batches an epoch, a checkpoint every 2 steps: killed at step 5 (resumes from 4, inside epoch 0:
@@ -240,14 +230,14 @@ TEST_CASE("BackupAndRestore across workers: a run killed mid-epoch twice writes 
   const auto run = [&](const std::filesystem::path& dir, std::int64_t crash_at, bool expect_refusal = false) {
     nn::BackupAndRestore backup{dir / "backup", {.save_every_steps = 2}};
     nn::CSVLogger csv{dir / "log.csv"};
-    CrashAtStep kill{crash_at};
+    strata_test::StopAtStep kill{crash_at, /*term=*/false};  // throws on every rank: a kill, as far as fit can tell
     auto m = sgd_model(s, 0.1);
     const nn::FitOptions opts{.epochs = 3, .verbose = nn::Verbosity::Silent, .callbacks = {&backup, &csv, &kill}};
     if (expect_refusal) {
       CHECK_THROWS_AS(m.fit(s.distribute(train_set().shuffle(96, 5)), opts), nn::CheckpointDirectoryError);
       CHECK(m.iterations() == 8);  // the checkpoint's step (loaded), and no step further
     } else if (crash_at > 0) {
-      CHECK_THROWS_AS(m.fit(s.distribute(train_set().shuffle(96, 5)), opts), Crashed);
+      CHECK_THROWS_AS(m.fit(s.distribute(train_set().shuffle(96, 5)), opts), strata_test::Crashed);
     } else {
       m.fit(s.distribute(train_set().shuffle(96, 5)), opts);
     }
