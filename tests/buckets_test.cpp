@@ -3,7 +3,7 @@
 // bucket is under way before the first layer's backward runs, and a replica
 // failing while buckets are in flight is named within the deadline. The same
 // for GPU replicas, run on the host's compute (host_as_gpu.hpp): their
-// buckets go through the device collectives' started sum (host-staged here).
+// buckets go through the device collectives' started sum (the device team's, on the stand-in's host runtime).
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -280,7 +280,7 @@ TEST_CASE("the later layers' buckets are under way before the first layer's back
 
 TEST_CASE("GPU replicas bucket too: the CPU flat run's bits, the later buckets under way in backward") {
   strata_test::Watchdog dog("buckets on GPU replicas", 120s);
-  strata_test::HostAsGpu host;  // every gpu(i) computes on the host, its collectives staged through it
+  strata_test::HostAsGpu host;  // every gpu(i) computes on a stand-in, its collectives the device team's
   for (int p : {2, 3}) {
     CAPTURE(p);
     const auto flat = train(p, 0, strata::ShardedUpdate::Off);

@@ -563,8 +563,8 @@ TEST_CASE("a custom loop's hook sees the FP32 gradient; the step then compresses
 }
 
 // GPU replicas round on their compute (Compute::round_to_wire: the host's body, here the host's compute
-// standing in for a GPU's) and sum in 16 bits through their device collectives (WireCall: host-staged here,
-// the thread team's direct sum; the device team's kernel and NCCL on a GPU: tests/gpu/): the CPU replicas'
+// standing in for a GPU's) and sum in 16 bits through their device collectives (WireCall: the device team's
+// reduce on the stand-in's host runtime here; the device team's kernel and NCCL on a GPU: tests/gpu/): the CPU replicas'
 // compressed weights and Adam moments bit for bit, flat, bucketed and at ZeRO 1, 2 and 3.
 namespace {
 std::atomic<int> rounded{0}, expanded{0};

@@ -359,7 +359,7 @@ TEST_CASE("a memory budget the unsharded state exceeds: stage 0 fails fast namin
 
 TEST_CASE("GPU replicas at ZeRO 2 and 3 (on the host's compute): the CPU replicas' bits, through device collectives") {
   strata_test::Watchdog dog("fully sharded GPU replicas", 120s);
-  strata_test::HostAsGpu host;  // every gpu(i) computes on the host; its collectives staged through host memory
+  strata_test::HostAsGpu host;  // every gpu(i) computes on a stand-in; its collectives the device team's
   for (int p : {2, 3}) {
     CAPTURE(p);
     for (ShardedUpdate mode : {ShardedUpdate::Gradients, ShardedUpdate::Parameters}) {
@@ -367,8 +367,8 @@ TEST_CASE("GPU replicas at ZeRO 2 and 3 (on the host's compute): the CPU replica
       const Trained cpu = train(p, mode, 2);
       const Trained gpu = train(p, mode, 2, true);
       check_same(gpu, cpu);
-      CHECK(gpu.choice.find("; on the GPUs: the CUDA backend's collectives are not in this program: staged through "
-                            "host memory") != std::string::npos);
+      CHECK(gpu.choice.find("; on the GPUs: stand-in GPUs in host memory: " + std::to_string(p) +
+                            " replicas share GPU 0 (virtual GPUs): a direct reduce kernel") != std::string::npos);
     }
   }
 }

@@ -3,8 +3,9 @@
 // stand-in that reports itself as a device (kernels::DeviceStandIn:
 // Where::StandIn, so every branch for a GPU runs, and the kernel bodies a
 // GPU runs for its optimizers, activations and image windows), their
-// collectives staged through host memory, even in a program with the CUDA
-// backend: how the executors of GPU replicas (device_executor.hpp,
+// collectives the device team's (strategy/stand_in_collectives.hpp: the
+// logic GPU replicas run, over the host runtime), even in a program with
+// the CUDA backend: how the executors of GPU replicas (device_executor.hpp,
 // mirrored_executor.hpp on GPU replicas) are run and compared bitwise with
 // the CPU ones on machines without a GPU. DenseOrder::Device: Dense adds its
 // bias as a GPU does (within rounding of the CPU's, not bitwise).
@@ -12,6 +13,7 @@
 
 #include <strata/kernels/host/device_stand_in.hpp>
 #include <strata/strategy/device_compute.hpp>
+#include <strata/strategy/stand_in_collectives.hpp>
 
 namespace strata_test {
 
@@ -21,7 +23,7 @@ class HostAsGpu {
       : saved_(strata::detail::gpu_backend()) {
     strata::detail::gpu_backend().make = order == strata::kernels::DenseOrder::Host ? &make<strata::kernels::DenseOrder::Host>
                                                                                     : &make<strata::kernels::DenseOrder::Device>;
-    strata::detail::gpu_backend().make_collectives = nullptr;  // host-staged
+    strata::detail::gpu_backend().make_collectives = &strata::detail::make_stand_in_collectives;
   }
   HostAsGpu(const HostAsGpu&) = delete;
   HostAsGpu& operator=(const HostAsGpu&) = delete;

@@ -10,25 +10,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <strata/comm/device/replica_buffers.hpp>
 #include <strata/comm/reduce_op.hpp>
 #include <strata/core/half.hpp>
 
 namespace strata::cuda::detail {
 
-//! The most replicas one device team holds: their pointers ride in the
-//! kernel's parameters (2 x 32 pointers = 512 bytes, well under the limit).
-inline constexpr int max_device_replicas = 32;
-
-//! The inputs and outputs of one reduce kernel, already offset to the
-//! elements it reduces: out[o][i] = in[0][i] (op) in[1][i] ... (op) in[p-1][i]
-//! for o < nout, every pointer a device pointer this device can reach.
-template <class T>
-struct ReplicaBuffers {
-  const T* in[max_device_replicas];
-  T* out[max_device_replicas];
-  int p = 0;
-  int nout = 0;
-};
+using strata::detail::max_device_replicas;
+using strata::detail::ReplicaBuffers;
 
 //! Enqueues on `s` the reduction of `n` elements of `b.p` inputs, in input
 //! order (so the result is bitwise the host's detail::reduce_range), divided

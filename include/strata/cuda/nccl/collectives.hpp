@@ -77,7 +77,8 @@ class NcclCollectives final : public strata::detail::DeviceCollectives {
 
   //! Replica `rank`'s communicator on its side stream, made to wait for its compute's stream.
   NcclCommunicator& side_of(int rank, kernels::Compute& c) {
-    const cudaStream_t side = sides_.after(rank, cuda::detail::gpu_of(rank, c, "NcclCollectives"));
+    cuda::CudaCompute& gpu = cuda::detail::gpu_of(rank, c, "NcclCollectives");
+    const cudaStream_t side = sides_.after(rank, gpu.stream(), gpu.device());
     auto& comm = side_comms_[static_cast<std::size_t>(rank)];
     if (!comm || comm->stream() != side) comm.emplace(team_->communicator(rank, side));
     return *comm;
