@@ -14,7 +14,8 @@ line (a statement over several lines counts once); not counted: lines of
 braces only, declarations without code (struct members, `using`, __shared__
 arrays), the error branches a successful step does not take.
 Excluded as the issue says: launch geometry (blocks_for, blocks_exact,
-blocks_for_rows, global_index, grid_stride, column_sums' grid), streams,
+blocks_for_rows, global_index, grid_stride, column_sums' grid and
+bodies::column_chunk_rows, bodies/grid.hpp's constants), streams,
 events and graphs (Stream, Event, host_wait, drain, refuse_in_capture,
 capturing, begin/end_capture), and library code (Thrust, CUB, cuBLAS).
 
@@ -186,8 +187,12 @@ GPU_ONLY = [
         "__device__ inline T warp_sum(T v) {", "for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync", "return v;"]),
     ("cuda/kernels/common.cuh", "block_accumulate", "device", [
         "__device__ inline void block_accumulate(double* shared, double* acc) {", "__syncthreads();",
-        "if (threadIdx.x == 0 && acc) {", "double t = 0;", "for (unsigned w = 0; w < blockDim.x / 32; ++w)",
-        "atomicAdd(acc, t);"]),
+        "if (threadIdx.x == 0 && acc) atomicAdd(acc, bodies::in_order_sum("]),
+    ("cuda/kernels/common.cuh", "WarpLanes::sum/max/first/step", "device", [
+        "__device__ float sum(Partial&& partial) const {", "return warp_sum(partial(lane));",
+        "__device__ float max(Partial&& partial) const {", "return warp_max(partial(lane));",
+        "[[nodiscard]] __device__ std::size_t first() const { return lane; }",
+        "[[nodiscard]] __device__ std::size_t step() const { return bodies::row_lanes; }"]),
     # -- cuda/kernels/maps.cuh
     ("cuda/kernels/maps.cuh", "fill_kernel", "device", [
         "__global__ void fill_kernel(float* x, float v, std::size_t n) {",
@@ -212,18 +217,17 @@ GPU_ONLY = [
     # -- cuda/kernels/reductions.cuh
     ("cuda/kernels/reductions.cuh", "column_partial_kernel", "device", [
         "__global__ void column_partial_kernel(const float* x, float* out", "const std::size_t col =",
-        "const std::size_t r0 =", "const std::size_t r1 =", "float s = 0.f;", "if (col < cols)",
-        "for (std::size_t r = r0 + threadIdx.y; r < r1; r += column_lanes)", "part[threadIdx.y][threadIdx.x] = s;",
-        "__syncthreads();", "if (threadIdx.y == 0 && col < cols) {", "float t = part[0][threadIdx.x];",
-        "for (unsigned k = 1; k < column_lanes; ++k)", "out[std::size_t{blockIdx.y} * cols + col] = t;"]),
+        "const std::size_t r0 =", "const std::size_t r1 =",
+        "part[threadIdx.y][threadIdx.x] = col < cols ? bodies::column_lane_sum(", "__syncthreads();",
+        "if (threadIdx.y == 0 && col < cols)", "out[std::size_t{blockIdx.y} * cols + col] = bodies::column_lanes_total("]),
     ("cuda/kernels/reductions.cuh", "launch_column_sums", "host", [
         "void launch_column_sums(cudaStream_t s, const float* x, float* out, std::size_t rows, std::size_t cols) {",
         "if (cols == 0) return;", "if (rows == 0) return launch_fill(s, out, 0.f, cols);", "if (chunks == 1) {",
         "column_partial_kernel<<<grid, block, 0, s>>>(x, out, rows, cols, per_chunk);",
         "check_launch(\"column_partial_kernel\");", "return;"]),
     ("cuda/kernels/reductions.cuh", "count_nonfinite_kernel", "device", [
-        "__global__ void count_nonfinite_kernel(const float* x, std::size_t n, double* acc) {", "int bad = 0;",
-        "bad += !isfinite(x[i]);", "const int total = Reduce(temp).Sum(bad);",
+        "__global__ void count_nonfinite_kernel(const float* x, std::size_t n, double* acc) {",
+        "const int bad = bodies::nonfinite_strided(x, n, global_index(), grid_stride());", "const int total = Reduce(temp).Sum(bad);",
         "if (threadIdx.x == 0 && total) atomicAdd("]),
     ("cuda/kernels/reductions.cuh", "launch_count_nonfinite", "host", [
         "void launch_count_nonfinite(cudaStream_t s, const float* x, std::size_t n, double* acc) {",
@@ -234,30 +238,21 @@ GPU_ONLY = [
         "if (threadIdx.x % 32 == 0) {", "loss_s[threadIdx.x / 32] = loss;", "bad_s[threadIdx.x / 32] = bad;",
         "block_accumulate(loss_s, acc);", "block_accumulate(bad_s, invalid);"]),
     ("cuda/kernels/losses.cuh", "sparse_xent_kernel<true>", "device", [
-        "__global__ void sparse_xent_kernel(const float* pred", "const std::size_t row =", "const unsigned lane =",
-        "double loss = 0, bad = 0;", "if (row < rows) {", "const float* p = pred + row * classes;",
-        "float* g = d ? d + row * classes : nullptr;", "const long long k = bodies::class_of(labels[row], classes);",
-        "if (k < 0) {", "} else if constexpr (Logits) {", "float m = -INFINITY;",
-        "for (std::size_t j = lane; j < classes; j += 32) m = fmaxf(m, p[j]);", "m = warp_max(m);",
-        "float sum = 0.f;", "for (std::size_t j = lane; j < classes; j += 32) sum += expf(p[j] - m);",
-        "const float lse = m + logf(warp_sum(sum));", "loss = static_cast<double>(lse - p[k]);", "if (g)",
-        "for (std::size_t j = lane; j < classes; j += 32) {", "float v = __fmul_rn(scale, expf(p[j] - lse));",
-        "if (j == static_cast<std::size_t>(k)) v -= scale;", "g[j] = v;",
-        "rows_accumulate(loss, bad, acc, invalid);"]),
+        "__global__ void sparse_xent_kernel(const float* pred", "const std::size_t row =", "double loss = 0;",
+        "bool bad = false;", "if (row < rows)", "loss = bodies::sparse_xent_row<Logits>(WarpLanes{",
+        "rows_accumulate(loss, bad ? 1 : 0, acc, invalid);"]),
     ("cuda/kernels/losses.cuh", "launch_sparse_crossentropy", "host", [
         "void launch_sparse_crossentropy(cudaStream_t s, const float* pred", "if (rows == 0) return;",
         "if (from_logits)", "sparse_xent_kernel<true><<<", "check_launch(\"sparse_xent_kernel\");"]),
     ("cuda/kernels/losses.cuh", "count_accumulate", "device", [
         "__device__ inline void count_accumulate(bool hit, bool bad, double* acc, double* invalid, bool nan = false) {",
         "const int hits = __syncthreads_count(hit);", "const int bads = __syncthreads_count(bad);",
-        "const int nans = __syncthreads_count(nan);", "if (threadIdx.x == 0) {", "if (nans) atomicAdd(",
-        "if (hits) atomicAdd(", "if (bads && invalid) atomicAdd("]),
+        "const int nans = __syncthreads_count(nan);", "if (threadIdx.x == 0)",
+        "bodies::add_counts([](double* to, double v) { atomicAdd(to, v); }"]),
     ("cuda/kernels/losses.cuh", "sparse_hits_kernel", "device", [
         "__global__ void sparse_hits_kernel(const float* pred", "const std::size_t i = global_index();",
-        "bool hit = false, bad = false, nan = false;", "if (i < rows) {",
-        "const long long k = bodies::class_of(labels[i], classes);", "bad = k < 0;",
-        "nan = !bad && bodies::has_nan(", "hit = !bad && !nan && bodies::argmax_first(",
-        "count_accumulate(hit, bad, acc, invalid, nan);"]),
+        "const bodies::RowHit r = i < rows ? bodies::sparse_hit_row(",
+        "count_accumulate(r.hit, r.bad, acc, invalid, r.nan);"]),
     ("cuda/kernels/losses.cuh", "launch_sparse_hits", "host", [
         "void launch_sparse_hits(cudaStream_t s, const float* pred", "if (rows == 0 || classes == 0) return;",
         "sparse_hits_kernel<<<", "check_launch(\"sparse_hits_kernel\");"]),
@@ -286,9 +281,9 @@ GPU_ONLY = [
         "void launch_adam(cudaStream_t s, float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& st) {",
         "for_each_index(s, n, AdamAt{bodies::AdamElement{st}, w, g, m, v}"]),
     # -- kernels/bodies/hd.hpp: the device branches (__CUDA_ARCH__) of the IEEE operations the bodies above use
-    ("kernels/bodies/hd.hpp", "mul/add/sub/div/sqrt (device branch)", "device", [
+    ("kernels/bodies/hd.hpp", "mul/add/sub/div/sqrt/exp/log/fmax (device branch)", "device", [
         "return __fmul_rn(a, b);", "return __fadd_rn(a, b);", "return __fsub_rn(a, b);", "return __fdiv_rn(a, b);",
-        "return __fsqrt_rn(a);"]),
+        "return __fsqrt_rn(a);", "return expf(a);", "return logf(a);", "return fmaxf(a, b);"]),
 ]
 
 # Shared element bodies (kernels/bodies/) a GPU step reaches: each function's
@@ -308,10 +303,23 @@ BODIES = [
     ("kernels/bodies/hd.hpp", "sub", "device", ["STRATA_HD inline float sub(float a, float b) {"], True),
     ("kernels/bodies/hd.hpp", "div", "device", ["STRATA_HD inline float div(float a, float b) {"], True),
     ("kernels/bodies/hd.hpp", "sqrt", "device", ["STRATA_HD inline float sqrt(float a) {"], True),
+    ("kernels/bodies/hd.hpp", "exp", "device", ["STRATA_HD inline float exp(float a) {"], True),
+    ("kernels/bodies/hd.hpp", "log", "device", ["STRATA_HD inline float log(float a) {"], True),
+    ("kernels/bodies/hd.hpp", "fmax", "device", ["STRATA_HD inline float fmax(float a, float b) {"], True),
     ("kernels/bodies/hd.hpp", "is_nan", "device", ["STRATA_HD inline bool is_nan(float v) { return v != v; }"], True),
     ("kernels/bodies/losses.hpp", "class_of", "device", ["STRATA_HD inline long long class_of(float label, std::size_t classes) {"], False),
     ("kernels/bodies/losses.hpp", "argmax_first", "device", ["STRATA_HD inline std::size_t argmax_first(const float* p, std::size_t n) {"], False),
     ("kernels/bodies/losses.hpp", "has_nan", "device", ["STRATA_HD inline bool has_nan(const float* p, std::size_t n) {"], False),
+    ("kernels/bodies/losses.hpp", "sparse_xent_row", "device", ["STRATA_HD double sparse_xent_row("], False),
+    ("kernels/bodies/losses.hpp", "sparse_hit_row", "device", ["STRATA_HD inline RowHit sparse_hit_row("], False),
+    ("kernels/bodies/losses.hpp", "add_counts", "device", ["STRATA_HD void add_counts("], False),
+    ("kernels/bodies/rows.hpp", "lane_sum", "device", ["STRATA_HD float lane_sum("], False),
+    ("kernels/bodies/rows.hpp", "lane_max", "device", ["STRATA_HD float lane_max("], False),
+    ("kernels/bodies/grid.hpp", "in_order_sum", "device", ["STRATA_HD inline double in_order_sum("], False),
+    ("kernels/bodies/reductions.hpp", "column_lane_sum", "device", ["STRATA_HD inline float column_lane_sum("], False),
+    ("kernels/bodies/reductions.hpp", "column_lanes_total", "device", ["STRATA_HD inline float column_lanes_total("], False),
+    ("kernels/bodies/reductions.hpp", "is_finite", "device", ["STRATA_HD inline bool is_finite(float v)"], True),
+    ("kernels/bodies/reductions.hpp", "nonfinite_strided", "device", ["STRATA_HD inline int nonfinite_strided("], False),
     ("kernels/bodies/windows.hpp", "clip_window", "device", ["STRATA_HD inline Span clip_window("], False),
     ("kernels/bodies/windows.hpp", "windows_reaching", "device", ["STRATA_HD inline Span windows_reaching("], False),
     ("kernels/bodies/windows.hpp", "pool_takes", "device", ["STRATA_HD inline bool pool_takes("], True),

@@ -21,6 +21,7 @@
 
 #include <strata/cuda/error.hpp>
 #include <strata/cuda/launch.hpp>
+#include <strata/kernels/bodies/grid.hpp>
 #include <strata/kernels/bodies/hd.hpp>
 #include <strata/kernels/bodies/rows.hpp>
 
@@ -28,15 +29,13 @@ namespace strata::cuda::detail {
 
 namespace bodies = kernels::bodies;
 
-//! Threads per block of the elementwise kernels (grid-stride loops).
-constexpr unsigned block_threads = 256;
-//! Rows per block of the warp-per-row kernels (one warp per row).
-constexpr unsigned warps_per_block = block_threads / 32;
-
-//! Blocks for `n` items at `per_block` items per block, capped (the kernels loop).
-inline unsigned blocks_for(std::size_t n, std::size_t per_block = block_threads) {
-  return static_cast<unsigned>(std::min<std::size_t>((n + per_block - 1) / per_block, std::size_t{1} << 16));
-}
+// Threads per block, rows per block of the warp-per-row kernels, the capped
+// block count of the grid-stride kernels: bodies/grid.hpp (a GPU's stand-in
+// plays the same grid).
+using bodies::block_threads;
+using bodies::blocks_for;
+using bodies::reduce_blocks;
+using bodies::warps_per_block;
 
 //! Blocks for one thread per item (no cap: kernels without a grid-stride loop).
 inline unsigned blocks_exact(std::size_t n, std::size_t per_block = block_threads) {
@@ -77,6 +76,10 @@ struct WarpLanes {
   __device__ float max(Partial&& partial) const {
     return warp_max(partial(lane));
   }
+  template <class Partial>
+  __device__ bool any(Partial&& partial) const {
+    return __any_sync(0xffffffffu, partial(lane));
+  }
   [[nodiscard]] __device__ std::size_t first() const { return lane; }
   [[nodiscard]] __device__ std::size_t step() const { return bodies::row_lanes; }
 };
@@ -108,11 +111,7 @@ void for_each_index(cudaStream_t s, std::size_t n, const F& f, const char* what)
 //! blocks (atomic), as kernels::Compute documents.
 __device__ inline void block_accumulate(double* shared, double* acc) {
   __syncthreads();
-  if (threadIdx.x == 0 && acc) {
-    double t = 0;
-    for (unsigned w = 0; w < blockDim.x / 32; ++w) t += shared[w];
-    atomicAdd(acc, t);
-  }
+  if (threadIdx.x == 0 && acc) atomicAdd(acc, bodies::in_order_sum(shared, blockDim.x / 32));
 }
 
 }  // namespace strata::cuda::detail

@@ -8,7 +8,10 @@
 //! A label that names no class is counted into *invalid and contributes no
 //! loss, no hit and a zero gradient. As on the host, a prediction row with
 //! a NaN gives a NaN loss and adds NaN to the hit counts. The label check,
-//! clip, argmax and NaN scan are the host's bodies (kernels/bodies/losses.hpp).
+//! clip, argmax and NaN scan are the host's bodies (kernels/bodies/losses.hpp);
+//! so are the sparse cross-entropy's row (run here by a warp's lanes), the
+//! accuracy count's row and what a block adds, which a GPU's stand-in runs
+//! over the same rows and blocks (kernels/host/grid_loops.hpp).
 //!   strata::cuda::detail::launch_sparse_crossentropy(s, logits, y, d, 1.f / b, b, 10, true, acc, invalid);
 //!   strata::cuda::detail::launch_sparse_hits(s, logits, y, b, 10, hits, invalid);
 
@@ -34,41 +37,12 @@ template <bool Logits>
 __global__ void sparse_xent_kernel(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
                                    std::size_t classes, double* acc, double* invalid) {
   const std::size_t row = std::size_t{blockIdx.x} * warps_per_block + threadIdx.x / 32;
-  const unsigned lane = threadIdx.x % 32;
-  double loss = 0, bad = 0;
-  if (row < rows) {  // warp-uniform, as is the label
-    const float* p = pred + row * classes;
-    float* g = d ? d + row * classes : nullptr;
-    const long long k = bodies::class_of(labels[row], classes);
-    if (k < 0) {
-      bad = 1;
-      if (g)
-        for (std::size_t j = lane; j < classes; j += 32) g[j] = 0.f;
-    } else if constexpr (Logits) {
-      float m = -INFINITY;
-      for (std::size_t j = lane; j < classes; j += 32) m = fmaxf(m, p[j]);
-      m = warp_max(m);
-      float sum = 0.f;
-      for (std::size_t j = lane; j < classes; j += 32) sum += expf(p[j] - m);
-      const float lse = m + logf(warp_sum(sum));
-      loss = static_cast<double>(lse - p[k]);
-      if (g)
-        for (std::size_t j = lane; j < classes; j += 32) {
-          float v = __fmul_rn(scale, expf(p[j] - lse));
-          if (j == static_cast<std::size_t>(k)) v -= scale;
-          g[j] = v;
-        }
-    } else {
-      const float pk = bodies::clamp_like_std(p[k], prob_epsilon, 1.f - prob_epsilon);
-      bool nan = false;  // a NaN anywhere in the row: a NaN loss (the host's rule)
-      for (std::size_t j = lane; j < classes; j += 32) nan = nan || p[j] != p[j];
-      loss = __any_sync(0xffffffffu, nan) ? static_cast<double>(NAN) : -log(static_cast<double>(pk));
-      if (g)
-        for (std::size_t j = lane; j < classes; j += 32)
-          g[j] = j == static_cast<std::size_t>(k) && p[k] == pk ? -scale / pk : 0.f;
-    }
-  }
-  rows_accumulate(loss, bad, acc, invalid);
+  double loss = 0;
+  bool bad = false;
+  if (row < rows)  // warp-uniform, as is the label
+    loss = bodies::sparse_xent_row<Logits>(WarpLanes{threadIdx.x % 32}, pred + row * classes, labels[row],
+                                           d ? d + row * classes : nullptr, scale, classes, bad);
+  rows_accumulate(loss, bad ? 1 : 0, acc, invalid);
 }
 
 void launch_sparse_crossentropy(cudaStream_t s, const float* pred, const float* labels, float* d, float scale,
@@ -166,24 +140,16 @@ __device__ inline void count_accumulate(bool hit, bool bad, double* acc, double*
   const int hits = __syncthreads_count(hit);
   const int bads = __syncthreads_count(bad);
   const int nans = __syncthreads_count(nan);
-  if (threadIdx.x == 0) {
-    if (nans) atomicAdd(acc, static_cast<double>(NAN));
-    if (hits) atomicAdd(acc, static_cast<double>(hits));
-    if (bads && invalid) atomicAdd(invalid, static_cast<double>(bads));
-  }
+  if (threadIdx.x == 0)
+    bodies::add_counts([](double* to, double v) { atomicAdd(to, v); }, hits, bads, nans, acc, invalid);
 }
 
 __global__ void sparse_hits_kernel(const float* pred, const float* labels, std::size_t rows, std::size_t classes,
                                    double* acc, double* invalid) {
   const std::size_t i = global_index();
-  bool hit = false, bad = false, nan = false;
-  if (i < rows) {
-    const long long k = bodies::class_of(labels[i], classes);
-    bad = k < 0;
-    nan = !bad && bodies::has_nan(pred + i * classes, classes);
-    hit = !bad && !nan && bodies::argmax_first(pred + i * classes, classes) == static_cast<std::size_t>(k);
-  }
-  count_accumulate(hit, bad, acc, invalid, nan);
+  const bodies::RowHit r = i < rows ? bodies::sparse_hit_row(pred + i * classes, labels[i], classes)
+                                    : bodies::RowHit{false, false, false};
+  count_accumulate(r.hit, r.bad, acc, invalid, r.nan);
 }
 
 void launch_sparse_hits(cudaStream_t s, const float* pred, const float* labels, std::size_t rows,

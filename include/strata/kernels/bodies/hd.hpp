@@ -75,6 +75,13 @@ STRATA_HD inline float log(float a) {
   return std::log(a);
 #endif
 }
+STRATA_HD inline double log(double a) {
+#if defined(__CUDA_ARCH__)
+  return ::log(a);
+#else
+  return std::log(a);
+#endif
+}
 STRATA_HD inline float tanh(float a) {
 #if defined(__CUDA_ARCH__)
   return tanhf(a);

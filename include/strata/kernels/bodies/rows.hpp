@@ -8,6 +8,7 @@
 //!   const float total = lanes.sum([&](unsigned l) { float s = 0.f; for (j = l; j < n; j += row_lanes) s = add(s, x[j]); return s; });
 //!   for (std::size_t j = lanes.first(); j < n; j += lanes.step()) y[j] = ...;   // the row's elements, each once
 //!   const float top = lanes.max([&](unsigned l) { return lane_max(l, n, [&](std::size_t j) { return x[j]; }); });
+//!   const bool nan = lanes.any([&](unsigned l) { return lane_any(l, n, [&](std::size_t j) { return is_nan(x[j]); }); });
 
 #include <cstddef>
 
@@ -45,6 +46,13 @@ struct HostLanes {
     for (unsigned l = 1; l < row_lanes; ++l) m = fmax(m, partial(l));
     return m;
   }
+  //! Whether partial(l) holds for some lane l.
+  template <class Partial>
+  bool any(Partial&& partial) const {
+    bool found = false;
+    for (unsigned l = 0; l < row_lanes; ++l) found = found || partial(l);
+    return found;
+  }
   //! This caller's share of a row's elements: all of them.
   [[nodiscard]] std::size_t first() const { return 0; }
   [[nodiscard]] std::size_t step() const { return 1; }
@@ -64,6 +72,14 @@ STRATA_HD float lane_max(unsigned lane, std::size_t n, Term&& term) {
   float m = -INFINITY;
   for (std::size_t j = lane; j < n; j += row_lanes) m = fmax(m, term(j));
   return m;
+}
+
+//! Whether test(j) holds for some j = l, l + 32, ... < n: one lane's share of a row's test.
+template <class Test>
+STRATA_HD bool lane_any(unsigned lane, std::size_t n, Test&& test) {
+  bool found = false;
+  for (std::size_t j = lane; j < n; j += row_lanes) found = found || test(j);
+  return found;
 }
 
 }  // namespace strata::kernels::bodies

@@ -6,14 +6,20 @@
 //! finiteness count with the loss, sharded windows) runs where CI runs; and
 //! where a GPU runs an element body of kernels/bodies/ (the optimizers,
 //! activations and their gradients, a bias added after the product, im2col,
-//! col2im, max pooling), it runs that body over the kernel's index space
-//! (the CUDA launcher's for_each), not the host's row loops or SSE.
+//! col2im, max pooling, the non-finite count), it runs that body over the
+//! kernel's index space (the CUDA launcher's for_each or grid), not the
+//! host's row loops or SSE.
 //!   strata::kernels::DeviceStandIn gpu{0};                       // bitwise the host's results
 //!   strata::kernels::DeviceStandIn gpu{0, strata::kernels::DenseOrder::Device};  // a GPU's Dense order
 //! The host's Dense adds the product to the bias (its pinned bits); a GPU
 //! adds the bias to the product through bias_activate's body: with
 //! DenseOrder::Device the stand-in does the same (results within rounding
-//! of the host's, not bitwise).
+//! of the host's, not bitwise), and sums as a GPU's grid does
+//! (host/grid_loops.hpp): the sparse cross-entropy's rows by their lanes,
+//! the column sums (a Dense bias's gradient) by chunks and lanes, the
+//! accuracy count by blocks, a label that names no class counted into the
+//! invalid total (the host throws). The non-finite count is a GPU's in
+//! both orders (exact: the host's).
 
 #include <cstddef>
 #include <cstdint>
@@ -24,12 +30,14 @@
 #include <strata/kernels/bodies/optim.hpp>
 #include <strata/kernels/bodies/windows.hpp>
 #include <strata/kernels/host/compute.hpp>
+#include <strata/kernels/host/grid_loops.hpp>
 #include <strata/kernels/step_state.hpp>
 
 namespace strata::kernels {
 
-//! Where a Dense layer's bias is added: the host's way (the product added
-//! to the bias) or a device's (the bias added to the product).
+//! Where a Dense layer's bias is added, the host's way (the product added
+//! to the bias) or a device's (the bias added to the product), and, with
+//! it, whose order the loss rows and column sums are summed in.
 enum class DenseOrder { Host, Device };
 
 class DeviceStandIn final : public HostCompute {
@@ -86,6 +94,26 @@ class DeviceStandIn final : public HostCompute {
     if (g.oh == 0 || g.ow == 0) return fill(dx, 0.f, total);
     for (std::size_t e = 0; e < total; ++e) dx[e] = bodies::max_pool_backward_element(g, dy, argmax, e);
   }
+
+  //! In a GPU's order (DenseOrder::Device), a GPU's grid (host/grid_loops.hpp): a loss row by its lanes, the
+  //! column sums by chunks and lanes, a label that names no class counted; else the host's loops.
+  void sparse_crossentropy(const float* pred, const float* labels, float* d, float scale, std::size_t rows,
+                           std::size_t classes, bool from_logits, double* acc, double* invalid) override {
+    if (order_ == DenseOrder::Host)
+      return HostCompute::sparse_crossentropy(pred, labels, d, scale, rows, classes, from_logits, acc, invalid);
+    host::grid_sparse_crossentropy(pred, labels, d, scale, rows, classes, from_logits, acc, invalid);
+  }
+  void sparse_hits(const float* pred, const float* labels, std::size_t rows, std::size_t classes, double* acc,
+                   double* invalid) override {
+    if (order_ == DenseOrder::Host) return HostCompute::sparse_hits(pred, labels, rows, classes, acc, invalid);
+    host::grid_sparse_hits(pred, labels, rows, classes, acc, invalid);
+  }
+  void column_sums(const float* x, float* out, std::size_t rows, std::size_t cols) override {
+    if (order_ == DenseOrder::Host) return HostCompute::column_sums(x, out, rows, cols);
+    host::grid_column_sums(x, out, rows, cols);
+  }
+  //! A GPU's grid in either order: the count is exact, the host's.
+  void count_nonfinite(const float* x, std::size_t n, double* acc) override { host::grid_count_nonfinite(x, n, acc); }
 
   void sgd(float* w, const float* g, float* v, std::size_t n, const SgdStep& s) override { sgd_body(w, g, v, n, s); }
   void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) override {
