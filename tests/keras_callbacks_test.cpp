@@ -24,6 +24,7 @@
 
 #include "blobs.hpp"
 #include "checkpoint_files.hpp"
+#include "host_as_gpu.hpp"
 #include "strategy_sweep.hpp"
 
 namespace nn = strata::nn;
@@ -300,8 +301,9 @@ TEST_CASE("ModelCheckpoint every N batches in fit under 2 mirrored replicas: eac
   CHECK(best.best() == lowest);
 }
 
-TEST_CASE("EarlyStopping in fit under every strategy: stops at the expected epoch, restores the best weights") {
-  strata_test::for_each_strategy({}, [&](auto& s, const strata::StrategyInfo&) {
+TEST_CASE("EarlyStopping in fit under every strategy, on CPU and GPU (stand-in) replicas: stops at the expected "
+          "epoch, restores the best weights") {
+  strata_test::for_each_strategy_and_backend({}, [&](auto& s, const strata::StrategyInfo&, strata_test::Backend) {
     auto m = sgd_model(s, 0.05);
     // no epoch improves on the first by 10: stops at epoch 2 (patience 2), back to epoch 0's weights
     nn::EarlyStopping stop{{.monitor = "loss", .min_delta = 10.0, .patience = 2, .restore_best_weights = true}};
@@ -320,7 +322,8 @@ TEST_CASE("EarlyStopping in fit under every strategy: stops at the expected epoc
   });
 }
 
-TEST_CASE("ReduceLROnPlateau and LearningRateScheduler: the next steps use the new rate, in every copy") {
+TEST_CASE("ReduceLROnPlateau and LearningRateScheduler: the next steps use the new rate, in every copy (CPU and GPU "
+          "stand-in replicas)") {
   // epochs of 6 steps; the rate 0.1, then 0.05 from epoch 2 (patience 1: cut at epoch 1's end), as a
   // schedule of the step
   const float r0 = 0.1f, r1 = r0 * 0.5f;
@@ -340,7 +343,8 @@ TEST_CASE("ReduceLROnPlateau and LearningRateScheduler: the next steps use the n
     CHECK(run(s, r0, {&sched}) == want);
     CHECK(run(s, r0, {}) != want);
   };
-  strata_test::for_each_strategy({.synchronous = true}, [&](auto& s, const strata::StrategyInfo&) { check(s); });
+  strata_test::for_each_strategy_and_backend({.synchronous = true},
+                                             [&](auto& s, const strata::StrategyInfo&, strata_test::Backend) { check(s); });
   // the parameter server's servers (in this process) get it too; staleness 0: rounds that repeat (its
   // updates count their steps per shard: compared with each other, not with the step schedule)
   strata::ParameterServerStrategy ps{{.workers = 2, .servers = 2, .staleness = std::uint64_t{0}}};
@@ -422,6 +426,29 @@ TEST_CASE("ModelCheckpoint and CSVLogger in fit: the files hold the epochs' weig
   CHECK(all.starts_with(want));
   CHECK(all.substr(want.size()).starts_with("0;"));
   CHECK(all.find("epoch", 1) == std::string::npos);
+}
+
+// The logging callbacks run on the host, on the logs fit returns: on GPU replicas (stand-ins: the device
+// executors, the device team's sums) they write the CPU replicas' rows, one device and mirrored.
+TEST_CASE("CSVLogger on GPU replicas (stand-ins) writes the CPU replicas' rows, byte for byte") {
+  const auto run = [&](auto& s, const std::filesystem::path& file) {
+    auto m = sgd_model(s, 0.05);
+    nn::CSVLogger csv{file};
+    nn::EarlyStopping stop{{.monitor = "loss", .min_delta = 10.0, .patience = 2}};
+    m.fit(s.distribute(train_set()), {.epochs = 5, .verbose = nn::Verbosity::Silent, .callbacks = {&csv, &stop}});
+    return std::make_pair(read_all(file), stop.stopped_epoch());
+  };
+  TempDir d;
+  strata::OneDeviceStrategy cpu1{strata::cpu(0)};
+  strata::MirroredStrategy cpu3{strata::cpu_replicas(3)};
+  const auto want1 = run(cpu1, d.path / "cpu1.csv"), want3 = run(cpu3, d.path / "cpu3.csv");
+  CHECK(want1.second == 2);
+  strata_test::HostAsGpu host;
+  strata::OneDeviceStrategy gpu1{strata::gpu(0)};
+  strata::MirroredStrategy gpu3{strata::virtual_gpus(0, 3)};
+  CHECK(run(gpu1, d.path / "gpu1.csv") == want1);
+  CHECK(run(gpu3, d.path / "gpu3.csv") == want3);
+  CHECK(want3.first.find("2,") != std::string::npos);  // three rows: epochs 0, 1 and 2
 }
 
 namespace {

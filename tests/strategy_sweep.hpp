@@ -81,7 +81,7 @@ int for_each_strategy(Needs needs, Body&& body, strata::StrategyChoice choice = 
 //! Where a sweep runs a strategy's replicas.
 enum class Backend {
   Cpu,        //!< "cpu": CPU replicas, as the choice says
-  HostAsGpu,  //!< "host-as-gpu": GPU replicas (gpu_choice) computing on the host, collectives staged through it
+  HostAsGpu,  //!< "host-as-gpu": GPU replicas (gpu_choice) computing on stand-ins, summing through the device team
 };
 
 //! The backend's name in a failure message: "cpu" or "host-as-gpu".

@@ -25,6 +25,7 @@
 
 #include "blobs.hpp"
 #include "checkpoint_files.hpp"
+#include "host_as_gpu.hpp"
 #include "strategy_sweep.hpp"
 
 namespace fs = std::filesystem;
@@ -326,6 +327,32 @@ std::string read_all(const fs::path& p) {
 }
 
 }  // namespace
+
+// TensorBoard runs on the host, on the logs fit returns: on GPU replicas (stand-ins, tests/host_as_gpu.hpp:
+// the device executors, the device team's sums) it writes the CPU replicas' scalars at the same steps.
+TEST_CASE("TensorBoard on GPU replicas (stand-ins): the CPU replicas' scalars at the same steps, one device and mirrored") {
+  const auto train = strata_test::blobs(96, 1), val = strata_test::blobs(32, 2);
+  const auto run = [&](auto& s, const fs::path& dir) {
+    auto model = s.scope([] { return strata_test::blobs_mlp(); });
+    model.compile(nn::Adam{0.01}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
+                  {.seed = 7});
+    nn::TensorBoard tb{model, dir, {.update_freq = 2}};
+    model.fit(s.distribute(strata::data::from_tensor_slices(train.x, train.y).batch(16)),
+              {.epochs = 2, .verbose = nn::Verbosity::Silent, .callbacks = {&tb}},
+              s.distribute(strata::data::from_tensor_slices(val.x, val.y).batch(16)));
+    return timeless_scalars(dir);
+  };
+  TempDir d;
+  strata::OneDeviceStrategy cpu1{strata::cpu(0)};
+  strata::MirroredStrategy cpu2{strata::cpu_replicas(2)};
+  const auto want1 = run(cpu1, d.path / "cpu1"), want2 = run(cpu2, d.path / "cpu2");
+  CHECK(want2.size() > 10);  // epoch and batch scalars, train and validation
+  strata_test::HostAsGpu host;
+  strata::OneDeviceStrategy gpu1{strata::gpu(0)};
+  strata::MirroredStrategy gpu2{strata::virtual_gpus(0, 2)};
+  CHECK(run(gpu1, d.path / "gpu1") == want1);
+  CHECK(run(gpu2, d.path / "gpu2") == want2);
+}
 
 TEST_CASE("A run stopped mid-epoch three times (kills and a SIGTERM, before and after the resumed run's first row) "
           "writes the uninterrupted run's CSV and TensorBoard scalars") {

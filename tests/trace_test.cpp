@@ -27,6 +27,7 @@
 
 #include "blobs.hpp"
 #include "checkpoint_files.hpp"
+#include "host_as_gpu.hpp"
 #include "trace/trace_report.hpp"
 
 extern char** environ;
@@ -189,6 +190,32 @@ TEST_CASE("a fit under two mirrored replicas: steps, batches, layers, collective
   CHECK(c0.size() > 0);
   CHECK(c0 == r.order(r1, "collective"));
   CHECK(r.args(r0, c0.substr(0, c0.find(','))).find("peers=2") != std::string::npos);
+}
+
+// --trace on GPU replicas (stand-ins, tests/host_as_gpu.hpp): the device executor's step records the same
+// spans where they ran, its collectives (the device team's sums) on each replica's track.
+TEST_CASE("a fit under two mirrored GPU replicas (stand-ins): steps, batches, layers, collectives and updates") {
+  TempDir dir;
+  const auto path = (dir.path / "gpus.json").string();
+  {
+    strata_test::HostAsGpu host;
+    strata::MirroredStrategy s{strata::virtual_gpus(0, 2)};
+    trace::Session session{{.path = path}};
+    fit_one_epoch(s);
+  }
+  const auto r = read_trace(path);
+  const auto main = r.track("main"), r0 = r.track("replica 0"), r1 = r.track("replica 1");
+  CHECK(r.count(main, "step", "train_step") == 4);
+  CHECK(r.count(main, "data", "next_batch") == 5);
+  for (const auto& t : {r0, r1}) {
+    CHECK(r.count(t, "forward", "dense") == 4);
+    CHECK(r.count(t, "backward", "dense") == 4);
+    CHECK(r.count(t, "loss", "loss") == 4);
+    CHECK(r.count(t, "update", "update") == 4);
+  }
+  const std::string c0 = r.order(r0, "collective");
+  CHECK(c0.size() > 0);
+  CHECK(c0 == r.order(r1, "collective"));
 }
 
 TEST_CASE("a 1F1B pipeline: each stage's micro-batches in the schedule's order") {

@@ -20,6 +20,7 @@
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
 #include "../blobs.hpp"
+#include "../host_as_gpu.hpp"
 #include "../quick_workers.hpp"
 
 namespace custom_loop_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
@@ -93,6 +94,28 @@ TEST_CASE("multi-worker: a custom loop of train_step gives fit's weights bit for
     // this worker's replicas, once per step (5 steps an epoch)
     REQUIRE(ids.size() == static_cast<std::size_t>(5 * epochs * local));
     for (int id : ids) CHECK((id >= s.first_local_replica() && id < s.first_local_replica() + local));
+  }
+}
+
+// GPU replicas across workers (stand-in GPUs, tests/host_as_gpu.hpp: the device executor, the device
+// team's local sum, the host-staged sum across workers): the custom loop is fit's step there too, the hook
+// sees each local replica's gradient, and both give the CPU replicas' bits.
+TEST_CASE("multi-worker, GPU replicas (stand-ins): a custom loop of train_step gives fit's weights, the CPU replicas' bits") {
+  for (int local : {1, 2}) {
+    CAPTURE(local);
+    strata::MultiWorkerMirroredStrategy cpus{strata::cpu_replicas(local), strata_test::quick_workers()};
+    const auto cpu_fit = with_fit(cpus);
+    strata_test::HostAsGpu host;
+    strata::MultiWorkerMirroredStrategy s{strata::virtual_gpus(0, local), strata_test::quick_workers()};
+    const auto fit = with_fit(s);
+    CHECK(fit == cpu_fit);
+    std::mutex mu;
+    std::vector<int> ids;
+    CHECK(with_loop(s, [&](strata::ReplicaGradient& g) {
+            const std::lock_guard lock{mu};
+            ids.push_back(g.replica);
+          }) == fit);
+    CHECK(ids.size() == static_cast<std::size_t>(5 * epochs * local));
   }
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -328,10 +329,13 @@ TEST_CASE("a dataset read from several files is sharded by file: each worker rea
 // run N steps in one run (their collectives crossing the workers step by
 // step), the workers' hooks once per execution; by file, one sum of the N
 // batches' rows agrees on the global batches. The same bits as one step at a time.
-TEST_CASE("steps_per_execution across workers: one step at a time's weights and logs, auto-sharded and by file") {
+TEST_CASE("steps_per_execution across workers: one step at a time's weights and logs, auto-sharded and by file; "
+          "GPU replicas (stand-ins) give the CPU replicas' bits") {
   namespace nn = strata::nn;
-  strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2), quick()};
-  const SampleFiles samples("strata_mw_spe", s.num_workers(), s.worker_index());  // uneven shares
+  strata::MultiWorkerMirroredStrategy cpus{strata::cpu_replicas(2), quick()};
+  std::optional<strata::MultiWorkerMirroredStrategy> gpus;
+  strata::MultiWorkerMirroredStrategy* on = &cpus;
+  const SampleFiles samples("strata_mw_spe", cpus.num_workers(), cpus.worker_index());  // uneven shares
   const auto xy = samples_96();
   struct Got {
     std::vector<float> w;
@@ -340,6 +344,7 @@ TEST_CASE("steps_per_execution across workers: one step at a time's weights and 
     std::int64_t steps = 0;
   };
   const auto run = [&](std::size_t n, bool by_file) {
+    auto& s = *on;
     auto model = s.scope([] {
       return nn::Sequential{nn::Input{{6}}, nn::Dense{16, {.activation = nn::Activation::Tanh}}, nn::Dense{3}};
     });
@@ -359,6 +364,7 @@ TEST_CASE("steps_per_execution across workers: one step at a time's weights and 
     g.steps = model.iterations();
     return g;
   };
+  std::vector<Got> cpu_runs;
   for (bool by_file : {false, true}) {
     CAPTURE(by_file);
     const Got one = run(1, by_file);
@@ -367,6 +373,22 @@ TEST_CASE("steps_per_execution across workers: one step at a time's weights and 
     CHECK(three.w == one.w);
     CHECK(three.loss == one.loss);
     CHECK(three.eval == one.eval);
+    cpu_runs.push_back(three);
+  }
+  {  // GPU replicas on stand-ins: the device executor's executions of 3, the CPU replicas' bits
+    strata_test::HostAsGpu host;
+    gpus.emplace(strata::virtual_gpus(0, 2), quick());
+    on = &*gpus;
+    for (bool by_file : {false, true}) {
+      CAPTURE(by_file);
+      const Got three = run(3, by_file);
+      const Got& cpu = cpu_runs[by_file ? 1 : 0];
+      CHECK(three.steps == cpu.steps);
+      CHECK(three.w == cpu.w);
+      CHECK(three.loss == cpu.loss);
+      CHECK(three.eval == cpu.eval);
+    }
+    gpus.reset();
   }
   samples.remove();
 }
