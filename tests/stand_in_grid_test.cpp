@@ -228,6 +228,23 @@ TEST_CASE("a GPU step on the stand-in counts labels that name no class and says 
                        doctest::Contains("2 of 16 labels of the batch are not class indices in [0, 3) (counted on "
                                          "stand-in GPU 0 (host memory))"),
                        std::exception);
+  // with two sparse metrics beside the loss: still the batch's 2 (each accumulator counts apart), named by the
+  // loss; and under a mirrored pair, each replica's own rows (2 bad labels of replica 0's 8)
+  auto counted = s.scope([] { return nn::Sequential{nn::Input{{4}}, nn::Dense{3}}; });
+  counted.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}},
+                  {nn::Accuracy{}, nn::SparseCategoricalAccuracy{}});
+  CHECK_THROWS_WITH_AS(counted.fit(s.distribute(strata::data::from_tensor_slices(x, y).batch(16)),
+                                   {.epochs = 1, .verbose = nn::Verbosity::Silent}),
+                       doctest::Contains("sparse_categorical_crossentropy: 2 of 16 labels"), std::exception);
+  strata::MirroredStrategy two{strata::virtual_gpus(0, 2)};
+  auto mirrored = two.scope([] { return nn::Sequential{nn::Input{{4}}, nn::Dense{3}}; });
+  mirrored.compile(nn::SGD{0.1}, nn::SparseCategoricalCrossentropy{{.from_logits = true}},
+                   {nn::SparseCategoricalAccuracy{}});
+  y[9] = 1;  // replica 0 takes rows 0..7: one bad label (row 5); replica 1's rows are good
+  CHECK_THROWS_WITH_AS(mirrored.evaluate(two.distribute(strata::data::from_tensor_slices(x, y).batch(16))),
+                       doctest::Contains("sparse_categorical_crossentropy: 1 of 8 labels of the batch are not class "
+                                         "indices"),
+                       std::exception);
   backend = saved;
 }
 

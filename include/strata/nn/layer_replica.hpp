@@ -32,8 +32,8 @@ inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<c
   if (split && (off != value.size() || off != grad.size()))
     throw Error("LayerReplica: its layers hold " + std::to_string(off) + " parameters, bound to " +
                 std::to_string(value.size()) + " values and " + std::to_string(grad.size()) + " gradients");
-  sums_.resize(c, Shape{m.metrics.size() + 3});
-  host_sums_.resize(m.metrics.size() + 3);
+  sums_.resize(c, Shape{detail::StepSums{m.metrics.size()}.size()});
+  host_sums_.resize(detail::StepSums{m.metrics.size()}.size());
 }
 
 inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) {
@@ -51,7 +51,7 @@ inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info,
   // sums, for the executor's finiteness check without another read-back (a
   // host executor checks the reduced gradient itself).
   const bool count = info.phase == Phase::Train && c_.where() != kernels::Where::Host;
-  if (count) c_.count_nonfinite(grad_.data(), grad_.size(), sums_.data() + m_.metrics.size() + 2);
+  if (count) c_.count_nonfinite(grad_.data(), grad_.size(), sums_.data() + detail::StepSums{m_.metrics.size()}.nonfinite());
   read_sums(out, count);
 }
 
@@ -92,12 +92,12 @@ inline void LayerReplica::take_sums(std::size_t rows, ReplicaResult& out) {
 }
 
 inline void LayerReplica::zero_sums() {
-  const std::size_t nm = m_.metrics.size();
+  const std::size_t n = detail::StepSums{m_.metrics.size()}.size();
   if (c_.where() == kernels::Where::Host) {
-    std::fill_n(sums_.data(), nm + 3, 0.0);
+    std::fill_n(sums_.data(), n, 0.0);
   } else {
-    host_sums_.assign(nm + 3, 0.0);
-    c_.upload(sums_.data(), host_sums_.data(), (nm + 3) * sizeof(double));
+    host_sums_.assign(n, 0.0);
+    c_.upload(sums_.data(), host_sums_.data(), n * sizeof(double));
   }
 }
 
@@ -136,13 +136,11 @@ inline const Act& LayerReplica::forward(const StepInfo& info, std::size_t rows) 
 }
 
 inline void LayerReplica::losses_and_backward(const Act& pred, const StepInfo& info, std::size_t rows) {
-  double* sums = sums_.data();
-  const std::size_t nm = m_.metrics.size();
   const bool train = info.phase == Phase::Train;
   {
     trace::Span span{"loss", trace::Category::Loss, {{"rows", rows}}};
-    m_.loss->accumulate(c_, pred, y_, train ? &d_[0] : nullptr, info.scale, sums, sums + nm + 1);
-    for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
+    detail::StepSums{m_.metrics.size()}.accumulate(c_, *m_.loss, m_.metrics, pred, y_, train ? &d_[0] : nullptr,
+                                                   info.scale, sums_.data());
   }
   if (train) backward(info);
 }
@@ -150,19 +148,19 @@ inline void LayerReplica::losses_and_backward(const Act& pred, const StepInfo& i
 //! out gets the loss and metric sums and, when `counted`, the gradient's
 //! non-finite count (DeviceExecutor's finiteness check reads it).
 inline void LayerReplica::read_sums(ReplicaResult& out, bool counted) {
-  const std::size_t nm = m_.metrics.size();
+  const detail::StepSums at{m_.metrics.size()};
   const double* s = sums_.data();
   if (c_.where() != kernels::Where::Host) {
-    c_.download(host_sums_.data(), sums_.data(), (nm + 3) * sizeof(double));
+    c_.download(host_sums_.data(), sums_.data(), at.size() * sizeof(double));
     s = host_sums_.data();
   }
-  if (s[nm + 1] != 0)
-    throw Error(m_.loss->name() + ": " + std::to_string(static_cast<long long>(s[nm + 1])) + " of " +
-                std::to_string(out.rows) + " labels of the batch are not class indices in [0, " +
-                std::to_string(m_.output_width()) + ") (counted on " + c_.name() + ")");
+  if (const auto [bad, who] = at.invalid(s, *m_.loss, m_.metrics); bad != 0)
+    throw Error(who + ": " + std::to_string(static_cast<long long>(bad)) + " of " + std::to_string(out.rows) +
+                " labels of the batch are not class indices in [0, " + std::to_string(m_.output_width()) +
+                ") (counted on " + c_.name() + ")");
   out.loss = s[0];
-  out.metrics.assign(s + 1, s + 1 + nm);
-  out.nonfinite = counted ? std::optional<double>(s[nm + 2]) : std::nullopt;
+  out.metrics.assign(s + 1, s + 1 + at.metrics);
+  out.nonfinite = counted ? std::optional<double>(s[at.nonfinite()]) : std::nullopt;
 }
 
 inline void LayerReplica::backward(const StepInfo& info) {

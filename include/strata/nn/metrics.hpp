@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <strata/nn/losses.hpp>
 
@@ -125,5 +126,39 @@ class MeanLoss final : public Metric {
  private:
   std::shared_ptr<const Loss> loss_;
 };
+
+namespace detail {
+
+//! Where a replica's step adds its sums (a double each, in its compute's
+//! memory): the loss, each metric, the loss's count of labels that name no
+//! class, the gradient's non-finite count, then each metric's count of such
+//! labels. Each sparse accumulator counts every bad label of the batch once,
+//! so the counts are kept apart (one shared count would say "4 of 16" for 2).
+struct StepSums {
+  std::size_t metrics = 0;
+  [[nodiscard]] std::size_t size() const noexcept { return 2 * metrics + 3; }
+  [[nodiscard]] std::size_t loss_invalid() const noexcept { return metrics + 1; }
+  [[nodiscard]] std::size_t nonfinite() const noexcept { return metrics + 2; }
+  [[nodiscard]] std::size_t metric_invalid(std::size_t k) const noexcept { return metrics + 3 + k; }
+
+  //! Adds the loss's and each metric's sums of the batch to `sums`.
+  void accumulate(Compute& c, const Loss& loss, const std::vector<std::unique_ptr<Metric>>& ms, const Act& pred,
+                  const Act& labels, Act* dpred, float scale, double* sums) const {
+    loss.accumulate(c, pred, labels, dpred, scale, sums, sums + loss_invalid());
+    for (std::size_t k = 0; k < metrics; ++k) ms[k]->accumulate(c, pred, labels, sums + 1 + k, sums + metric_invalid(k));
+  }
+
+  //! The count of bad labels in the read-back sums `s` and the accumulator
+  //! that counted them (the loss first), or 0 and "".
+  [[nodiscard]] std::pair<double, std::string> invalid(const double* s, const Loss& loss,
+                                                       const std::vector<std::unique_ptr<Metric>>& ms) const {
+    if (s[loss_invalid()] != 0) return {s[loss_invalid()], loss.name()};
+    for (std::size_t k = 0; k < metrics; ++k)
+      if (s[metric_invalid(k)] != 0) return {s[metric_invalid(k)], ms[k]->name()};
+    return {0.0, ""};
+  }
+};
+
+}  // namespace detail
 
 }  // namespace strata::nn

@@ -118,7 +118,7 @@ class LayerReplica final : public ReplicaProgram {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Act> acts_;
   Act x_, y_, d_[2];
-  kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels, non-finite gradient values
+  kernels::Buffer<double> sums_;  // in c_'s space: detail::StepSums (loss, each metric, bad-label counts, non-finite values)
   std::vector<double> host_sums_;
   std::vector<const char*> trace_names_;  // each layer's name, for its spans in the trace
   std::vector<std::size_t> layer_begin_;   // per layer, then the total: where its parameters start

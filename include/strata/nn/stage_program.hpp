@@ -48,8 +48,8 @@ class LayerStage final : public StageProgram {
                   std::to_string(r_.end - 1) + " holds " + std::to_string(n) + " parameters, bound to " +
                   std::to_string(value.size()) + " values and " + std::to_string(grad.size()) +
                   " gradients (an internal error)");
-    sums_.resize(c_, Shape{m.metrics.size() + 3});
-    host_sums_.resize(m.metrics.size() + 3);
+    sums_.resize(c_, Shape{detail::StepSums{m.metrics.size()}.size()});
+    host_sums_.resize(detail::StepSums{m.metrics.size()}.size());
   }
 
   [[nodiscard]] std::size_t input_width() const override { return in_shape().elements(); }
@@ -100,23 +100,22 @@ class LayerStage final : public StageProgram {
     Slot& s = slots_.at(slot);
     out.rows = rows.size();
     copy_rows(c_, y, rows, y_);
-    const std::size_t nm = m_.metrics.size();
+    const detail::StepSums at{m_.metrics.size()};
     double* sums = sums_.data();
-    host_sums_.assign(nm + 3, 0.0);  // the sums start at zero in the stage's space
-    c_.upload(sums, host_sums_.data(), (nm + 3) * sizeof(double));
+    host_sums_.assign(at.size(), 0.0);  // the sums start at zero in the stage's space
+    c_.upload(sums, host_sums_.data(), at.size() * sizeof(double));
     const Act& pred = s.acts.back();
     const bool train = st.phase == Phase::Train;
-    m_.loss->accumulate(c_, pred, y_, train ? &s.d : nullptr, st.scale, sums, sums + nm + 1);
-    for (std::size_t k = 0; k < nm; ++k) m_.metrics[k]->accumulate(c_, pred, y_, sums + 1 + k, sums + nm + 1);
-    c_.download(host_sums_.data(), sums, (nm + 3) * sizeof(double));
+    at.accumulate(c_, *m_.loss, m_.metrics, pred, y_, train ? &s.d : nullptr, st.scale, sums);
+    c_.download(host_sums_.data(), sums, at.size() * sizeof(double));
     sums = host_sums_.data();
-    if (sums[nm + 1] != 0)
-      throw Error(m_.loss->name() + ": " + std::to_string(static_cast<long long>(sums[nm + 1])) + " of " +
-                  std::to_string(out.rows) + " labels of the batch are not class indices in [0, " +
-                  std::to_string(m_.output_width()) + ") (counted on pipeline stage of layers " +
-                  std::to_string(r_.begin) + ".." + std::to_string(r_.end - 1) + " on " + c_.name() + ")");
+    if (const auto [bad, who] = at.invalid(sums, *m_.loss, m_.metrics); bad != 0)
+      throw Error(who + ": " + std::to_string(static_cast<long long>(bad)) + " of " + std::to_string(out.rows) +
+                  " labels of the batch are not class indices in [0, " + std::to_string(m_.output_width()) +
+                  ") (counted on pipeline stage of layers " + std::to_string(r_.begin) + ".." +
+                  std::to_string(r_.end - 1) + " on " + c_.name() + ")");
     out.loss = sums[0];
-    out.metrics.assign(sums + 1, sums + 1 + nm);
+    out.metrics.assign(sums + 1, sums + 1 + at.metrics);
     out.nonfinite.reset();
   }
 
@@ -223,7 +222,7 @@ class LayerStage final : public StageProgram {
   std::vector<Slot> slots_;
   Act y_, d_[2];
   NodeGrads graph_;  // a functional model's backward (nn/graph_run.hpp)
-  kernels::Buffer<double> sums_;  // in c_'s space: loss, each metric, invalid labels
+  kernels::Buffer<double> sums_;  // in c_'s space: detail::StepSums (loss, each metric, bad-label counts)
   std::vector<double> host_sums_;
 };
 
