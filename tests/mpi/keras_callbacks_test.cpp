@@ -26,6 +26,7 @@
 
 #include "../blobs.hpp"
 #include "../checkpoint_files.hpp"
+#include "../host_as_gpu.hpp"
 #include "../quick_workers.hpp"
 
 namespace nn = strata::nn;
@@ -182,6 +183,43 @@ struct CrashAtEpochEnd final : nn::Callback {
   }
 };
 }  // namespace
+
+// The logging callbacks with GPU replicas across workers (stand-ins, tests/host_as_gpu.hpp): they run on the
+// host, on fit's logs, so the CPU workers' rows and decisions; the chief alone writes.
+TEST_CASE("GPU replicas across workers (stand-ins): CSVLogger's rows, EarlyStopping's and ReduceLROnPlateau's "
+          "decisions are the CPU workers'; TensorBoard writes on the chief") {
+  struct Run {
+    std::string csv;
+    int stopped;
+    float rate;
+    bool events;
+  };
+  const auto run = [&](auto& s, const std::filesystem::path& dir) {
+    nn::CSVLogger csv{dir / "log.csv"};
+    nn::ReduceLROnPlateau plateau{{.monitor = "loss", .factor = 0.5, .patience = 1, .min_delta = 10.0}};
+    nn::EarlyStopping stop{{.monitor = "loss", .min_delta = 10.0, .patience = 3}};
+    auto m = sgd_model(s, 0.1);
+    nn::TensorBoard tb{m, dir / "tb"};
+    m.fit(s.distribute(train_set()),
+          {.epochs = 6, .verbose = nn::Verbosity::Silent, .callbacks = {&plateau, &csv, &stop, &tb}});
+    MPI_Barrier(MPI_COMM_WORLD);
+    return Run{world_rank() == 0 ? read_all(dir / "log.csv") : std::string(), stop.stopped_epoch(),
+               m.optimizer().learning_rate()->override_rate().value_or(0.f),
+               std::filesystem::exists(tb.train_file()) && std::filesystem::file_size(tb.train_file()) > 0};
+  };
+  SharedDir a, b;
+  strata::MultiWorkerMirroredStrategy cpus{strata::cpu_replicas(1), strata_test::quick_workers()};
+  const Run want = run(cpus, a.path);
+  strata_test::HostAsGpu host;
+  strata::MultiWorkerMirroredStrategy gpus{strata::virtual_gpus(0, 1), strata_test::quick_workers()};
+  const Run got = run(gpus, b.path);
+  CHECK(want.stopped == 3);
+  CHECK(got.stopped == want.stopped);
+  CHECK(got.rate == want.rate);
+  CHECK(got.csv == want.csv);
+  CHECK(got.events == (world_rank() == 0));
+  if (world_rank() == 0) CHECK(got.csv.find("\n3,") != std::string::npos);  // rows of epochs 0 to 3
+}
 
 TEST_CASE("BackupAndRestore across workers: the resumed run makes the uninterrupted run's decisions") {
   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(1), strata_test::quick_workers()};

@@ -22,6 +22,7 @@
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
 #include "../blobs.hpp"
+#include "../host_as_gpu.hpp"
 #include "../quick_workers.hpp"
 #include "../trace/trace_report.hpp"
 
@@ -115,6 +116,25 @@ TEST_CASE("two workers: one file, a process per rank, every collective of every 
     CHECK(a[k].dur > 10000);  // the chief waited for the late rank (20 ms)
   }
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
+}
+
+// --trace with GPU replicas across workers (stand-ins, tests/host_as_gpu.hpp: the device executor, the
+// device team's local sum, the host-staged sum across workers): each worker's process, its replicas' spans.
+TEST_CASE("two workers of two GPU replicas each (stand-ins): one file, every replica's steps and collectives") {
+  strata_test::HostAsGpu host;
+  strata::MultiWorkerMirroredStrategy s{strata::virtual_gpus(0, 2), strata_test::quick_workers()};
+  const auto r = traced_epoch(s, "gpus.json");
+  if (!r) return;  // the chief reads the merged file
+  for (int w : {0, 1}) {
+    CHECK(r->processes.at(std::to_string(w)) == "worker " + std::to_string(w));
+    CHECK(r->count(r->track("main", w), "step", "train_step") == 4);
+    for (const char* rep : {"replica 0", "replica 1"}) {
+      CAPTURE(rep);
+      CHECK(r->count(r->track(rep, w), "forward", "dense") == 4);
+      CHECK(r->count(r->track(rep, w), "update", "update") == 4);
+    }
+  }
+  CHECK(r->order(r->track("replica 0", 0), "collective") == r->order(r->track("replica 0", 1), "collective"));
 }
 
 TEST_CASE("a 1F1B pipeline over two ranks: each rank's track is its stage, in the schedule's order") {
