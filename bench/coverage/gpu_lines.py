@@ -22,6 +22,18 @@ capturing, begin/end_capture), and library code (Thrust, CUB, cuBLAS).
 side: 'host' = GPU-only code on the CPU (CudaCompute's overrides, the device
 ops, launchers, staging, checks); 'device' = numeric code run on the GPU
 (__global__ kernels, __device__ functors and helpers).
+
+The several-replica step (gpu_step mirrored: the MLP under
+MirroredStrategy{virtual_gpus(0, 2)}, one sum and by buckets) reaches
+GPU_ONLY less NOT_IN_MLP, plus MIRRORED_ONLY: what a GPU runs of CUDA's
+device runtime (cuda/comm/runtime.hpp), of the backend's collectives
+(cuda/comm/collectives.hpp), of a started sum's completion
+(cuda/comm/event_work.hpp and the polling in cuda/stream.hpp) and of the
+replicas' reduce (cuda/kernels/collectives.cuh), with the same rules.
+Runtime's members counted are those whose HostRuntime counterparts the
+stand-in run executes (the shared team code calls the same members). A
+GPU's completions are Works over an event; the stand-in's are complete
+Works, so comm/work.hpp's lines for a polled Work are a GPU's only here.
 """
 
 GPU_ONLY = [
@@ -286,6 +298,110 @@ GPU_ONLY = [
         "return __fsqrt_rn(a);", "return expf(a);", "return logf(a);", "return fmaxf(a, b);"]),
 ]
 
+# GPU_ONLY's entries only the CNN reaches (im2col, pooling): not in the MLP's steps.
+NOT_IN_MLP = {
+    "CudaCompute::im2col", "CudaCompute::max_pool", "CudaCompute::max_pool_backward", "Im2colAt::operator()",
+    "launch_im2col", "MaxPoolAt::operator()", "launch_max_pool", "MaxPoolBackwardAt::operator()",
+    "launch_max_pool_backward",
+}
+
+# The several-replica step's GPU-only lines beyond GPU_ONLY's: the replicas'
+# gradient sums on a GPU (DeviceTeamCollectives<cuda::detail::CollectivesRuntime>),
+# without NCCL (cuda::make_collectives). Excluded as above: cuda::Event and
+# cuda::Stream (the team's ready/done events, the side streams and their
+# handoff event, EventWork's event and its record), launch geometry
+# (blocks_for, global_index, grid_stride). Runtime::device_of: the
+# CUDA 12.8+ branch (cudaStreamGetDevice).
+MIRRORED_ONLY = [
+    # -- cuda/device_ops.hpp: the stream a replica's collectives are queued on
+    ("cuda/device_ops.hpp", "CudaDeviceOps::stream", "host", [
+        "[[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }"]),
+    # -- cuda/comm/collectives.hpp: the backend's collectives and the runtime's stream_of
+    ("cuda/comm/collectives.hpp", "detail::gpu_of", "host", [
+        "inline CudaCompute& gpu_of(int rank, kernels::Compute& c, const char* who) {",
+        "auto* gpu = dynamic_cast<CudaCompute*>(&c);", "if (!gpu)", "return *gpu;"]),
+    ("cuda/comm/collectives.hpp", "CollectivesRuntime::stream_of", "host", [
+        "static cudaStream_t stream_of(int rank, int, kernels::Compute& c, const char* who) {",
+        "return gpu_of(rank, c, who).stream();"]),
+    ("cuda/comm/collectives.hpp", "choose_for", "host", [
+        "inline GpuReduceChoice choose_for(const std::vector<Device>& devices, bool nccl_available) {",
+        "std::vector<int> index;", "for (const Device& d : devices) index.push_back(d.index);",
+        "const char* force = std::getenv(\"STRATA_GPU_ALLREDUCE\");",
+        "return choose_gpu_reduce(index, nccl_available, peer_access, force ? force : \"\");"]),
+    ("cuda/comm/collectives.hpp", "collectives_for", "host", [
+        "collectives_for(const GpuReduceChoice& c,", "if (c.kind == GpuReduce::host_staged)",
+        "if (c.kind != GpuReduce::device_direct)", "return std::make_unique<DeviceTeamCollectives>(devices, opts, c.why);"]),
+    ("cuda/comm/collectives.hpp", "make_collectives", "host", [
+        "make_collectives(const std::vector<Device>& devices,",
+        "return collectives_for(choose_for(devices, /*nccl_available=*/false), devices, opts);"]),
+    # -- cuda/comm/runtime.hpp: CUDA as the device team's runtime
+    ("cuda/comm/runtime.hpp", "Runtime::require_device", "host", [
+        "static void require_device(int device, const char* who) { cuda::require_device(device, who); }"]),
+    ("cuda/comm/runtime.hpp", "Runtime::device_of", "host", [
+        "static int device_of([[maybe_unused]] Stream s) {", "int d = -1;",
+        "check(cudaStreamGetDevice(s, &d), \"cudaStreamGetDevice\");", "return d;"]),
+    ("cuda/comm/runtime.hpp", "Runtime::reduce", "host", [
+        "static void reduce(Stream s, strata::detail::OpKind op,",
+        "detail::launch_reduce_replicas<T>(s, op, b, n, contributors);"]),
+    ("cuda/comm/runtime.hpp", "Runtime::check_memory", "host", [
+        "static void check_memory(const void* p, int device, const std::string& who) {", "cudaPointerAttributes a{};",
+        "const cudaError_t e = cudaPointerGetAttributes(&a, p);", "detail::ignore(e);",
+        "if (e != cudaSuccess || (a.type != cudaMemoryTypeDevice", "if (a.type == cudaMemoryTypeDevice && a.device != device)"]),
+    ("cuda/comm/runtime.hpp", "Runtime::completion", "host", [
+        "static Work completion(int device, Stream s, std::string what, std::string who,",
+        "auto watch = std::make_shared<detail::DeadlineWatch>(", "return Work(std::make_unique<detail::EventWork>("]),
+    # -- cuda/comm/event_work.hpp: a started sum's Work (the event's creation and record excluded)
+    ("cuda/comm/event_work.hpp", "DeadlineWatch::DeadlineWatch", "host", [
+        "DeadlineWatch(std::string who, std::chrono::milliseconds timeout,", ": who_(std::move(who)), timeout_(timeout)"]),
+    ("cuda/comm/event_work.hpp", "DeadlineWatch::timeout", "host", [
+        "[[nodiscard]] std::chrono::milliseconds timeout() const noexcept override { return timeout_; }"]),
+    ("cuda/comm/event_work.hpp", "EventWork::EventWork", "host", [
+        "EventWork(int device, cudaStream_t stream, std::string what, std::shared_ptr<HostWaitWatch> watch)",
+        ": what_(std::move(what)), watch_(std::move(watch)) {", "DeviceGuard g{device};"]),
+    # wait(): the first call polls; the Work's destructor calls it again (settle), done_ by then
+    ("cuda/comm/event_work.hpp", "EventWork::wait", "host", [
+        "void wait() override {", "if (done_) {", "finished();", "return;",
+        "poll_until_done([&] { return cudaEventQuery(event_->get()); }", "done_ = true;", "finished();"]),
+    ("cuda/comm/event_work.hpp", "EventWork::finished", "host", [
+        "bool finished() const {", "if (error_) std::rethrow_exception(error_);", "return true;"]),
+    # -- cuda/stream.hpp: the bounded poll, as far as a first query that finds the event complete
+    # (later polls, when the sum is still running, add the not-ready lines and poll_pause: not counted)
+    ("cuda/stream.hpp", "detail::poll_until_done", "host", [
+        "void poll_until_done(Query query, const std::vector<HostWaitWatch*>& watches,",
+        "auto timeout = std::chrono::milliseconds::max();",
+        "for (const HostWaitWatch* w : watches) timeout = std::min(timeout, w->timeout());",
+        "const auto start = std::chrono::steady_clock::now();", "for (int i = 0;; ++i) {",
+        "const cudaError_t q = query();", "if (q == cudaSuccess) return;"]),
+    # -- comm/work.hpp: a Work over a PolledWork (the stand-in's completions are complete Works)
+    ("comm/work.hpp", "Work::Work(unique_ptr<PolledWork>)", "host", [
+        "explicit Work(std::unique_ptr<detail::PolledWork> p) noexcept : p_(std::move(p)) {}"]),
+    ("comm/work.hpp", "PolledWork::settle", "host", ["virtual void settle() { wait(); }"]),
+    # settle's first lines run for the stand-in's complete Works too (shared); these only for a polled one
+    ("comm/work.hpp", "Work::settle", "host", ["if (p_) p_->settle();", "s_.reset();", "p_.reset();"]),
+    # -- cuda/kernels/collectives.cuh: the replicas' reduce (float, Sum; 16-byte packs, then the tail)
+    ("cuda/kernels/collectives.cuh", "launch_reduce_replicas<float>", "host", [
+        "void launch_reduce_replicas(cudaStream_t s, strata::detail::OpKind op,", "if (n == 0) return;",
+        "switch (op) {", "case OpKind::sum: return launch_reduce_op<T, OpKind::sum>(s, b, n, contributors);"]),
+    ("cuda/kernels/collectives.cuh", "launch_reduce_op<float, sum>", "host", [
+        "void launch_reduce_op(cudaStream_t s, const ReplicaBuffers<T>& b, std::size_t n, std::size_t contributors) {",
+        "bool aligned = true;", "for (int i = 0; i < b.p; ++i) aligned =", "for (int i = 0; i < b.nout; ++i) aligned =",
+        "T divisor{};", "if constexpr (!Half16<T>) divisor = static_cast<T>(contributors);", "std::size_t done = 0;",
+        "if (aligned && n >= static_cast<std::size_t>(W)) {", "const std::size_t packs = n / W;",
+        "launch_packs<T, K, W>(s, b, packs, divisor,", "done = packs * W;", "if (done < n) {",
+        "ReplicaBuffers<T> t = b;", "for (int i = 0; i < b.p; ++i) t.in[i] += done;",
+        "for (int i = 0; i < b.nout; ++i) t.out[i] += done;", "launch_packs<T, K, 1>(s, t, n - done, divisor,"]),
+    ("cuda/kernels/collectives.cuh", "launch_packs<float, sum, 4 and 1>", "host", [
+        "void launch_packs(cudaStream_t s, const ReplicaBuffers<T>& b, std::size_t packs, T divisor, const char* what) {",
+        "reduce_replicas_kernel<T, K, W><<<", "check_launch(what);"]),
+    ("cuda/kernels/collectives.cuh", "reduce_replicas_kernel<float, sum>", "device", [
+        "__global__ void reduce_replicas_kernel(ReplicaBuffers<T> b, std::size_t packs, T divisor) {",
+        "for (std::size_t i = global_index(); i < packs; i += grid_stride()) {",
+        "P acc = reinterpret_cast<const P*>(b.in[0])[i];", "for (int s = 1; s < b.p; ++s) {",
+        "const P x = reinterpret_cast<const P*>(b.in[s])[i];",
+        "for (int k = 0; k < W; ++k) acc.v[k] = strata::detail::op_of<K>::combine(acc.v[k], x.v[k]);",
+        "for (int o = 0; o < b.nout; ++o) reinterpret_cast<P*>(b.out[o])[i] = acc;"]),
+]
+
 # Shared element bodies (kernels/bodies/) a GPU step reaches: each function's
 # lines are gcov's executable lines of its range that the step executes (the
 # same body on the same data as the stand-in). side as above: 'host' bodies run
@@ -330,10 +446,19 @@ BODIES = [
     ("kernels/bodies/optim.hpp", "AdamElement::operator()", "device", ["struct AdamElement", "STRATA_HD void operator()(float& w, float g, float& m, float& v) const {"], False),
 ]
 
+# The several-replica step's body beyond BODIES': the replicas' reduce kernel
+# combines with Sum's combine, which the stand-in runs in the host's
+# reduce_range (comm/reduce_op.hpp).
+MIRRORED_BODIES = [
+    ("comm/reduce_op.hpp", "SumOp::combine", "device", ["struct SumOp", "STRATA_HD static constexpr T combine("], True),
+]
+
 # Files whose executed lines are shared by a GPU step as the stand-in runs
 # them: everything under include/strata but these (the host's compute, the
-# bodies, counted above, and the CUDA backend).
-NOT_SHARED_PREFIXES = ("kernels/host/", "kernels/bodies/", "cuda/", "kernels/recording_compute.hpp")
+# bodies, counted above, the CUDA backend, and the stand-in's device runtime
+# and collectives, which a GPU replaces with CUDA's).
+NOT_SHARED_PREFIXES = ("kernels/host/", "kernels/bodies/", "cuda/", "kernels/recording_compute.hpp",
+                       "comm/device/host_runtime.hpp", "strategy/stand_in_collectives.hpp")
 # Shared lines a GPU does not run: Memory's defaults that CudaDeviceOps overrides.
 NOT_ON_GPU = [
     ("kernels/memory.hpp", "virtual int bind_thread() { return -1; }"),

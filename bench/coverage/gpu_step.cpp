@@ -5,11 +5,15 @@
 // synthetic data, with gpu(0) computing on the host:
 //   gpu_step standin   the GPU stand-in (kernels::DeviceStandIn, Where::StandIn, DenseOrder::Device)
 //   gpu_step host      the host's own compute (HostCompute, Where::Host): CI's stand-in before it was a device
+//   gpu_step mirrored  the MLP under MirroredStrategy{strata::virtual_gpus(0, 2)} on the stand-in, its
+//                      gradients summed by the device team's collectives over the host runtime
+//                      (strata::detail::make_stand_in_collectives, as tests/host_as_gpu.hpp): once flat
+//                      (all_reduce_sum), once with ExecutorOptions::bucket_bytes (the started sums, on side streams)
 // Built with --coverage and read with gcov by bench/coverage/measure.sh.
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
+#include <string>
 
 #include <strata/data/dataset.hpp>
 #include <strata/kernels/host/compute.hpp>
@@ -17,6 +21,7 @@
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/device_compute.hpp>
+#include <strata/strategy/stand_in_collectives.hpp>
 
 namespace {
 
@@ -42,9 +47,8 @@ Data synthetic(std::size_t n, std::uint64_t seed) {
   return d;
 }
 
-template <class Make>
-double train(const char* what, Make make, const Data& d, std::size_t batch) {
-  strata::OneDeviceStrategy s{strata::gpu(0)};
+template <class Strategy, class Make>
+double train(const char* what, Strategy& s, Make make, const Data& d, std::size_t batch) {
   auto model = s.scope(make);
   model.compile(nn::Adam{1e-3}, nn::SparseCategoricalCrossentropy{{.from_logits = true}}, {nn::Accuracy{}},
                 {.seed = 1});
@@ -58,23 +62,47 @@ double train(const char* what, Make make, const Data& d, std::size_t batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool stand_in = argc < 2 || std::strcmp(argv[1], "standin") == 0;
-  if (argc >= 2 && !stand_in && std::strcmp(argv[1], "host") != 0) {
-    std::fprintf(stderr, "usage: %s [standin|host]\n", argv[0]);
+  const std::string mode = argc < 2 ? "standin" : argv[1];
+  if (mode != "standin" && mode != "host" && mode != "mirrored") {
+    std::fprintf(stderr, "usage: %s [standin|host|mirrored]\n", argv[0]);
     return 2;
   }
+  const bool stand_in = mode != "host";
   strata::detail::gpu_backend().make = stand_in ? &make_stand_in : &make_host;
-  strata::detail::gpu_backend().make_collectives = nullptr;  // host-staged, as tests/host_as_gpu.hpp
-  std::printf("gpu(0) computes on: %s\n", stand_in ? "DeviceStandIn (Where::StandIn, DenseOrder::Device)"
+  // several replicas: the device team's collectives over the host runtime, as tests/host_as_gpu.hpp; one
+  // device: null, as when docs/gpu-coverage.md's first rows were measured
+  strata::detail::gpu_backend().make_collectives = mode == "mirrored" ? &strata::detail::make_stand_in_collectives
+                                                                      : nullptr;
+  std::printf("gpu(i) computes on: %s\n", stand_in ? "DeviceStandIn (Where::StandIn, DenseOrder::Device)"
                                                    : "HostCompute (Where::Host)");
   const Data d = synthetic(512, 3);
-  train("MLP", [] {
+  auto mlp = [] {
     return nn::Sequential{nn::Input{{28, 28}}, nn::Flatten{}, nn::Dense{128, {.activation = nn::Activation::ReLU}},
                           nn::Dense{10}};
-  }, d, 128);
-  train("CNN", [] {
-    return nn::Sequential{nn::Input{{28, 28}}, nn::Reshape{{28, 28, 1}}, nn::Conv2D{8, 3}, nn::ReLU{},
-                          nn::MaxPool2D{2}, nn::Flatten{}, nn::Dense{10}};
-  }, d, 128);
+  };
+  if (mode == "mirrored") {
+    {
+      strata::MirroredStrategy s{strata::virtual_gpus(0, 2)};
+      train("MLP, 2 replicas on GPU 0, one sum", s, mlp, d, 128);
+    }
+    {
+      // 4 KiB buckets: two, {Dense 10's kernel and bias} then {Dense 128's}, each summed by the started form
+      strata::MirroredStrategy s{strata::virtual_gpus(0, 2)};
+      s.executor_options().bucket_bytes = std::size_t{4} << 10;
+      train("MLP, 2 replicas on GPU 0, 4 KiB buckets", s, mlp, d, 128);
+    }
+    return 0;
+  }
+  {
+    strata::OneDeviceStrategy s{strata::gpu(0)};
+    train("MLP", s, mlp, d, 128);
+  }
+  {
+    strata::OneDeviceStrategy s{strata::gpu(0)};
+    train("CNN", s, [] {
+      return nn::Sequential{nn::Input{{28, 28}}, nn::Reshape{{28, 28, 1}}, nn::Conv2D{8, 3}, nn::ReLU{},
+                            nn::MaxPool2D{2}, nn::Flatten{}, nn::Dense{10}};
+    }, d, 128);
+  }
   return 0;
 }

@@ -1,10 +1,13 @@
 """Figures of docs/gpu-coverage.md from gcov's JSON of gpu_step's runs.
-  python3 measure.py ROOT standin.gcov.json.gz [host.gcov.json.gz]   (ROOT: the repository)
+  python3 measure.py ROOT standin.gcov.json.gz [host.gcov.json.gz [mirrored.gcov.json.gz]]   (ROOT: the repository)
 Figure 1: of the lines a GPU step executes, the share CI executes.
 Figure 2: of the numeric lines a GPU step runs on the device, the share CI executes.
 The GPU step's lines: the shared lines the stand-in run executes (it takes a
 GPU's branches) + the bodies a GPU reaches (gpu_lines.BODIES) + the GPU-only
-lines (gpu_lines.GPU_ONLY, by reading; never executed by CI)."""
+lines (gpu_lines.GPU_ONLY, by reading; never executed by CI).
+The several-replica step (mirrored.gcov.json.gz: gpu_step mirrored), the
+same way from its own run: GPU_ONLY less NOT_IN_MLP, plus MIRRORED_ONLY;
+BODIES plus MIRRORED_BODIES."""
 import gzip
 import json
 import os
@@ -43,10 +46,10 @@ def find(src, text, start, rel):
     sys.exit(f"measure.py: '{text}' not found in {rel} after line {start + 1}: the CUDA code changed, update gpu_lines.py")
 
 
-def gpu_only():
-    """[(rel, function, side, line number)] of GPU_ONLY."""
+def gpu_only(entries):
+    """[(rel, function, side, line number)] of `entries` (GPU_ONLY's form)."""
     out = []
-    for rel, fn, side, texts in G.GPU_ONLY:
+    for rel, fn, side, texts in entries:
         src = source(rel)
         at = find(src, texts[0], 0, rel)
         lines = [at]
@@ -75,10 +78,10 @@ def body_range(src, first, single):
     sys.exit("measure.py: unbalanced braces")
 
 
-def bodies(standin):
-    """[(rel, function, side, line number)]: the bodies' executable lines a GPU step reaches."""
+def bodies(standin, entries):
+    """[(rel, function, side, line number)]: the bodies' (`entries`, BODIES' form) executable lines a GPU step reaches."""
     out = []
-    for rel, fn, side, anchors, single in G.BODIES:
+    for rel, fn, side, anchors, single in entries:
         src = source(rel)
         at = 0
         for a in anchors:
@@ -88,46 +91,80 @@ def bodies(standin):
     return out
 
 
-def shared(standin):
-    drop = set()
+def shared(standin, body_lines=()):
+    """The executed lines outside NOT_SHARED_PREFIXES, less NOT_ON_GPU and `body_lines` (bodies outside bodies/)."""
+    drop = set(body_lines)
     for rel, text in G.NOT_ON_GPU:
         drop.add((rel, find(source(rel), text, 0, rel) + 1))
     return {(rel, n) for rel, lines in standin.items() if not rel.startswith(G.NOT_SHARED_PREFIXES)
             for n, c in lines.items() if c > 0 and (rel, n) not in drop}
 
 
-standin = load(sys.argv[2])
-S = shared(standin)
-B = bodies(standin)
-X = gpu_only()
-step = S | {(r, n) for r, _, _, n in B} | {(r, n) for r, _, _, n in X}
-numeric = {(r, n) for r, _, s, n in B if s == "device"} | {(r, n) for r, _, s, n in X if s == "device"}
-assert len(step) == len(S) + len(B) + len(X), "a line counted twice"
+def step_lines(run, gpu_entries, body_entries):
+    """(S, B, X, step, numeric) of a GPU step from its stand-in run."""
+    B = bodies(run, body_entries)
+    S = shared(run, {(r, n) for r, _, _, n in B})
+    X = gpu_only(gpu_entries)
+    executed = {(r, n) for r, lines in run.items() for n, c in lines.items() if c > 0}
+    for r, fn, _, n in X:
+        if (r, n) in executed:
+            sys.exit(f"measure.py: {r}:{n} ({fn}) is listed as GPU-only but the stand-in run executes it: update gpu_lines.py")
+    step = S | {(r, n) for r, _, _, n in B} | {(r, n) for r, _, _, n in X}
+    numeric = {(r, n) for r, _, s, n in B if s == "device"} | {(r, n) for r, _, s, n in X if s == "device"}
+    assert len(step) == len(S) + len(B) + len(X), "a line counted twice"
+    return S, B, X, step, numeric
 
-print(f"GPU step: {len(step)} lines = {len(S)} shared (stand-in run, outside bodies/host/cuda) + {len(B)} of bodies "
-      f"({sum(1 for b in B if b[2] == 'device')} on the device) + {len(X)} GPU-only "
-      f"({sum(1 for x in X if x[2] == 'device')} on the device)")
-print(f"numeric GPU code: {len(numeric)} lines")
-by = defaultdict(int)
-for rel, fn, side, _ in X:
-    by[(rel, fn, side)] += 1
-print("\nGPU-only lines (by reading):")
-for (rel, fn, side), k in by.items():
-    print(f"  {rel:30s} {fn:40s} {side:6s} {k:3d}")
-byb = defaultdict(int)
-for rel, fn, side, _ in B:
-    byb[(rel, fn, side)] += 1
-print("\nbody lines a GPU step reaches:")
-for (rel, fn, side), k in byb.items():
-    print(f"  {rel:30s} {fn:40s} {side:6s} {k:3d}")
 
-for label, path in zip(("stand-in (DeviceStandIn, Where::StandIn)", "host compute (HostCompute, Where::Host)"),
-                       sys.argv[2:4]):
-    run = load(path)
+def report(label, run, S, B, X, step, numeric):
     ci = {(r, n) for r, lines in run.items() for n, c in lines.items() if c > 0}
     f1 = len(step & ci) / len(step)
     f2 = len(numeric & ci) / len(numeric)
     print(f"\nCI = {label}:")
     print(f"  figure 1: {len(step & ci)}/{len(step)} = {100 * f1:.1f}% of the lines a GPU step executes are executed by CI"
-          f"  (shared {len(S & ci)}/{len(S)}, bodies {len({(r, n) for r, _, _, n in B} & ci)}/{len(B)}, GPU-only 0/{len(X)})")
+          f"  (shared {len(S & ci)}/{len(S)}, bodies {len({(r, n) for r, _, _, n in B} & ci)}/{len(B)}, "
+          f"GPU-only {len({(r, n) for r, _, _, n in X} & ci)}/{len(X)})")
     print(f"  figure 2: {len(numeric & ci)}/{len(numeric)} = {100 * f2:.1f}% of the numeric GPU code is executed by CI")
+
+
+def listing(B, X):
+    by = defaultdict(int)
+    for rel, fn, side, _ in X:
+        by[(rel, fn, side)] += 1
+    print("\nGPU-only lines (by reading):")
+    for (rel, fn, side), k in by.items():
+        print(f"  {rel:30s} {fn:40s} {side:6s} {k:3d}")
+    byb = defaultdict(int)
+    for rel, fn, side, _ in B:
+        byb[(rel, fn, side)] += 1
+    print("\nbody lines a GPU step reaches:")
+    for (rel, fn, side), k in byb.items():
+        print(f"  {rel:30s} {fn:40s} {side:6s} {k:3d}")
+
+
+def summary(title, S, B, X, step, numeric):
+    dirs = defaultdict(int)
+    for rel, _ in S:
+        dirs[rel.split("/")[0]] += 1
+    print(f"{title}: {len(step)} lines = {len(S)} shared (stand-in run, outside bodies/host/cuda) + {len(B)} of bodies "
+          f"({sum(1 for b in B if b[2] == 'device')} on the device) + {len(X)} GPU-only "
+          f"({sum(1 for x in X if x[2] == 'device')} on the device)")
+    print("  shared by directory: " + ", ".join(f"{d} {k}" for d, k in sorted(dirs.items(), key=lambda x: -x[1])))
+    print(f"numeric GPU code: {len(numeric)} lines")
+
+
+standin = load(sys.argv[2])
+S, B, X, step, numeric = step_lines(standin, G.GPU_ONLY, G.BODIES)
+summary("GPU step", S, B, X, step, numeric)
+listing(B, X)
+for label, path in zip(("stand-in (DeviceStandIn, Where::StandIn)", "host compute (HostCompute, Where::Host)"),
+                       sys.argv[2:4]):
+    report(label, load(path), S, B, X, step, numeric)
+
+if len(sys.argv) > 4:
+    mirrored = load(sys.argv[4])
+    entries = [e for e in G.GPU_ONLY if e[1] not in G.NOT_IN_MLP] + G.MIRRORED_ONLY
+    S, B, X, step, numeric = step_lines(mirrored, entries, G.BODIES + G.MIRRORED_BODIES)
+    print("\n\n=== the several-replica step: the MLP under MirroredStrategy{virtual_gpus(0, 2)}, one sum and by buckets ===")
+    summary("GPU step", S, B, X, step, numeric)
+    listing(B, [x for x in X if any(x[0] == e[0] and x[1] == e[1] for e in G.MIRRORED_ONLY)])
+    report("stand-in, device team over the host runtime (mirrored)", mirrored, S, B, X, step, numeric)
