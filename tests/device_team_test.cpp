@@ -11,11 +11,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <random>
 #include <span>
 #include <string>
 #include <thread>
@@ -30,6 +28,7 @@
 #include <strata/strategy/stand_in_collectives.hpp>
 
 #include "blobs.hpp"
+#include "replica_values.hpp"
 #include "host_as_gpu.hpp"
 #include "watchdog.hpp"
 
@@ -42,6 +41,9 @@ using Runtime = strata::detail::HostRuntime;
 using Team = strata::BasicDeviceTeam<Runtime>;
 using Comm = strata::BasicDeviceCommunicator<Runtime>;
 using strata::detail::HostStream;
+using strata_test::replica_values;
+using strata_test::rethrow_first;
+using strata_test::require_bitwise;
 
 //! Runs fn(comm, r) on p replica threads of `team`; the first exception of each replica is kept (index r).
 std::vector<std::exception_ptr> run_team(Team& team, const std::function<void(Comm&, int)>& fn) {
@@ -64,24 +66,7 @@ std::vector<std::exception_ptr> run_team(Team& team, const std::function<void(Co
   return errors;
 }
 
-void rethrow_first(const std::vector<std::exception_ptr>& errors) {
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
-template <class T>
-std::vector<T> values(std::size_t n, unsigned seed, bool product) {
-  std::mt19937 gen(seed);
-  std::vector<T> v(n);
-  if constexpr (std::is_floating_point_v<T>) {
-    std::uniform_real_distribution<T> u(product ? T(0.5) : T(-4), product ? T(1.5) : T(4));
-    for (auto& x : v) x = u(gen);
-  } else {
-    std::uniform_int_distribution<int> u(product ? -2 : -1000, product ? 2 : 1000);
-    for (auto& x : v) x = static_cast<T>(u(gen));
-  }
-  return v;
-}
 
 //! The host's reduction of `in` in replica order, written out the plain way (not reduce_range).
 template <class T, class Op>
@@ -97,12 +82,6 @@ std::vector<T> reference(const std::vector<std::vector<T>>& in) {
   return out;
 }
 
-template <class T>
-void require_bitwise(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
-  REQUIRE_MESSAGE(got.size() == want.size(), what);
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) FAIL(what << ": element " << i << " differs");
-}
 
 //! A buffer of `v` starting `pad` elements past an aligned address (the kernel's unaligned path on a GPU).
 template <class T>
@@ -123,7 +102,7 @@ void check_all_reduce(Team& team, std::size_t n, bool in_place, std::size_t pad)
   const int p = team.size();
   std::vector<std::vector<T>> in;
   for (int r = 0; r < p; ++r)
-    in.push_back(values<T>(n, 1000u * static_cast<unsigned>(r) + 7u, std::is_same_v<Op, strata::ProductOp>));
+    in.push_back(replica_values<T>(n, 1000u * static_cast<unsigned>(r) + 7u, std::is_same_v<Op, strata::ProductOp>));
   const auto want = reference<T, Op>(in);
   std::vector<std::vector<T>> got(static_cast<std::size_t>(p));
   rethrow_first(run_team(team, [&](Comm& c, int r) {
@@ -179,7 +158,7 @@ TEST_CASE("stand-in GPUs: bf16 and fp16 sums add in FP32 once (all_reduce, reduc
     std::vector<std::vector<float>> wide;
     for (int r = 0; r < p; ++r) {
       std::vector<T> v;
-      for (float x : values<float>(n, 77u * static_cast<unsigned>(r) + 5u, false)) v.push_back(T(x));
+      for (float x : replica_values<float>(n, 77u * static_cast<unsigned>(r) + 5u, false)) v.push_back(T(x));
       in.push_back(v);
     }
     std::vector<std::uint16_t> want(n);

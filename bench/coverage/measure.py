@@ -127,18 +127,13 @@ def report(label, run, S, B, X, step, numeric):
 
 
 def listing(B, X):
-    by = defaultdict(int)
-    for rel, fn, side, _ in X:
-        by[(rel, fn, side)] += 1
-    print("\nGPU-only lines (by reading):")
-    for (rel, fn, side), k in by.items():
-        print(f"  {rel:30s} {fn:40s} {side:6s} {k:3d}")
-    byb = defaultdict(int)
-    for rel, fn, side, _ in B:
-        byb[(rel, fn, side)] += 1
-    print("\nbody lines a GPU step reaches:")
-    for (rel, fn, side), k in byb.items():
-        print(f"  {rel:30s} {fn:40s} {side:6s} {k:3d}")
+    for title, rows in (("GPU-only lines (by reading)", X), ("body lines a GPU step reaches", B)):
+        by = defaultdict(int)
+        for rel, fn, side, _ in rows:
+            by[(rel, fn, side)] += 1
+        print(f"\n{title}:")
+        for (rel, fn, side), k in by.items():
+            print(f"  {rel:30s} {fn:40s} {side:6s} {k:3d}")
 
 
 def summary(title, S, B, X, step, numeric):

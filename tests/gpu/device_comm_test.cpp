@@ -9,10 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <functional>
-#include <random>
 #include <span>
 #include <string>
 #include <thread>
@@ -23,6 +21,7 @@
 #include <strata/cuda/comm/communicator.hpp>
 #include <strata/cuda/launch.hpp>
 
+#include "../replica_values.hpp"
 #include "device_vector.hpp"
 
 namespace device_comm_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)
@@ -31,6 +30,9 @@ namespace {
 
 using strata::DeviceCommunicator;
 using strata::DeviceTeam;
+using strata_test::replica_values;
+using strata_test::rethrow_first;
+using strata_test::require_bitwise;
 
 //! A device buffer on GPU 0 through stream `s` (device_vector.hpp), `pad` elements past an aligned address.
 template <class T>
@@ -65,25 +67,6 @@ std::vector<std::exception_ptr> run_team(
   return errors;
 }
 
-void rethrow_first(const std::vector<std::exception_ptr>& errors) {
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-template <class T>
-std::vector<T> values(std::size_t n, unsigned seed, bool product) {
-  std::mt19937 gen(seed);
-  std::vector<T> v(n);
-  if constexpr (std::is_floating_point_v<T>) {
-    std::uniform_real_distribution<T> u(product ? T(0.5) : T(-4), product ? T(1.5) : T(4));
-    for (auto& x : v) x = u(gen);
-  } else {
-    std::uniform_int_distribution<int> u(product ? -2 : -1000, product ? 2 : 1000);
-    for (auto& x : v) x = static_cast<T>(u(gen));
-  }
-  return v;
-}
-
 template <class T, class Op>
 std::vector<T> host_reduce(const std::vector<std::vector<T>>& in, std::size_t begin, std::size_t end) {
   std::vector<const T*> ptr;
@@ -92,14 +75,6 @@ std::vector<T> host_reduce(const std::vector<std::vector<T>>& in, std::size_t be
   T* o = out.data() - begin;  // reduce_range writes elements [begin, end)
   strata::detail::reduce_range<Op>(ptr.data(), ptr.size(), &o, 1, begin, end, in.size());
   return out;
-}
-
-template <class T>
-void require_bitwise(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
-  REQUIRE_MESSAGE(got.size() == want.size(), what);
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0)
-      FAIL(what << ": element " << i << " is " << got[i] << ", expected bitwise " << want[i]);
 }
 
 std::vector<std::size_t> counts_for(int p) {
@@ -112,7 +87,7 @@ void check_all_reduce(DeviceTeam& team, std::size_t n, bool in_place, std::size_
   const int p = team.size();
   const bool prod = std::is_same_v<Op, strata::ProductOp>;
   std::vector<std::vector<T>> in;
-  for (int r = 0; r < p; ++r) in.push_back(values<T>(n, 1000u * static_cast<unsigned>(r) + 7u, prod));
+  for (int r = 0; r < p; ++r) in.push_back(replica_values<T>(n, 1000u * static_cast<unsigned>(r) + 7u, prod));
   const auto want = host_reduce<T, Op>(in, 0, n);
   std::vector<std::vector<T>> got(static_cast<std::size_t>(p));
   rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
@@ -166,7 +141,7 @@ void check_wire(DeviceTeam& team, std::size_t n, std::size_t pad) {
   const int p = team.size();
   std::vector<std::vector<T>> in;
   for (int r = 0; r < p; ++r) {
-    const auto f = values<float>(n, 77u * static_cast<unsigned>(r) + 5u, false);
+    const auto f = replica_values<float>(n, 77u * static_cast<unsigned>(r) + 5u, false);
     std::vector<T> v;
     for (float x : f) v.push_back(T(x));
     in.push_back(std::move(v));
@@ -230,13 +205,13 @@ TEST_CASE("virtual GPUs: broadcast, reduce_scatter (uneven shards) and all_gathe
     for (std::size_t n : {std::size_t{0}, std::size_t{1}, up + 1, std::size_t{100003}}) {
       CAPTURE(n);
       std::vector<std::vector<float>> in;
-      for (int r = 0; r < p; ++r) in.push_back(values<float>(n, 31u + static_cast<unsigned>(r), false));
+      for (int r = 0; r < p; ++r) in.push_back(replica_values<float>(n, 31u + static_cast<unsigned>(r), false));
       const auto sum = host_reduce<float, strata::SumOp>(in, 0, n);
       std::vector<std::vector<float>> bcast(up), shard(up), gathered(up);
       // all_gather: replica r contributes r + n elements (uneven).
       std::vector<float> concat;
       for (int r = 0; r < p; ++r) {
-        auto v = values<float>(n + static_cast<std::size_t>(r), 77u + static_cast<unsigned>(r), false);
+        auto v = replica_values<float>(n + static_cast<std::size_t>(r), 77u + static_cast<unsigned>(r), false);
         concat.insert(concat.end(), v.begin(), v.end());
       }
       rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
@@ -248,7 +223,7 @@ TEST_CASE("virtual GPUs: broadcast, reduce_scatter (uneven shards) and all_gathe
         DevBuf<float> out(s, strata::shard_range(n, up, ur).size());
         c.reduce_scatter(std::span<const float>(a.span()), out.span(), strata::Sum);
         shard[ur] = out.read();
-        auto mine = values<float>(n + ur, 77u + static_cast<unsigned>(r), false);
+        auto mine = replica_values<float>(n + ur, 77u + static_cast<unsigned>(r), false);
         DevBuf<float> g(s, mine, 1);  // unaligned too
         DevBuf<float> all(s, concat.size());
         c.all_gather(std::span<const float>(g.span()), all.span());
@@ -292,14 +267,14 @@ TEST_CASE("virtual GPUs: send/recv around a ring, and a size mismatch named on t
   DeviceTeam team{strata::virtual_gpus(0, p)};
   std::vector<std::vector<float>> got(p);
   rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
-    DevBuf<float> mine(s, values<float>(1000, 5u + static_cast<unsigned>(r), false));
+    DevBuf<float> mine(s, replica_values<float>(1000, 5u + static_cast<unsigned>(r), false));
     DevBuf<float> in(s, 1000);
     c.send(std::span<const float>(mine.span()), (r + 1) % p, 3);  // every replica sends first: must not wait
     c.recv(in.span(), (r + p - 1) % p, 3);
     got[static_cast<std::size_t>(r)] = in.read();
   }));
   for (int r = 0; r < p; ++r)
-    require_bitwise(got[static_cast<std::size_t>(r)], values<float>(1000, 5u + static_cast<unsigned>((r + p - 1) % p), false),
+    require_bitwise(got[static_cast<std::size_t>(r)], replica_values<float>(1000, 5u + static_cast<unsigned>((r + p - 1) % p), false),
                     "the ring message");
 
   DeviceTeam two{strata::virtual_gpus(0, 2)};
@@ -399,7 +374,7 @@ TEST_CASE("virtual GPUs: send/recv reuse the team's message buffers from step to
     rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {
       if (r == 0) {  // three messages in flight before the first is received
         for (unsigned k = 0; k < 3; ++k) {
-          DevBuf<float> m(s, values<float>(n, 100u * static_cast<unsigned>(step) + k, false));
+          DevBuf<float> m(s, replica_values<float>(n, 100u * static_cast<unsigned>(step) + k, false));
           c.send(std::span<const float>(m.span()), 1, 4);
         }
         DevBuf<float> back(s, n);
@@ -411,13 +386,13 @@ TEST_CASE("virtual GPUs: send/recv reuse the team's message buffers from step to
           c.recv(in.span(), 0, 4);
           v = in.read();
         }
-        DevBuf<float> echo(s, values<float>(n, 7u, false));
+        DevBuf<float> echo(s, replica_values<float>(n, 7u, false));
         c.send(std::span<const float>(echo.span()), 0, 5);
       }
     }));
-    require_bitwise(recv[1], values<float>(n, 100u * static_cast<unsigned>(step), false), "the first message");
-    require_bitwise(recv[2], values<float>(n, 100u * static_cast<unsigned>(step) + 1, false), "the second message");
-    require_bitwise(recv[0], values<float>(n, 7u, false), "the reply");
+    require_bitwise(recv[1], replica_values<float>(n, 100u * static_cast<unsigned>(step), false), "the first message");
+    require_bitwise(recv[2], replica_values<float>(n, 100u * static_cast<unsigned>(step) + 1, false), "the second message");
+    require_bitwise(recv[0], replica_values<float>(n, 7u, false), "the reply");
     if (step == static_cast<int>(std::size(sizes)) - 1) after_first = team.message_buffers();
   }
   CHECK(after_first >= 4);  // 3 in flight one way, 1 the other
@@ -430,7 +405,7 @@ TEST_CASE("virtual GPUs: the async forms give the blocking results, and their Wo
   const std::size_t n = 1001;
   DeviceTeam team{strata::virtual_gpus(0, p)};
   std::vector<std::vector<float>> in;
-  for (int r = 0; r < p; ++r) in.push_back(values<float>(n, 50u + static_cast<unsigned>(r), false));
+  for (int r = 0; r < p; ++r) in.push_back(replica_values<float>(n, 50u + static_cast<unsigned>(r), false));
   const auto sum = host_reduce<float, strata::SumOp>(in, 0, n);
   std::vector<std::vector<float>> reduced(p), shard(p), gathered(p), bcast(p);
   rethrow_first(run_team(team, [&](DeviceCommunicator& c, cudaStream_t s, int r) {

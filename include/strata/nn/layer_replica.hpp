@@ -32,8 +32,9 @@ inline LayerReplica::LayerReplica(const LayerProgram& m, Compute& c, std::span<c
   if (split && (off != value.size() || off != grad.size()))
     throw Error("LayerReplica: its layers hold " + std::to_string(off) + " parameters, bound to " +
                 std::to_string(value.size()) + " values and " + std::to_string(grad.size()) + " gradients");
-  sums_.resize(c, Shape{detail::StepSums{m.metrics.size()}.size()});
-  host_sums_.resize(detail::StepSums{m.metrics.size()}.size());
+  const std::size_t sums = detail::StepSums{m.metrics.size()}.size();
+  sums_.resize(c, Shape{sums});
+  host_sums_.resize(sums);
 }
 
 inline void LayerReplica::step(const Batch& b, Range rows, const StepInfo& info, ReplicaResult& out) {

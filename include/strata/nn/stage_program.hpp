@@ -48,8 +48,9 @@ class LayerStage final : public StageProgram {
                   std::to_string(r_.end - 1) + " holds " + std::to_string(n) + " parameters, bound to " +
                   std::to_string(value.size()) + " values and " + std::to_string(grad.size()) +
                   " gradients (an internal error)");
-    sums_.resize(c_, Shape{detail::StepSums{m.metrics.size()}.size()});
-    host_sums_.resize(detail::StepSums{m.metrics.size()}.size());
+    const std::size_t sums = detail::StepSums{m.metrics.size()}.size();
+    sums_.resize(c_, Shape{sums});
+    host_sums_.resize(sums);
   }
 
   [[nodiscard]] std::size_t input_width() const override { return in_shape().elements(); }

@@ -76,4 +76,19 @@ inline std::vector<Device> cpu_replicas_for_batch(std::size_t global_batch, std:
   return cpu_replicas(static_cast<int>(std::clamp<std::size_t>(by_rows, 1, cores)));
 }
 
+namespace detail {
+//! The GPU index of each of `replicas`, for a device team (`who` names it in
+//! the error a CPU replica is).
+inline std::vector<int> gpu_indices(const std::vector<Device>& replicas, const char* who) {
+  std::vector<int> d;
+  for (std::size_t r = 0; r < replicas.size(); ++r) {
+    if (!replicas[r].is_gpu())
+      throw Error(std::string(who) + ": replica " + std::to_string(r) + " is " + replicas[r].str() +
+                  "; a device team holds GPU replicas (CPU replicas use the thread team)");
+    d.push_back(replicas[r].index);
+  }
+  return d;
+}
+}  // namespace detail
+
 }  // namespace strata

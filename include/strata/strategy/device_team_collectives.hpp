@@ -21,7 +21,6 @@
 
 #include <strata/comm/device/communicator.hpp>
 #include <strata/comm/threads/options.hpp>
-#include <strata/core/error.hpp>
 #include <strata/core/half.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/kernels/compute.hpp>
@@ -95,7 +94,7 @@ class DeviceTeamCollectives final : public DeviceCollectives {
   using Comm = BasicDeviceCommunicator<R>;
 
   DeviceTeamCollectives(const std::vector<Device>& devices, CommOptions opts, std::string why)
-      : sides_(devices.size()), team_(indices(devices), opts), why_(std::move(why)) {}
+      : sides_(devices.size()), team_(gpu_indices(devices, "DeviceTeamCollectives"), opts), why_(std::move(why)) {}
 
   void all_reduce_sum(int rank, kernels::Compute& c, float* data, std::size_t n) override {
     Comm{team_, rank, stream_of(rank, c)}.all_reduce(std::span<float>(data, n), Sum);
@@ -136,16 +135,6 @@ class DeviceTeamCollectives final : public DeviceCollectives {
   [[nodiscard]] const BasicDeviceTeam<R>& team() const noexcept { return team_; }
 
  private:
-  static std::vector<int> indices(const std::vector<Device>& devices) {
-    std::vector<int> d;
-    for (std::size_t r = 0; r < devices.size(); ++r) {
-      if (!devices[r].is_gpu())
-        throw Error("DeviceTeamCollectives: replica " + std::to_string(r) + " is " + devices[r].str() +
-                    "; a device team holds GPU replicas");
-      d.push_back(devices[r].index);
-    }
-    return d;
-  }
   [[nodiscard]] std::size_t slice(std::size_t n, int rank) const {
     return shard_range(n, static_cast<std::size_t>(team_.size()), static_cast<std::size_t>(rank)).size();
   }

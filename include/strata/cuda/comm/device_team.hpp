@@ -9,12 +9,10 @@
 //!   auto comm = team.communicator(r, stream);
 //!   comm.all_reduce(std::span<float>(grad, n), strata::Mean);
 
-#include <string>
 #include <vector>
 
 #include <strata/comm/device/team.hpp>
 #include <strata/comm/threads/options.hpp>
-#include <strata/core/error.hpp>
 #include <strata/cuda/comm/runtime.hpp>
 #include <strata/strategy/device.hpp>
 
@@ -27,19 +25,7 @@ namespace strata {
 class DeviceTeam : public BasicDeviceTeam<cuda::Runtime> {
  public:
   explicit DeviceTeam(const std::vector<Device>& replicas, CommOptions opts = {})
-      : BasicDeviceTeam<cuda::Runtime>(gpu_indices(replicas), opts) {}
-
-  //! The GPU of each replica (CPU replicas are an Error naming the replica).
-  static std::vector<int> gpu_indices(const std::vector<Device>& replicas) {
-    std::vector<int> d;
-    for (std::size_t r = 0; r < replicas.size(); ++r) {
-      if (!replicas[r].is_gpu())
-        throw Error("DeviceTeam: replica " + std::to_string(r) + " is " + replicas[r].str() +
-                    "; a device team holds GPU replicas (CPU replicas use the thread team)");
-      d.push_back(replicas[r].index);
-    }
-    return d;
-  }
+      : BasicDeviceTeam<cuda::Runtime>(detail::gpu_indices(replicas, "DeviceTeam"), opts) {}
 };
 
 }  // namespace strata
