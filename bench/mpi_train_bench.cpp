@@ -35,7 +35,7 @@
 // optimizer state (1), the gradient too (2) and the values (3) over the ranks; the comment then
 // gives the ZeRO stage, the largest peak resident memory of any rank (VmHWM:
 // the process, its data and model included) and one replica's model state
-// by strategy/fully_sharded.hpp's formula (model_state_bytes).
+// by parallel/zero/fully_sharded.hpp's formula (model_state_bytes).
 // --compression none|bf16|fp16 (ExecutorOptions::compression) sends the gradient (or ZeRO 1's
 // reduce-scatter) in 16 bits; the comment gives the MiB rank 0's MPI communicator carried per timed step.
 //   mpirun -np 2 ./build/bench/mpi_train_bench [--model wide|deep|mlp|gpt] [--batch 64] [--steps 30] [--warmup 12]
@@ -61,10 +61,10 @@
 #include <strata/core/trace_session.hpp>
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
-#include <strata/strategy/buckets.hpp>
-#include <strata/strategy/compression.hpp>
-#include <strata/strategy/fully_sharded.hpp>
-#include <strata/strategy/shard_buckets.hpp>
+#include <strata/gradient/buckets.hpp>
+#include <strata/gradient/compression.hpp>
+#include <strata/parallel/zero/fully_sharded.hpp>
+#include <strata/parallel/zero/shard_buckets.hpp>
 #include <strata/strategy/multi_worker.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 

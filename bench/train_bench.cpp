@@ -46,12 +46,12 @@
 #include <strata/data/dataset.hpp>
 #include <strata/data/mnist.hpp>
 #include <strata/nn.hpp>
-#include <strata/nn/conv2d.hpp>
-#include <strata/nn/max_pool2d.hpp>
+#include <strata/nn/layers/conv2d.hpp>
+#include <strata/nn/layers/max_pool2d.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
-#include <strata/strategy/compression.hpp>
-#include <strata/strategy/fully_sharded.hpp>
+#include <strata/gradient/compression.hpp>
+#include <strata/parallel/zero/fully_sharded.hpp>
 
 #if STRATA_HAS_NCCL  // bench/meson.build links strata-nccl whenever NCCL is built, else strata-cuda
 #include <strata/nccl.hpp>
@@ -380,7 +380,7 @@ int main(int argc, char** argv) try {
               u.epochs, d.x.shape()[0], d.source.c_str(), u.batch, runs, std::thread::hardware_concurrency(),
               strata::describe(dev).c_str());
   std::printf("# peak MiB: the process's VmHWM (all its replicas, the data, the model); state MiB: one replica's\n"
-              "# values, gradient and Adam's two slots at its ZeRO stage (strategy/fully_sharded.hpp's formula)\n");
+              "# values, gradient and Adam's two slots at its ZeRO stage (parallel/zero/fully_sharded.hpp's formula)\n");
   std::printf("%6s %16s %9s %14s %10s %10s %9s %11s %9s %10s\n", "model", "strategy", "replicas", "median/s", "min/s",
               "max/s", "speedup", "efficiency", "peak MiB", "state MiB");
   for (const auto& model : models) {

@@ -19,10 +19,10 @@
 #include <strata/data/dataset.hpp>
 #include <strata/data/text.hpp>
 #include <strata/nn.hpp>
-#include <strata/nn/adam_w.hpp>
-#include <strata/nn/attention.hpp>
-#include <strata/nn/embedding.hpp>
-#include <strata/nn/position_embedding.hpp>
+#include <strata/nn/optimizers/adam_w.hpp>
+#include <strata/nn/layers/attention.hpp>
+#include <strata/nn/layers/embedding.hpp>
+#include <strata/nn/layers/position_embedding.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
 #if STRATA_HAS_MPI  // examples/meson.build links char_lm with strata-mpi whenever the backend is built

@@ -27,12 +27,12 @@
 #include <utility>
 #include <vector>
 
-#include <strata/nn/keras_callbacks.hpp>
-#include <strata/nn/tensorboard.hpp>
+#include <strata/nn/callbacks/keras_callbacks.hpp>
+#include <strata/nn/callbacks/tensorboard.hpp>
 #include <strata/strata.hpp>
 #include <strata/strategy/by_name.hpp>
 #include <strata/strategy/catalog.hpp>
-#include <strata/strategy/compression.hpp>
+#include <strata/gradient/compression.hpp>
 
 #include "output_paths.hpp"
 

@@ -5,8 +5,8 @@
 //   ./build/examples/mnist_cnn --strategy mirrored --replicas 2 --epochs 3
 //   mpirun -np 2 ./build/examples/mnist_cnn --strategy pipeline --microbatches 4   # a stage per rank
 // Exits 0 when test accuracy reaches 99.0%.
-#include <strata/nn/conv2d.hpp>
-#include <strata/nn/max_pool2d.hpp>
+#include <strata/nn/layers/conv2d.hpp>
+#include <strata/nn/layers/max_pool2d.hpp>
 
 #include "mnist_main.hpp"
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include <strata/strata.hpp>
-#include <strata/strategy/buckets.hpp>
-#include <strata/strategy/pipeline_buckets.hpp>
+#include <strata/gradient/buckets.hpp>
+#include <strata/parallel/pipeline/pipeline_buckets.hpp>
 
 #include "blobs.hpp"
 #include "host_as_gpu.hpp"

@@ -1,6 +1,6 @@
 // Issue 22: a GPU step that a CUDA graph can capture, built and tested
 // without a GPU. ExecutorOptions::capture_steps captures a one-device
-// step once per batch size and replays it (strategy/captured_steps.hpp);
+// step once per batch size and replays it (execution/captured_steps.hpp);
 // on the host-as-GPU compute the capture is a kernels::RecordingCompute,
 // which records each call with the values it was given and refuses what a
 // CUDA capture refuses. A step that took anything varying by value (the

@@ -11,7 +11,7 @@
 
 #include <strata/strategy/by_name.hpp>
 #include <strata/strategy/catalog.hpp>
-#include <strata/strategy/executor_options.hpp>
+#include <strata/execution/executor_options.hpp>
 
 #include "../examples/example_cli.hpp"
 #include "strategy_sweep.hpp"

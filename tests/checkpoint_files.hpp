@@ -17,7 +17,7 @@
 #include <system_error>
 #include <vector>
 
-#include <strata/nn/callbacks.hpp>
+#include <strata/nn/callbacks/callbacks.hpp>
 
 namespace strata_test {
 

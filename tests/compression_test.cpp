@@ -26,7 +26,7 @@
 
 #include <strata/core/half.hpp>
 #include <strata/strata.hpp>
-#include <strata/strategy/compression.hpp>
+#include <strata/gradient/compression.hpp>
 
 #include "blobs.hpp"
 #include "host_as_gpu.hpp"

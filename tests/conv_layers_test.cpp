@@ -16,9 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include <strata/nn/conv2d.hpp>
-#include <strata/nn/dropout.hpp>
-#include <strata/nn/max_pool2d.hpp>
+#include <strata/nn/layers/conv2d.hpp>
+#include <strata/nn/layers/dropout.hpp>
+#include <strata/nn/layers/max_pool2d.hpp>
 
 #include "gradcheck.hpp"
 

@@ -25,7 +25,7 @@
 #include <strata/core/partition.hpp>
 #include <strata/kernels/host/device_stand_in.hpp>
 #include <strata/nn.hpp>
-#include <strata/strategy/stand_in_collectives.hpp>
+#include <strata/device/stand_in_collectives.hpp>
 
 #include "blobs.hpp"
 #include "replica_values.hpp"

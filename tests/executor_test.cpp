@@ -1,4 +1,4 @@
-// The model/executor seam (strategy/program.hpp, strategy/executor.hpp) from
+// The model/executor seam (execution/program.hpp, execution/executor.hpp) from
 // the model's side: a model that is not Sequential (a linear least-squares
 // fit written against ModelProgram) trains under every placement's executor;
 // the executors split batches, reduce and update as documented; the sharded

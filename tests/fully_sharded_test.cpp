@@ -1,4 +1,4 @@
-// ZeRO stages 2 and 3 (issue 25; strategy/fully_sharded.hpp): the shard
+// ZeRO stages 2 and 3 (issue 25; parallel/zero/fully_sharded.hpp): the shard
 // layout, the weights and optimizer state bitwise those of stages 0 and 1,
 // evaluation and prediction through gathered layers, checkpoints across
 // stages and replica counts, the per-replica memory formula and its budget,
@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include <strata/strata.hpp>
-#include <strata/strategy/fully_sharded.hpp>
-#include <strata/strategy/shard_buckets.hpp>
-#include <strata/strategy/sharded_replica.hpp>
+#include <strata/parallel/zero/fully_sharded.hpp>
+#include <strata/parallel/zero/shard_buckets.hpp>
+#include <strata/parallel/zero/sharded_replica.hpp>
 
 #include "blobs.hpp"
 #include "host_as_gpu.hpp"

@@ -1,4 +1,4 @@
-// The functional model (nn/node.hpp, nn/model.hpp): layers called on nodes,
+// The functional model (nn/program/node.hpp, nn/model/model.hpp): layers called on nodes,
 // merges (Add, Concatenate), gradients summed over a node's consumers,
 // every strategy's executor, pipeline cuts only where one activation crosses.
 #include <doctest/doctest.h>

@@ -8,7 +8,7 @@
 
 #include <strata/comm/gpu_choice.hpp>
 #include <strata/kernels/host/memory.hpp>
-#include <strata/strategy/device_compute.hpp>
+#include <strata/device/device_compute.hpp>
 
 namespace gpu_choice_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include <strata/nn/layer.hpp>
-#include <strata/nn/random.hpp>
+#include <strata/nn/layers/layer.hpp>
+#include <strata/nn/layers/random.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata_test {

@@ -3,7 +3,7 @@
 // stand-in that reports itself as a device (kernels::DeviceStandIn:
 // Where::StandIn, so every branch for a GPU runs, and the kernel bodies a
 // GPU runs for its optimizers, activations and image windows), their
-// collectives the device team's (strategy/stand_in_collectives.hpp: the
+// collectives the device team's (device/stand_in_collectives.hpp: the
 // logic GPU replicas run, over the host runtime), even in a program with
 // the CUDA backend: how the executors of GPU replicas (device_executor.hpp,
 // mirrored_executor.hpp on GPU replicas) are run and compared bitwise with
@@ -12,8 +12,8 @@
 #include <memory>
 
 #include <strata/kernels/host/device_stand_in.hpp>
-#include <strata/strategy/device_compute.hpp>
-#include <strata/strategy/stand_in_collectives.hpp>
+#include <strata/device/device_compute.hpp>
+#include <strata/device/stand_in_collectives.hpp>
 
 namespace strata_test {
 

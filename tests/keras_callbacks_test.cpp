@@ -18,8 +18,8 @@
 #include <vector>
 
 #include <strata/nn.hpp>
-#include <strata/nn/keras_callbacks.hpp>
-#include <strata/nn/tensorboard.hpp>
+#include <strata/nn/callbacks/keras_callbacks.hpp>
+#include <strata/nn/callbacks/tensorboard.hpp>
 #include <strata/strata.hpp>
 
 #include "blobs.hpp"

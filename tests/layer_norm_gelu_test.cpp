@@ -12,7 +12,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/kernels/host/compute.hpp>
 #include <strata/nn.hpp>
-#include <strata/nn/gelu.hpp>
+#include <strata/nn/layers/activations.hpp>
 
 #include "gradcheck.hpp"
 

@@ -24,7 +24,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
-#include <strata/strategy/device_collectives.hpp>
+#include <strata/device/device_collectives.hpp>
 #include <strata/strategy/parameter_server.hpp>
 
 #include "blobs.hpp"
@@ -257,7 +257,7 @@ TEST_CASE("CentralStorageStrategy with GPU compute, on the host compute, trains 
   }
 }
 
-// The host-staged device collectives (strategy/device_collectives.hpp) wait
+// The host-staged device collectives (device/device_collectives.hpp) wait
 // only inside their team's calls: a replica that never arrives is named by a
 // CollectiveTimeout within the deadline, in each of them, and a reset makes
 // the team usable again (no hang, nothing left half done).

@@ -1,6 +1,6 @@
 // GPU pipeline stages (issue 22, "one execution layer"): PipelineStrategy
 // on GPU devices runs the pipeline executor that CPU stages run
-// (strategy/pipeline_executor.hpp), each stage's variables, gradient,
+// (parallel/pipeline/pipeline_executor.hpp), each stage's variables, gradient,
 // optimizer state and activations in its own compute's memory, activations
 // crossing stages through host memory (host-staged). On the host's compute
 // standing in for each GPU (tests/host_as_gpu.hpp) the GPU pipeline must give

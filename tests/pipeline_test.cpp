@@ -1,5 +1,5 @@
 // Pipeline model parallelism in one process (PipelineStrategy,
-// strategy/pipeline_executor.hpp, nn/stage_program.hpp): the same model code
+// parallel/pipeline/pipeline_executor.hpp, nn/program/stage_program.hpp): the same model code
 // trains with its layers split over stages; for the same batches and seed
 // the weights are those of one replica (bitwise with one micro-batch, within
 // FP32 summation order otherwise) under every schedule; splits are checked;

@@ -15,7 +15,7 @@
 
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
-#include <strata/nn/backup_and_restore.hpp>
+#include <strata/nn/callbacks/backup_and_restore.hpp>
 #include <strata/strategy/parameter_server.hpp>
 #include <strata/strata.hpp>
 

@@ -19,7 +19,7 @@
 #include <strata/kernels/host/device_stand_in.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
-#include <strata/strategy/device_compute.hpp>
+#include <strata/device/device_compute.hpp>
 
 namespace stand_in_grid_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 

@@ -1,4 +1,4 @@
-// Tensor parallelism (strategy/tensor_parallel_executor.hpp, issue 26): a
+// Tensor parallelism (parallel/tensor/tensor_parallel_executor.hpp, issue 26): a
 // small GPT block and an MLP split over T replicas of MirroredStrategy give
 // the one-replica result within float rounding (T = 2, 4; D x T), repeat
 // bitwise, save logical checkpoints that continue at another T, predict and

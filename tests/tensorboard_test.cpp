@@ -20,7 +20,7 @@
 #include <strata/io/event_file.hpp>
 #include <strata/io/tfrecord.hpp>
 #include <strata/nn.hpp>
-#include <strata/nn/tensorboard.hpp>
+#include <strata/nn/callbacks/tensorboard.hpp>
 #include <strata/strata.hpp>
 
 #include "blobs.hpp"

@@ -16,9 +16,9 @@
 #include <strata/data/dataset.hpp>
 #include <strata/kernels/host/compute.hpp>
 #include <strata/nn.hpp>
-#include <strata/nn/attention.hpp>
-#include <strata/nn/embedding.hpp>
-#include <strata/nn/position_embedding.hpp>
+#include <strata/nn/layers/attention.hpp>
+#include <strata/nn/layers/embedding.hpp>
+#include <strata/nn/layers/position_embedding.hpp>
 #include <strata/strata.hpp>
 
 #include "blobs.hpp"

@@ -458,7 +458,7 @@ MIRRORED_BODIES = [
 # bodies, counted above, the CUDA backend, and the stand-in's device runtime
 # and collectives, which a GPU replaces with CUDA's).
 NOT_SHARED_PREFIXES = ("kernels/host/", "kernels/bodies/", "cuda/", "kernels/recording_compute.hpp",
-                       "comm/device/host_runtime.hpp", "strategy/stand_in_collectives.hpp")
+                       "comm/device/host_runtime.hpp", "device/stand_in_collectives.hpp")
 # Shared lines a GPU does not run: Memory's defaults that CudaDeviceOps overrides.
 NOT_ON_GPU = [
     ("kernels/memory.hpp", "virtual int bind_thread() { return -1; }"),

@@ -20,8 +20,8 @@
 #include <strata/kernels/host/device_stand_in.hpp>
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
-#include <strata/strategy/device_compute.hpp>
-#include <strata/strategy/stand_in_collectives.hpp>
+#include <strata/device/device_compute.hpp>
+#include <strata/device/stand_in_collectives.hpp>
 
 namespace {
 

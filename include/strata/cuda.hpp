@@ -15,7 +15,7 @@
 #include <strata/cuda/graph.hpp>
 #include <strata/cuda/make_compute.hpp>
 #include <strata/cuda/stream.hpp>
-#include <strata/strategy/device_compute.hpp>
+#include <strata/device/device_compute.hpp>
 #include <strata/cuda/space.hpp>
 
 namespace strata::cuda::detail {

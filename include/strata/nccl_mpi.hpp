@@ -26,7 +26,7 @@
 #include <strata/comm/mpi/communicator.hpp>
 #include <strata/cuda/nccl/world.hpp>
 #include <strata/nccl.hpp>
-#include <strata/strategy/worker_sum.hpp>
+#include <strata/device/worker_sum.hpp>
 
 namespace strata::nccl {
 
@@ -58,7 +58,7 @@ inline std::int64_t force_code(std::string_view force) {
   return 3;  // unknown: choose_worker_reduce names it
 }
 
-//! What <strata/nccl_mpi.hpp> registers (strategy/worker_sum.hpp): every
+//! What <strata/nccl_mpi.hpp> registers (device/worker_sum.hpp): every
 //! worker's replica-0 GPU and forcing are gathered over MPI, the choice is
 //! made from the same data on every worker, then NCCL's communicator is
 //! made (NcclCommunicator::world) or the host-staged sum kept.

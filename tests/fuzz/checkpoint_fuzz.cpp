@@ -2,7 +2,7 @@
 // then the checkpoint's metadata: strata::nn::detail::position_of, what
 // Sequential::load_checkpoint and BackupAndRestore read first; and the
 // metadata-only read with the run identity BackupAndRestore takes from a
-// checkpoint or a run record, nn/run_record.hpp) on arbitrary
+// checkpoint or a run record, nn/checkpoints/run_record.hpp) on arbitrary
 // file contents. Every input must load into finite tensors and a position,
 // or be refused with a strata::Error; a crash, a sanitizer report or
 // another exception is a finding.
@@ -19,8 +19,8 @@
 #include <string>
 
 #include <strata/io/tensor_file.hpp>
-#include <strata/nn/checkpoint_format.hpp>
-#include <strata/nn/run_record.hpp>
+#include <strata/nn/checkpoints/checkpoint_format.hpp>
+#include <strata/nn/checkpoints/run_record.hpp>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::filesystem::path p =

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include <strata/data/idx.hpp>
-#include <strata/nn/checkpoint_format.hpp>
-#include <strata/nn/weights_file.hpp>
+#include <strata/nn/checkpoints/checkpoint_format.hpp>
+#include <strata/nn/checkpoints/weights_file.hpp>
 
 namespace fs = std::filesystem;
 using Bytes = std::vector<unsigned char>;

@@ -16,7 +16,7 @@
 #include <fstream>
 #include <string>
 
-#include <strata/nn/weights_file.hpp>
+#include <strata/nn/checkpoints/weights_file.hpp>
 
 namespace {
 

@@ -20,7 +20,7 @@ using namespace gpu_test;
 using strata::kernels::Window2D;
 
 namespace {
-//! A window like nn/padding.hpp's: valid, or same (out = ceil(in / s), padding split with the extra after).
+//! A window like nn/layers/padding.hpp's: valid, or same (out = ceil(in / s), padding split with the extra after).
 Window2D window(std::size_t batch, std::size_t h, std::size_t w, std::size_t c, std::size_t k, std::size_t s,
                 bool same) {
   Window2D g{batch, h, w, c, k, k, s, s, 0, 0, 0, 0};

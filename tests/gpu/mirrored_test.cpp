@@ -1,5 +1,5 @@
 // MirroredStrategy on GPU replicas: virtual GPUs on GPU 0 (the executor of
-// strategy/mirrored_executor.hpp, gradients summed by the device
+// parallel/data/mirrored_executor.hpp, gradients summed by the device
 // team's reduce kernel) take the step one GPU takes on the same global
 // batch, within FP32 reduction-order tolerance (the replicas' matrix
 // products split the rows differently), repeat bitwise, and skip a NaN step

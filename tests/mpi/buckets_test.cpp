@@ -16,7 +16,7 @@
 
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
-#include <strata/strategy/buckets.hpp>
+#include <strata/gradient/buckets.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"

@@ -25,7 +25,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/io/tensor_file.hpp>
 #include <strata/nn.hpp>
-#include <strata/strategy/fully_sharded.hpp>
+#include <strata/parallel/zero/fully_sharded.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
 #include "../blobs.hpp"

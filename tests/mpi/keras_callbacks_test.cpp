@@ -19,8 +19,8 @@
 
 #include <strata/data/dataset.hpp>
 #include <strata/nn.hpp>
-#include <strata/nn/keras_callbacks.hpp>
-#include <strata/nn/tensorboard.hpp>
+#include <strata/nn/callbacks/keras_callbacks.hpp>
+#include <strata/nn/callbacks/tensorboard.hpp>
 #include <strata/strategy/multi_worker.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 

@@ -1,5 +1,5 @@
 // MultiWorkerPipelineStrategy with each rank's stage on a GPU (issue 22):
-// the pipeline executor's GPU stages (strategy/pipeline_executor.hpp) on MPI
+// the pipeline executor's GPU stages (parallel/pipeline/pipeline_executor.hpp) on MPI
 // ranks, on the host's compute standing in for each rank's GPU
 // (tests/host_as_gpu.hpp): activations cross ranks through host memory
 // (downloaded, sent, uploaded), and the job trains to bitwise the weights,

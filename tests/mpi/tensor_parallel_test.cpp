@@ -20,7 +20,7 @@
 #include <strata/data/dataset.hpp>
 #include <strata/io/tensor_file.hpp>
 #include <strata/nn.hpp>
-#include <strata/strategy/buckets.hpp>
+#include <strata/gradient/buckets.hpp>
 #include <strata/strategy/by_name_mpi.hpp>
 #include <strata/strategy/multi_worker.hpp>
 

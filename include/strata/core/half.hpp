@@ -1,6 +1,6 @@
 #pragma once
 //! 16-bit floating-point values for the wire (gradient compression,
-//! strategy/compression.hpp): strata::bf16 (bfloat16: FP32's sign and 8-bit
+//! gradient/compression.hpp): strata::bf16 (bfloat16: FP32's sign and 8-bit
 //! exponent, 7 stored mantissa bits) and strata::fp16 (IEEE 754 binary16:
 //! 5-bit exponent, 10 stored mantissa bits, largest finite 65504). Storage
 //! only: a value converts from float by rounding to nearest, ties to even

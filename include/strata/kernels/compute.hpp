@@ -61,7 +61,7 @@ struct AdamStep {
   float lr_t = 0.f;  //!< the step size with Adam's bias correction folded in
   float beta_1 = 0.9f, beta_2 = 0.999f, epsilon = 1e-7f;
 };
-//! AdamW's (nn/adam_w.hpp): w *= decay, then Adam's update.
+//! AdamW's (nn/optimizers/adam_w.hpp): w *= decay, then Adam's update.
 struct AdamWStep {
   AdamStep adam;
   float decay = 1.f;                  //!< 1 - lr * weight_decay: this step's decoupled decay (1: Adam's bits)
@@ -152,7 +152,7 @@ class Compute : public Memory {
   //! y = x * mask (elementwise).
   virtual void multiply(const float* x, const float* mask, float* y, std::size_t n) = 0;
 
-  // -- gradient compression (strategy/compression.hpp) ----------------------
+  // -- gradient compression (gradient/compression.hpp) ----------------------
   //! out[i] = g[i] + res[i] rounded to `f` (bf16 or fp16 elements at `out`),
   //! next[i] = what the rounding lost (0 where the rounded value is not
   //! finite): bodies::RoundWithResidual, the same bits in every space. `next`
@@ -217,7 +217,7 @@ class Compute : public Memory {
   virtual void adam(float* w, const float* g, float* m, float* v, std::size_t n, const AdamStep& s) = 0;
   //! AdamW in one pass: w *= s.decay, then adam's update with s.adam (s.decay = 1: adam's bits).
   virtual void adamw(float* w, const float* g, float* m, float* v, std::size_t n, const AdamWStep& s) = 0;
-  //! Clipping by the global norm (the executors, strategy/sync_executor.hpp):
+  //! Clipping by the global norm (the executors, execution/sync_executor.hpp):
   //! *out = the sum of x_i^2 in double, in bodies::square_sum_lanes' fixed
   //! order (the same bits in every space and run; overwritten, 0 for n = 0).
   virtual void square_sum(const float* x, std::size_t n, double* out) = 0;

@@ -4,7 +4,7 @@
 //! the pointers and values it captured, so whatever varies from step to
 //! step must be read where the replay finds it): the optimizer's iteration
 //! (which keys dropout masks), the step size of each iteration, and the
-//! finiteness gate of the update. strategy/device_executor.hpp's captured
+//! finiteness gate of the update. execution/device_executor.hpp's captured
 //! steps use them; the host's compute runs the same ops in its loops.
 //!   StepCounters* c = ...;  RateTable* t = ...;            // in the compute's memory
 //!   compute.adam_at(w, g, m, v, n, s, {c, t, true});       // rate t->rate[c->iteration - t->base]

@@ -52,7 +52,7 @@ struct ParameterServer {
 //! Model parallelism: the model's layers split into stages, one per replica
 //! (in order), each holding only its layers' variables; activations flow
 //! forward and their gradients backward between neighbouring stages
-//! (strategy/pipeline_executor.hpp, docs/model-parallelism.md).
+//! (parallel/pipeline/pipeline_executor.hpp, docs/model-parallelism.md).
 struct Pipeline {
   using placement_policy = Pipeline;
   static constexpr PlacementKind kind = PlacementKind::Pipeline;

@@ -21,9 +21,9 @@
 #include <strata/comm/reduce_op.hpp>
 #include <strata/policy/placement.hpp>
 #include <strata/policy/sync.hpp>
-#include <strata/strategy/executor.hpp>
-#include <strata/strategy/executor_options.hpp>
-#include <strata/strategy/pipeline_options.hpp>
+#include <strata/execution/executor.hpp>
+#include <strata/execution/executor_options.hpp>
+#include <strata/parallel/pipeline/pipeline_options.hpp>
 
 namespace strata {
 
@@ -55,7 +55,7 @@ class AnyStrategy {
   //! Runs `fn` on every replica of this process; errors as Strategy::run (ReplicaError).
   virtual void run(const std::function<void(AnyReplicaContext&)>& fn) = 0;
   //! The executor that trains `program` under this strategy (see
-  //! strategy/executor.hpp); it keeps references to both.
+  //! execution/executor.hpp); it keeps references to both.
   [[nodiscard]] virtual std::unique_ptr<Executor> make_executor(ModelProgram& program) = 0;
   //! The processes of a synchronous multi-worker job (1 otherwise), and
   //! this one's index (0 is the chief, the one that prints).

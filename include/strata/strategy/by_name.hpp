@@ -28,7 +28,7 @@
 #include <strata/core/error.hpp>
 #include <strata/strategy/catalog.hpp>
 #include <strata/strategy/parameter_server.hpp>
-#include <strata/strategy/pipeline_options.hpp>
+#include <strata/parallel/pipeline/pipeline_options.hpp>
 #include <strata/strategy/strategy.hpp>
 
 namespace strata {

@@ -30,11 +30,11 @@
 #include <strata/comm/gpu_choice.hpp>
 #include <strata/comm/mpi/communicator.hpp>
 #include <strata/comm/progress.hpp>
-#include <strata/strategy/executor.hpp>
-#include <strata/strategy/mirrored_executor.hpp>
-#include <strata/strategy/multi_worker_executor.hpp>
+#include <strata/execution/executor.hpp>
+#include <strata/parallel/data/mirrored_executor.hpp>
+#include <strata/parallel/data/multi_worker_executor.hpp>
 #include <strata/strategy/strategy.hpp>
-#include <strata/strategy/worker_sum.hpp>
+#include <strata/device/worker_sum.hpp>
 
 namespace strata {
 
@@ -262,7 +262,7 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
   //! The workers as the executor's synchronous loop uses them (collectives over MPI).
   [[nodiscard]] detail::MpiWorkers workers() noexcept { return detail::MpiWorkers(comm_); }
 
-  //! How GPU replicas' sums cross workers (strategy/worker_sum.hpp), `first`
+  //! How GPU replicas' sums cross workers (device/worker_sum.hpp), `first`
   //! being local replica 0's compute: NCCL where <strata/nccl_mpi.hpp> is
   //! included and every worker's replica 0 has a GPU of its own, else staged
   //! through host memory over this strategy's MPI communicator. Collective

@@ -4,7 +4,7 @@
 //! PipelineOptions::data_parallel = D, D copies of an S-stage pipeline on
 //! D x S ranks), with the same options, schedules and results as
 //! PipelineStrategy in one process: the same PipelineExecutor over ranks
-//! (strategy/pipeline_executor.hpp with strategy/pipeline_ranks.hpp).
+//! (parallel/pipeline/pipeline_executor.hpp with parallel/pipeline/pipeline_ranks.hpp).
 //!   strata::MultiWorkerPipelineStrategy s;                 // every rank of mpirun -np S
 //!   s.pipeline_options().micro_batches = 4;                // before making the model in its scope
 //!   auto model = s.scope([] { return nn::Sequential{...}; });
@@ -20,10 +20,10 @@
 #include <vector>
 
 #include <strata/comm/mpi/communicator.hpp>
-#include <strata/strategy/multi_worker_executor.hpp>
-#include <strata/strategy/pipeline_executor.hpp>
-#include <strata/strategy/pipeline_options.hpp>
-#include <strata/strategy/pipeline_ranks.hpp>
+#include <strata/parallel/data/multi_worker_executor.hpp>
+#include <strata/parallel/pipeline/pipeline_executor.hpp>
+#include <strata/parallel/pipeline/pipeline_options.hpp>
+#include <strata/parallel/pipeline/pipeline_ranks.hpp>
 #include <strata/strategy/surface.hpp>
 
 namespace strata {

@@ -1,7 +1,7 @@
 #pragma once
 //! MultiWorkerReplicaContext's reduce-scatter and all-gather over every
 //! replica of every worker: what ZeRO stages 2 and 3 run across workers
-//! (strategy/fully_sharded_executor.hpp, in ShardLayout's layout across
+//! (parallel/zero/fully_sharded_executor.hpp, in ShardLayout's layout across
 //! workers). Hierarchical, as the context's all-reduce:
 //! - reduce-scatter of a unit of n floats (or bf16/fp16: compressed ZeRO 1, each step of the
 //!   sum in FP32, rounded once): the local replicas' sum onto

@@ -17,7 +17,7 @@
 
 #include <strata/ps/in_process.hpp>
 #include <strata/ps/runtime.hpp>
-#include <strata/strategy/parameter_server_executor.hpp>
+#include <strata/parallel/ps/parameter_server_executor.hpp>
 #include <strata/strategy/strategy.hpp>
 
 namespace strata {

@@ -20,15 +20,15 @@
 #include <strata/policy/reduce.hpp>
 #include <strata/policy/sync.hpp>
 #include <strata/comm/algorithm/native.hpp>
-#include <strata/strategy/central_storage_executor.hpp>
-#include <strata/strategy/mirrored_executor.hpp>
-#include <strata/strategy/pipeline_executor.hpp>
+#include <strata/parallel/data/central_storage_executor.hpp>
+#include <strata/parallel/data/mirrored_executor.hpp>
+#include <strata/parallel/pipeline/pipeline_executor.hpp>
 #include <strata/strategy/surface.hpp>
-#include <strata/strategy/device.hpp>
+#include <strata/device/device.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/replica_context.hpp>
-#include <strata/strategy/replica_pool.hpp>
-#include <strata/strategy/variable.hpp>
+#include <strata/execution/replica_pool.hpp>
+#include <strata/execution/variable.hpp>
 #include <strata/tensor/tensor.hpp>
 
 namespace strata {
@@ -81,7 +81,7 @@ consteval bool validate_composition() {
                   "onto it: use strata::ReduceToOne");
   }
   // Any other placement is accepted here; it still needs an executor
-  // (detail::ExecutorFor, strategy/executor.hpp), whose absence is a sentence too.
+  // (detail::ExecutorFor, execution/executor.hpp), whose absence is a sentence too.
   return true;
 }
 

@@ -15,7 +15,7 @@
 
 #include <strata/strategy/any_strategy.hpp>
 #include <strata/strategy/distributed.hpp>
-#include <strata/strategy/mirrored_executor.hpp>
+#include <strata/parallel/data/mirrored_executor.hpp>
 #include <strata/strategy/per_replica.hpp>
 #include <strata/strategy/scope.hpp>
 

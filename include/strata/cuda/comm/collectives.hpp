@@ -1,8 +1,8 @@
 #pragma once
-//! The CUDA backend's DeviceCollectives (strategy/device_collectives.hpp):
+//! The CUDA backend's DeviceCollectives (device/device_collectives.hpp):
 //! what MirroredStrategy's GPU replicas sum their gradients with, chosen by
 //! choose_gpu_reduce (comm/gpu_choice.hpp) from where the replicas are: the
-//! device team's collectives (strategy/device_team_collectives.hpp) over
+//! device team's collectives (device/device_team_collectives.hpp) over
 //! CUDA, or host-staged.
 //!   auto coll = strata::cuda::make_collectives(strata::virtual_gpus(0, 4), {});
 //!   coll->choice();   // "4 replicas share GPU 0 (virtual GPUs): a direct reduce kernel ..."
@@ -19,8 +19,8 @@
 #include <strata/cuda/comm/peer_access.hpp>
 #include <strata/cuda/comm/runtime.hpp>
 #include <strata/cuda/compute.hpp>
-#include <strata/strategy/device_collectives.hpp>
-#include <strata/strategy/device_team_collectives.hpp>
+#include <strata/device/device_collectives.hpp>
+#include <strata/device/device_team_collectives.hpp>
 
 namespace strata::cuda {
 

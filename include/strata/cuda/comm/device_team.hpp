@@ -14,7 +14,7 @@
 #include <strata/comm/device/team.hpp>
 #include <strata/comm/threads/options.hpp>
 #include <strata/cuda/comm/runtime.hpp>
-#include <strata/strategy/device.hpp>
+#include <strata/device/device.hpp>
 
 namespace strata {
 

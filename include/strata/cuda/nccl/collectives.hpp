@@ -1,6 +1,6 @@
 #pragma once
 //! NCCL as the gradient all-reduce of MirroredStrategy's GPU replicas
-//! (strategy/device_collectives.hpp) when each replica has its own GPU.
+//! (device/device_collectives.hpp) when each replica has its own GPU.
 //!   auto coll = strata::nccl::make_collectives(strata::gpus({0, 1}), {});
 //!   coll->choice();   // "2 replicas on 2 distinct GPUs (0, 1): NCCL, one communicator rank per GPU"
 

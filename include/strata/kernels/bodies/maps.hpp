@@ -38,7 +38,7 @@ struct DropoutMask {
   }
 };
 
-//! Gradient compression's rounding (strategy/compression.hpp): v = g + res
+//! Gradient compression's rounding (gradient/compression.hpp): v = g + res
 //! rounded to T (bf16 or fp16, to nearest even) into `out`; returns what the
 //! rounding lost, v - T(v), the next residual (0 where T(v) is not finite:
 //! an overflow or a NaN, whose step the finiteness check skips). Branch-free

@@ -46,7 +46,7 @@ void visit_sgd(const SgdStep& s, F&& f) {
   else f(SgdMomentum{s.lr, s.momentum});
 }
 
-//! m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  w -= lr_t m / (sqrt(v) + eps)  (nn/adam.hpp).
+//! m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;  w -= lr_t m / (sqrt(v) + eps)  (nn/optimizers/adam.hpp).
 struct AdamElement {
   float b1, c1, b2, c2, lr_t, eps;  // c = 1 - b, rounded once
   explicit AdamElement(const AdamStep& s)

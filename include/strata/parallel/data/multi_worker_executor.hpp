@@ -1,0 +1,90 @@
+#pragma once
+//! The executor of MultiWorkerMirroredStrategy: the mirrored executor
+//! (parallel/data/mirrored_executor.hpp) whose synchronous loop also spans
+//! processes. These are its cross-worker steps, over the MPI communicator
+//! between workers: every worker starts from the chief's variables
+//! (broadcast), agrees on each global batch when it reads its own share of
+//! the data (sharded by file), and sums the pass's logs and the predictions
+//! of every worker. Gradients cross workers inside the replicas' own
+//! all-reduce (hierarchical: see strategy/multi_worker.hpp; with
+//! ExecutorOptions::bucket_bytes, one per gradient bucket, started during
+//! backward on each replica's progress thread). At fit's start
+//! the workers agree on a run fingerprint (MultiWorkerExecutor::begin_fit):
+//! a worker started with another model, optimizer, batch, seed or
+//! steps_per_execution stops the
+//! run on every worker with a RunMismatch naming it, instead of training
+//! something else silently.
+//!   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2)};   // under mpirun
+//!   auto model = s.scope([] { return strata::nn::Sequential{...}; });  // trains through it
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <strata/comm/mpi/communicator.hpp>
+#include <strata/comm/mpi/fingerprint.hpp>
+#include <strata/comm/reduce_op.hpp>
+#include <strata/execution/executor.hpp>
+
+namespace strata::detail {
+
+//! The workers of a MultiWorkerMirroredStrategy, as the synchronous loop
+//! uses them. Every call is collective over the workers.
+class MpiWorkers {
+ public:
+  explicit MpiWorkers(MpiCommunicator& comm) : comm_(&comm) {}
+  [[nodiscard]] int size() const noexcept { return comm_->size(); }
+  [[nodiscard]] int index() const noexcept { return comm_->rank(); }
+  //! Elementwise sum over the workers, in place.
+  void sum(std::span<double> v) { comm_->all_reduce(v, Sum); }
+  void sum(std::span<float> v) { comm_->all_reduce(v, Sum); }
+  //! Every worker receives the chief's values.
+  void broadcast(std::span<float> v) { comm_->broadcast(v, 0); }
+
+ private:
+  MpiCommunicator* comm_;
+};
+
+//! The executor of a MultiWorkerMirroredStrategy: the mirrored executor
+//! (`inner`), with the run fingerprint agreed at fit's start. Everything
+//! else is the inner executor's.
+class MultiWorkerExecutor final : public ForwardingExecutor {
+ public:
+  MultiWorkerExecutor(std::unique_ptr<Executor> inner, MpiCommunicator& comm, ModelProgram& program)
+      : ForwardingExecutor(std::move(inner)), comm_(comm), program_(program) {}
+
+  //! Fit's first batch (of a pass of its own: not trained on) tells the
+  //! global batch; every worker compares its fingerprint with the others'
+  //! under the MPI timeout (RunMismatch on every worker if any differ).
+  bool begin_fit(Pass& pass) override {
+    std::optional<Batch> first = pass.next();  // builds the model if needed (collective: every worker does)
+    if (!first && !placed()) pass.empty();     // out of data here: build from the Input, as the others do
+    std::optional<std::size_t> rows;  // the global batch
+    if (first && first->x) rows.emplace(first->x->shape()[0]);
+    auto fields = run_fingerprint(program_, rows, pass);
+    // the workers' callbacks (and their collectives: logs, saves) run once per execution: alike everywhere
+    fields.emplace_back("steps per execution", std::to_string(pass.steps_per_execution));
+    detail::mpi::agree_on_run(comm_, fields, "fingerprint");
+    return inner_->begin_fit(pass);
+  }
+
+  //! The layout is agreed first: the chief's value is broadcast only to
+  //! workers whose model has its shape (else RunMismatch, not a contract error).
+  void place(const Tensor<float>& init) override {
+    std::vector<RunField> layout;
+    for (auto& f : program_.describe_for_fingerprint())
+      if (f.first == "parameter count" || f.first == "variable shapes") layout.push_back(std::move(f));
+    detail::mpi::agree_on_run(comm_, layout, "fingerprint");
+    inner_->place(init);
+  }
+
+ private:
+  MpiCommunicator& comm_;
+  ModelProgram& program_;
+};
+
+}  // namespace strata::detail
