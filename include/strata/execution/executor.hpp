@@ -1,11 +1,10 @@
 #pragma once
 //! Executor: how a strategy runs a model's training, evaluation and
-//! prediction (see execution/program.hpp for the seam). One executor per
-//! placement, in its own file (mirrored_executor.hpp,
-//! central_storage_executor.hpp, multi_worker_executor.hpp,
-//! parameter_server_executor.hpp); a placement is given one by
-//! specializing detail::ExecutorFor<Placement>. A strategy whose placement
-//! has none fails to compile with a sentence saying so.
+//! prediction (see execution/program.hpp for the seam). The executors live
+//! in parallel/ (one folder per way of splitting the work) and
+//! parallel/dispatch.hpp picks one; a placement of one's own is given one
+//! by specializing detail::ExecutorFor<Placement>, and a strategy whose
+//! placement has none fails to compile with a sentence saying so.
 //!   std::unique_ptr<strata::Executor> ex = strategy.any().make_executor(program);
 //!   ex->place(init);  auto totals = ex->run_pass(pass);
 
@@ -119,14 +118,15 @@ class ForwardingExecutor : public Executor {
 };
 
 namespace detail {
-//! The executor of placement `P`: a static `make(strategy, program)`
-//! returning std::unique_ptr<Executor>. Specialized next to each executor.
+//! The executor of a placement of one's own, `P`: a static
+//! `make(strategy, program)` returning std::unique_ptr<Executor>. The
+//! library's placements are chosen in parallel/dispatch.hpp.
 template <class P>
 struct ExecutorFor {
   static_assert(dependent_false<P>,
                 "strata: this placement policy has no executor, so no model can train under it: specialize "
                 "strata::detail::ExecutorFor<YourPlacement> with a static make(strategy, program) returning "
-                "std::unique_ptr<strata::Executor> (see parallel/data/mirrored_executor.hpp)");
+                "std::unique_ptr<strata::Executor> (see parallel/dispatch.hpp)");
 };
 
 //! The batches of a pass's next execution: up to its steps_per_execution
@@ -159,37 +159,6 @@ PassTotals run_batches(Pass& pass, std::size_t num_metrics, Step&& step) {
   return t;
 }
 
-template <class S>
-std::unique_ptr<Executor> make_executor(S& s, ModelProgram& program) {
-  if constexpr (requires { s.executor_options().capture_steps; s.devices(); }) {
-    constexpr bool one_device = std::same_as<typename S::placement_policy, OneDevice>;
-    if (s.executor_options().capture_steps && !(one_device && s.devices().front().is_gpu()))
-      throw Error("ExecutorOptions::capture_steps: captured steps run under OneDeviceStrategy on a GPU "
-                  "(strata::gpu(i)); this strategy runs its replicas' steps eagerly: leave capture_steps off");
-  }
-  if constexpr (requires { s.executor_options().compression; }) {
-    // what only the mirrored executors read: said, not ignored, elsewhere
-    constexpr bool mirrored = std::same_as<typename S::placement_policy, Mirrored>;
-    constexpr bool pipeline = std::same_as<typename S::placement_policy, Pipeline>;
-    const ExecutorOptions& o = s.executor_options();
-    if (o.compression != Compression::None && !mirrored && !pipeline)
-      throw Error("ExecutorOptions::compression: the gradient is sent in 16 bits by the mirrored strategies' "
-                  "all-reduce (MirroredStrategy, MultiWorkerMirroredStrategy) and a pipeline's copies' sum; this "
-                  "strategy does not reduce it that way: leave compression at None");
-    if (o.tensor_parallel != 1 && std::same_as<typename S::placement_policy, Pipeline>)
-      throw Error("ExecutorOptions::tensor_parallel: a pipeline's stages are split by its own option, "
-                  "PipelineOptions::tensor_parallel (s.pipeline_options().tensor_parallel = T, D x S x T replicas); "
-                  "leave ExecutorOptions::tensor_parallel at 1");
-    if (o.tensor_parallel != 1 && !mirrored)
-      throw Error("ExecutorOptions::tensor_parallel: tensor parallelism splits the model over MirroredStrategy's "
-                  "replicas (or a pipeline's stages: PipelineOptions::tensor_parallel); this strategy places its "
-                  "variables otherwise: leave tensor_parallel at 1");
-    if ((o.sharded_update == ShardedUpdate::Gradients || o.sharded_update == ShardedUpdate::Parameters) && !mirrored)
-      throw Error("ExecutorOptions::sharded_update: ZeRO stages 2 and 3 shard MirroredStrategy's replicas; this "
-                  "strategy places its variables otherwise: leave sharded_update at Auto, On or Off");
-  }
-  return ExecutorFor<typename S::placement_policy>::make(s, program);
-}
 }  // namespace detail
 
 }  // namespace strata

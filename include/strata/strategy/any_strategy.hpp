@@ -22,6 +22,7 @@
 #include <strata/policy/placement.hpp>
 #include <strata/policy/sync.hpp>
 #include <strata/execution/executor.hpp>
+#include <strata/parallel/dispatch.hpp>
 #include <strata/execution/executor_options.hpp>
 #include <strata/parallel/pipeline/pipeline_options.hpp>
 

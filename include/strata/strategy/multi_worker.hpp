@@ -40,15 +40,6 @@ namespace strata {
 
 class MultiWorkerMirroredStrategy;
 
-namespace detail {
-//! The executor of a MultiWorkerMirroredStrategy: the mirrored one, with the
-//! run fingerprint agreed at fit's start (MultiWorkerExecutor). Declared
-//! before the strategy, whose type-erased surface instantiates the call.
-template <>
-std::unique_ptr<Executor> make_executor<MultiWorkerMirroredStrategy>(MultiWorkerMirroredStrategy& s,
-                                                                      ModelProgram& program);
-}  // namespace detail
-
 //! Options of a MultiWorkerMirroredStrategy: across workers and within one.
 struct MultiWorkerOptions {
   MpiOptions mpi{};
@@ -133,6 +124,7 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
  public:
   using sync_policy = Synchronous;
   using placement_policy = Mirrored;
+  static constexpr bool across_workers = true;  // parallel/dispatch.hpp wraps its executor in MultiWorkerExecutor
   using reduce_policy = AutoReduce;
   using context_type = MultiWorkerReplicaContext;
   static constexpr std::string_view name = "multi_worker_mirrored";
@@ -319,12 +311,6 @@ class MultiWorkerMirroredStrategy : public detail::StrategySurface<MultiWorkerMi
   // Last declared, so first destroyed (each runs what it holds, then ends its thread): per local replica.
   std::vector<std::unique_ptr<detail::ProgressQueue>> async_;
 };
-
-template <>
-inline std::unique_ptr<Executor> detail::make_executor<MultiWorkerMirroredStrategy>(MultiWorkerMirroredStrategy& s,
-                                                                                     ModelProgram& program) {
-  return std::make_unique<MultiWorkerExecutor>(ExecutorFor<Mirrored>::make(s, program), s.communicator(), program);
-}
 
 inline int MultiWorkerReplicaContext::replica_id_in_sync_group() const noexcept { return s_.offset_ + local_.rank(); }
 inline int MultiWorkerReplicaContext::num_replicas_in_sync() const noexcept { return s_.total_; }

@@ -30,12 +30,6 @@ namespace strata {
 
 class MultiWorkerPipelineStrategy;
 
-namespace detail {
-template <>
-std::unique_ptr<Executor> make_executor<MultiWorkerPipelineStrategy>(MultiWorkerPipelineStrategy& s,
-                                                                      ModelProgram& program);
-}  // namespace detail
-
 //! What MultiWorkerPipelineStrategy::run's function receives: this rank's
 //! one replica, the collectives over the whole job.
 class MultiWorkerPipelineContext {
@@ -68,6 +62,7 @@ class MultiWorkerPipelineStrategy : public detail::StrategySurface<MultiWorkerPi
  public:
   using sync_policy = Synchronous;
   using placement_policy = Pipeline;
+  static constexpr bool across_workers = true;  // parallel/dispatch.hpp: its stages on ranks, in MultiWorkerExecutor
   using reduce_policy = NoReduce;
   using context_type = MultiWorkerPipelineContext;
   static constexpr std::string_view name = "multi_worker_pipeline";
@@ -115,16 +110,5 @@ class MultiWorkerPipelineStrategy : public detail::StrategySurface<MultiWorkerPi
   PipelineOptions options_;
   PipelineStats stats_;
 };
-
-template <>
-inline std::unique_ptr<Executor> detail::make_executor<MultiWorkerPipelineStrategy>(MultiWorkerPipelineStrategy& s,
-                                                                                     ModelProgram& program) {
-  return std::make_unique<MultiWorkerExecutor>(
-      std::make_unique<PipelineExecutor<RankStages>>(RankStages{s.communicator(), s.devices().front(),
-                                                                s.executor_options().matmul},
-                                                     program, s.pipeline_options(), s.pipeline_stats(),
-                                                     s.executor_options()),
-      s.communicator(), program);
-}
 
 }  // namespace strata

@@ -81,7 +81,7 @@ consteval bool validate_composition() {
                   "onto it: use strata::ReduceToOne");
   }
   // Any other placement is accepted here; it still needs an executor
-  // (detail::ExecutorFor, execution/executor.hpp), whose absence is a sentence too.
+  // (parallel/dispatch.hpp; one's own: detail::ExecutorFor), whose absence is a sentence too.
   return true;
 }
 

@@ -116,17 +116,4 @@ class CentralStorageExecutor final : public SyncExecutor<S, CentralStorageExecut
   std::vector<kernels::Buffer<double>> counts_;  // per local replica: its finiteness count, in host memory
 };
 
-//! CentralStorage: on CPUs, and on GPUs with the variables on the host,
-//! CentralStorageExecutor; on GPUs with the variables on a GPU
-//! (CentralVariables::Gpu), the device executor in its central mode.
-template <>
-struct ExecutorFor<CentralStorage> {
-  template <class S>
-  static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
-    if (s.devices().front().is_gpu() && s.executor_options().central_variables == CentralVariables::Gpu)
-      return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options(), /*central=*/true);
-    return std::make_unique<CentralStorageExecutor<S>>(s, program);
-  }
-};
-
 }  // namespace strata::detail

@@ -360,30 +360,5 @@ class MirroredExecutor final : public SyncExecutor<S, MirroredExecutor<S>> {
   mutable std::optional<Tensor<float>> host_;
 };
 
-//! Mirrored: one executor for CPU and GPU replicas, in one process and across workers.
-template <>
-struct ExecutorFor<Mirrored> {
-  template <class S>
-  static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
-    if (auto ex = make_tensor_parallel(s, program)) return ex;  // parallel/tensor/tensor_parallel_executor.hpp
-    if (auto ex = make_fully_sharded(s, program)) return ex;  // ZeRO 2 and 3 (parallel/zero/fully_sharded_executor.hpp)
-    return std::make_unique<MirroredExecutor<S>>(s, program, s.executor_options());
-  }
-};
-//! One device: on a CPU, a mirrored executor of one replica; on a GPU, the
-//! device executor (everything in the GPU's memory, on the caller's thread:
-//! execution/device_executor.hpp).
-template <>
-struct ExecutorFor<OneDevice> {
-  template <class S>
-  static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
-    const Device& d = s.devices().front();
-    if (d.is_gpu())
-      return std::make_unique<DeviceExecutor>(program, make_compute(d, s.executor_options().matmul),
-                                              s.executor_options());
-    return ExecutorFor<Mirrored>::make(s, program);
-  }
-};
-
 }  // namespace detail
 }  // namespace strata

@@ -87,4 +87,11 @@ class MultiWorkerExecutor final : public ForwardingExecutor {
   ModelProgram& program_;
 };
 
+//! `inner` with the run fingerprint agreed across workers at fit's start
+//! (parallel/dispatch.hpp wraps every executor of a strategy across workers).
+template <class S>
+std::unique_ptr<Executor> across_workers(S& s, std::unique_ptr<Executor> inner, ModelProgram& program) {
+  return std::make_unique<MultiWorkerExecutor>(std::move(inner), s.communicator(), program);
+}
+
 }  // namespace strata::detail

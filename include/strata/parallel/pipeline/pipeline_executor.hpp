@@ -382,13 +382,4 @@ class PipelineExecutor final : public Executor {
   double bad_ = 0;        // this step's non-finite gradient values (written by the first lane here)
 };
 
-template <>
-struct ExecutorFor<Pipeline> {
-  template <class S>
-  static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
-    return std::make_unique<PipelineExecutor<ThreadStages<S>>>(ThreadStages<S>{s}, program, s.pipeline_options(),
-                                                               s.pipeline_stats(), s.executor_options());
-  }
-};
-
 }  // namespace strata::detail

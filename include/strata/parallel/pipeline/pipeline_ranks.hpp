@@ -206,4 +206,13 @@ class RankStages {
   std::optional<MpiCommunicator> copies_comm_;  // this stage's D copies (D > 1)
 };
 
+//! A pipeline's stages one to a rank (MultiWorkerPipelineStrategy; chosen
+//! by parallel/dispatch.hpp, which wraps it in MultiWorkerExecutor).
+template <class S>
+std::unique_ptr<Executor> make_pipeline_on_ranks(S& s, ModelProgram& program) {
+  return std::make_unique<PipelineExecutor<RankStages>>(
+      RankStages{s.communicator(), s.devices().front(), s.executor_options().matmul}, program, s.pipeline_options(),
+      s.pipeline_stats(), s.executor_options());
+}
+
 }  // namespace strata::detail

@@ -296,12 +296,10 @@ class ParameterServerExecutor final : public Executor {
   std::shared_ptr<Updater> updater_;  // shared: the servers' update holds it weakly
 };
 
-template <>
-struct ExecutorFor<ParameterServer> {
-  template <class S>
-  static std::unique_ptr<Executor> make(S& s, ModelProgram& program) {
-    return std::make_unique<ParameterServerExecutor>(s.runtime(), program);
-  }
-};
+//! ParameterServerStrategy's executor (chosen by parallel/dispatch.hpp).
+template <class S>
+std::unique_ptr<Executor> make_parameter_server_executor(S& s, ModelProgram& program) {
+  return std::make_unique<ParameterServerExecutor>(s.runtime(), program);
+}
 
 }  // namespace strata::detail

@@ -378,23 +378,4 @@ class TensorParallelExecutor final : public SyncExecutor<S, TensorParallelExecut
   mutable std::optional<Tensor<float>> host_;
 };
 
-//! The executor ExecutorOptions::tensor_parallel asks a mirrored strategy
-//! for (null when it is 1), or a sentence saying why it cannot be.
-template <class S>
-std::unique_ptr<Executor> make_tensor_parallel(S& s, ModelProgram& program) {
-  const ExecutorOptions& o = s.executor_options();
-  if (o.tensor_parallel != 1) {
-    check_tensor_options(o, SlicingContext<typename S::context_type>);
-    if constexpr (requires(tensor_link_t<typename S::context_type>& c, std::span<float> x) {
-                    c.send(x, 0, 0);
-                    c.recv(x, 0, 0);
-                  })
-      return std::make_unique<TensorParallelExecutor<S>>(s, program, o);
-    else
-      throw Error("ExecutorOptions::tensor_parallel: this strategy's replicas have no send / recv to sum a "
-                  "split layer's parts over; leave tensor_parallel at 1");
-  }
-  return nullptr;
-}
-
 }  // namespace strata::detail

@@ -46,11 +46,6 @@
 
 namespace strata::detail {
 
-//! What a strategy's Mirrored executor is at ExecutorOptions' ZeRO stage:
-//! this one at stages 2 and 3 (CPU replicas in one process), else null.
-template <class S>
-std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program);
-
 template <class S>
 class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S>> {
   using Base = SyncExecutor<S, FullyShardedExecutor<S>>;
@@ -368,26 +363,5 @@ class FullyShardedExecutor final : public SyncExecutor<S, FullyShardedExecutor<S
   std::unique_ptr<DeviceCollectives> colls_;  // GPU replicas' collectives; CPU replicas use their contexts
   mutable std::optional<Tensor<float>> host_;
 };
-
-template <class S>
-std::unique_ptr<Executor> make_fully_sharded(S& s, ModelProgram& program) {
-  const ExecutorOptions& o = s.executor_options();
-  // over every replica of every worker: ZeRO 2 and 3 shard the whole job's state
-  const int stage = zero_stage(o.sharded_update, static_cast<std::size_t>(s.num_replicas_in_sync()));
-  if (stage < 2) return nullptr;
-  const char* why = nullptr;
-  const char* instead = "use ShardedUpdate::On or Off";
-  // GPU replicas in one process shard through the device collectives; others (and GPU replicas across
-  // workers, staged through host memory) through their replica contexts
-  const bool device_collectives = s.devices().front().is_gpu() && sharding_groups(s).size() == 1;
-  if (!device_collectives && !ShardingContext<typename S::context_type>) {
-    why = "its replica contexts cannot all-gather and reduce-scatter over every replica without waiting";
-    instead = "use ShardedUpdate::Off";
-  }
-  if (why)
-    throw Error("ZeRO stage " + std::to_string(stage) + " (ShardedUpdate::" +
-                (stage == 2 ? "Gradients" : "Parameters") + ") is not available here: " + why + "; " + instead);
-  return std::make_unique<FullyShardedExecutor<S>>(s, program, o, stage);
-}
 
 }  // namespace strata::detail
