@@ -1,25 +1,14 @@
 #pragma once
 //! Captured training steps (ExecutorOptions::capture_steps): a one-device
 //! executor's step captured once per batch size and replayed, as a CUDA
-//! graph replays it on a GPU (on the host, kernels::RecordingCompute with
-//! a graph's rules). Nothing of a replayed step comes from the host:
-//! - the batch's rows are copied into the replica's fixed input buffers
-//!   before the launch (ReplicaProgram::load);
-//! - what varies by step is read in the device's memory: the iteration
-//!   (kernels::StepCounters, advanced on the device by Compute::end_step,
-//!   keys dropout) and the optimizer's step size from a table the host
-//!   fills once per read (kernels::RateTable; 1 / rows is fixed per graph);
-//! - the finiteness check gates the update on the device: a step whose
-//!   gradient holds a NaN or infinity changes nothing, its iteration included;
-//! - clipping by the global norm adds its squares on the device and scales
-//!   the gradient there (Compute::square_sum, clip_by_norm);
-//! - the loss and metric sums, the count of labels that are not class
-//!   indices and the skipped steps accumulate on the device and are read
-//!   every `read_every` steps and at the pass's end, where a bad label or a
-//!   run of max_bad_steps skipped steps raises its error.
-//! The first step at a batch size runs the same calls eagerly (it sizes the
-//! buffers), the second is captured and launched, the rest are launched.
-//! Eager and replayed steps give the same bits (captured_steps_test).
+//! graph on a GPU (on the host, kernels::RecordingCompute with a graph's
+//! rules). Nothing of a replayed step comes from the host: the rows go into
+//! fixed input buffers first (ReplicaProgram::load); the iteration, the step
+//! sizes (kernels::StepCounters, RateTable), the finiteness gate and the
+//! clipping live on the device; loss and metric sums, bad labels and
+//! skipped steps are read every `read_every` steps and at the pass's end.
+//! The first step at a size runs eagerly (it sizes the buffers), the second
+//! is captured. Eager and replayed steps give the same bits (captured_steps_test).
 //!   s.executor_options().capture_steps = true;   // OneDeviceStrategy{gpu(0)}: each step one graph launch
 
 #include <cstddef>

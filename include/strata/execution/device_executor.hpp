@@ -3,20 +3,13 @@
 //! the variables, their gradient, the optimizer state and every activation
 //! live in the device's memory, behind its Compute (kernels/compute.hpp);
 //! the host sends each batch's rows and reads back a step's loss and
-//! metric sums (a few doubles) and, when asked, the variables' value.
-//! Calls on the compute are stream-ordered: a step's kernels are queued
-//! while the host prepares the next batch.
+//! metric sums (a few doubles) with the gradient's non-finite count, so
+//! checking adds no synchronization. Calls are stream-ordered: a step's
+//! kernels are queued while the host prepares the next batch. Clipping runs
+//! on the device; a custom loop's gradient hook sees the gradient copied to
+//! the host and back. Deterministic for a fixed device and shapes up to the
+//! order of the loss and metric sums (atomic on a GPU; not in the weights).
 //!   strata::OneDeviceStrategy s{strata::gpu(0)};   // its executor is this one
-//! Deterministic for a fixed device and shapes up to the order of the loss
-//! and metric sums (added atomically on a GPU; they do not feed the weights).
-//! The gradient finiteness policy (Pass::finite): the replica counts the
-//! gradient's NaN and infinite values on the device with its loss sums and
-//! they come back in the same read, so checking adds no synchronization.
-//! A custom loop's gradient hook (Pass::gradient_hook) sees the gradient
-//! copied to the host after the backward, and what it leaves goes back to
-//! the device before the update (counted for finiteness after the hook).
-//! Clipping by the global norm (the optimizer's global_clipnorm) runs on the
-//! device too (Compute::square_sum, clip_by_norm): no read-back.
 
 #include <algorithm>
 #include <exception>

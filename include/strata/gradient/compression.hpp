@@ -1,38 +1,16 @@
 #pragma once
-//! Gradient compression on the wire (ExecutorOptions::compression, issue
-//! 25; as DDP's bf16/fp16 compression hooks, with error feedback): before
-//! the reduction, each replica adds the residual it kept from its last
-//! applied step to its gradient, rounds that to 16 bits (bf16 or fp16, to
-//! nearest even: core/half.hpp) and keeps what the rounding lost as its next
-//! residual; the 16-bit values are all-reduced with Sum (summed in FP32 per
-//! element, rounded to 16 bits: half the bytes of an FP32 all-reduce on the
-//! wire), and the sum is expanded into the FP32 gradient buffer, where the
-//! update reads it as before. Over many steps the expanded gradients add up
-//! to the true ones within one rounding step: the residual carries what
-//! each step dropped into the next.
-//! - The residual is per replica, zeroed when the variables are placed and
-//!   when the optimizer is reset or its state set (a resumed run: it is not
-//!   in checkpoints, so a resume is not bitwise the uninterrupted run).
-//! - A step that is skipped (a non-finite sum: an fp16 overflow is an
-//!   infinity, which Pass::finite catches) keeps the residual as it was.
-//! - Deterministic: the sums are in replica order (the direct algorithm), so
-//!   two runs give the same bits; they are not FP32's bits.
-//! - The flat reduction, the gradient buckets (a bucket is compressed when
-//!   it starts and expanded when finish waits for it), the sharded update
-//!   (ZeRO 1: the gradient reduce-scattered in 16 bits, the updated values
-//!   all-gathered in FP32: scattered, CompressedSlices) use it, ZeRO 2 and
-//!   3 round and reduce-scatter each layer as backward ends it
-//!   (ShardedCompression: one residual, zeroed by a skipped step), and
-//!   tensor parallelism's sum of each member's gradient over the copies
-//!   (through_wire: in one process its peer sum, across workers the
-//!   all-reduce of the members' parts; on CPU and GPU replicas, whose
-//!   gradients it sums on the host).
-//! - GPU replicas (Mirrored, MultiWorkerMirrored) keep the residual and the
-//!   16-bit copies in their GPU's memory and round and expand there
-//!   (Compute::round_to_wire, expand_wire: the host's body, the same bits;
-//!   WireSpace); their device collectives sum the 16-bit values (WireCall:
-//!   the device team's kernel in replica order, rounded once, as the host;
-//!   NCCL in its ring's order, rounding at each step: close, not bitwise).
+//! Gradient compression on the wire (ExecutorOptions::compression, as DDP's
+//! bf16/fp16 hooks, with error feedback): each replica adds the residual of
+//! its last applied step to its gradient, rounds that to 16 bits
+//! (core/half.hpp), keeps what rounding lost as its next residual, sums the
+//! 16-bit values (in FP32 per element: half an FP32 all-reduce's bytes) and
+//! expands the sum into its FP32 gradient. GradientCompression serves the
+//! flat and bucketed all-reduce and the copies' sums of tensor parallelism
+//! and pipelines; CompressedSlices ZeRO 1's reduce-scatter;
+//! ShardedCompression ZeRO 2/3's per-layer reduce-scatters; WireSpace
+//! rounds on the host or a GPU.
+//! Deterministic, not FP32's bits; the residual is not in checkpoints
+//! (gradient/README.md says what that means for a resumed run).
 //!   detail::GradientCompression c;  c.place(Compression::BF16, n);
 //!   c.all_reduce(ctx, grad);  if (finite) { c.commit(); update(); }
 

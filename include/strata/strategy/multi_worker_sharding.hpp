@@ -1,25 +1,14 @@
 #pragma once
 //! MultiWorkerReplicaContext's reduce-scatter and all-gather over every
-//! replica of every worker: what ZeRO stages 2 and 3 run across workers
-//! (parallel/zero/fully_sharded_executor.hpp, in ShardLayout's layout across
-//! workers). Hierarchical, as the context's all-reduce:
-//! - reduce-scatter of a unit of n floats (or bf16/fp16: compressed ZeRO 1, each step of the
-//!   sum in FP32, rounded once): the local replicas' sum onto
-//!   local replica 0 (shared memory), an MPI reduce-scatter between the
-//!   workers' leaders (worker w keeps block shard_range(n, W, w) of the
-//!   sum), the block broadcast locally, each local replica keeping its part
-//!   of it (shard_range(block, L, l)); with one replica per worker, the MPI
-//!   reduce-scatter alone;
-//! - all-gather: the local replicas' slices joined into the worker's block,
-//!   the blocks joined between the leaders (MPI all-gather), the unit
-//!   broadcast locally.
-//! Each is queued on the calling replica's progress thread (as
-//! all_reduce_async), in issue order with its other non-blocking calls; a
-//! failure aborts the local replicas (their waits end at once with its
-//! cause) and, through the executor, every worker.
-//! Summation order: the local replicas in order, then MPI's between the
-//! workers; between two workers that is the all-reduce's (a + b either
-//! way), so stages 2 and 3 give stage 0's bits there.
+//! replica of every worker: what ZeRO runs across workers
+//! (parallel/zero/fully_sharded_executor.hpp, ShardLayout across workers).
+//! Hierarchical, as the context's all-reduce: a reduce-scatter sums the
+//! local replicas onto local replica 0, reduce-scatters between the
+//! workers' leaders over MPI (worker w keeps block shard_range(n, W, w)) and
+//! broadcasts the block locally; an all-gather joins locally, between the
+//! leaders, then broadcasts. bf16/fp16 are summed in FP32, rounded once.
+//! Queued on the replica's progress thread in issue order. Between two
+//! workers every sum is a + b, so stages 2 and 3 give stage 0's bits.
 //!   strata::Work w = ctx.reduce_scatter_async(unit_grad, my_slice, strata::Sum);  ...;  w.wait();
 
 #include <algorithm>

@@ -1,47 +1,18 @@
 #pragma once
 //! The executor of Mirrored placement (and OneDevice on a CPU), on any
 //! compute: CPU replicas, GPU replicas, in one process or as the local
-//! replicas of one worker among several. Every local replica keeps its copy
-//! of the variables, its gradient, its optimizer state and its activations
-//! in its compute's memory (the host's for a CPU, its own device's for a
-//! GPU); the synchronous loop (sync_executor.hpp) hands each replica its
-//! rows of the global batch, the gradients are summed in replica order and
-//! every copy gets the same update. p replicas thus take the step one
-//! replica takes on the whole batch.
+//! replicas of one worker among several. Every replica keeps its copy of
+//! the variables, gradient, optimizer state and activations in its
+//! compute's memory; the synchronous loop (execution/sync_executor.hpp)
+//! hands each replica its rows, and `apply`, written once, sums the
+//! gradients through the replica's collectives (the replica context for CPU
+//! replicas; DeviceStep over DeviceCollectives and WorkerSum for GPU ones,
+//! device/), checks finiteness, clips and updates every copy alike — or,
+//! sharded (ZeRO 1), reduce-scatters, updates its slice and all-gathers.
+//! Buckets and compression: gradient/. parallel/data/README.md says more.
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
 //!   strata::MirroredStrategy g{strata::virtual_gpus(0, 4)};   // 4 replicas on GPU 0
 //!   s.executor_options().sharded_update = strata::ShardedUpdate::Off;   // before making the model
-//!
-//! The one step (apply) is written once, against a replica's collectives
-//! (`coll`: all_reduce, reduce_scatter, all_gather, broadcast of spans in
-//! its compute's memory):
-//! - CPU replicas: the replica context itself (the strategy's reduce policy
-//!   and communicator; across workers its all-reduce is hierarchical);
-//! - GPU replicas: DeviceStep (worker_sum.hpp), over DeviceCollectives (device_collectives.hpp:
-//!   a reduce kernel among virtual GPUs or GPUs with peer access, NCCL
-//!   between distinct GPUs, else staged through host memory) and, across
-//!   workers, WorkerSum (worker_sum.hpp: local sum on the devices, replica 0
-//!   sums across workers, the others take its result).
-//! The finiteness decision (Pass::finite) counts each replica's 1/p slice
-//! of the sum on its compute and one host all-reduce of a float decides for
-//! every replica of every worker (SyncExecutor::finite_gradient); clipping
-//! by the global norm sums the squares of the same slices in one more
-//! all-reduce (SyncExecutor::clip_gradient; sharded, each replica scales its slice).
-//! Sharded update (ZeRO stage 1, which TensorFlow's MirroredStrategy does
-//! not have; ShardedUpdate, Auto from 3 replicas in one process, On also
-//! across workers over every worker's replicas: logical_slices.hpp): the
-//! gradients are reduce-scattered, each replica updates its 1/p slice with
-//! its 1/p of the optimizer state, the updated slices are all-gathered into
-//! every copy: the same sums, so bitwise the unsharded update's weights with
-//! the direct all-reduce, and the optimizer state divided by p.
-//! Central (CentralStorageStrategy with CentralVariables::Gpu): only replica
-//! 0 keeps optimizer state and applies the update to its copy, the central
-//! one; the others take its values each step.
-//! Gradient buckets (ExecutorOptions::bucket_bytes, buckets.hpp) cut the all-reduce above, on
-//! CPU and GPU replicas; compression (ExecutorOptions::compression, compression.hpp) sends it (or ZeRO 1's
-//! reduce-scatter) in 16 bits, on CPU and GPU replicas (a GPU rounds on its compute and sums in its collectives).
-//! On the host's compute substituted for a GPU's (tests/host_as_gpu.hpp)
-//! the GPU replicas run this very code and give the CPU run's bits.
 
 #include <algorithm>
 #include <memory>

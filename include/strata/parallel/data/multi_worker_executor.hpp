@@ -2,18 +2,12 @@
 //! The executor of MultiWorkerMirroredStrategy: the mirrored executor
 //! (parallel/data/mirrored_executor.hpp) whose synchronous loop also spans
 //! processes. These are its cross-worker steps, over the MPI communicator
-//! between workers: every worker starts from the chief's variables
-//! (broadcast), agrees on each global batch when it reads its own share of
-//! the data (sharded by file), and sums the pass's logs and the predictions
-//! of every worker. Gradients cross workers inside the replicas' own
-//! all-reduce (hierarchical: see strategy/multi_worker.hpp; with
-//! ExecutorOptions::bucket_bytes, one per gradient bucket, started during
-//! backward on each replica's progress thread). At fit's start
-//! the workers agree on a run fingerprint (MultiWorkerExecutor::begin_fit):
-//! a worker started with another model, optimizer, batch, seed or
-//! steps_per_execution stops the
-//! run on every worker with a RunMismatch naming it, instead of training
-//! something else silently.
+//! between workers: the chief's variables broadcast, each global batch
+//! agreed when workers read their own files, the pass's logs and
+//! predictions summed, and at fit's start a run fingerprint
+//! (MultiWorkerExecutor::begin_fit: another model, optimizer, batch or seed
+//! stops every worker with a RunMismatch). Gradients cross workers inside
+//! the replicas' own hierarchical all-reduce (strategy/multi_worker.hpp).
 //!   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2)};   // under mpirun
 //!   auto model = s.scope([] { return strata::nn::Sequential{...}; });  // trains through it
 

@@ -1,23 +1,13 @@
 #pragma once
 //! Gradient buckets for a pipeline's data-parallel copies on other ranks
-//! (issue 25; pipeline_executor.hpp, RankStages): the copies of a stage sum
-//! its gradient bucket by bucket, each bucket's all-reduce among them
-//! started as the batch's last backward on the stage finishes its layers
-//! (LastBackward, execution/program.hpp), while backward goes on down the
-//! stage and, on the earlier stages, down the pipeline. A stage split by
-//! tensor parallelism (T > 1) buckets each member's own layout, the same on
-//! every copy of it. Each bucket's
-//! non-finite values are counted before its sum starts (the pipeline's
-//! check reads the copy's own gradient, as without buckets) and, compressed,
-//! it is rounded with its residual and summed in 16 bits (compression.hpp).
-//! A GPU stage's bucket is fetched to the stage's host copy of its gradient
-//! as it starts (the copies' sum goes through host memory, as the flat one);
-//! the summed gradient is uploaded after finish.
-//! Between two copies each element's sum is a + b, so the weights are the
-//! flat sum's bit for bit; with more copies, as the copies' all-reduce
-//! algorithm adds each bucket (the direct one: the same bits too). With
-//! several stages, the rank's send to the stage before it runs between two
-//! looks of a bucket's sum (the MPI lock is handed over: comm/mpi/runtime.hpp).
+//! (pipeline_executor.hpp, RankStages): the copies of a stage sum its
+//! gradient bucket by bucket, each bucket's all-reduce started as the
+//! batch's last backward finishes its layers (LastBackward,
+//! execution/program.hpp) while backward goes on. A tensor-parallel stage
+//! buckets each member's own layout; a bucket's non-finite values are
+//! counted before its sum, and compressed it is summed in 16 bits. A GPU
+//! stage's bucket goes through the stage's host copy of its gradient.
+//! Between two copies the weights are the flat sum's bit for bit.
 //!   CopyBuckets bk;  bk.plan(program.variable_shapes(), slice, segs, T, t, 4 << 20);
 //!   const LastBackward* last = bk.begin(grad, comp, copies, &count, link);  ... backward(..., last) ...
 //!   bk.finish();   // every bucket summed (and expanded)

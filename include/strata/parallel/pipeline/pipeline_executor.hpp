@@ -1,24 +1,15 @@
 #pragma once
-//! The executor of Pipeline placement (model parallelism), written once for stages on threads in one
-//! process and on the ranks of an MPI job (what differs is a Stages model: pipeline_stage.hpp). The
-//! model's layers are split into S stages, each holding its layers' slice of the variables, gradient and
-//! optimizer state. A batch is cut into M micro-batches, which flow forward from stage to stage (send /
-//! recv, tag 0) and their gradients back (tag 1) in the schedule's order (pipeline_options.hpp); the
-//! micro-batches' parameter gradients are summed in order, then each stage updates its slice: the step
-//! one replica takes on the whole batch (M = 1: bitwise). The executor knows no layers, only the
+//! The executor of Pipeline placement (model parallelism), written once for
+//! stages on threads in one process and on the ranks of an MPI job (what
+//! differs is a Stages model: pipeline_threads.hpp, pipeline_ranks.hpp). S
+//! stages each hold their layers' slice of the variables, gradient and
+//! optimizer state; a batch is cut into M micro-batches that flow forward
+//! and back by send/recv in the schedule's order (pipeline_options.hpp);
+//! the micro-batches' gradients are summed in order and each stage updates
+//! its slice (M = 1: bitwise one replica). D data-parallel copies sum a
+//! stage's gradients in copy order; T tensor-parallel members per stage hold
+//! shards (lane ((d S + s) T + t)). It knows no layers, only the
 //! ModelProgram's stage API (execution/program.hpp).
-//! D data-parallel copies (PipelineOptions::data_parallel; lane d * S + s) run on shares of the rows and
-//! sum a stage's gradients in copy order (compressed: in 16 bits with error feedback, the finiteness
-//! checked after the sum; across ranks with ExecutorOptions::bucket_bytes: by buckets started as the last
-//! backward ends them, pipeline_buckets.hpp), then update once. Clipping by the global norm: copy 0 of
-//! each stage adds its squares after that sum, one all-reduce of a double (Stages::sum_lanes) gives the
-//! norm, and each stage scales its gradient.
-//! T tensor-parallel members per stage (PipelineOptions::tensor_parallel; lane ((d * S + s) * T + t), its
-//! neighbours T lanes away) each hold their shard of the stage's parameters (the model's tensor_layout,
-//! in buffers of their own, joined into the logical value as a GPU stage's are read back), sum their
-//! split layers' partial results with the stage's other members (PeerTensorGroup over send / recv), and
-//! update their shard after the copies' sum of member t's gradients; the finiteness count and the norm
-//! count each element once (member 0 the replicated ones); member 0 of the last stage gives the results.
 //!   strata::PipelineStrategy s{strata::cpu_replicas(2)};
 //!   s.pipeline_options().micro_batches = 4;   // before making the model in s.scope(...)
 

@@ -1,30 +1,14 @@
 #pragma once
 //! The pipeline executor's transport over the ranks of an MPI job
-//! (pipeline_executor.hpp), for MultiWorkerPipelineStrategy: with D
-//! data-parallel copies of S stages on D x S ranks, rank d * S + s runs the
-//! one lane (stage s of copy d), on copy d's share of each batch (every
-//! rank reads the same batches; stage 0 takes the features, the last stage
-//! the labels). Activations and their gradients travel by the
-//! communicator's send_async / recv, finished per batch. After the
-//! backward, one all-reduce over the job carries the finiteness count and
-//! every copy's per-micro-batch results (so every rank logs the same loss
-//! and metrics, summed in the same order as in one process); the D copies
-//! of a stage then sum their gradients (an all-reduce among them) and each
-//! applies the update to its stage's slice: the same step as
-//! PipelineStrategy in one process (bitwise for one copy, or two). A rank
-//! holds its own stage's variables and optimizer state current; the
-//! others' are broadcast from their copy 0 at the end of every training
-//! pass, so value() and optimizer_state() are the whole model's there
-//! (checkpoints are taken at epoch ends). Predictions are summed over the
-//! job (each row is computed by one rank). A lane's own error (a layer's,
-//! labels out of range) is sent to every other rank as an abort notice:
-//! their waits end at once with CollectiveAborted carrying it, and the
-//! communicator is unusable after. This rank's stage runs on `device`
-//! (a CPU, or this rank's GPU: the executor's GPU stages, host-staged
-//! between ranks). With PipelineOptions::tensor_parallel = T, a rank per
-//! member: rank (d * S + s) * T + t runs member t of stage s of copy d, its
-//! stage's members summing over the ranks' send / recv (put a stage's
-//! members on one node: their sums move activations). Needs STRATA_HAS_MPI.
+//! (pipeline_executor.hpp), for MultiWorkerPipelineStrategy: rank
+//! (d S + s) T + t runs the one lane (member t of stage s of copy d) on
+//! copy d's share of each batch. Activations and their gradients travel by
+//! send_async / recv; after the backward one all-reduce carries the
+//! finiteness count and every copy's results (every rank logs the same),
+//! the copies of a stage sum their gradients, and each updates its slice.
+//! Other stages' state is broadcast from their copy 0 at each training
+//! pass's end, so value() is the whole model's. A lane's own error reaches
+//! every rank as an abort notice. Needs STRATA_HAS_MPI.
 //!   strata::detail::PipelineExecutor<strata::detail::RankStages> ex{RankStages{comm}, program, opts, stats};
 
 #include <algorithm>

@@ -1,43 +1,16 @@
 #pragma once
 //! One pipeline batch, written once for every pipeline executor (threads in
-//! one process, ranks of an MPI job): its bookkeeping (each copy's share of
-//! the rows, its micro-batches, where their results go: PipelineBatch), the
-//! stages' layout and memory budget, and one stage's share of it: the order
-//! of its micro-batches' forwards and backwards under a schedule, and the
-//! loop that runs them, receiving activations from the previous stage and
-//! gradients from the next through any communicator with send/recv. A
-//! stage on a GPU (StageLane with a compute) keeps its slice of the
-//! variables, its gradient, optimizer state and activations in its GPU's
-//! memory; its activations and their gradients cross to the neighbours
-//! through host memory (the host-staged path, which every compute has:
-//! downloaded by the sender, uploaded by the receiving stage). A
-//! device-to-device path is later GPU work.
+//! one process, ranks of an MPI job): its bookkeeping (PipelineBatch: each
+//! copy's rows, its micro-batches, where results go), the stages' layout
+//! and memory budget, and one stage's share: its micro-batches' forwards
+//! and backwards under a schedule, receiving activations from the previous
+//! stage and gradients from the next through any communicator with
+//! send/recv (run_stage_batch). A stage on a GPU (StageLane with a compute)
+//! keeps its state in its GPU's memory; activations cross stages through
+//! host memory. The Stages model the executor is written over (ThreadStages,
+//! RankStages) is described in parallel/pipeline/README.md.
 //!   auto pb = strata::detail::plan_batch(Phase::Train, true, rows, copies, stages, micro_batches, metrics);
 //!   const double busy = strata::detail::run_stage_batch(ctx, stage, batch, work);
-//!
-//! The pipeline executor (pipeline_executor.hpp) is written once over a
-//! Stages model (its Transport parameter):
-//! ThreadStages (pipeline_threads.hpp: every lane in this process, one
-//! replica thread each) and RankStages (pipeline_ranks.hpp: one lane per
-//! MPI rank). It says which lanes run here (copies() x stages() x
-//! members(), ranges), runs them (run: lane(ctx, d, s, t), ctx with
-//! send/recv; link(ctx): what a stage's tensor-parallel members sum over,
-//! of type link_type), joins them after the backward (agree: the
-//! finiteness count, the results and predictions of the lanes elsewhere),
-//! sums a lane's copies held elsewhere (sum_copies), sums a number over
-//! every lane (sum_lanes: clipping's squared norms, a compressed copies'
-//! sum's non-finite count) and shares the other lanes'
-//! state at a pass's end (end_pass); and size(), words, check(options),
-//! place, prepare, is_chief, settled, and device(d, s, t) and matmul()
-//! (where lane (d, s, t) runs). Within a
-//! process, the lowest copy of each stage here sums the copies here and
-//! applies the update; the others read its variables.
-//! Stages on GPUs (PipelineStrategy{{gpu(0), gpu(1)}}) run this very code,
-//! each lane's variables, gradient, optimizer state and activations in its
-//! compute's memory (StageLane, pipeline_stage.hpp); activations, their
-//! gradients, and the copies' sums and updated variables cross through host
-//! memory (host-staged). On the host's compute standing in for a GPU
-//! (tests/host_as_gpu.hpp) a GPU pipeline gives the CPU pipeline's bits.
 
 #include <algorithm>
 #include <chrono>

@@ -5,17 +5,12 @@
 //! forward, loss, backward, push the gradient), and the chief keeps a copy
 //! of its own for evaluation and prediction, refreshed from the servers
 //! after each training pass. Over MPI, the ranks other than the chief serve
-//! it during fit and hold the trained value after.
+//! it during fit and hold the trained value after. Clipping by the global
+//! norm clips each pushed gradient by its own norm on the worker (at
+//! staleness 0, before the servers average the round).
+//! Not deterministic unless staleness is 0.
 //!   strata::ParameterServerStrategy s{{.workers = 4, .servers = 2}};
 //!   auto model = s.scope([] { return strata::nn::Sequential{...}; });   // trains through this executor
-//! Not deterministic unless staleness is 0.
-//! Clipping by the global norm (the optimizer's global_clipnorm) clips each
-//! pushed gradient by its own norm, on the worker, over every variable of
-//! every server (the worker holds the whole gradient before the push cuts it
-//! into shards, so the servers need not agree on anything): each push is one
-//! update applied asynchronously, and its norm is the norm of that update's
-//! gradient. In a synchronous round (staleness 0), where the servers
-//! average the round's pushes, each push is clipped before the average.
 
 #include <algorithm>
 #include <cstddef>

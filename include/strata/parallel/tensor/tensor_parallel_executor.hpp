@@ -1,33 +1,15 @@
 #pragma once
 //! Tensor parallelism (Megatron-LM's), an executor of Mirrored placement
 //! chosen by ExecutorOptions::tensor_parallel = T: the strategy's R
-//! replicas form R / T data-parallel copies of the model, each split over T
-//! replicas (replica r is member r % T of copy r / T). The model says what a
-//! member holds (ModelProgram::tensor_layout: attention layers' heads, MLP
-//! pairs of Dense layers column then row, the rest whole on every member);
-//! the split layers sum their partial results over their copy's members
-//! inside forward and backward (TensorGroup). Every member of a copy gets
-//! the copy's rows of the batch; after backward each member sums its
-//! gradient with the same member of the other copies (CopiesSum,
-//! tensor_peers.hpp; compressed to 16 bits with ExecutorOptions::compression)
-//! and updates what it holds with its own optimizer state (across workers,
-//! with ExecutorOptions::bucket_bytes, bucket by bucket as backward ends
-//! them: LogicalBuckets). The finiteness check and clipping by the global
-//! norm count each element once.
-//! ShardedUpdate::On (ZeRO 1, Megatron's distributed optimizer) shards the optimizer state over every
-//! replica of the job instead, each owning a slice of the logical parameters (logical_slices.hpp): the
-//! members' parts reduce-scattered (compressed too), each slice updated, the slices all-gathered; the
-//! same sums, so without clipping the unsharded update's bits. Values, optimizer state and checkpoints
-//! are logical (value() joins the members' shards, assign() splits), so a model trained at T = 2
-//! continues at T = 1 or 4. The sums are strata's own over tagged send / recv, in
-//! member order (bitwise run to run), bounded by the communicator's deadline.
-//! Against one replica: equal to float rounding (a split product adds its
-//! partial sums in another order). Across workers (MultiWorkerMirrored) a
-//! copy's members are replicas of one worker, as Megatron keeps a tensor
-//! group within a node; T must divide every worker's replicas and the
-//! copies' sum crosses workers in one all-reduce of the logical gradient.
-//! CPU or GPU replicas (a GPU's buffers go through host memory for the sums).
-//! docs/tensor-parallelism.md says the rest.
+//! replicas form R / T copies of the model, each split over T replicas
+//! (replica r is member r % T of copy r / T). The model says what a member
+//! holds (ModelProgram::tensor_layout); split layers sum their partial
+//! results over their copy's members inside forward and backward
+//! (TensorGroup); after backward each member sums its gradient with the same
+//! member of the other copies (CopiesSum, tensor_peers.hpp) and updates
+//! what it holds, or with ShardedUpdate::On its slice of the logical
+//! parameters (logical_slices.hpp). State and checkpoints are logical.
+//! parallel/tensor/README.md and docs/tensor-parallelism.md say the rest.
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
 //!   s.executor_options().tensor_parallel = 2;   // 2 copies of a model split over 2 replicas each
 

@@ -1,36 +1,15 @@
 #pragma once
-//! Sharded data parallelism: ZeRO stage 1's step (sharded_update, which
-//! the mirrored executor runs on CPU and GPU replicas), and beyond the
-//! optimizer state (ZeRO stages 2 and
-//! 3, as DeepSpeed's and PyTorch FSDP's), for a mirrored executor's CPU
-//! replicas (parallel/data/mirrored_executor.hpp; ShardedUpdate::Gradients and
-//! ::Parameters). The flat parameters are cut into units, one per layer
-//! with parameters (its parameters are contiguous); replica r of p owns
-//! slice shard_range(unit size, p, r) of every unit: of its summed gradient
-//! and of its optimizer state (stage 2) and of its values (stage 3). Its
-//! owned elements, unit after unit, make one contiguous vector, which its
-//! optimizer updates as one slice of the state.
-//!
-//! A step, through the replica's ParameterWindows (StepInfo::windows):
-//! - stage 3, before a layer's forward and again before its backward: the
-//!   unit's values all-gathered from every replica's slice into a window
-//!   (two windows: the next unit's gather is started, non-blocking, while
-//!   this one computes: forward the next layer, backward the previous);
-//!   stage 2 keeps every value and gathers nothing;
-//! - after a layer's backward: its gradient, in a window of the layer's
-//!   size, reduce-scattered into the replica's owned slice (non-blocking:
-//!   the reduction runs while backward goes on; two gradient windows);
-//! - the update: each replica updates its owned slice with its owned
-//!   gradient and state; stage 2 then all-gathers the updated slices into
-//!   every replica's values (stage 3 keeps them sharded).
-//! Per replica, the model state is thus (values n, or n/p plus a window
-//! pair) + (gradient n/p plus a window pair) + (optimizer state n/p); a
-//! pair holds two adjacent layers, so it takes the largest and the second
-//! largest layer's floats, not the whole model's (model_state_bytes). The sums are
-//! the reduce-scatter's, each element summed in replica order with the
-//! direct reduction, as the all-reduce's: the weights are bitwise those of
-//! stages 0 and 1.
-//! The windows and a replica's step are ShardedReplica's (sharded_replica.hpp).
+//! Sharded data parallelism: ZeRO stage 1's step (sharded_update, which the
+//! mirrored executor runs on CPU and GPU replicas), and the layout of stages
+//! 2 and 3 (ShardLayout): the flat parameters cut into units, one per layer
+//! with parameters; replica r of p owns slice shard_range(unit, p, r) of
+//! every unit (of its summed gradient and optimizer state at stage 2, and of
+//! its values at stage 3), its owned elements one contiguous vector. A step
+//! goes through the replica's ParameterWindows (sharded_replica.hpp): stage
+//! 3 gathers a layer's values before its forward and backward, a layer's
+//! gradient is reduce-scattered after its backward, each replica updates
+//! its slice. model_state_bytes is the memory per replica. Sums in replica
+//! order, as the direct all-reduce's: the weights of stages 0 and 1.
 //!   strata::detail::ShardLayout layout{unit_sizes, p};
 
 #include <algorithm>

@@ -1,22 +1,14 @@
 #pragma once
 //! The executor of Mirrored placement at ZeRO stage 2 (ShardedUpdate::
 //! Gradients) and stage 3 (ShardedUpdate::Parameters, fully sharded), for
-//! CPU replicas whose replica context gathers and reduce-scatters without
-//! waiting: MirroredStrategy in one process, and MultiWorkerMirroredStrategy
-//! across workers (the layout over every worker's replicas: each holds
-//! 1/p of the whole job's state; strategy/multi_worker_sharding.hpp's
-//! hierarchical collectives). The shard layout, the windows
-//! and what a step does are parallel/zero/fully_sharded.hpp's; this executor
-//! places the shards, hands each replica's step its windows, updates each
-//! replica's owned slice, and reads and writes the variables and the
-//! optimizer state as the logical whole, so checkpoints load across stages
-//! and replica counts (a logical checkpoint, as everywhere). Across workers
-//! another worker's shards are not in this process: reading the optimizer
-//! state (and, at stage 3, the values) is collective, every worker joining
-//! its shards (state_reads_collective; Model::save_checkpoint and the
-//! callbacks that save call it on every worker, the chief alone writing).
-//! Compression (ExecutorOptions::compression): each layer's reduce-scatter
-//! in 16 bits with error feedback (ShardedCompression, compression.hpp).
+//! replicas whose context gathers and reduce-scatters without waiting:
+//! MirroredStrategy in one process (CPU or GPU replicas) and
+//! MultiWorkerMirroredStrategy across workers (strategy/
+//! multi_worker_sharding.hpp). The layout and a step are fully_sharded.hpp's;
+//! this executor places the shards, hands each replica its windows, updates
+//! each owned slice, and reads and writes the variables and optimizer state
+//! as the logical whole (checkpoints load across stages and replica counts;
+//! across workers such reads are collective: state_reads_collective).
 //!   strata::MirroredStrategy s{strata::cpu_replicas(4)};
 //!   s.executor_options().sharded_update = strata::ShardedUpdate::Parameters;   // before making the model
 

@@ -1,21 +1,13 @@
 #pragma once
-//! ZeRO stages 2 and 3 by buckets (issue 25; ExecutorOptions::bucket_bytes):
-//! the layers' reduce-scatters after their backward grouped into buckets of
-//! whole layers (plan_buckets over the shard units, in backward order, the
-//! first small), one reduce-scatter a bucket, and stage 2's all-gather of
-//! the updated slices by the same buckets, instead of one collective a layer:
-//! fewer and larger collectives, each of which pays its latency and waits
-//! for its peers once. The shard layout stays the per-layer one
-//! (fully_sharded.hpp): a bucket's buffer holds, replica after replica, each
-//! replica q's slices of the bucket's layers (in q's owned order), padded to
-//! the bucket's largest such block (`block`), so that a reduce-scatter's
-//! equal cut hands every replica its own slices of those layers (the first
-//! owned(q) floats of its block), and an all-gather of every replica's block
-//! gives them all back. Across workers the equal cut is the context's
-//! (worker blocks, then local replicas) when every worker runs as many
-//! replicas. Each element is summed as the per-layer reduce-scatter sums it
-//! where the reduction adds in replica order (threads, two ranks): the same
-//! bits.
+//! ZeRO stages 2 and 3 by buckets (ExecutorOptions::bucket_bytes): the
+//! layers' reduce-scatters after their backward grouped into buckets of
+//! whole layers (plan_buckets over the shard units, backward order, the
+//! first small), and stage 2's all-gather of the updated slices by the same
+//! buckets: fewer, larger collectives. The shard layout stays the per-layer
+//! one: a bucket's buffer holds each replica q's slices of its layers at q's
+//! block (padded to the largest), so the collective's equal cut hands every
+//! replica its own slices. Each element is summed as the per-layer
+//! reduce-scatter sums it: the same bits.
 //!   ShardBuckets bk(layout, 4 << 20);
 //!   bk.pack(m, layout, u, unit_grad, send);   // each layer after its backward; then reduce-scatter send
 
