@@ -40,7 +40,7 @@
 //! Gradient buckets (ExecutorOptions::bucket_bytes, buckets.hpp) cut the all-reduce above, on
 //! CPU and GPU replicas; compression (ExecutorOptions::compression, compression.hpp) sends it (or ZeRO 1's
 //! reduce-scatter) in 16 bits, on CPU and GPU replicas (a GPU rounds on its compute and sums in its collectives).
-//! On the host's compute substituted for a GPU's (tests/host_as_gpu.hpp)
+//! On the host's compute substituted for a GPU's (tests/device/host_as_gpu.hpp)
 //! the GPU replicas run this very code and give the CPU run's bits.
 
 #include <algorithm>

@@ -37,7 +37,7 @@
 //! compute's memory (StageLane, pipeline_stage.hpp); activations, their
 //! gradients, and the copies' sums and updated variables cross through host
 //! memory (host-staged). On the host's compute standing in for a GPU
-//! (tests/host_as_gpu.hpp) a GPU pipeline gives the CPU pipeline's bits.
+//! (tests/device/host_as_gpu.hpp) a GPU pipeline gives the CPU pipeline's bits.
 
 #include <algorithm>
 #include <chrono>
