@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // CRC-32C throughput over 64 MiB (the paths agree: tests/checkpoint_test).
+  // CRC-32C throughput over 64 MiB (the paths agree: tests/nn/checkpoint_test).
   std::vector<std::byte> buf(std::size_t{64} << 20);
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>(i * 2654435761u >> 13);
   std::printf("# CRC-32C over 64 MiB\n%-22s %10s %10s\n", "path", "time(ms)", "GB/s");

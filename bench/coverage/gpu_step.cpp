@@ -7,7 +7,7 @@
 //   gpu_step host      the host's own compute (HostCompute, Where::Host): CI's stand-in before it was a device
 //   gpu_step mirrored  the MLP under MirroredStrategy{strata::virtual_gpus(0, 2)} on the stand-in, its
 //                      gradients summed by the device team's collectives over the host runtime
-//                      (strata::detail::make_stand_in_collectives, as tests/host_as_gpu.hpp): once flat
+//                      (strata::detail::make_stand_in_collectives, as tests/device/host_as_gpu.hpp): once flat
 //                      (all_reduce_sum), once with ExecutorOptions::bucket_bytes (the started sums, on side streams)
 // Built with --coverage and read with gcov by bench/coverage/measure.sh.
 #include <cstdint>
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   }
   const bool stand_in = mode != "host";
   strata::detail::gpu_backend().make = stand_in ? &make_stand_in : &make_host;
-  // several replicas: the device team's collectives over the host runtime, as tests/host_as_gpu.hpp; one
+  // several replicas: the device team's collectives over the host runtime, as tests/device/host_as_gpu.hpp; one
   // device: null, as when docs/gpu-coverage.md's first rows were measured
   strata::detail::gpu_backend().make_collectives = mode == "mirrored" ? &strata::detail::make_stand_in_collectives
                                                                       : nullptr;

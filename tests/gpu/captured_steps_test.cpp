@@ -1,6 +1,6 @@
 // Captured steps on a GPU (ExecutorOptions::capture_steps): each training
 // step of OneDeviceStrategy{gpu(0)} one CUDA graph launch, replayed bitwise
-// as the same steps run eagerly on the GPU (tests/captured_steps_test.cpp
+// as the same steps run eagerly on the GPU (tests/execution/captured_steps_test.cpp
 // checks the same on the host's compute with a graph's rules; this runs the
 // real capture: cudaStreamBeginCapture over cuBLAS and strata's kernels).
 #include <doctest/doctest.h>
@@ -14,7 +14,7 @@
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
 
-#include "../blobs.hpp"
+#include "support/blobs.hpp"
 #include "gpu_util.hpp"
 
 namespace captured_steps_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)

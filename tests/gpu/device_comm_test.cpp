@@ -21,7 +21,7 @@
 #include <strata/cuda/comm/communicator.hpp>
 #include <strata/cuda/launch.hpp>
 
-#include "../replica_values.hpp"
+#include "device/replica_values.hpp"
 #include "device_vector.hpp"
 
 namespace device_comm_gpu_test {  // each file in its own namespace: the unity group joins them (tests/gpu/meson.build)

@@ -11,7 +11,7 @@
 
 #include <strata/cuda/device.hpp>
 
-#include "../count_selected.hpp"
+#include "support/count_selected.hpp"
 #include "skip.hpp"
 
 int main(int argc, char** argv) {

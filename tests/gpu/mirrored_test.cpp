@@ -19,7 +19,7 @@
 #include <strata/nn.hpp>
 #include <strata/strata.hpp>
 
-#include "../blobs.hpp"
+#include "support/blobs.hpp"
 #include "gpu_util.hpp"
 #include "skip.hpp"
 

@@ -21,8 +21,8 @@
 #include <strata/strata.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
-#include "../blobs.hpp"
-#include "../quick_workers.hpp"
+#include "support/blobs.hpp"
+#include "support/quick_workers.hpp"
 #include "gpu_util.hpp"
 #include "mpi_gpu_main.hpp"
 

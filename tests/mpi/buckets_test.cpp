@@ -19,10 +19,10 @@
 #include <strata/gradient/buckets.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
-#include "../blobs.hpp"
-#include "../host_as_gpu.hpp"
-#include "../identity_layer.hpp"
-#include "../quick_workers.hpp"
+#include "support/blobs.hpp"
+#include "device/host_as_gpu.hpp"
+#include "support/identity_layer.hpp"
+#include "support/quick_workers.hpp"
 
 namespace mpi_buckets_test {  // each test file in its own namespace: a unity build joins them
 

@@ -17,9 +17,9 @@
 #include <strata/nn.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
-#include "../blobs.hpp"
-#include "../host_as_gpu.hpp"
-#include "../quick_workers.hpp"
+#include "support/blobs.hpp"
+#include "device/host_as_gpu.hpp"
+#include "support/quick_workers.hpp"
 
 namespace mpi_compression_test {  // each test file in its own namespace: a unity build joins them
 

@@ -19,9 +19,9 @@
 #include <strata/strategy/multi_worker.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
-#include "../blobs.hpp"
-#include "../host_as_gpu.hpp"
-#include "../quick_workers.hpp"
+#include "support/blobs.hpp"
+#include "device/host_as_gpu.hpp"
+#include "support/quick_workers.hpp"
 
 namespace custom_loop_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 
@@ -97,7 +97,7 @@ TEST_CASE("multi-worker: a custom loop of train_step gives fit's weights bit for
   }
 }
 
-// GPU replicas across workers (stand-in GPUs, tests/host_as_gpu.hpp: the device executor, the device
+// GPU replicas across workers (stand-in GPUs, tests/device/host_as_gpu.hpp: the device executor, the device
 // team's local sum, the host-staged sum across workers): the custom loop is fit's step there too, the hook
 // sees each local replica's gradient, and both give the CPU replicas' bits.
 TEST_CASE("multi-worker, GPU replicas (stand-ins): a custom loop of train_step gives fit's weights, the CPU replicas' bits") {

@@ -28,12 +28,12 @@
 #include <strata/parallel/zero/fully_sharded.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
-#include "../blobs.hpp"
-#include "../host_as_gpu.hpp"
+#include "support/blobs.hpp"
+#include "device/host_as_gpu.hpp"
 #include "chief_saving_alone.hpp"
-#include "../identity_layer.hpp"
-#include "../max_diff.hpp"
-#include "../quick_workers.hpp"
+#include "support/identity_layer.hpp"
+#include "support/max_diff.hpp"
+#include "support/quick_workers.hpp"
 
 namespace mpi_fully_sharded_test {  // each test file in its own namespace: a unity build joins them
 

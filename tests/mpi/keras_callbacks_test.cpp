@@ -24,10 +24,10 @@
 #include <strata/strategy/multi_worker.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
-#include "../blobs.hpp"
-#include "../checkpoint_files.hpp"
-#include "../host_as_gpu.hpp"
-#include "../quick_workers.hpp"
+#include "support/blobs.hpp"
+#include "support/checkpoint_files.hpp"
+#include "device/host_as_gpu.hpp"
+#include "support/quick_workers.hpp"
 
 namespace nn = strata::nn;
 
@@ -184,7 +184,7 @@ struct CrashAtEpochEnd final : nn::Callback {
 };
 }  // namespace
 
-// The logging callbacks with GPU replicas across workers (stand-ins, tests/host_as_gpu.hpp): they run on the
+// The logging callbacks with GPU replicas across workers (stand-ins, tests/device/host_as_gpu.hpp): they run on the
 // host, on fit's logs, so the CPU workers' rows and decisions; the chief alone writes.
 TEST_CASE("GPU replicas across workers (stand-ins): CSVLogger's rows, EarlyStopping's and ReduceLROnPlateau's "
           "decisions are the CPU workers'; TensorBoard writes on the chief") {

@@ -11,7 +11,7 @@
 
 #include <strata/comm/mpi/runtime.hpp>
 
-#include "../count_selected.hpp"
+#include "support/count_selected.hpp"
 
 int main(int argc, char** argv) {
   strata::detail::mpi::runtime();  // MPI_Init_thread; finalized at exit
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   if (!isatty(1)) ctx.setOption("no-colors", true);
   const int res = ctx.run();
   if (ctx.shouldExit()) return res;
-  // a run whose filters select no test case fails (a unity group's program: ../count_selected.hpp)
+  // a run whose filters select no test case fails (a unity group's program: support/count_selected.hpp)
   const bool none = strata_test::selected_test_cases() == 0;
   if (none && rank == 0) std::fprintf(stderr, "%s: no test case matches the filters: nothing was tested\n", argv[0]);
   int failed = res != 0 || none, ranks_failed = 0;

@@ -21,8 +21,8 @@
 
 #include <unistd.h>
 
-#include "../host_as_gpu.hpp"
-#include "../quick_workers.hpp"
+#include "device/host_as_gpu.hpp"
+#include "support/quick_workers.hpp"
 
 namespace multi_worker_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 

@@ -1,7 +1,7 @@
 // NCCL across workers in a program that has it (<strata/nccl_mpi.hpp>),
 // without a GPU (CI): the registered WorkerSum maker gathers every worker's
 // GPU and STRATA_WORKER_ALLREDUCE over MPI and decides the same on every
-// worker. GPU replicas computing on the host (tests/host_as_gpu.hpp) cannot
+// worker. GPU replicas computing on the host (tests/device/host_as_gpu.hpp) cannot
 // take NCCL: they get the host-staged sum, say why, and train bitwise like
 // CPU workers; forcing NCCL there, or workers that disagree on the variable,
 // is an Error on every worker, not a hang. Run under mpirun -np 2.
@@ -21,9 +21,9 @@
 #include <strata/nn.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
-#include "../blobs.hpp"
-#include "../quick_workers.hpp"
-#include "../host_as_gpu.hpp"
+#include "support/blobs.hpp"
+#include "support/quick_workers.hpp"
+#include "device/host_as_gpu.hpp"
 
 using namespace std::chrono_literals;
 namespace nn = strata::nn;

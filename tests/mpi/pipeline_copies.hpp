@@ -13,7 +13,7 @@
 #include <strata/nn.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
-#include "../blobs.hpp"
+#include "support/blobs.hpp"
 
 namespace strata_test {
 

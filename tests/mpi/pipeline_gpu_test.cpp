@@ -1,7 +1,7 @@
 // MultiWorkerPipelineStrategy with each rank's stage on a GPU (issue 22):
 // the pipeline executor's GPU stages (parallel/pipeline/pipeline_executor.hpp) on MPI
 // ranks, on the host's compute standing in for each rank's GPU
-// (tests/host_as_gpu.hpp): activations cross ranks through host memory
+// (tests/device/host_as_gpu.hpp): activations cross ranks through host memory
 // (downloaded, sent, uploaded), and the job trains to bitwise the weights,
 // losses, evaluation and predictions of the CPU pipeline in one process
 // with as many stages; a label that is no class index stops every rank;
@@ -16,8 +16,8 @@
 #include <strata/nn.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
-#include "../blobs.hpp"
-#include "../host_as_gpu.hpp"
+#include "support/blobs.hpp"
+#include "device/host_as_gpu.hpp"
 #include "pipeline_copies.hpp"
 
 namespace pipeline_gpu_test {  // each test file in its own namespace (tests/meson.build's unity builds)

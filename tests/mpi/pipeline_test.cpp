@@ -22,10 +22,10 @@
 #include <strata/gradient/buckets.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
-#include "../blobs.hpp"
-#include "../boom_layer.hpp"
-#include "../identity_layer.hpp"
-#include "../tiny_gpt.hpp"
+#include "support/blobs.hpp"
+#include "support/boom_layer.hpp"
+#include "support/identity_layer.hpp"
+#include "parallel/tensor/tiny_gpt.hpp"
 #include "pipeline_copies.hpp"
 
 #include <unistd.h>
@@ -38,7 +38,7 @@ using strata::Schedule;
 
 namespace {
 
-// 6 layers, two without parameters, one with L2 (as tests/pipeline_test.cpp).
+// 6 layers, two without parameters, one with L2 (as tests/parallel/pipeline/pipeline_test.cpp).
 nn::Sequential mlp() {
   return nn::Sequential{nn::Input{{6}},  nn::Dense{16, {.activation = nn::Activation::Tanh, .l2 = 1e-3f}},
                         nn::ReLU{},      nn::Dense{12},

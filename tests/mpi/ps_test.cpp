@@ -22,7 +22,7 @@
 #include <strata/strategy/parameter_server.hpp>
 #include <strata/strata.hpp>
 
-#include "../blobs.hpp"
+#include "support/blobs.hpp"
 
 namespace ps_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 

@@ -24,11 +24,11 @@
 #include <strata/strategy/by_name_mpi.hpp>
 #include <strata/strategy/multi_worker.hpp>
 
-#include "../blobs.hpp"
-#include "../host_as_gpu.hpp"
-#include "../identity_layer.hpp"
-#include "../quick_workers.hpp"
-#include "../tiny_gpt.hpp"
+#include "support/blobs.hpp"
+#include "device/host_as_gpu.hpp"
+#include "support/identity_layer.hpp"
+#include "support/quick_workers.hpp"
+#include "parallel/tensor/tiny_gpt.hpp"
 #include "chief_saving_alone.hpp"
 
 namespace tensor_parallel_mpi_test {  // each test file in its own namespace: a unity build joins them

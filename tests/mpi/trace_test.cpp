@@ -21,10 +21,10 @@
 #include <strata/strategy/multi_worker.hpp>
 #include <strata/strategy/multi_worker_pipeline.hpp>
 
-#include "../blobs.hpp"
-#include "../host_as_gpu.hpp"
-#include "../quick_workers.hpp"
-#include "../trace/trace_report.hpp"
+#include "support/blobs.hpp"
+#include "device/host_as_gpu.hpp"
+#include "support/quick_workers.hpp"
+#include "trace/trace_report.hpp"
 
 namespace nn = strata::nn;
 namespace trace = strata::trace;
@@ -118,7 +118,7 @@ TEST_CASE("two workers: one file, a process per rank, every collective of every 
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
-// --trace with GPU replicas across workers (stand-ins, tests/host_as_gpu.hpp: the device executor, the
+// --trace with GPU replicas across workers (stand-ins, tests/device/host_as_gpu.hpp: the device executor, the
 // device team's local sum, the host-staged sum across workers): each worker's process, its replicas' spans.
 TEST_CASE("two workers of two GPU replicas each (stand-ins): one file, every replica's steps and collectives") {
   strata_test::HostAsGpu host;

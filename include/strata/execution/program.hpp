@@ -8,7 +8,7 @@
 //! forward, loss and backward on rows of a batch), and the optimizer's
 //! elementwise update. It hands batches and callbacks over as a Pass.
 //!
-//! The executor (one per placement: strategy/*_executor.hpp) decides
+//! The executor (in parallel/, picked by parallel/dispatch.hpp) decides
 //! everything else: where the variables and optimizer state live, how a
 //! global batch is split over replicas (and workers), how gradients are
 //! reduced, where and how the update is applied, and how logs are summed.

@@ -178,7 +178,7 @@ struct InProcessStrategies {
                     "pipeline");
       }
     }
-    // a catalogue row this function cannot build (tests/catalog_test.cpp constructs every row)
+    // a catalogue row this function cannot build (tests/strategy/catalog_test.cpp constructs every row)
     throw Error(detail::words({"strata: strategy '", name, "' is in the catalogue (strategy/catalog.hpp) but "
                                "InProcessStrategies::with cannot build it: add its constructor to by_name.hpp"}));
   }

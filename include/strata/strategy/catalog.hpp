@@ -2,8 +2,8 @@
 //! The one list of strategies by name: what by_name.hpp's with_strategy and
 //! by_name_mpi.hpp's with_mpi_strategy build, what the examples' --strategy
 //! accepts and --help describes, and what the tests sweep
-//! (tests/strategy_sweep.hpp). A new strategy is one row here plus its
-//! constructor in by_name.hpp (or by_name_mpi.hpp); tests/catalog_test.cpp
+//! (tests/strategy/strategy_sweep.hpp). A new strategy is one row here plus its
+//! constructor in by_name.hpp (or by_name_mpi.hpp); tests/strategy/catalog_test.cpp
 //! fails until every row constructs.
 //!   for (const auto& s : strata::strategy_catalog) std::printf("%s: %s\n", s.name.data(), s.help.data());
 //!   if (const auto* s = strata::find_strategy("mirrored"); s && s->takes_replicas) ...

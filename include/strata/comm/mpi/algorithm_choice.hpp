@@ -5,7 +5,7 @@
 //! (native: MPI_Iallreduce after the contract) is kept unless another is
 //! faster by a margin in its median, in its best time and in most rounds.
 //!   const auto v = strata::detail::choose_from_trials(times, /*candidates=*/2);
-//! No MPI here: tests/allreduce_choice_test.cpp checks the rule on made-up times.
+//! No MPI here: tests/comm/allreduce_choice_test.cpp checks the rule on made-up times.
 
 #include <algorithm>
 #include <array>
