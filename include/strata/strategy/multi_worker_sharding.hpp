@@ -1,5 +1,5 @@
 #pragma once
-//! MultiWorkerReplicaContext's reduce-scatter and all-gather over every
+//! BasicMultiWorkerReplicaContext's (MultiWorkerReplicaContext's) reduce-scatter and all-gather over every
 //! replica of every worker: what ZeRO stages 2 and 3 run across workers
 //! (parallel/zero/fully_sharded_executor.hpp, in ShardLayout's layout across
 //! workers). Hierarchical, as the context's all-reduce:
@@ -34,12 +34,13 @@
 #include <strata/comm/work.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
-#include <strata/strategy/multi_worker.hpp>
+#include <strata/strategy/multi_worker_basic.hpp>
 
 namespace strata {
 
+template <WorkerCommunicator Comm>
 template <class T, class F>
-Work MultiWorkerReplicaContext::queued(const char* what, std::size_t n, F&& f) {
+Work BasicMultiWorkerReplicaContext<Comm>::queued(const char* what, std::size_t n, F&& f) {
   return s_.async_[static_cast<std::size_t>(local_.rank())]->submit(
       detail::Described<T>{what, n}, [ctx = *this, f = std::forward<F>(f)]() mutable {
         try {
@@ -52,14 +53,17 @@ Work MultiWorkerReplicaContext::queued(const char* what, std::size_t n, F&& f) {
       });
 }
 
+template <WorkerCommunicator Comm>
 template <WireElement T>
-Work MultiWorkerReplicaContext::reduce_scatter_async(std::span<const T> in, std::span<T> out, SumOp) {
+Work BasicMultiWorkerReplicaContext<Comm>::reduce_scatter_async(std::span<const T> in, std::span<T> out, SumOp) {
   return queued<T>("reduce_scatter", in.size(),
-                [in, out](MultiWorkerReplicaContext& c) { c.reduce_scatter_now<T>(in, out); });
+                   [in, out](BasicMultiWorkerReplicaContext& c) { c.template reduce_scatter_now<T>(in, out); });
 }
 
-inline Work MultiWorkerReplicaContext::all_gather_async(std::span<const float> in, std::span<float> out) {
-  return queued<float>("all_gather", out.size(), [in, out](MultiWorkerReplicaContext& c) { c.all_gather_now(in, out); });
+template <WorkerCommunicator Comm>
+Work BasicMultiWorkerReplicaContext<Comm>::all_gather_async(std::span<const float> in, std::span<float> out) {
+  return queued<float>("all_gather", out.size(),
+                       [in, out](BasicMultiWorkerReplicaContext& c) { c.all_gather_now(in, out); });
 }
 
 namespace detail {
@@ -71,8 +75,9 @@ inline Range local_part(std::size_t n, std::size_t workers, std::size_t worker, 
 }
 }  // namespace detail
 
+template <WorkerCommunicator Comm>
 template <WireElement T>
-void MultiWorkerReplicaContext::reduce_scatter_now(std::span<const T> in, std::span<T> out) {
+void BasicMultiWorkerReplicaContext<Comm>::reduce_scatter_now(std::span<const T> in, std::span<T> out) {
   const auto W = static_cast<std::size_t>(s_.num_workers()), w = static_cast<std::size_t>(s_.worker_index());
   const auto L = static_cast<std::size_t>(local_.size()), l = static_cast<std::size_t>(local_.rank());
   const Range block = shard_range(in.size(), W, w);
@@ -90,7 +95,8 @@ void MultiWorkerReplicaContext::reduce_scatter_now(std::span<const T> in, std::s
   std::copy_n(part.data() + (mine.begin - block.begin), mine.size(), out.data());
 }
 
-inline void MultiWorkerReplicaContext::all_gather_now(std::span<const float> in, std::span<float> out) {
+template <WorkerCommunicator Comm>
+void BasicMultiWorkerReplicaContext<Comm>::all_gather_now(std::span<const float> in, std::span<float> out) {
   const auto W = static_cast<std::size_t>(s_.num_workers()), w = static_cast<std::size_t>(s_.worker_index());
   const auto L = static_cast<std::size_t>(local_.size()), l = static_cast<std::size_t>(local_.rank());
   const Range mine = detail::local_part(out.size(), W, w, L, l);

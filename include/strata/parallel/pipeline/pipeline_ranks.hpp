@@ -1,6 +1,7 @@
 #pragma once
-//! The pipeline executor's transport over the ranks of an MPI job
-//! (pipeline_executor.hpp), for MultiWorkerPipelineStrategy: with D
+//! The pipeline executor's transport over the ranks of a job joined by a
+//! WorkerCommunicator (comm/workers.hpp; MPI's under mpirun), for
+//! MultiWorkerPipelineStrategy (pipeline_executor.hpp): with D
 //! data-parallel copies of S stages on D x S ranks, rank d * S + s runs the
 //! one lane (stage s of copy d), on copy d's share of each batch (every
 //! rank reads the same batches; stage 0 takes the features, the last stage
@@ -24,8 +25,8 @@
 //! between ranks). With PipelineOptions::tensor_parallel = T, a rank per
 //! member: rank (d * S + s) * T + t runs member t of stage s of copy d, its
 //! stage's members summing over the ranks' send / recv (put a stage's
-//! members on one node: their sums move activations). Needs STRATA_HAS_MPI.
-//!   strata::detail::PipelineExecutor<strata::detail::RankStages> ex{RankStages{comm}, program, opts, stats};
+//! members on one node: their sums move activations).
+//!   strata::detail::PipelineExecutor<strata::detail::RankStages<Comm>> ex{RankStages<Comm>{comm}, program, opts, stats};
 
 #include <algorithm>
 #include <cstddef>
@@ -33,10 +34,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include <strata/comm/mpi/communicator.hpp>
 #include <strata/comm/reduce_op.hpp>
+#include <strata/comm/workers.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/core/trace.hpp>
@@ -49,9 +51,10 @@
 
 namespace strata::detail {
 
+template <WorkerCommunicator Comm>
 class RankStages {
  public:
-  explicit RankStages(MpiCommunicator& comm, Device device = cpu(0), MatmulPrecision matmul = {})
+  explicit RankStages(Comm& comm, Device device = cpu(0), MatmulPrecision matmul = {})
       : comm_(&comm), device_(device), matmul_(matmul) {}
 
   static constexpr PipelineWords words{"pipeline across ranks", "ranks", "start"};
@@ -152,7 +155,7 @@ class RankStages {
   }
   //! The copies of this lane's stage (D > 1), for gradient buckets
   //! (pipeline_buckets.hpp): their sums start there without waiting.
-  MpiCommunicator& copies_link() { return *copies_comm_; }
+  Comm& copies_link() { return *copies_comm_; }
   //! At a training pass's end: every lane's variables and optimizer state
   //! (`state`: this rank's part current; `parts[s * T + t]`: the elements of
   //! member t of stage s) from its copy 0 (rank s * T + t) to every rank
@@ -182,7 +185,7 @@ class RankStages {
   //! What the stage loop speaks: sends leave at once (the neighbours'
   //! forward and backward messages cross), finished per batch.
   struct Link {
-    MpiCommunicator& c;
+    Comm& c;
     void send(std::span<const float> d, int peer, int tag) { c.send_async(d, peer, tag); }
     void recv(std::span<float> d, int peer, int tag) { c.recv(d, peer, tag); }
   };
@@ -199,19 +202,20 @@ class RankStages {
     }
   }
 
-  MpiCommunicator* comm_;
+  Comm* comm_;
   Device device_;
   MatmulPrecision matmul_;
   std::size_t S_ = 1, T_ = 1, s_ = 0, d_ = 0, t_ = 0;  // stages, members; this rank's stage, copy and member
-  std::optional<MpiCommunicator> copies_comm_;  // this stage's D copies (D > 1)
+  std::optional<Comm> copies_comm_;  // this stage's D copies (D > 1)
 };
 
 //! A pipeline's stages one to a rank (MultiWorkerPipelineStrategy; chosen
 //! by parallel/dispatch.hpp, which wraps it in MultiWorkerExecutor).
 template <class S>
 std::unique_ptr<Executor> make_pipeline_on_ranks(S& s, ModelProgram& program) {
-  return std::make_unique<PipelineExecutor<RankStages>>(
-      RankStages{s.communicator(), s.devices().front(), s.executor_options().matmul}, program, s.pipeline_options(),
+  using Comm = std::remove_reference_t<decltype(s.communicator())>;
+  return std::make_unique<PipelineExecutor<RankStages<Comm>>>(
+      RankStages<Comm>{s.communicator(), s.devices().front(), s.executor_options().matmul}, program, s.pipeline_options(),
       s.pipeline_stats(), s.executor_options());
 }
 
