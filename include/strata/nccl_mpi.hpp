@@ -115,7 +115,7 @@ inline std::unique_ptr<strata::detail::WorkerSum> make_worker_sum(MpiCommunicato
 namespace strata::detail {
 
 inline const bool nccl_worker_sum_registered = [] {
-  nccl_worker_sum().make = &strata::nccl::detail::make_worker_sum;
+  nccl_worker_sum<MpiCommunicator>().make = &strata::nccl::detail::make_worker_sum;
   return true;
 }();
 

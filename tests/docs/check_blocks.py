@@ -92,7 +92,8 @@ def needs_of(code, marker_needs):
         if h == "strata/cuda.hpp" or h.startswith("strata/cuda/"):
             needs.add("cuda")
         if h in ("strata/strategy/multi_worker.hpp", "strata/strategy/by_name_mpi.hpp", "strata/ps/mpi.hpp",
-                 "strata/strategy/multi_worker_pipeline.hpp", "strata/nccl_mpi.hpp") or h.startswith("strata/comm/mpi"):
+                 "strata/strategy/multi_worker_pipeline.hpp", "strata/strategy/mpi.hpp",
+                 "strata/nccl_mpi.hpp") or h.startswith("strata/comm/mpi"):
             needs.add("mpi")
         if h == "strata/nn.hpp" or h.startswith("strata/nn/"):
             needs.add("nn")

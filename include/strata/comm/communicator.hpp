@@ -1,6 +1,6 @@
 #pragma once
 //! The Communicator concept: what every backend's communicator offers (the
-//! thread team's ThreadCommunicator, MpiCommunicator, the device team's,
+//! thread team's ThreadCommunicator, MPI's (comm/mpi/), the device team's,
 //! NCCL's), and what ReplicaContext carries and executors use; and
 //! AsyncCommunicator, the same with non-blocking collectives.
 //!   static_assert(strata::Communicator<strata::ThreadCommunicator>);
@@ -34,7 +34,7 @@
 //! - Work::wait() is bounded by the communicator's timeout for each
 //!   operation queued ahead and its own, plus a margin; a failed peer (an
 //!   abort) ends pending work at once with CollectiveAborted.
-//! ThreadCommunicator, MpiCommunicator, the device team's DeviceCommunicator
+//! ThreadCommunicator, MPI's communicator, the device team's DeviceCommunicator
 //! and NcclCommunicator model it (the GPU ones: a Work is an event recorded
 //! after the stream's operation, polled under the deadline: cuda/comm/event_work.hpp).
 

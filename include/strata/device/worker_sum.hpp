@@ -28,11 +28,7 @@
 #include <strata/device/device.hpp>
 #include <strata/device/device_collectives.hpp>
 
-namespace strata {
-
-class MpiCommunicator;  // comm/mpi/communicator.hpp
-
-namespace detail {
+namespace strata::detail {
 
 //! The sum of one buffer over every worker. Collective over the workers:
 //! one thread per worker calls it, every worker in the same order; waits
@@ -96,17 +92,20 @@ class HostStagedWorkerSum final : public WorkerSum {
   std::string why_;
 };
 
-//! What <strata/nccl_mpi.hpp> registers: given the workers' communicator,
-//! local replica 0's device and compute, and the host-staged sum to fall
-//! back on, the worker sum (collective over the workers: every worker's
-//! GPU is gathered to decide).
+//! What <strata/nccl_mpi.hpp> registers for the workers' communicator type
+//! `Comm` (MPI's): given the workers' communicator, local replica 0's device
+//! and compute, and the host-staged sum to fall back on, the worker sum
+//! (collective over the workers: every worker's GPU is gathered to decide).
+template <class Comm>
 struct WorkerSumMaker {
-  std::unique_ptr<WorkerSum> (*make)(MpiCommunicator& workers, const Device& leader, kernels::Compute& c,
+  std::unique_ptr<WorkerSum> (*make)(Comm& workers, const Device& leader, kernels::Compute& c,
                                      HostSums host_sums) = nullptr;
 };
 
-inline WorkerSumMaker& nccl_worker_sum() {
-  static WorkerSumMaker m;
+//! The one maker for workers joined by a `Comm` (none registered: null).
+template <class Comm>
+WorkerSumMaker<Comm>& nccl_worker_sum() {
+  static WorkerSumMaker<Comm> m;
   return m;
 }
 
@@ -194,5 +193,4 @@ struct DeviceStep {
   }
 };
 
-}  // namespace detail
-}  // namespace strata
+}  // namespace strata::detail

@@ -1,10 +1,10 @@
 #pragma once
-//! MultiWorkerReplicaContext's reduce-scatter and all-gather over every
+//! BasicMultiWorkerReplicaContext's reduce-scatter and all-gather over every
 //! replica of every worker: what ZeRO runs across workers
 //! (parallel/zero/fully_sharded_executor.hpp, ShardLayout across workers).
 //! Hierarchical, as the context's all-reduce: a reduce-scatter sums the
 //! local replicas onto local replica 0, reduce-scatters between the
-//! workers' leaders over MPI (worker w keeps block shard_range(n, W, w)) and
+//! workers' leaders over the workers' communicator (worker w keeps block shard_range(n, W, w)) and
 //! broadcasts the block locally; an all-gather joins locally, between the
 //! leaders, then broadcasts. bf16/fp16 are summed in FP32, rounded once.
 //! Queued on the replica's progress thread in issue order. Between two
@@ -23,12 +23,13 @@
 #include <strata/comm/work.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
-#include <strata/strategy/multi_worker.hpp>
+#include <strata/strategy/multi_worker_basic.hpp>
 
 namespace strata {
 
+template <WorkerCommunicator Comm>
 template <class T, class F>
-Work MultiWorkerReplicaContext::queued(const char* what, std::size_t n, F&& f) {
+Work BasicMultiWorkerReplicaContext<Comm>::queued(const char* what, std::size_t n, F&& f) {
   return s_.async_[static_cast<std::size_t>(local_.rank())]->submit(
       detail::Described<T>{what, n}, [ctx = *this, f = std::forward<F>(f)]() mutable {
         try {
@@ -41,14 +42,17 @@ Work MultiWorkerReplicaContext::queued(const char* what, std::size_t n, F&& f) {
       });
 }
 
+template <WorkerCommunicator Comm>
 template <WireElement T>
-Work MultiWorkerReplicaContext::reduce_scatter_async(std::span<const T> in, std::span<T> out, SumOp) {
+Work BasicMultiWorkerReplicaContext<Comm>::reduce_scatter_async(std::span<const T> in, std::span<T> out, SumOp) {
   return queued<T>("reduce_scatter", in.size(),
-                [in, out](MultiWorkerReplicaContext& c) { c.reduce_scatter_now<T>(in, out); });
+                   [in, out](BasicMultiWorkerReplicaContext& c) { c.template reduce_scatter_now<T>(in, out); });
 }
 
-inline Work MultiWorkerReplicaContext::all_gather_async(std::span<const float> in, std::span<float> out) {
-  return queued<float>("all_gather", out.size(), [in, out](MultiWorkerReplicaContext& c) { c.all_gather_now(in, out); });
+template <WorkerCommunicator Comm>
+Work BasicMultiWorkerReplicaContext<Comm>::all_gather_async(std::span<const float> in, std::span<float> out) {
+  return queued<float>("all_gather", out.size(),
+                       [in, out](BasicMultiWorkerReplicaContext& c) { c.all_gather_now(in, out); });
 }
 
 namespace detail {
@@ -60,8 +64,9 @@ inline Range local_part(std::size_t n, std::size_t workers, std::size_t worker, 
 }
 }  // namespace detail
 
+template <WorkerCommunicator Comm>
 template <WireElement T>
-void MultiWorkerReplicaContext::reduce_scatter_now(std::span<const T> in, std::span<T> out) {
+void BasicMultiWorkerReplicaContext<Comm>::reduce_scatter_now(std::span<const T> in, std::span<T> out) {
   const auto W = static_cast<std::size_t>(s_.num_workers()), w = static_cast<std::size_t>(s_.worker_index());
   const auto L = static_cast<std::size_t>(local_.size()), l = static_cast<std::size_t>(local_.rank());
   const Range block = shard_range(in.size(), W, w);
@@ -79,7 +84,8 @@ void MultiWorkerReplicaContext::reduce_scatter_now(std::span<const T> in, std::s
   std::copy_n(part.data() + (mine.begin - block.begin), mine.size(), out.data());
 }
 
-inline void MultiWorkerReplicaContext::all_gather_now(std::span<const float> in, std::span<float> out) {
+template <WorkerCommunicator Comm>
+void BasicMultiWorkerReplicaContext<Comm>::all_gather_now(std::span<const float> in, std::span<float> out) {
   const auto W = static_cast<std::size_t>(s_.num_workers()), w = static_cast<std::size_t>(s_.worker_index());
   const auto L = static_cast<std::size_t>(local_.size()), l = static_cast<std::size_t>(local_.rank());
   const Range mine = detail::local_part(out.size(), W, w, L, l);

@@ -50,6 +50,7 @@
 #include <strata/comm/reduce_op.hpp>
 #include <strata/comm/threads/communicator.hpp>
 #include <strata/comm/work.hpp>
+#include <strata/comm/workers.hpp>
 
 namespace strata {
 
@@ -73,6 +74,8 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
   //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum, strata::Ring{});  ...;  w.wait();
   template <class A>
   static constexpr bool takes_algorithm = MpiAllReduceAlgorithm<A>;
+  //! What world() takes (the WorkerCommunicator hook: comm/workers.hpp).
+  using Options = MpiOptions;
 
   //! All ranks of the job (a duplicate of MPI_COMM_WORLD, so strata's messages
   //! never mix with the program's own). Collective: every rank calls it.
@@ -356,5 +359,21 @@ class MpiCommunicator : public detail::CollectiveForms<MpiCommunicator> {
 };
 
 static_assert(AsyncCommunicator<MpiCommunicator>, "MpiCommunicator must model strata::AsyncCommunicator");
+static_assert(WorkerCommunicator<MpiCommunicator>, "MpiCommunicator must model strata::WorkerCommunicator");
+
+//! Options of a MultiWorkerMirroredStrategy (strategy/mpi.hpp): across workers (MPI) and within one;
+//! what BasicMultiWorkerMirroredStrategy<MpiCommunicator> takes (comm/workers.hpp).
+struct MultiWorkerOptions {
+  MpiOptions mpi{};
+  //! Among a worker's replicas. A replica waiting for its leader's MPI
+  //! exchange waits up to this timeout plus mpi.timeout.
+  CommOptions local{};
+  [[nodiscard]] const MpiOptions& across_options() const noexcept { return mpi; }
+};
+
+template <>
+struct multi_worker_options<MpiCommunicator> {
+  using type = MultiWorkerOptions;
+};
 
 }  // namespace strata

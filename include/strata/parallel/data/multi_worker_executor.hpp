@@ -1,13 +1,13 @@
 #pragma once
 //! The executor of MultiWorkerMirroredStrategy: the mirrored executor
 //! (parallel/data/mirrored_executor.hpp) whose synchronous loop also spans
-//! processes. These are its cross-worker steps, over the MPI communicator
-//! between workers: the chief's variables broadcast, each global batch
+//! processes. These are its cross-worker steps, over the communicator
+//! between workers (a WorkerCommunicator: comm/workers.hpp): the chief's variables broadcast, each global batch
 //! agreed when workers read their own files, the pass's logs and
 //! predictions summed, and at fit's start a run fingerprint
 //! (MultiWorkerExecutor::begin_fit: another model, optimizer, batch or seed
 //! stops every worker with a RunMismatch). Gradients cross workers inside
-//! the replicas' own hierarchical all-reduce (strategy/multi_worker.hpp).
+//! the replicas' own hierarchical all-reduce (strategy/multi_worker_basic.hpp).
 //!   strata::MultiWorkerMirroredStrategy s{strata::cpu_replicas(2)};   // under mpirun
 //!   auto model = s.scope([] { return strata::nn::Sequential{...}; });  // trains through it
 
@@ -16,21 +16,23 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include <strata/comm/mpi/communicator.hpp>
 #include <strata/comm/mpi/fingerprint.hpp>
 #include <strata/comm/reduce_op.hpp>
+#include <strata/comm/workers.hpp>
 #include <strata/execution/executor.hpp>
 
 namespace strata::detail {
 
 //! The workers of a MultiWorkerMirroredStrategy, as the synchronous loop
-//! uses them. Every call is collective over the workers.
-class MpiWorkers {
+//! uses them, over their communicator. Every call is collective over the workers.
+template <WorkerCommunicator Comm>
+class Workers {
  public:
-  explicit MpiWorkers(MpiCommunicator& comm) : comm_(&comm) {}
+  explicit Workers(Comm& comm) : comm_(&comm) {}
   [[nodiscard]] int size() const noexcept { return comm_->size(); }
   [[nodiscard]] int index() const noexcept { return comm_->rank(); }
   //! Elementwise sum over the workers, in place.
@@ -40,20 +42,21 @@ class MpiWorkers {
   void broadcast(std::span<float> v) { comm_->broadcast(v, 0); }
 
  private:
-  MpiCommunicator* comm_;
+  Comm* comm_;
 };
 
 //! The executor of a MultiWorkerMirroredStrategy: the mirrored executor
 //! (`inner`), with the run fingerprint agreed at fit's start. Everything
 //! else is the inner executor's.
+template <WorkerCommunicator Comm>
 class MultiWorkerExecutor final : public ForwardingExecutor {
  public:
-  MultiWorkerExecutor(std::unique_ptr<Executor> inner, MpiCommunicator& comm, ModelProgram& program)
+  MultiWorkerExecutor(std::unique_ptr<Executor> inner, Comm& comm, ModelProgram& program)
       : ForwardingExecutor(std::move(inner)), comm_(comm), program_(program) {}
 
   //! Fit's first batch (of a pass of its own: not trained on) tells the
   //! global batch; every worker compares its fingerprint with the others'
-  //! under the MPI timeout (RunMismatch on every worker if any differ).
+  //! under the workers' timeout (RunMismatch on every worker if any differ).
   bool begin_fit(Pass& pass) override {
     std::optional<Batch> first = pass.next();  // builds the model if needed (collective: every worker does)
     if (!first && !placed()) pass.empty();     // out of data here: build from the Input, as the others do
@@ -77,7 +80,7 @@ class MultiWorkerExecutor final : public ForwardingExecutor {
   }
 
  private:
-  MpiCommunicator& comm_;
+  Comm& comm_;
   ModelProgram& program_;
 };
 
@@ -85,7 +88,8 @@ class MultiWorkerExecutor final : public ForwardingExecutor {
 //! (parallel/dispatch.hpp wraps every executor of a strategy across workers).
 template <class S>
 std::unique_ptr<Executor> across_workers(S& s, std::unique_ptr<Executor> inner, ModelProgram& program) {
-  return std::make_unique<MultiWorkerExecutor>(std::move(inner), s.communicator(), program);
+  using Comm = std::remove_reference_t<decltype(s.communicator())>;
+  return std::make_unique<MultiWorkerExecutor<Comm>>(std::move(inner), s.communicator(), program);
 }
 
 }  // namespace strata::detail

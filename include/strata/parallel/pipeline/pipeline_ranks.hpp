@@ -1,6 +1,7 @@
 #pragma once
-//! The pipeline executor's transport over the ranks of an MPI job
-//! (pipeline_executor.hpp), for MultiWorkerPipelineStrategy: rank
+//! The pipeline executor's transport over the ranks of a job joined by a
+//! WorkerCommunicator (comm/workers.hpp; MPI's under mpirun), for
+//! MultiWorkerPipelineStrategy (pipeline_executor.hpp): rank
 //! (d S + s) T + t runs the one lane (member t of stage s of copy d) on
 //! copy d's share of each batch. Activations and their gradients travel by
 //! send_async / recv; after the backward one all-reduce carries the
@@ -8,8 +9,8 @@
 //! the copies of a stage sum their gradients, and each updates its slice.
 //! Other stages' state is broadcast from their copy 0 at each training
 //! pass's end, so value() is the whole model's. A lane's own error reaches
-//! every rank as an abort notice. Needs STRATA_HAS_MPI.
-//!   strata::detail::PipelineExecutor<strata::detail::RankStages> ex{RankStages{comm}, program, opts, stats};
+//! every rank as an abort notice.
+//!   strata::detail::PipelineExecutor<strata::detail::RankStages<Comm>> ex{RankStages<Comm>{comm}, program, opts, stats};
 
 #include <algorithm>
 #include <cstddef>
@@ -17,10 +18,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include <strata/comm/mpi/communicator.hpp>
 #include <strata/comm/reduce_op.hpp>
+#include <strata/comm/workers.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/partition.hpp>
 #include <strata/core/trace.hpp>
@@ -33,9 +35,10 @@
 
 namespace strata::detail {
 
+template <WorkerCommunicator Comm>
 class RankStages {
  public:
-  explicit RankStages(MpiCommunicator& comm, Device device = cpu(0), MatmulPrecision matmul = {})
+  explicit RankStages(Comm& comm, Device device = cpu(0), MatmulPrecision matmul = {})
       : comm_(&comm), device_(device), matmul_(matmul) {}
 
   static constexpr PipelineWords words{"pipeline across ranks", "ranks", "start"};
@@ -136,7 +139,7 @@ class RankStages {
   }
   //! The copies of this lane's stage (D > 1), for gradient buckets
   //! (pipeline_buckets.hpp): their sums start there without waiting.
-  MpiCommunicator& copies_link() { return *copies_comm_; }
+  Comm& copies_link() { return *copies_comm_; }
   //! At a training pass's end: every lane's variables and optimizer state
   //! (`state`: this rank's part current; `parts[s * T + t]`: the elements of
   //! member t of stage s) from its copy 0 (rank s * T + t) to every rank
@@ -166,7 +169,7 @@ class RankStages {
   //! What the stage loop speaks: sends leave at once (the neighbours'
   //! forward and backward messages cross), finished per batch.
   struct Link {
-    MpiCommunicator& c;
+    Comm& c;
     void send(std::span<const float> d, int peer, int tag) { c.send_async(d, peer, tag); }
     void recv(std::span<float> d, int peer, int tag) { c.recv(d, peer, tag); }
   };
@@ -183,19 +186,20 @@ class RankStages {
     }
   }
 
-  MpiCommunicator* comm_;
+  Comm* comm_;
   Device device_;
   MatmulPrecision matmul_;
   std::size_t S_ = 1, T_ = 1, s_ = 0, d_ = 0, t_ = 0;  // stages, members; this rank's stage, copy and member
-  std::optional<MpiCommunicator> copies_comm_;  // this stage's D copies (D > 1)
+  std::optional<Comm> copies_comm_;  // this stage's D copies (D > 1)
 };
 
 //! A pipeline's stages one to a rank (MultiWorkerPipelineStrategy; chosen
 //! by parallel/dispatch.hpp, which wraps it in MultiWorkerExecutor).
 template <class S>
 std::unique_ptr<Executor> make_pipeline_on_ranks(S& s, ModelProgram& program) {
-  return std::make_unique<PipelineExecutor<RankStages>>(
-      RankStages{s.communicator(), s.devices().front(), s.executor_options().matmul}, program, s.pipeline_options(),
+  using Comm = std::remove_reference_t<decltype(s.communicator())>;
+  return std::make_unique<PipelineExecutor<RankStages<Comm>>>(
+      RankStages<Comm>{s.communicator(), s.devices().front(), s.executor_options().matmul}, program, s.pipeline_options(),
       s.pipeline_stats(), s.executor_options());
 }
 

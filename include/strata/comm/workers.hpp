@@ -1,0 +1,74 @@
+#pragma once
+//! WorkerCommunicator: what the strategies across processes (workers) call
+//! on the communicator that joins them, so that they are templates over it
+//! and MPI is one model (comm/mpi/communicator.hpp; the MPI names,
+//! MultiWorkerMirroredStrategy and MultiWorkerPipelineStrategy, are made in
+//! strategy/mpi.hpp). A second transport is a new model plus its aliases.
+//!   template <strata::WorkerCommunicator Comm> class BasicMultiWorkerMirroredStrategy;  // MPI: comm/mpi/
+//!
+//! Beyond AsyncCommunicator (comm/communicator.hpp), for every element type
+//! the strategies move (float, double, std::int64_t, bf16, fp16):
+//! - `Comm::Options` and `Comm::world(options)`: every process of the job,
+//!   collective; `options().timeout` bounds every wait (a local replica
+//!   waiting for its leader's exchange waits that much longer);
+//! - split(color, key): the ranks of one color, ordered by key (collective);
+//! - send_async(data, peer, tag) / finish_sends(): sends that do not wait
+//!   for the peer (a pipeline's neighbours send to each other), then all sent;
+//! - set_interrupt(flag): while *flag, a waiting call gives up
+//!   (CollectiveAborted): a failed local replica releases its leader;
+//! - abort(why): every other rank's calls raise CollectiveAborted carrying
+//!   `why` instead of waiting; the communicator is unusable after;
+//! - agreed_failure(): every rank raises the same error from the last call's
+//!   result (a run fingerprint that differs), so its unwinding tells no one.
+
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <strata/comm/communicator.hpp>
+#include <strata/comm/reduce_op.hpp>
+#include <strata/comm/threads/options.hpp>
+
+namespace strata {
+
+template <class C>
+concept WorkerCommunicator =
+    AsyncCommunicator<C> && std::movable<C> &&
+    requires(C& c, const C& cc, const typename C::Options& o, std::span<double> d, std::span<std::int64_t> i,
+             std::span<const std::int64_t> ci, std::span<const float> cf, const std::atomic<bool>* flag,
+             const std::string& why) {
+      { C::world(o) } -> std::same_as<C>;
+      { cc.options() } -> std::convertible_to<const typename C::Options&>;
+      { cc.options().timeout } -> std::convertible_to<std::chrono::milliseconds>;
+      { c.split(0, 0) } -> std::same_as<C>;
+      c.all_reduce(d, Sum);
+      c.all_gather(ci, i);
+      c.send_async(cf, 0, 0);
+      c.finish_sends();
+      c.set_interrupt(flag);
+      c.abort(why);
+      c.agreed_failure();
+    };
+
+//! Options of a strategy across workers joined by a `Comm`: across workers and within one.
+template <WorkerCommunicator Comm>
+struct BasicMultiWorkerOptions {
+  typename Comm::Options across{};
+  //! Among a worker's replicas. A replica waiting for its leader's
+  //! exchange across workers waits up to this timeout plus across.timeout.
+  CommOptions local{};
+  [[nodiscard]] const typename Comm::Options& across_options() const noexcept { return across; }
+};
+
+//! The options BasicMultiWorkerMirroredStrategy<Comm> (strategy/) takes: BasicMultiWorkerOptions<Comm>,
+//! unless a transport's entry header names its own (MPI's MultiWorkerOptions,
+//! strategy/mpi.hpp), with `local` and across_options().
+template <class Comm>
+struct multi_worker_options {
+  using type = BasicMultiWorkerOptions<Comm>;
+};
+
+}  // namespace strata
