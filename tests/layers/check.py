@@ -7,7 +7,11 @@ one folder that knows CUDA, and nothing but the umbrella headers
 A subfolder not listed (comm/mpi/, kernels/host/, cuda/comm/) is its
 parent's. A header over WARN_LINES lines is reported (split it where a seam
 is, not where a count is); over FAIL_LINES, or a folder of more than
-MAX_FILES headers, fails. Prints every finding; exits 1 on a failure.
+MAX_FILES headers, fails. Every listed folder (and nn/) has a README.md of
+at most README_LINES lines (what is here, what it may include, where to
+start); a header whose opening //! comment runs over COMMENT_LINES lines is
+reported (what it holds and one use; the story goes to the README or docs/).
+Prints every finding; exits 1 on a failure.
     python3 tests/layers/check.py include/strata
 """
 import os
@@ -53,6 +57,8 @@ ALLOWED = {
 WARN_LINES = 400
 FAIL_LINES = 600
 MAX_FILES = 18
+README_LINES = 26
+COMMENT_LINES = 16
 UMBRELLA = "(umbrella)"  # strata.hpp, nn.hpp, cuda.hpp, nccl.hpp, nccl_mpi.hpp: may include anything
 INCLUDE = re.compile(r'^\s*#\s*include\s*<strata/([^>]+)>')
 
@@ -67,8 +73,34 @@ def folder_of(rel):
     return d or rel.split("/", 1)[0]
 
 
+def opening_comment_lines(lines):
+    """The //! lines right after #pragma once."""
+    n = 0
+    for line in lines[1:]:
+        if not line.startswith("//!"):
+            break
+        n += 1
+    return n
+
+
+def check_readmes(root, bad):
+    for folder in sorted(set(ALLOWED) | {"nn"}):
+        d = os.path.join(root, folder)
+        if not os.path.isdir(d):
+            continue
+        readme = os.path.join(d, "README.md")
+        if not os.path.isfile(readme):
+            bad.append(f"{folder}/: no README.md (what is here, what it may include, where to start)")
+            continue
+        with open(readme, encoding="utf-8") as fh:
+            n = len(fh.readlines())
+        if n > README_LINES:
+            bad.append(f"{folder}/README.md: {n} lines, over {README_LINES}: say less, point to docs/")
+
+
 def main(root):
     bad, warn = [], []
+    check_readmes(root, bad)
     for d, _, files in os.walk(root):
         headers = [f for f in files if f.endswith((".hpp", ".cuh"))]
         if len(headers) > MAX_FILES:
@@ -88,6 +120,9 @@ def main(root):
                 bad.append(f"{rel}: {len(lines)} lines, over {FAIL_LINES}: split it along a seam")
             elif len(lines) > WARN_LINES and not f.endswith(".cu"):
                 warn.append(f"{rel}: {len(lines)} lines (over {WARN_LINES}: is there a seam to split at?)")
+            if opening_comment_lines(lines) > COMMENT_LINES:
+                warn.append(f"{rel}: its opening comment is {opening_comment_lines(lines)} lines (over "
+                            f"{COMMENT_LINES}: what it holds and one use; the story to the README or docs/)")
             for n, line in enumerate(lines, 1):
                 m = INCLUDE.match(line)
                 if not m or m.group(1) == "config.hpp":
@@ -104,7 +139,7 @@ def main(root):
         print(b)
     print(f"{len(bad)} finding(s)" if bad else
           f"the layers hold: no folder includes one above it, no header over {FAIL_LINES} lines, "
-          f"no folder over {MAX_FILES} headers")
+          f"no folder over {MAX_FILES} headers, a README of at most {README_LINES} lines in each")
     return 1 if bad else 0
 
 

@@ -64,8 +64,8 @@ struct BasicMultiWorkerOptions {
 };
 
 //! The options BasicMultiWorkerMirroredStrategy<Comm> (strategy/) takes: BasicMultiWorkerOptions<Comm>,
-//! unless a transport's entry header names its own (MPI's MultiWorkerOptions,
-//! strategy/mpi.hpp), with `local` and across_options().
+//! unless a transport names its own beside its communicator (MPI's
+//! MultiWorkerOptions, comm/mpi/communicator.hpp), with `local` and across_options().
 template <class Comm>
 struct multi_worker_options {
   using type = BasicMultiWorkerOptions<Comm>;
