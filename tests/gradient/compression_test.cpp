@@ -330,7 +330,7 @@ TEST_CASE("Mirrored training in bf16 and fp16 reaches the FP32 loss, the same bi
   CHECK(train(2, strata::Compression::FP16).weights == fp.weights);
   // at 3 replicas Auto shards (ZeRO 1, its reduce-scatter in 16 bits): it trains
   CHECK(train(3, strata::Compression::BF16).loss == doctest::Approx(fp32.loss).epsilon(0.1));
-  // None is the default: the FP32 bits (tests/nn/pinned_test.cpp pins them)
+  // None is the default: the FP32 bits (tests/nn/fit/pinned_test.cpp pins them)
   strata::MirroredStrategy s{strata::cpu_replicas(2)};
   CHECK(strata_test::flat_weights(strata_test::fit_blobs(s, strata_test::blobs(160, 11), 32, 4)) == fp32.weights);
 }

@@ -1,6 +1,6 @@
 // LayerNorm and GELU, the two ops added through the kernel bodies
 // (kernels/bodies/): values against double-precision references,
-// numeric-vs-analytic gradients (tests/nn/gradcheck.hpp) in their layers and
+// numeric-vs-analytic gradients (tests/nn/layers/gradcheck.hpp) in their layers and
 // as Dense's fused activation, edges (NaN, large inputs, constant rows,
 // empty batches) and errors, and a model that trains with both.
 #include <doctest/doctest.h>
@@ -14,7 +14,7 @@
 #include <strata/nn.hpp>
 #include <strata/nn/layers/activations.hpp>
 
-#include "nn/gradcheck.hpp"
+#include "nn/layers/gradcheck.hpp"
 
 namespace layer_norm_gelu_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 

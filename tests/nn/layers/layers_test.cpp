@@ -1,5 +1,5 @@
 // Dense, the activation layers, Flatten and Reshape: numeric-vs-analytic
-// gradient checks (tests/nn/gradcheck.hpp), known values, shape errors, and
+// gradient checks (tests/nn/layers/gradcheck.hpp), known values, shape errors, and
 // empty batches.
 #include <doctest/doctest.h>
 
@@ -13,7 +13,7 @@
 #include <strata/kernels/host/compute.hpp>
 #include <strata/nn.hpp>
 
-#include "nn/gradcheck.hpp"
+#include "nn/layers/gradcheck.hpp"
 
 namespace layers_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 

@@ -20,7 +20,7 @@
 #include <strata/nn/layers/dropout.hpp>
 #include <strata/nn/layers/max_pool2d.hpp>
 
-#include "nn/gradcheck.hpp"
+#include "nn/layers/gradcheck.hpp"
 
 namespace conv_layers_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 

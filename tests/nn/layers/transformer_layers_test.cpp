@@ -2,7 +2,7 @@
 // Embedding, PositionEmbedding, causal MultiHeadAttention and the
 // per-position masked sparse cross-entropy and accuracy. Values against
 // direct double-precision computations, numeric-vs-analytic gradients
-// (tests/nn/gradcheck.hpp), causality, the loss's mask and scale contract, the
+// (tests/nn/layers/gradcheck.hpp), causality, the loss's mask and scale contract, the
 // unchanged bits of the per-example loss, errors, empty batches, and a tiny
 // language model that trains under MirroredStrategy.
 #include <doctest/doctest.h>
@@ -22,7 +22,7 @@
 #include <strata/strata.hpp>
 
 #include "support/blobs.hpp"
-#include "nn/gradcheck.hpp"
+#include "nn/layers/gradcheck.hpp"
 
 namespace transformer_layers_test {  // each test file in its own namespace: a unity build joins them (tests/meson.build)
 
