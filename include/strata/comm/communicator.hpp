@@ -2,41 +2,15 @@
 //! The Communicator concept: what every backend's communicator offers (the
 //! thread team's ThreadCommunicator, MPI's (comm/mpi/), the device team's,
 //! NCCL's), and what ReplicaContext carries and executors use; and
-//! AsyncCommunicator, the same with non-blocking collectives.
+//! AsyncCommunicator, the same with non-blocking collectives (`*_async`,
+//! each returning a strata::Work: comm/work.hpp).
 //!   static_assert(strata::Communicator<strata::ThreadCommunicator>);
 //!   comm.send(activations, /*peer=*/1, /*tag=*/7);  comm.recv(grads, 1, 8);
-//!
-//! The contract, common to every model of the concept:
-//! - collectives (all_reduce in place and out of place, broadcast,
-//!   reduce_scatter, all_gather, barrier) are called by every rank in the
-//!   same order with agreeing arguments; a disagreement raises
-//!   CollectiveMismatch naming the ranks, a rank that never arrives raises
-//!   CollectiveTimeout naming it, within the communicator's timeout;
-//! - send(data, peer, tag) / recv(data, peer, tag) move one message between
-//!   two ranks, matched by (source, destination, tag) in order; the sizes and
-//!   element types of a matching pair must agree (else CollectiveMismatch on
-//!   the receiver naming the peer, the tag and both sizes); a recv that is
-//!   not matched within the timeout raises CollectiveTimeout naming the peer
-//!   and the tag; a send never waits longer than the timeout either.
-//!
-//! AsyncCommunicator adds the non-blocking forms of the collectives
-//! (all_reduce_async in place and out of place, broadcast_async,
-//! reduce_scatter_async, all_gather_async, barrier_async), each returning a
-//! strata::Work (comm/work.hpp) at once:
 //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
-//! - a rank's operations run in the order it issued them, blocking and
-//!   non-blocking alike (a blocking call waits for the queued ones first), so
-//!   the collective order above is the issue order;
-//! - the result is bitwise the blocking form's, and a failure is the very
-//!   typed error the blocking form raises (naming the missing or failed
-//!   peer), thrown by Work::wait() / test();
-//! - the buffers belong to the operation until its Work says it ended;
-//! - Work::wait() is bounded by the communicator's timeout for each
-//!   operation queued ahead and its own, plus a margin; a failed peer (an
-//!   abort) ends pending work at once with CollectiveAborted.
-//! ThreadCommunicator, MPI's communicator, the device team's DeviceCommunicator
-//! and NcclCommunicator model it (the GPU ones: a Work is an event recorded
-//! after the stream's operation, polled under the deadline: cuda/comm/event_work.hpp).
+//! The contract every model keeps (collectives in the same order with
+//! agreeing arguments, CollectiveMismatch / CollectiveTimeout naming the
+//! ranks, send/recv matching, the async forms' order, errors, buffers and
+//! deadlines): docs/collectives.md, "The communicator contract".
 
 #include <concepts>
 #include <span>

@@ -1,36 +1,16 @@
 #pragma once
-//! strata::Work: the handle of one non-blocking collective (as c10d's Work).
+//! strata::Work: the handle of one non-blocking collective (as c10d's Work):
+//! wait() (bounded; throws the typed error the blocking call would),
+//! test() (never blocks), is_completed(); move-only, completed when
+//! default-constructed. Behind it, a WorkState that the thread running the
+//! operation completes (threads, MPI) or a PolledWork the host polls (a
+//! device communicator's event).
 //!   strata::Work w = comm.all_reduce_async(grad, strata::Sum);
 //!   ...                        // compute while the reduction runs
 //!   w.wait();                  // grad holds the sum, or the typed error is thrown
-//!
-//! What a Work promises:
-//! - wait() returns once the operation completed, or throws the very error
-//!   the blocking call would have thrown (CollectiveTimeout,
-//!   CollectiveMismatch, CollectiveAborted, naming the missing or failed
-//!   peer). It is bounded: within the communicator's deadline for each
-//!   operation queued ahead of it and for its own, plus a margin. Past that
-//!   (an operation that keeps progressing too slowly), it ends the
-//!   communicator's collectives where the communicator can (the thread team
-//!   is aborted) and throws CollectiveTimeout saying so.
-//! - test() never blocks: true once completed, false while running; it
-//!   rethrows the operation's error once failed. is_completed() is the same
-//!   without the rethrow (true also when it failed).
-//! - The buffers given to the operation belong to it until wait() (or a
-//!   test() that returned true or threw) says it has ended: do not read,
-//!   write or free them before.
-//! - A Work destroyed before it was waited for waits (bounded, as wait())
-//!   rather than leave a buffer in use; its error, if any, is then dropped
-//!   (the communicator is aborted or unusable after a failure, so the next
-//!   operation reports it). A Work that stays pending past even ten times
-//!   that bound (at least 5 minutes) ends the process with a message, since
-//!   returning would free memory still in use.
-//! - A default-constructed Work is completed. Works move, never copy.
-//!
-//! Two kinds of state sit behind a Work: a WorkState that the thread running
-//! the operation completes (threads, MPI), or a PolledWork that test() and
-//! wait() ask (a device communicator's work, already queued on a stream: its
-//! completion is an event the host polls under the communicator's deadline).
+//! What a Work promises (same bits and errors as the blocking call, its
+//! bound, buffers that belong to the operation until it ended, a Work
+//! destroyed unwaited): docs/collectives.md, "Non-blocking collectives: Work".
 
 #include <algorithm>
 #include <chrono>

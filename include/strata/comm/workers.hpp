@@ -4,22 +4,11 @@
 //! and MPI is one model (comm/mpi/communicator.hpp; the MPI names,
 //! MultiWorkerMirroredStrategy and MultiWorkerPipelineStrategy, are made in
 //! strategy/mpi.hpp). A second transport is a new model plus its aliases.
+//! Beyond AsyncCommunicator: Comm::Options and Comm::world(options),
+//! split(color, key), send_async / finish_sends, set_interrupt(flag),
+//! abort(why) and agreed_failure(), for float, double, std::int64_t, bf16
+//! and fp16; what each must do: docs/architecture.md, "The replica runtime and the backends".
 //!   template <strata::WorkerCommunicator Comm> class BasicMultiWorkerMirroredStrategy;  // MPI: comm/mpi/
-//!
-//! Beyond AsyncCommunicator (comm/communicator.hpp), for every element type
-//! the strategies move (float, double, std::int64_t, bf16, fp16):
-//! - `Comm::Options` and `Comm::world(options)`: every process of the job,
-//!   collective; `options().timeout` bounds every wait (a local replica
-//!   waiting for its leader's exchange waits that much longer);
-//! - split(color, key): the ranks of one color, ordered by key (collective);
-//! - send_async(data, peer, tag) / finish_sends(): sends that do not wait
-//!   for the peer (a pipeline's neighbours send to each other), then all sent;
-//! - set_interrupt(flag): while *flag, a waiting call gives up
-//!   (CollectiveAborted): a failed local replica releases its leader;
-//! - abort(why): every other rank's calls raise CollectiveAborted carrying
-//!   `why` instead of waiting; the communicator is unusable after;
-//! - agreed_failure(): every rank raises the same error from the last call's
-//!   result (a run fingerprint that differs), so its unwinding tells no one.
 
 #include <atomic>
 #include <chrono>

@@ -2,34 +2,16 @@
 //! CudaCompute: kernels::Compute on one GPU. Matrix products go through
 //! cuBLAS, every other op through strata's own kernels, all enqueued on the
 //! compute's non-blocking stream (calls return before their work ends,
-//! except download and synchronize).
-//!   strata::cuda::CudaCompute gpu{0};
-//!   gpu.gemm(false, false, m, n, k, 1.f, a, k, b, n, 0.f, y, n);  gpu.synchronize();
-//!
-//! How to build a GPU program: this header is plain C++ (g++ compiles it;
-//! it includes only <cuda_runtime_api.h> and <cublas_v2.h>). The kernels
-//! live in include/strata/cuda/kernels/*.cuh and are compiled ONCE per
-//! program by nvcc, through the single translation unit
-//! include/strata/cuda/strata_cuda.cu, which also defines make_compute:
-//!   nvcc -std=c++20 -O3 -Iinclude -Ibuild/include -gencode arch=compute_90,code=[sm_90,compute_90]
-//!        -c include/strata/cuda/strata_cuda.cu -o strata_cuda.o
-//!   g++ -std=c++20 -Iinclude -Ibuild/include -I/usr/local/cuda/include main.cpp strata_cuda.o
-//!       -L/usr/local/cuda/lib64 -lcublas -lcudart
-//! With Meson, depend on `strata_cuda_dep` (a static library of that one
-//! translation unit, with cudart and cuBLAS).
-//!
-//! Determinism: for fixed shapes every op is bitwise reproducible run to
-//! run except the loss and metric accumulators (atomic adds of doubles
-//! across blocks). Against HostCompute: im2col, col2im, max_pool,
-//! max_pool_backward, dropout, multiply, sgd, adam, layer_norm and its
-//! backward, embedding and its backward are bitwise equal (the element and
-//! row bodies are the host's, kernels/bodies/); attention_softmax and
-//! sequence_crossentropy run the host's row bodies too, equal up to exp and
-//! log's rounding;
-//! gemm, sums and transcendental functions agree to FP32 rounding.
-//!
+//! except download and synchronize). This header is plain C++ (g++; it
+//! includes only <cuda_runtime_api.h> and <cublas_v2.h>); the kernels
+//! (cuda/kernels/*.cuh) are compiled once per program by nvcc through
+//! cuda/strata_cuda.cu (or Meson's strata_cuda_dep): docs/building.md, "CUDA".
 //! CUDA graphs: begin_capture(), then any calls but upload, download and
 //! synchronize, then end_capture() gives a cuda::Graph that replays them.
+//! Which ops are bitwise the host's: docs/gpu-coverage.md, "CudaCompute's
+//! results against the host's".
+//!   strata::cuda::CudaCompute gpu{0};
+//!   gpu.gemm(false, false, m, n, k, 1.f, a, k, b, n, 0.f, y, n);  gpu.synchronize();
 
 #include <cstddef>
 #include <cstdint>

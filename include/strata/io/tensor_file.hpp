@@ -1,21 +1,15 @@
 #pragma once
 //! strata's one file container (weights files and checkpoints): named float
 //! tensors and string metadata, self-describing, checksummed, written
-//! atomically. Little-endian:
-//!
+//! atomically (temporary file, fsync, rename), read trusting nothing (every
+//! failure a strata::Error naming the file and tensor). Little-endian:
 //!   header   "STRATAF1" | u32 version (1) | u32 kind_len | kind | u64 manifest_bytes
 //!            | u32 manifest_crc32c | u32 header_crc32c (of everything before it)
 //!   manifest u32 meta_count | meta_count x {u32 len | key | u32 len | value}
 //!            | u32 tensor_count | tensor_count x {u32 len | name | u32 dtype (1: f32) | u32 rank
 //!            | rank x u64 dim | u64 bytes | u32 crc32c}
 //!   data     each tensor's bytes, in manifest order, back to back; the file ends there
-//!
-//! A reader trusts nothing: sizes are checked against the file before
-//! anything is allocated, every checksum is verified, float data must be
-//! finite, and every failure is a strata::Error naming the file, the tensor
-//! and what was wrong. A writer writes a temporary file beside the target,
-//! fsyncs it, renames it over the target and fsyncs the directory: a crash
-//! leaves the old file or the new one, never a torn one.
+//! What the reader checks, and the atomic write: docs/fault-tolerance.md ("The file format").
 //!   strata::io::TensorFile f{.kind = "checkpoint"};
 //!   f.meta.emplace_back("step", "120");  f.tensors.push_back({"dense/kernel", t});
 //!   strata::io::write_tensor_file(path, f);  auto g = strata::io::read_tensor_file(path, "load_checkpoint");

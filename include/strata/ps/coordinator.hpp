@@ -1,28 +1,17 @@
 #pragma once
 //! Coordinator: the one scheduler of parameter-server training, as
-//! TensorFlow's ClusterCoordinator schedules steps on worker tasks, for both
-//! transports. schedule(fn) queues fn and returns at once a RemoteValue for
-//! its result; an idle worker runs it as fn(WorkerContext&) once the
-//! StalenessClock lets it start a step. In one process a worker is a thread
-//! that runs the step itself (InProcessParameterServers); over MPI it is a
-//! thread of the chief standing for one worker rank, whose fn sends the batch
-//! to that rank and waits for the reply (MpiParameterServers). Either way the
-//! decisions live here: which step the next idle worker takes, the
-//! staleness bound, what a failure does, when a step is given up, what
-//! join() waits for and throws.
-//! If fn throws, that worker is taken as failed: the failure is recorded
-//! (failures(), and the on_failure hook), the worker runs nothing more, and
-//! the step is rescheduled on another worker. A step that failed on every
-//! attempt (max_attempts, or no worker left) fails its RemoteValue, and
-//! join() throws it. A transport that cannot carry a step at all
-//! (detail::TransportError), or a staleness wait past the timeout, ends the
-//! run instead: the steps still queued fail with that error, and join()
-//! throws it.
+//! TensorFlow's ClusterCoordinator, for both transports. schedule(fn) queues
+//! fn and returns at once a RemoteValue for its result; an idle worker runs
+//! it as fn(WorkerContext&) once the StalenessClock lets it start a step (a
+//! thread in one process, InProcessParameterServers; over MPI a chief's
+//! thread standing for one worker rank, MpiParameterServers). It decides
+//! which step a worker takes, the staleness bound, what a failure does
+//! (the worker is dropped, the step rescheduled, at least once), when a step
+//! is given up and what join() waits for and throws:
+//! docs/strategies/parameter_server.md.
 //!   strata::Coordinator c{{.workers = 4, .staleness = 1}};
 //!   auto loss = c.schedule([&](strata::WorkerContext& w) { return train_step(w.worker()); });
 //!   c.join();  loss.get();
-//! Steps are at-least-once: a step that fails after pushing part of its
-//! gradient has that part applied again when it is rescheduled.
 
 #include <chrono>
 #include <condition_variable>

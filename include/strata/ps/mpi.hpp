@@ -1,20 +1,13 @@
 #pragma once
-//! The parameter server over MPI: ranks are the chief, servers and workers of
-//! a ClusterSpec. The chief runs the program's training loop; the same
-//! Coordinator as in one process schedules its steps, one Coordinator worker
-//! per worker rank carrying the batch there and the answer back
-//! (ps/mpi/chief.hpp), and at staleness 0 each completed round is applied on
-//! the servers. Workers pull their parameters from every server, compute,
-//! push gradients (ps/mpi/worker.hpp); servers apply them (optimizer state
-//! lives there) one request at a time each, all servers in parallel
-//! (ps/mpi/server.hpp). Between training runs the chief holds the truth: the
-//! variables' value, the optimizer state (in its own updater, reached through
-//! the ServerState) and the shard versions, gathered from the servers at a
-//! run's end and sent back at the next run's start; checkpoints save and
-//! restore that copy. Every wait is bounded by the options' timeout and
-//! raises CollectiveTimeout naming who did not answer. A worker process that
-//! dies cannot be survived here: Open MPI ends the whole job (it has no fault
-//! tolerance without ULFM).
+//! MpiParameterServers: the parameter server over MPI, ranks being the
+//! chief, servers and workers of a ClusterSpec. The chief runs the training
+//! loop and the same Coordinator as in one process, one Coordinator worker
+//! per worker rank (ps/mpi/chief.hpp); workers pull, compute and push
+//! (ps/mpi/worker.hpp); servers apply the gradients and hold the optimizer
+//! state (ps/mpi/server.hpp). Between runs the chief holds the truth
+//! (values, optimizer state, shard versions), which checkpoints save. Every
+//! wait is bounded (CollectiveTimeout naming who did not answer); a dead
+//! worker process ends the job (no ULFM). docs/strategies/parameter_server.md.
 //!   strata::MpiParameterServers rt{strata::ClusterSpec::from_counts(1, world_size), {.staleness = 1}};
 //!   strata::ParameterServerStrategy s{rt};   // then the same model code as in one process
 

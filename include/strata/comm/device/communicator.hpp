@@ -1,35 +1,17 @@
 #pragma once
-//! BasicDeviceCommunicator<R>: one device replica's collectives with the
-//! other replicas of its BasicDeviceTeam<R> (virtual GPUs on one device, GPUs
-//! with peer access, or stand-in GPUs), over DEVICE memory, enqueued on the
-//! replica's stream: a call returns once the replicas agreed and its work is
-//! queued, never waiting for the device. Written once over a device runtime
-//! R: strata::DeviceCommunicator is CUDA's (cuda/comm/communicator.hpp); the
+//! BasicDeviceCommunicator<R>: one device replica's collectives and
+//! send/recv with the other replicas of its BasicDeviceTeam<R> (virtual GPUs
+//! on one device, GPUs with peer access, or stand-in GPUs), over DEVICE
+//! memory, enqueued on the replica's stream: a call returns once the
+//! replicas agreed and its work is queued, never waiting for the device.
+//! strata::DeviceCommunicator is CUDA's (cuda/comm/communicator.hpp); the
 //! host stand-in's (comm/device/host_runtime.hpp) runs the same logic in CI.
-//! Models strata::Communicator; the same contract as every communicator
-//! (agreement before data moves, deadlines, errors naming the replicas).
+//! Models strata::AsyncCommunicator under the communicator contract;
+//! all_reduce is bitwise the host's reduction in replica order. How each
+//! call moves data, send/recv's message buffers (comm/device/message_buffers.hpp)
+//! and the Work: docs/collectives.md, "On GPUs".
 //!   auto comm = team.communicator(r, stream);
 //!   comm.all_reduce(std::span<float>(grad, n), strata::Mean);   // grad: device memory of the replica's GPU
-//!
-//! all_reduce: replica r reduces shard r of every replica's buffer in
-//! replica order and writes it into every replica's output: each element is
-//! computed once, so all replicas hold bitwise the same result, and it is
-//! bitwise the host's reduction in replica order (comm/reduce_op.hpp).
-//! reduce_scatter: replica r reduces its shard (strata::shard_range) into its
-//! own output. broadcast and all_gather: device-to-device copies.
-//! send/recv: the sender copies into a message buffer the team keeps for
-//! the pair (comm/device/message_buffers.hpp: reused from step to step, ordered by
-//! events on the device) and returns; the receiver copies it out on its
-//! stream and hands the buffer back (also when the sizes disagree:
-//! CollectiveMismatch on the receiver). No host wait, allocation or free
-//! once the first steps made the buffers. A message never received (its
-//! receiver failed) keeps its buffer until the team ends.
-//!
-//! Models strata::AsyncCommunicator: each collective's `_async` form agrees
-//! and enqueues as the blocking one (which never waits for the GPU), then
-//! returns a strata::Work over an event recorded after it on the stream
-//! (R::completion: cuda/comm/event_work.hpp on a GPU): wait() polls it under the team's timeout and, past it,
-//! aborts the team and throws CollectiveTimeout naming the operation.
 //!   strata::Work w = comm.all_reduce_async(std::span<float>(grad, n), strata::Sum);  ...;  w.wait();
 
 #include <cstddef>

@@ -1,18 +1,13 @@
 #pragma once
-//! The shared state of device replicas in one process whose memories reach
-//! each other: several replicas on one GPU ("virtual GPUs"), GPUs with peer
-//! access, or stand-in GPUs in host memory. Written once over a device
-//! runtime R (its streams, events, copies and reduce kernel): CUDA's
+//! BasicDeviceTeam<R>: the shared state of device replicas in one process
+//! whose memories reach each other (several replicas on one GPU, GPUs with
+//! peer access, or stand-in GPUs), over a device runtime R: CUDA's
 //! (cuda/comm/runtime.hpp; strata::DeviceTeam) or the host stand-in's
-//! (comm/device/host_runtime.hpp), so CI runs the same team logic a GPU
-//! runs. The host side of every collective is the CPU team's
-//! (comm/threads/team.hpp): the replicas publish their calls and device
-//! buffers, agree on them (else CollectiveMismatch naming each call) and
-//! wait with a deadline (else CollectiveTimeout naming who is missing). The
-//! device side is ordered by two events per replica: "ready" (its buffers
-//! hold what it passed in) and "done" (it finished reading and writing the
-//! others' buffers), which the other replicas' streams wait for: the host
-//! never waits for the device.
+//! (comm/device/host_runtime.hpp), so CI runs the team logic a GPU runs.
+//! The host side of every collective is the CPU team's (comm/threads/team.hpp:
+//! agreement, deadlines, errors naming the replicas); the device side is
+//! ordered by two events per replica, "ready" and "done", which the other
+//! replicas' streams wait for: the host never waits for the device.
 //!   strata::BasicDeviceTeam<strata::detail::HostRuntime> team{{0, 0, 0}};   // 3 stand-in replicas
 //!   auto comm = team.communicator(r, stream);                         // on replica thread r
 //!   comm.all_reduce(std::span<float>(grad, n), strata::Sum);

@@ -1,29 +1,19 @@
 #pragma once
-//! The MPI communicator: collectives among processes (ranks), with the
-//! collective contract always on. Every call first exchanges a small header
-//! with every other rank (sequence number, kind, operation, dtype, element
-//! counts, root, algorithm); only when all agree does data move, so ranks
-//! that disagree raise CollectiveMismatch together instead of hanging or
-//! corrupting memory, and a rank that never arrives is named by the
-//! CollectiveTimeout the others raise. Waiting is polling with a deadline:
-//! no call blocks for longer than MpiOptions::timeout. After the contract,
-//! data moves by non-blocking MPI collectives (MPI_Iallreduce, MPI_Ibcast,
-//! ...) waited for under the same deadline, so a rank that stops responding
-//! mid-call is named by a CollectiveTimeout too.
+//! MpiCommunicator: collectives and tagged send/recv among processes
+//! (ranks), with the collective contract always on: every call first
+//! exchanges a small header (sequence, kind, operation, dtype, counts,
+//! root, algorithm) and moves data only when all ranks agree; every wait is
+//! bounded by MpiOptions::timeout. One thread at a time may call a
+//! communicator (its owner; headerless messages excepted). The `*_async`
+//! forms run on its progress thread, in issue order with its blocking calls.
 //!   auto comm = strata::MpiCommunicator::world();
 //!   comm.all_reduce(grad, strata::Sum);                  // algorithm chosen by size
 //!   comm.all_reduce(grad, strata::Sum, strata::Ring{});  // or named
-//! One thread at a time may call a communicator (its owner; headerless
-//! messages excepted). Point-to-point send/recv (tagged, matched in order,
-//! bounded by the same timeout) make it a strata::Communicator; the
-//! non-blocking collectives (*_async, returning a strata::Work) a
-//! strata::AsyncCommunicator: they run on its progress thread, in issue order
-//! with its blocking calls, and every MPI call strata makes holds one
-//! process-wide lock (runtime.hpp), so MPI_THREAD_SERIALIZED suffices.
 //!   strata::Work w = comm.all_reduce_async(bucket, strata::Sum);  ...;  w.wait();
 //! The pieces: exchange.hpp (the contract exchange), bounded_wait.hpp (the
 //! waiting), all_reduce.hpp (the algorithms and the automatic choice),
-//! point_to_point.hpp (send, recv, headerless messages), progress.hpp (the order).
+//! point_to_point.hpp (send, recv, headerless messages), progress.hpp (the
+//! order), runtime.hpp (MPI's lifetime, one lock). docs/collectives.md, "Over MPI".
 
 #include <atomic>
 #include <chrono>

@@ -1,19 +1,14 @@
 #pragma once
-//! Messages outside the collectives' data between the ranks of one MPI
-//! communicator. Abort notices: a rank that
-//! fails tells every other one why (a small message on tag_abort, sent
-//! eagerly), and a rank that waits checks for one while it polls, so that
-//! its wait ends at once with the failed rank's reason instead of at the
-//! deadline. Exchange (exchange.hpp) sends and checks them; and the
-//! messages it drops after a disagreement. A communicator on which a
-//! notice was sent is never freed (Exchange::abort), and every notice
-//! carries its communicator's token (agreed at its creation, transport.hpp):
-//! a notice its receiver had not taken when it freed its own copy can reach
-//! a later communicator that MPI gave the same context (Open MPI holds
-//! messages for an unknown context until one is made), which drops it
-//! instead of failing on it.
-//! Every live communicator is listed (LiveComms), so that an exception no
-//! one catches (std::terminate) tells the peers on all of them.
+//! Messages between the ranks of one MPI communicator outside the
+//! collectives' data. Abort notices: a rank that fails tells every other
+//! one why (a small eager message on tag_abort), and a rank that waits
+//! checks for one while it polls, so its wait ends at once with the failed
+//! rank's reason. Exchange (exchange.hpp) sends and checks them, and drops
+//! the leftover messages after a disagreement. A communicator that carried a
+//! notice is never freed, and every notice carries its communicator's token
+//! (transport.hpp), so a late one reaching a later communicator with the
+//! same MPI context is dropped. LiveComms lists every live communicator, so
+//! that std::terminate tells the peers on all of them.
 //!   detail::mpi::send_abort_notice(comm, rank, size, token, "rank 1: out of memory", timeout);
 //!   if (auto n = detail::mpi::take_abort_notice(comm, token)) throw CollectiveAborted(n->why);
 

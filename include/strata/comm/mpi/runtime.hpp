@@ -1,27 +1,16 @@
 #pragma once
-//! MPI's lifetime in a strata process. The first MPI communicator initializes
-//! MPI (MPI_THREAD_SERIALIZED: a replica thread may call MPI, one thread at a
-//! time) unless the program did; MPI is then finalized at exit.
-//! One thread at a time: every operation of strata's MPI communicators
-//! (creating and freeing one included) holds SerialMpi, one process-wide
-//! lock, while it calls MPI, whichever thread runs it: the caller's, or a
-//! communicator's progress thread running its non-blocking collectives
-//! (c10d's MPI process group does the same). So MPI_THREAD_SERIALIZED is
-//! enough for non-blocking work too. An operation that waits hands the lock
-//! to a thread that asks for it between two of its looks
-//! (SerialMpi::let_others_in), so that a long sum on a progress thread does
-//! not hold back another thread's send (a pipeline stage's, while its
-//! copies' gradient bucket is summed). MPI calls a program makes itself while
-//! strata's non-blocking work is pending must hold it as well. After a
-//! collective failed (timeout, disagreement that poisoned a communicator, a
-//! rank that threw) the exit waits at most the failing communicator's timeout
-//! for every rank to get there, then brings the whole job down with
-//! MPI_Abort instead of hanging in MPI_Finalize.
-//! MPI initialization has a deadline too: MPI_Init waits for every rank of
-//! the job to start, so a rank stopped or slow before it would otherwise
-//! leave the others waiting in silence. After STRATA_MPI_INIT_TIMEOUT
-//! seconds (default 120) this rank prints which rank it is, what it waited
-//! for and the deadline, and exits with status 1 (mpirun then ends the job).
+//! MPI's lifetime in a strata process (Runtime, runtime()) and SerialMpi, its
+//! one process-wide lock. The first MPI communicator initializes MPI with
+//! MPI_THREAD_SERIALIZED unless the program did (under a deadline:
+//! STRATA_MPI_INIT_TIMEOUT seconds, default 120, then this rank says what it
+//! waited for and exits 1); MPI is finalized at exit, or after a failed
+//! collective the exit waits at most the failing communicator's timeout,
+//! then calls MPI_Abort. Every MPI call strata makes holds SerialMpi, on
+//! whichever thread (a progress thread included), and a waiting operation
+//! lets others in (SerialMpi::let_others_in); MPI calls a program makes
+//! itself while strata's non-blocking work is pending must hold it too.
+//! docs/collectives.md ("MPI and threads"), docs/fault-tolerance.md.
+//!   detail::mpi::SerialMpi lock{"my MPI call", timeout};   // around a program's own MPI call
 
 #include <algorithm>
 #include <atomic>

@@ -1,27 +1,16 @@
 #pragma once
-//! The shared state of p CPU replicas (threads) in one process: per-replica
-//! counters that act as barriers, the published buffers and call
-//! descriptions, and the waiting discipline (spin briefly, then block with a
-//! deadline) that makes every collective either complete or raise an error
-//! naming the replicas that are missing, and the mailbox of point-to-point
-//! messages (mailbox.hpp) under the same abort and timeout rules. Never a
-//! silent hang.
-//!
-//! Whatever the deadline's size (1 ms included), a replica that gives up on a
-//! collective (timeout, abort, a replica that returned) never returns while
-//! another replica still reads or writes its buffers: the others read them
-//! in place from the moment they see every replica arrived ("committed")
-//! until they leave. So giving up aborts the team first (every other waiter
-//! stops at its next check, and a replica arriving late sees the abort
-//! before it commits: Dekker's pattern on `committed` and `aborted_`, both
-//! sequentially consistent), then waits until no committed replica still
-//! touches its buffers; that takes the others' bounded copying and reducing,
-//! never a wait of theirs, which the abort ends.
-//!
-//! Each replica also has a progress queue (comm/progress.hpp): its
-//! non-blocking collectives run there, in issue order, on a thread started
-//! at the first one; a replica is marked departed only once its queue is
-//! empty, and a Work that overruns its bound aborts the team.
+//! detail::Team: the shared state of p CPU replicas (threads) in one
+//! process, under every ThreadCommunicator: per-replica counters that act as
+//! barriers, the published buffers and call descriptions, the waiting
+//! discipline (spin briefly, then block with a deadline) that makes every
+//! collective complete or raise an error naming the missing replicas, the
+//! mailbox of point-to-point messages (mailbox.hpp) under the same abort
+//! and timeout rules, and each replica's progress queue (comm/progress.hpp:
+//! its non-blocking collectives, in issue order). Never a silent hang; a
+//! replica that gives up never returns while another still touches its
+//! buffers (the abort first, Dekker's pattern): docs/collectives.md, "Errors".
+//!   detail::Team team{p, opts};                       // shared by the p replicas
+//!   auto seq = team.enter(r, desc, in, out);  ...;  team.leave(r, seq, desc);
 
 #include <algorithm>
 #include <atomic>

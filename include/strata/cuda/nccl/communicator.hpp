@@ -1,38 +1,19 @@
 #pragma once
-//! The NCCL communicator: collectives and point-to-point messages between
-//! GPUs, one NCCL rank per GPU. Every buffer is device memory of the
-//! communicator's GPU, and every call is enqueued on the CUDA stream given
-//! at construction and returns before the data moves, as NCCL's own calls
-//! do: `synchronize()` (or any later work on that stream) waits for it.
+//! NcclCommunicator: collectives and point-to-point messages between GPUs,
+//! one NCCL rank per GPU, over device memory of the communicator's GPU.
+//! Every call is enqueued on the CUDA stream given at construction and
+//! returns before the data moves: `synchronize()` (or any later work on that
+//! stream) waits for it. Models strata::AsyncCommunicator: the `_async`
+//! forms return a strata::Work over an event (cuda/comm/event_work.hpp).
 //!   strata::NcclTeam team{{0, 1}};                         // one process, GPUs 0 and 1 (team.hpp)
 //!   auto comm = team.communicator(replica, stream);        // in replica thread `replica`
 //!   comm.all_reduce(grad, strata::Mean);  comm.synchronize();
-//! Across processes, one rank per process: NcclCommunicator::world (world.hpp, needs strata-mpi).
-//!
-//! The contract of every strata communicator holds before any data moves:
-//! the ranks' calls (sequence, operation, type, counts, root) are agreed on
-//! the host, so a disagreement raises CollectiveMismatch on every rank and a
-//! rank that never arrives is named by a CollectiveTimeout, instead of NCCL
-//! kernels that wait for each other forever. Nothing blocks without a
-//! deadline: the NCCL communicator is non-blocking, every NCCL call that goes
-//! on in the background is polled under CommOptions::timeout, asynchronous
-//! NCCL errors are polled before each call and while synchronizing. A
-//! timeout or an NCCL failure aborts the NCCL communicator (ncclCommAbort)
-//! and tells the other ranks, whose calls then raise CollectiveAborted; every
-//! later call raises at once, naming the first failure.
-//! Reduction order: NCCL's (ring or tree, chosen by NCCL): not bitwise
-//! deterministic across sizes, rank counts or NCCL versions.
-//!
-//! Models strata::AsyncCommunicator: each collective's `_async` form agrees
-//! and enqueues exactly as the blocking one, then returns a strata::Work
-//! over an event recorded after it on the stream (cuda/comm/event_work.hpp):
-//! test() is cudaEventQuery, wait() polls it under CommOptions::timeout and,
-//! past it, aborts the NCCL communicator and throws CollectiveTimeout naming
-//! the operation (as synchronize() does). Every other host wait on the
-//! stream (Stream::synchronize, a staging download) is bounded the same way
-//! while the communicator lives. A Work must be waited for (or dropped)
-//! before its communicator goes.
 //!   strata::Work w = comm.all_reduce_async(grad, strata::Sum);  ...;  w.wait();
+//! Across processes, one rank per process: NcclCommunicator::world (world.hpp, needs strata-mpi).
+//! The contract (calls agreed on the host before NCCL runs, every wait
+//! polled under CommOptions::timeout, ncclCommAbort and CollectiveAborted
+//! after a failure, NCCL's reduction order, a Work waited for before its
+//! communicator goes): docs/collectives.md, "On GPUs".
 
 #include <cstddef>
 #include <cstdint>

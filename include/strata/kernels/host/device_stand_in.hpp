@@ -2,24 +2,17 @@
 //! DeviceStandIn: a GPU's stand-in on a machine without one. It computes
 //! on the host, in host memory, but reports itself as a device
 //! (Where::StandIn, "stand-in GPU i"), so every branch the executors and
-//! layers take for a GPU (uploads, downloads, the sums read back, the
-//! finiteness count with the loss, sharded windows) runs where CI runs; and
-//! where a GPU runs an element body of kernels/bodies/ (the optimizers,
-//! activations and their gradients, a bias added after the product, im2col,
-//! col2im, max pooling, the non-finite count), it runs that body over the
-//! kernel's index space (the CUDA launcher's for_each or grid), not the
-//! host's row loops or SSE.
+//! layers take for a GPU runs where CI runs; where a GPU runs an element
+//! body of kernels/bodies/, it runs that body over the kernel's index space
+//! (the CUDA launcher's for_each or grid), not the host's loops or SSE.
+//! With DenseOrder::Device it adds a Dense bias to the product through
+//! bias_activate's body as a GPU does (within rounding of the host's, not
+//! bitwise) and sums as a GPU's grid does (host/grid_loops.hpp): the sparse
+//! cross-entropy's rows by lanes, column sums by chunks and lanes, the
+//! accuracy count by blocks, a label that names no class counted as invalid
+//! (the host throws). The non-finite count is a GPU's (exact) in both orders.
 //!   strata::kernels::DeviceStandIn gpu{0};                       // bitwise the host's results
 //!   strata::kernels::DeviceStandIn gpu{0, strata::kernels::DenseOrder::Device};  // a GPU's Dense order
-//! The host's Dense adds the product to the bias (its pinned bits); a GPU
-//! adds the bias to the product through bias_activate's body: with
-//! DenseOrder::Device the stand-in does the same (results within rounding
-//! of the host's, not bitwise), and sums as a GPU's grid does
-//! (host/grid_loops.hpp): the sparse cross-entropy's rows by their lanes,
-//! the column sums (a Dense bias's gradient) by chunks and lanes, the
-//! accuracy count by blocks, a label that names no class counted into the
-//! invalid total (the host throws). The non-finite count is a GPU's in
-//! both orders (exact: the host's).
 
 #include <cstddef>
 #include <cstdint>

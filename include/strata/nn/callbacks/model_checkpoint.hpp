@@ -1,20 +1,14 @@
 #pragma once
 //! ModelCheckpoint (as Keras'): saves the model after each epoch, or with
-//! save_freq = N every N batches (counted across epochs, as Keras' integer
-//! save_freq), to a path made from a pattern: "{epoch}" (1-based, as
-//! Keras), with save_freq "{batch}" (the batch of the epoch, 1-based) and
-//! "{step}" (the model's optimizer steps so far), and any value of the
-//! logs by name (the epoch's; with save_freq the running means of the
-//! epoch so far), each with an optional printf-style format ("{epoch:02d}",
-//! "{val_loss:.3f}"). With save_best_only only saves whose monitored value
-//! improved are written. Saves the weights (save_weights) or, with
-//! weights_only = false, a checkpoint (weights, optimizer state, step).
-//! The chief alone writes, deciding from its own logs; every worker learns
-//! whether it could. Under BackupAndRestore a resumed run goes on with the
-//! best value and the batch count. Under a parameter server (steps
-//! asynchronous) the chief's copy of the weights is refreshed when an
-//! epoch's pass ends: a save within an epoch holds the weights as that
-//! epoch began.
+//! save_freq = N every N batches (counted across epochs), to a path made
+//! from a pattern: "{epoch}", with save_freq "{batch}" and "{step}", and
+//! any log value by name, each with an optional printf-style format
+//! ("{epoch:02d}", "{val_loss:.3f}"); with save_best_only only improving
+//! saves. Weights (save_weights), or with weights_only = false a checkpoint
+//! (weights, optimizer state, step). The chief alone writes, deciding from
+//! its own logs, and every worker learns whether it could; a resumed run
+//! (BackupAndRestore) goes on with the best value and the batch count.
+//! Every option, and what a save holds under a parameter server: docs/training.md.
 //!   strata::nn::ModelCheckpoint ckpt{"ckpt-{epoch:02d}-{val_loss:.3f}.weights", {.save_best_only = true}};
 //!   strata::nn::ModelCheckpoint often{"ckpt-{step:06d}.weights", {.save_freq = 500}};
 //!   model.fit(train, {.epochs = 10, .callbacks = {&ckpt, &often}}, test);   ckpt.last_saved();

@@ -1,27 +1,15 @@
 #pragma once
 //! TensorBoard: a fit callback writing the scalars TensorBoard plots, as
-//! Keras' TensorBoard callback does: `<log_dir>/train` gets epoch_loss,
-//! epoch_<metric>, epoch_skipped_steps (when fit skipped non-finite steps:
-//! the logs' skipped_steps), epoch_steps_per_second and epoch_learning_rate
-//! after each epoch, and, every `update_freq` batches, batch_loss and
-//! batch_<metric> (running means over the epoch; batch_skipped_steps too once
-//! the epoch skipped one) at the global batch count; `<log_dir>/validation`
-//! gets the val_* values as epoch_<name>. Given the global batch size
-//! (`batch_size`), also epoch_samples_per_second and, every `update_freq`
-//! batches, batch_samples_per_second (over those batches): batches times
-//! the batch size, a short last batch counted whole. The rates time the
-//! training steps, not the validation after them. Only the chief writes
-//! (under several workers or a parameter server the other processes create
-//! nothing). Each scalar is flushed as it is written, so a run that dies
-//! leaves its curve so far. While a trace session records (core/
-//! trace_session.hpp: --trace), each epoch also gets where its steps' time
-//! went on this process: epoch_<category>_ms_per_step for data, forward,
-//! backward, collective (the collectives less their waits), wait and update
-//! (each category's own time, averaged over the threads that had any).
+//! Keras' TensorBoard callback does, into TensorFlow's event files
+//! (io/event_file.hpp): `<log_dir>/train` gets epoch_loss, epoch_<metric>,
+//! the rates and the learning rate after each epoch and, every `update_freq`
+//! batches, batch_<name>; `<log_dir>/validation` the val_* values. Given
+//! `batch_size`, also samples per second. Only the chief writes; each
+//! scalar is flushed as written; under --trace each epoch also gets
+//! epoch_<category>_ms_per_step. Every scalar: docs/training.md, "Keras callbacks".
 //!   strata::nn::TensorBoard tb{"logs/run1", {.update_freq = 100, .batch_size = 128}};  // fit says who is the chief
 //!   model.fit(train, {.epochs = 5, .callbacks = {&tb}}, test);
 //!   // tensorboard --logdir logs
-//! The files are TensorFlow's event files (io/event_file.hpp).
 
 #include <chrono>
 #include <cstdint>

@@ -5,17 +5,11 @@
 //!   qkv = x · qkv_kernel + qkv_bias                       [T, 3W]
 //!   per head h: A_h = softmax(Q_h K_h^T / sqrt(dh) + mask) [T, T], O_h = A_h V_h
 //!   y = [O_1 ... O_H] · output_kernel + output_bias       [T, W]
-//! With `causal`, position t attends to positions <= t only (Keras'
-//! use_causal_mask; masked weights are exactly 0, so later positions never
-//! change earlier outputs). The qkv columns are head-major: head h owns the
-//! 3 dh columns from 3 dh h, its query, key and value in that order, and the
-//! output kernel's rows dh h.. belong to head h (a split over heads takes
-//! contiguous column and row blocks). Kernels are glorot-uniform as Keras'
-//! (fan_in W, fan_out W for each of the query, key, value and output
-//! projections), biases zero. The per-head products are strided-batched
-//! gemms over the batch (one cuBLAS call per head on a GPU), the masked
-//! softmax the compute's attention_softmax, its gradient
-//! activation_backward's softmax.
+//! With `causal`, position t attends to positions <= t only (masked weights
+//! are exactly 0). The qkv columns are head-major: head h owns the 3 dh
+//! columns from 3 dh h (query, key, value), and the output kernel's rows
+//! dh h.. (docs/tensor-parallelism.md). Kernels glorot-uniform as Keras'
+//! (fan_in W, fan_out W per projection), biases zero.
 //!   strata::nn::MultiHeadAttention attn{{.heads = 4, .causal = true}};
 
 #include <cmath>

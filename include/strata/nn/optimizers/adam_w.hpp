@@ -1,19 +1,13 @@
 #pragma once
-//! AdamW (Loshchilov & Hutter, "Decoupled Weight Decay Regularization"):
-//! Adam whose weight decay is applied to the weights, not added to the
-//! gradient, as PyTorch's torch.optim.AdamW and Keras' AdamW:
-//!   w *= 1 - lr * weight_decay;   then Adam's update (nn/optimizers/adam.hpp, Keras' form:
-//!   the bias correction folded into the step size, epsilon added to sqrt(v)).
-//! `lr` is the schedule's rate of the step (a LearningRate: schedules and
-//! run-time overrides apply to the decay as to the step). Every parameter is
-//! decayed, biases and normalization scales included: what PyTorch and Keras
-//! do when given all of a model's parameters (strata's optimizers see the
-//! model's parameters as one flat vector). weight_decay defaults to 0.01,
-//! PyTorch's default (Keras' is 0.004): the reference issue 26 compares
-//! against is PyTorch's. weight_decay = 0 gives Adam's bits exactly (the
-//! decay factor is then 1). One pass of the compute vocabulary
-//! (Compute::adamw), host and GPU, eager or in a captured step; elementwise,
-//! so any slice of the parameters (sharded updates) gives the same bits.
+//! AdamW (Loshchilov & Hutter): Adam whose weight decay is applied to the
+//! weights, not added to the gradient, as PyTorch's torch.optim.AdamW and
+//! Keras' AdamW:
+//!   w *= 1 - lr * weight_decay;   then Adam's update (nn/optimizers/adam.hpp, Keras' form)
+//! `lr` is the schedule's rate of the step (overrides included). Every
+//! parameter is decayed, biases and normalization scales included
+//! (strata's optimizers see one flat vector). weight_decay defaults to
+//! 0.01, PyTorch's (Keras': 0.004); 0 gives Adam's bits exactly. One pass
+//! of Compute::adamw, host and GPU, elementwise: sharded updates, same bits.
 //!   strata::nn::AdamW{1e-3};
 //!   strata::nn::AdamW{strata::nn::CosineDecay{.initial = 0.f, .decay_steps = 900, .warmup_target = 3e-4f,
 //!                                             .warmup_steps = 100}, {.weight_decay = 0.1f, .global_clipnorm = 1.f}};

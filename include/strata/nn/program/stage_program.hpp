@@ -1,20 +1,14 @@
 #pragma once
-//! A Sequential model's pipeline stage (execution/program.hpp's
+//! LayerStage: a Sequential model's pipeline stage (execution/program.hpp's
 //! StageProgram): a contiguous range of its layers, bound to their slice of
-//! the parameters and of the gradient, run on a compute (the host's, or a
-//! GPU's: parameters, gradients and activations in its memory) one
-//! micro-batch at a time. The operations are LayerReplica's (nn/program/model_program.hpp) in the
-//! same order (forward layer by layer with RunInfo {replica = micro-batch,
-//! step, layer = the layer's index in the model}; the loss scaled by 1 /
-//! batch; backward down to the first layer with parameters; the L2 gradient
-//! added after the backward), so one micro-batch through all stages gives
-//! LayerReplica's bits. Each kept micro-batch has its own layer clones
-//! (layers cache what backward needs, e.g. Dropout's mask).
-//! With tensor parallelism (a TensorSplit and its group), the stage is one
-//! member's: its layers split as the plan says (LayerReplica's way), bound
-//! to the member's shard of the stage's parameters, their partial results
-//! summed over the group inside forward and backward; its input and output
-//! activations are whole, the same on every member.
+//! the parameters and of the gradient, run on a compute (the host's or a
+//! GPU's) one micro-batch at a time, with LayerReplica's operations in the
+//! same order (nn/program/model_program.hpp), so one micro-batch through all
+//! stages gives LayerReplica's bits. Each kept micro-batch has its own layer
+//! clones. With tensor parallelism (a TensorSplit and its group) the stage
+//! is one member's: its layers split as the plan says, partial results
+//! summed over the group, input and output activations whole on every
+//! member. docs/model-parallelism.md.
 //!   auto stage = program.make_stage({0, 3}, value.subspan(0, n), grad.subspan(0, n));
 
 #include <algorithm>
