@@ -7,7 +7,7 @@
 //! Beyond AsyncCommunicator: Comm::Options and Comm::world(options),
 //! split(color, key), send_async / finish_sends, set_interrupt(flag),
 //! abort(why) and agreed_failure(), for float, double, std::int64_t, bf16
-//! and fp16; what each must do: docs/architecture.md, "The replica runtime and the backends".
+//! and fp16; what each must do: docs/collectives.md, "Between workers".
 //!   template <strata::WorkerCommunicator Comm> class BasicMultiWorkerMirroredStrategy;  // MPI: comm/mpi/
 
 #include <atomic>
