@@ -546,4 +546,20 @@ TEST_CASE("BackupAndRestore across workers: the chief owns the directory, its re
   }
 }
 
+// The dispatch point (parallel/dispatch.hpp) refuses across workers what it refuses in one process: captured
+// steps (OneDeviceStrategy on a GPU only; ignored before, when the strategy's own make_executor bypassed the
+// refusals), and a model is made with the option off.
+TEST_CASE("across workers, capture_steps is refused in the sentence one process gives") {
+  namespace nn = strata::nn;
+  auto make = [] { return nn::Sequential{nn::Input{{4}}, nn::Dense{2}}; };
+  {
+    strata::MultiWorkerMirroredStrategy s{{strata::cpu(0)}, quick()};
+    s.executor_options().capture_steps = true;
+    CHECK_THROWS_WITH_AS(s.scope(make), doctest::Contains("captured steps run under OneDeviceStrategy on a GPU"),
+                         strata::Error);
+  }
+  strata::MultiWorkerMirroredStrategy s{{strata::cpu(0)}, quick()};
+  CHECK_NOTHROW(s.scope(make));
+}
+
 }  // namespace multi_worker_test

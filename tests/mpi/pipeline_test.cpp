@@ -392,4 +392,24 @@ TEST_CASE("a copy failing with the copies' buckets under way is named on every r
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// The dispatch point (parallel/dispatch.hpp) refuses on ranks what it refuses in one process: a pipeline's
+// stages are split by PipelineOptions::tensor_parallel, not ExecutorOptions' (ignored before the dispatch
+// point, which the multi-worker strategies' own make_executor bypassed), and captured steps.
+TEST_CASE("a pipeline on ranks refuses ExecutorOptions::tensor_parallel and capture_steps, naming the fix") {
+  auto make = [] { return nn::Sequential{nn::Input{{6}}, nn::Dense{4}, nn::Dense{3}}; };
+  {
+    strata::MultiWorkerPipelineStrategy s{quick()};
+    s.executor_options().tensor_parallel = 2;
+    CHECK_THROWS_WITH_AS(s.scope(make), doctest::Contains("s.pipeline_options().tensor_parallel = T"), strata::Error);
+  }
+  {
+    strata::MultiWorkerPipelineStrategy s{quick()};
+    s.executor_options().capture_steps = true;
+    CHECK_THROWS_WITH_AS(s.scope(make), doctest::Contains("captured steps run under OneDeviceStrategy on a GPU"),
+                         strata::Error);
+  }
+  strata::MultiWorkerPipelineStrategy s{quick()};  // left at their defaults: a model is made
+  CHECK_NOTHROW(s.scope(make));
+}
+
 }  // namespace pipeline_test
