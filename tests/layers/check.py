@@ -120,8 +120,9 @@ def main(root):
                 bad.append(f"{rel}: {len(lines)} lines, over {FAIL_LINES}: split it along a seam")
             elif len(lines) > WARN_LINES and not f.endswith(".cu"):
                 warn.append(f"{rel}: {len(lines)} lines (over {WARN_LINES}: is there a seam to split at?)")
-            if opening_comment_lines(lines) > COMMENT_LINES:
-                warn.append(f"{rel}: its opening comment is {opening_comment_lines(lines)} lines (over "
+            comment = opening_comment_lines(lines)
+            if comment > COMMENT_LINES:
+                warn.append(f"{rel}: its opening comment is {comment} lines (over "
                             f"{COMMENT_LINES}: what it holds and one use; the story to the README or docs/)")
             for n, line in enumerate(lines, 1):
                 m = INCLUDE.match(line)

@@ -16,7 +16,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -88,7 +87,7 @@ class MultiWorkerExecutor final : public ForwardingExecutor {
 //! (parallel/dispatch.hpp wraps every executor of a strategy across workers).
 template <class S>
 std::unique_ptr<Executor> across_workers(S& s, std::unique_ptr<Executor> inner, ModelProgram& program) {
-  using Comm = std::remove_reference_t<decltype(s.communicator())>;
+  using Comm = typename S::communicator_type;
   return std::make_unique<MultiWorkerExecutor<Comm>>(std::move(inner), s.communicator(), program);
 }
 

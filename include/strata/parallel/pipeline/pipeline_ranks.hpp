@@ -18,7 +18,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include <strata/comm/reduce_op.hpp>
@@ -197,7 +196,7 @@ class RankStages {
 //! by parallel/dispatch.hpp, which wraps it in MultiWorkerExecutor).
 template <class S>
 std::unique_ptr<Executor> make_pipeline_on_ranks(S& s, ModelProgram& program) {
-  using Comm = std::remove_reference_t<decltype(s.communicator())>;
+  using Comm = typename S::communicator_type;
   return std::make_unique<PipelineExecutor<RankStages<Comm>>>(
       RankStages<Comm>{s.communicator(), s.devices().front(), s.executor_options().matmul}, program, s.pipeline_options(),
       s.pipeline_stats(), s.executor_options());
